@@ -1,0 +1,12 @@
+"""Gradio entry point (also the Space's app_file): build the playground page and serve it."""
+
+import os
+
+from playground.ui import build_ui
+
+demo = build_ui()
+
+if __name__ == "__main__":
+    # one generation at a time: on 2 vCPUs parallel runs only slow each other and falsify timings
+    demo.queue(default_concurrency_limit=1, max_size=int(os.environ.get("PLAYGROUND_QUEUE_SIZE", "32")))
+    demo.launch()

@@ -1,0 +1,127 @@
+"""CLI: `python -m playground run|bench|models`; bad input exits 2 with one `error:` line, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, NoReturn
+
+from playground.errors import PlaygroundError
+from playground.spec import BACKENDS, CACHES, STRATEGIES, WEIGHTS, RunSpec
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage before its error; the contract is a single `error:` line on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+_CHOICES = {"strategy": STRATEGIES, "cache": CACHES, "backend": BACKENDS, "weights": WEIGHTS}
+_TYPES = {int: int, float: float, str: str}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m playground", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
+    run.add_argument("--prompt", required=True, help="text to continue (or the user turn, in chat mode)")
+    for field in fields(RunSpec):
+        flag = "--" + field.name.replace("_", "-")
+        if field.name == "chat":
+            run.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                             help="apply the chat template (default: when the model is an instruct model)")
+        elif field.name == "early_stopping":
+            run.add_argument(flag, action="store_true", default=None, help="beam search: stop at num_beams finished")
+        elif field.name == "assistant":
+            run.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
+        else:
+            kind = {"int": int, "float": float}.get(str(field.type), str)
+            run.add_argument(flag, type=kind, default=None, choices=_CHOICES.get(field.name),
+                             help=f"default: {field.default}")
+    run.add_argument("--json", action="store_true", help="print the Result JSON object")
+
+    bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
+    bench.add_argument("--model", default="smollm2-135m")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--json", action="store_true")
+
+    commands.add_parser("models", help="list the model catalog")
+    return parser
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    given = {f.name: getattr(args, f.name) for f in fields(RunSpec) if getattr(args, f.name) is not None}
+    return RunSpec.from_dict(given)
+
+
+def command_run(args: argparse.Namespace) -> None:
+    from playground import runner
+    from playground.events import DoneEvent, ProgressEvent, TextEvent
+
+    spec = spec_from_args(args)
+    result: dict[str, Any] | None = None
+    for event in runner.run(args.prompt, spec):
+        if isinstance(event, ProgressEvent):
+            print(f"[{event.fraction:4.0%}] {event.message}", file=sys.stderr)
+        elif isinstance(event, TextEvent) and not args.json:
+            print(event.delta, end="", flush=True)
+        elif isinstance(event, DoneEvent):
+            result = event.result
+    assert result is not None
+    if args.json:
+        print(json.dumps(result))
+        return
+    print()
+    m = result["metrics"]
+    for i, text in enumerate(result["sequences"][1:], start=2):
+        print(f"--- sequence {i}: {text}")
+    print(f"[{result['new_tokens']} tokens, TTFT {m['ttft_s']} s, {m['tokens_per_s']} tok/s, "
+          f"compile {m['compile_s']} s, KV cache {m['kv_cache_bytes']} B]", file=sys.stderr)
+
+
+def command_bench(args: argparse.Namespace) -> None:
+    from playground import bench
+
+    if args.max_new_tokens < 2:
+        fail(f"--max-new-tokens={args.max_new_tokens} is too small; the benchmark needs at least 2")
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    result = bench.run_bench(args.model, args.max_new_tokens, progress=progress)
+    print(json.dumps(result) if args.json else bench.format_table(result))
+
+
+def command_models(args: argparse.Namespace) -> None:
+    from playground import catalog
+
+    for row in catalog.list_models():
+        state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
+        print(f"{row['name']:<16} {row['kind']:<8} {state:<13} {row['description']}")
+    print("any hub id org/name (needs hub access) or a local model directory under "
+          f"{', '.join(map(str, catalog.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    handler = {"run": command_run, "bench": command_bench, "models": command_models}[args.command]
+    try:
+        handler(args)
+    except PlaygroundError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

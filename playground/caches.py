@@ -1,0 +1,49 @@
+"""Cache type -> transformers Cache object for a run, and the real byte size of a cache's tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import Cache, DynamicCache, StaticCache
+
+from playground.spec import RunSpec
+
+
+def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
+    """A fresh cache for one run; the caller keeps it so its size can be read afterwards."""
+    config = model.config.get_text_config(decoder=True)
+    if spec.cache == "dynamic":
+        return DynamicCache(config=config)
+    if spec.cache == "static":
+        # sized for this request exactly: prompt + every token we may generate
+        return StaticCache(config=config, max_cache_len=prompt_tokens + spec.max_new_tokens)
+    raise ValueError(f"cache {spec.cache!r} has no builder yet")  # compatibility.py refuses these first
+
+
+def kv_bytes(cache: Cache | None) -> int:
+    """Bytes held by every tensor the cache's layers own (keys, values, quantized buffers)."""
+    if cache is None:
+        return 0
+    seen: set[int] = set()
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for value in vars(layer).values():
+            total += _tensor_bytes(value, seen)
+    return total
+
+
+def _tensor_bytes(value: Any, seen: set[int]) -> int:
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v, seen) for v in value)
+    if not isinstance(value, torch.Tensor) or id(value) in seen:
+        return 0
+    seen.add(id(value))
+    inner = getattr(value, "__tensor_flatten__", None)
+    if inner is not None and type(value) is not torch.Tensor:
+        # tensor subclasses (quanto's packed tensors) hold their real storage in inner tensors
+        names, _ = inner()
+        return sum(_tensor_bytes(getattr(value, n), seen) for n in names)
+    if value.is_meta or value.dim() == 0:
+        return 0  # 0-d tensors are bookkeeping (StaticLayer's cumulative_length), not cached keys/values
+    return value.numel() * value.element_size()

@@ -1,0 +1,64 @@
+"""Which strategy works with which cache on which backend, and why the others are refused up front."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from playground.errors import PlaygroundError
+
+if TYPE_CHECKING:
+    from playground.spec import RunSpec
+
+# (backend, strategy, cache) -> reason it cannot run; anything absent is supported.
+# Reasons say why and what to pick instead, since they are shown to users verbatim.
+_NOT_YET = "is not implemented on the {backend} path yet; use cache 'dynamic' or 'static'"
+_REFUSED: dict[tuple[str, str, str], str] = {}
+for _strategy in ("greedy", "sampling", "beam", "assisted"):
+    for _cache in ("quantized", "sliding", "sink"):
+        _REFUSED[("torch", _strategy, _cache)] = f"cache '{_cache}' " + _NOT_YET.format(backend="PyTorch")
+for _strategy in ("beam", "assisted"):
+    for _cache in ("dynamic", "static"):
+        _REFUSED[("torch", _strategy, _cache)] = (
+            f"strategy '{_strategy}' is not implemented on the PyTorch path yet; use 'greedy' or 'sampling'")
+for _strategy in ("greedy", "sampling", "beam", "assisted"):
+    for _cache in ("dynamic", "static", "quantized", "sliding", "sink"):
+        if _strategy in ("beam", "assisted"):
+            _REFUSED[("jax", _strategy, _cache)] = (
+                f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
+                "or backend 'torch'")
+        elif _cache != "static":
+            _REFUSED[("jax", _strategy, _cache)] = (
+                f"the JAX path decodes over a preallocated static cache (jit needs fixed shapes); "
+                f"cache '{_cache}' needs backend 'torch', or pick cache 'static'")
+
+
+def refusal(backend: str, strategy: str, cache: str) -> str | None:
+    """The reason a combination cannot run, or None when it can."""
+    return _REFUSED.get((backend, strategy, cache))
+
+
+def check_combination(spec: RunSpec) -> None:
+    reason = refusal(spec.backend, spec.strategy, spec.cache)
+    if reason is not None:
+        raise PlaygroundError(
+            f"backend={spec.backend} strategy={spec.strategy} cache={spec.cache} cannot run: {reason}")
+    if spec.backend == "jax" and spec.weights != "fp32" and spec.weights != "bf16":
+        raise PlaygroundError(
+            f"weights '{spec.weights}' are bitsandbytes layers that only run in PyTorch; "
+            "on the JAX path pick fp32 or bf16")
+    if spec.backend == "torch" and spec.devices != 1:
+        raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
+
+
+def table() -> list[dict[str, str]]:
+    """Rows of backend x strategy with a mark per cache, for the README and the UI."""
+    from playground.spec import BACKENDS, CACHES, STRATEGIES
+
+    rows = []
+    for backend in BACKENDS:
+        for strategy in STRATEGIES:
+            row = {"backend": backend, "strategy": strategy}
+            for cache in CACHES:
+                row[cache] = "yes" if refusal(backend, strategy, cache) is None else "no"
+            rows.append(row)
+    return rows

@@ -1,0 +1,189 @@
+"""RunSpec: the one frozen description of a run, validated in one place for UI, API and CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from playground.errors import PlaygroundError
+
+STRATEGIES = ("greedy", "sampling", "beam", "assisted")
+CACHES = ("dynamic", "static", "quantized", "sliding", "sink")
+BACKENDS = ("torch", "jax")
+WEIGHTS = ("fp32", "bf16", "int8", "nf4")
+CACHE_BITS = (2, 4, 8)
+
+DEFAULT_MODEL = "smollm2-135m"
+MAX_BEAMS = 8
+MAX_DEVICES = 64
+
+
+def max_new_tokens_cap() -> int:
+    """Upper bound on generated tokens per request; a public Space must not be tied up for minutes."""
+    return int(os.environ.get("PLAYGROUND_MAX_NEW_TOKENS", "1024"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """Everything that decides what a run computes. Frozen and hashable, so it can key caches."""
+
+    model: str = DEFAULT_MODEL
+    strategy: str = "greedy"
+    cache: str = "dynamic"
+    backend: str = "torch"
+    weights: str = "fp32"
+    max_new_tokens: int = 64
+    min_new_tokens: int = 0
+    # sampling knobs; inert unless strategy == "sampling"
+    temperature: float = 1.0
+    top_k: int = 50  # 0 disables top-k filtering
+    top_p: float = 1.0  # 1.0 disables nucleus filtering
+    min_p: float = 0.0  # 0.0 disables min-p filtering
+    repetition_penalty: float = 1.0  # 1.0 = no penalty; applies to every strategy
+    seed: int = 0
+    # beam search
+    num_beams: int = 4
+    length_penalty: float = 1.0
+    early_stopping: bool = False
+    num_return_sequences: int = 1
+    # assisted decoding: a draft model, or n-gram lookup in the prompt (no draft model)
+    assistant: str | None = None
+    prompt_lookup: int = 0
+    # cache knobs
+    cache_bits: int = 4  # quantized cache: bits per key/value element
+    window: int = 256  # sliding/sink: attention window in tokens
+    sink_tokens: int = 4  # sink: first tokens kept forever (the "attention sinks")
+    chat: bool | None = None  # None: apply the chat template when the model has one
+    devices: int = 1  # JAX path: shard over this many devices
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_ranges(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        """Build from JSON-like data; unknown keys are an error, missing keys take defaults."""
+        if not isinstance(data, Mapping):
+            raise PlaygroundError(f"spec must be a JSON object of RunSpec keys, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(str(k) for k in data if k not in known)
+        if unknown:
+            raise PlaygroundError(f"unknown spec key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+        values = {k: _coerce(k, v) for k, v in data.items()}
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        """Parse the API's spec string; an empty string means all defaults."""
+        if text is None or not str(text).strip():
+            return cls()
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise PlaygroundError(f"spec is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); "
+                                  'send an object such as {"strategy": "greedy"}') from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return dataclasses.replace(self, **changes)
+
+
+_FIELD_TYPES: dict[str, type] = {
+    "model": str, "strategy": str, "cache": str, "backend": str, "weights": str,
+    "max_new_tokens": int, "min_new_tokens": int, "temperature": float, "top_k": int,
+    "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
+    "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
+    "assistant": str, "prompt_lookup": int, "cache_bits": int, "window": int,
+    "sink_tokens": int, "chat": bool, "devices": int,
+}
+_OPTIONAL = {"assistant", "chat"}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Accept what JSON and argparse produce (2.0 for an int, 1 for a float); reject the rest."""
+    kind = _FIELD_TYPES[name]
+    if value is None and name in _OPTIONAL:
+        return None
+    if kind is int and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is str and name == "assistant" and value == "":
+        return None
+    return value
+
+
+def _check_types(spec: RunSpec) -> None:
+    for name, kind in _FIELD_TYPES.items():
+        value = getattr(spec, name)
+        if value is None and name in _OPTIONAL:
+            continue
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if kind is float and ok and not math.isfinite(value):
+            ok = False
+        if not ok:
+            want = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[kind]
+            if name in _OPTIONAL:
+                want += " or null"
+            raise PlaygroundError(f"{name} must be {want}, got {value!r}")
+
+
+def _one_of(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise PlaygroundError(f"{name} {value!r} is not one of: {', '.join(map(str, allowed))}")
+
+
+def _in_range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
+    if value < low or value > high or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise PlaygroundError(f"{name}={value} is out of range; allowed: {bracket}{low}, {high}]")
+
+
+def _check_ranges(spec: RunSpec) -> None:
+    _one_of("strategy", spec.strategy, STRATEGIES)
+    _one_of("cache", spec.cache, CACHES)
+    _one_of("backend", spec.backend, BACKENDS)
+    _one_of("weights", spec.weights, WEIGHTS)
+    if not spec.model.strip():
+        raise PlaygroundError("model must not be empty; try smollm2-135m or gemma3-270m")
+    if len(spec.model) > 512:
+        raise PlaygroundError("model name is too long (over 512 characters)")
+    cap = max_new_tokens_cap()
+    _in_range("max_new_tokens", spec.max_new_tokens, 1, cap)
+    _in_range("min_new_tokens", spec.min_new_tokens, 0, spec.max_new_tokens)
+    _in_range("temperature", spec.temperature, 0.0, 100.0, low_open=True)
+    _in_range("top_k", spec.top_k, 0, 100_000)
+    _in_range("top_p", spec.top_p, 0.0, 1.0, low_open=True)
+    _in_range("min_p", spec.min_p, 0.0, 1.0)
+    _in_range("repetition_penalty", spec.repetition_penalty, 0.0, 10.0, low_open=True)
+    _in_range("seed", spec.seed, 0, 2**32 - 1)
+    _in_range("num_beams", spec.num_beams, 1, MAX_BEAMS)
+    _in_range("length_penalty", spec.length_penalty, -10.0, 10.0)
+    _in_range("prompt_lookup", spec.prompt_lookup, 0, 64)
+    _one_of("cache_bits", spec.cache_bits, CACHE_BITS)
+    _in_range("window", spec.window, 1, 1_000_000)
+    _in_range("sink_tokens", spec.sink_tokens, 0, 1024)
+    _in_range("devices", spec.devices, 1, MAX_DEVICES)
+    if spec.strategy == "beam":
+        _in_range("num_return_sequences", spec.num_return_sequences, 1, spec.num_beams)
+    elif spec.num_return_sequences != 1:
+        raise PlaygroundError(
+            f"num_return_sequences={spec.num_return_sequences} needs strategy 'beam' "
+            "(it returns the best num_return_sequences beams); other strategies return 1")
+    if spec.cache == "sink" and spec.sink_tokens >= spec.window:
+        raise PlaygroundError(
+            f"sink_tokens={spec.sink_tokens} must be smaller than window={spec.window} "
+            "(the window holds the sinks plus the most recent tokens)")
+    if spec.assistant is not None and not spec.assistant.strip():
+        raise PlaygroundError("assistant must be a model name or null")
+    from playground.compatibility import check_combination
+
+    check_combination(spec)

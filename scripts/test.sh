@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (idempotent, with test tools), lint, and run the whole test suite, slow integration tests included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --dev
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"

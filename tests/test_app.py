@@ -1,0 +1,70 @@
+"""The served app: the `run` API answers through gradio_client, refuses bad input, and keeps serving."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if process.poll() is not None:
+                pytest.fail(f"app exited: {process.stdout.read()}")
+            time.sleep(0.5)
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False)
+
+
+def test_run_endpoint_answers_paris(client):
+    result = client.predict("What is the capital of France?", '{"max_new_tokens": 24}', api_name="/run")
+    assert "Paris" in result["text"]
+    assert result["spec"]["model"] == "smollm2-135m" and result["metrics"]["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize(("prompt", "spec", "fragment"), [
+    ("", "{}", "prompt is empty"),
+    ("hi", "not json", "spec is not valid JSON"),
+    ("hi", '{"max_new_tokens": 0}', "max_new_tokens=0 is out of range"),
+    ("hi", '{"model": "nope"}', "unknown model 'nope'"),
+    ("hi", '{"strategy": "nucleus"}', "strategy 'nucleus' is not one of"),
+])
+def test_bad_input_is_a_clear_error_and_the_app_keeps_serving(client, prompt, spec, fragment):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=fragment):
+        client.predict(prompt, spec, api_name="/run")
+    again = client.predict("The capital of France is", '{"max_new_tokens": 4, "chat": false}', api_name="/run")
+    assert again["new_tokens"] == 4

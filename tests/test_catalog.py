@@ -1,0 +1,48 @@
+"""Model names resolve to the right source, and unsafe or unreachable ones are refused without hanging."""
+
+import json
+
+import pytest
+
+from playground import catalog
+from playground.errors import PlaygroundError
+
+
+def test_names_resolve_to_their_kind():
+    assert catalog.describe("smollm2-135m") == "bundled"
+    assert catalog.describe("gemma3-270m") == "bundled"
+    assert catalog.describe("HuggingFaceTB/SmolLM2-135M") == "hub"
+
+
+@pytest.mark.parametrize("name", ["../../etc", "/etc", "~/", "./x"])
+def test_paths_outside_the_roots_are_refused(name):
+    with pytest.raises(PlaygroundError, match="outside the allowed roots"):
+        catalog.describe(name)
+
+
+@pytest.mark.parametrize("name", ["not a model!", "a/b/c", "org/..", "-x/y"])
+def test_unknown_names_are_refused(name):
+    with pytest.raises(PlaygroundError):
+        catalog.describe(name)
+
+
+def test_hub_id_fails_fast_when_the_hub_is_unreachable(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PlaygroundError, match="cannot reach the Hugging Face hub to fetch 'org/name'"):
+        catalog.ModelLRU(1).get("org/name")
+
+
+def test_a_conversion_without_its_marker_or_with_a_short_file_is_not_complete(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x" * 100)
+    assert not catalog._is_complete(folder)
+    (folder / catalog.COMPLETE_MARKER).write_text(json.dumps({"sizes": {"model.safetensors": 100}}))
+    assert catalog._is_complete(folder)
+    (folder / "model.safetensors").write_bytes(b"x" * 50)  # truncated by a killed writer
+    assert not catalog._is_complete(folder)
+
+
+def test_catalog_lists_the_bundled_models():
+    names = [row["name"] for row in catalog.list_models()]
+    assert names == ["smollm2-135m", "gemma3-270m"]

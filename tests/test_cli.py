@@ -1,0 +1,43 @@
+"""CLI contract: bad input exits 2 with a single `error:` line on stderr and no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "playground", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--max-new-tokens", "0"], "max_new_tokens=0 is out of range"),
+    (["--max-new-tokens", "100000"], "max_new_tokens=100000 is out of range"),
+    (["--strategy", "nucleus"], "invalid choice: 'nucleus'"),
+    (["--cache", "paged"], "invalid choice: 'paged'"),
+    (["--model", "no such model!"], "unknown model 'no such model!'"),
+    (["--model", "org/name"], "cannot reach the Hugging Face hub"),
+    (["--top-p", "abc"], "invalid float value: 'abc'"),
+    (["--backend", "jax", "--cache", "dynamic"], "cache 'static'"),
+])
+def test_bad_input_exits_2_with_one_error_line(args, fragment):
+    done = cli("run", "--prompt", "hi", *args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and fragment in lines[0]
+    assert done.stdout == ""
+
+
+def test_empty_prompt_is_an_error():
+    done = cli("run", "--prompt", "")
+    assert done.returncode == 2 and done.stderr.strip() == "error: prompt is empty; type some text to continue"
+
+
+def test_models_lists_the_catalog():
+    done = cli("models")
+    assert done.returncode == 0
+    assert "smollm2-135m" in done.stdout and "gemma3-270m" in done.stdout

@@ -1,0 +1,56 @@
+"""RunSpec validation: every bad value is refused with one line naming the field and what is allowed."""
+
+import pytest
+
+from playground.errors import PlaygroundError
+from playground.spec import RunSpec
+
+
+def test_defaults_are_valid_and_round_trip():
+    spec = RunSpec()
+    assert RunSpec.from_dict(spec.to_dict()) == spec
+    assert RunSpec.from_json("") == spec
+    assert hash(spec) == hash(RunSpec())
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    ({"max_new_tokens": 0}, "max_new_tokens=0"),
+    ({"max_new_tokens": 100000}, "max_new_tokens=100000"),
+    ({"strategy": "nucleus"}, "strategy 'nucleus' is not one of: greedy, sampling, beam, assisted"),
+    ({"cache": "paged"}, "cache 'paged' is not one of"),
+    ({"backend": "tpu"}, "backend 'tpu'"),
+    ({"top_p": 0}, "top_p=0.0 is out of range; allowed: (0.0, 1.0]"),
+    ({"temperature": -1}, "temperature"),
+    ({"max_new_tokens": "ten"}, "max_new_tokens must be an integer, got 'ten'"),
+    ({"max_new_tokens": True}, "max_new_tokens must be an integer"),
+    ({"temperature": float("nan")}, "temperature must be a finite number"),
+    ({"colour": "red"}, "unknown spec key(s) colour"),
+    ({"num_return_sequences": 2}, "needs strategy 'beam'"),
+    ({"model": " "}, "model must not be empty"),
+    ({"backend": "jax", "cache": "dynamic"}, "pick cache 'static'"),
+])
+def test_bad_values_are_refused_with_a_one_line_message(data, fragment):
+    with pytest.raises(PlaygroundError) as info:
+        RunSpec.from_dict(data)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '"greedy"', "{", "null"])
+def test_api_spec_that_is_not_a_json_object_is_refused(text):
+    with pytest.raises(PlaygroundError, match="spec"):
+        RunSpec.from_json(text)
+
+
+def test_json_numbers_are_coerced_to_the_field_type():
+    spec = RunSpec.from_dict({"max_new_tokens": 8.0, "temperature": 1, "assistant": ""})
+    assert spec.max_new_tokens == 8 and isinstance(spec.max_new_tokens, int)
+    assert spec.temperature == 1.0 and isinstance(spec.temperature, float)
+    assert spec.assistant is None
+
+
+def test_cap_on_new_tokens_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("PLAYGROUND_MAX_NEW_TOKENS", "16")
+    with pytest.raises(PlaygroundError, match=r"allowed: \[1, 16\]"):
+        RunSpec(max_new_tokens=17)
