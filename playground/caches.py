@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import Cache, DynamicCache, StaticCache
+from transformers import Cache, DynamicCache, QuantizedCache, StaticCache
 
 from playground.spec import RunSpec
 
@@ -18,6 +18,12 @@ def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     if spec.cache == "static":
         # sized for this request exactly: prompt + every token we may generate
         return StaticCache(config=config, max_cache_len=prompt_tokens + spec.max_new_tokens)
+    if spec.cache == "quantized":
+        if spec.cache_bits == 8:
+            # fp8 is per-tensor and appendable: no groups, no full-precision residual window
+            return QuantizedCache(backend="fp8", config=config)
+        return QuantizedCache(backend="quanto", config=config, nbits=spec.cache_bits,
+                              residual_length=spec.residual_length)
     raise ValueError(f"cache {spec.cache!r} has no builder yet")  # compatibility.py refuses these first
 
 

@@ -11,25 +11,32 @@ if TYPE_CHECKING:
 
 # (backend, strategy, cache) -> reason it cannot run; anything absent is supported.
 # Reasons say why and what to pick instead, since they are shown to users verbatim.
-_NOT_YET = "is not implemented on the {backend} path yet; use cache 'dynamic' or 'static'"
 _REFUSED: dict[tuple[str, str, str], str] = {}
-for _strategy in ("greedy", "sampling", "beam", "assisted"):
-    for _cache in ("quantized", "sliding", "sink"):
-        _REFUSED[("torch", _strategy, _cache)] = f"cache '{_cache}' " + _NOT_YET.format(backend="PyTorch")
-for _strategy in ("beam", "assisted"):
-    for _cache in ("dynamic", "static"):
+for _cache in ("sliding", "sink"):
+    for _strategy in ("greedy", "sampling", "beam", "assisted"):
         _REFUSED[("torch", _strategy, _cache)] = (
-            f"strategy '{_strategy}' is not implemented on the PyTorch path yet; use 'greedy' or 'sampling'")
+            f"cache '{_cache}' is not implemented on the PyTorch path yet; use dynamic, static or quantized"
+        )
+for _cache, _why in (
+    (
+        "static",
+        "transformers' assisted generation rolls rejected drafts back with crop(), which a static cache cannot do",
+    ),
+    ("quantized", "rejected drafts would have to be removed from already-quantized blocks (no crop())"),
+):
+    _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
 for _strategy in ("greedy", "sampling", "beam", "assisted"):
     for _cache in ("dynamic", "static", "quantized", "sliding", "sink"):
         if _strategy in ("beam", "assisted"):
             _REFUSED[("jax", _strategy, _cache)] = (
                 f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
-                "or backend 'torch'")
+                "or backend 'torch'"
+            )
         elif _cache != "static":
             _REFUSED[("jax", _strategy, _cache)] = (
                 f"the JAX path decodes over a preallocated static cache (jit needs fixed shapes); "
-                f"cache '{_cache}' needs backend 'torch', or pick cache 'static'")
+                f"cache '{_cache}' needs backend 'torch', or pick cache 'static'"
+            )
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
@@ -41,11 +48,13 @@ def check_combination(spec: RunSpec) -> None:
     reason = refusal(spec.backend, spec.strategy, spec.cache)
     if reason is not None:
         raise PlaygroundError(
-            f"backend={spec.backend} strategy={spec.strategy} cache={spec.cache} cannot run: {reason}")
-    if spec.backend == "jax" and spec.weights != "fp32" and spec.weights != "bf16":
+            f"backend={spec.backend} strategy={spec.strategy} cache={spec.cache} cannot run: {reason}"
+        )
+    if spec.backend == "jax" and spec.weights != "fp32":
         raise PlaygroundError(
-            f"weights '{spec.weights}' are bitsandbytes layers that only run in PyTorch; "
-            "on the JAX path pick fp32 or bf16")
+            f"weights '{spec.weights}' are not supported on the JAX path (bitsandbytes layers only run in "
+            "PyTorch, and XLA on CPU converts bf16 instead of fusing it); use fp32 or backend 'torch'"
+        )
     if spec.backend == "torch" and spec.devices != 1:
         raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
 
@@ -62,3 +71,17 @@ def table() -> list[dict[str, str]]:
                 row[cache] = "yes" if refusal(backend, strategy, cache) is None else "no"
             rows.append(row)
     return rows
+
+
+def markdown_table() -> str:
+    """The README's table; a test keeps the README in step with the rules above."""
+    from playground.spec import CACHES
+
+    lines = [
+        "| backend | strategy | " + " | ".join(CACHES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in CACHES) + " |",
+    ]
+    for row in table():
+        if any(row[c] == "yes" for c in CACHES):
+            lines.append(f"| {row['backend']} | {row['strategy']} | " + " | ".join(row[c] for c in CACHES) + " |")
+    return "\n".join(lines)

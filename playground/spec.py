@@ -55,7 +55,8 @@ class RunSpec:
     assistant: str | None = None
     prompt_lookup: int = 0
     # cache knobs
-    cache_bits: int = 4  # quantized cache: bits per key/value element
+    cache_bits: int = 4  # quantized cache: 2 or 4 (quanto, per-channel groups) or 8 (fp8, per tensor)
+    residual_length: int = 128  # quantized cache: newest tokens kept in full precision before quantizing
     window: int = 256  # sliding/sink: attention window in tokens
     sink_tokens: int = 4  # sink: first tokens kept forever (the "attention sinks")
     chat: bool | None = None  # None: apply the chat template when the model has one
@@ -101,7 +102,7 @@ _FIELD_TYPES: dict[str, type] = {
     "max_new_tokens": int, "min_new_tokens": int, "temperature": float, "top_k": int,
     "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
     "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
-    "assistant": str, "prompt_lookup": int, "cache_bits": int, "window": int,
+    "assistant": str, "prompt_lookup": int, "cache_bits": int, "residual_length": int, "window": int,
     "sink_tokens": int, "chat": bool, "devices": int,
 }
 _OPTIONAL = {"assistant", "chat"}
@@ -169,6 +170,7 @@ def _check_ranges(spec: RunSpec) -> None:
     _in_range("length_penalty", spec.length_penalty, -10.0, 10.0)
     _in_range("prompt_lookup", spec.prompt_lookup, 0, 64)
     _one_of("cache_bits", spec.cache_bits, CACHE_BITS)
+    _in_range("residual_length", spec.residual_length, 1, 100_000)
     _in_range("window", spec.window, 1, 1_000_000)
     _in_range("sink_tokens", spec.sink_tokens, 0, 1024)
     _in_range("devices", spec.devices, 1, MAX_DEVICES)
@@ -184,6 +186,12 @@ def _check_ranges(spec: RunSpec) -> None:
             "(the window holds the sinks plus the most recent tokens)")
     if spec.assistant is not None and not spec.assistant.strip():
         raise PlaygroundError("assistant must be a model name or null")
+    if spec.strategy == "assisted" and (spec.assistant is None) == (spec.prompt_lookup == 0):
+        raise PlaygroundError(
+            "strategy 'assisted' needs exactly one source of draft tokens: an assistant model "
+            "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
+    if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup):
+        raise PlaygroundError("assistant and prompt_lookup only apply to strategy 'assisted'")
     from playground.compatibility import check_combination
 
     check_combination(spec)

@@ -37,6 +37,24 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     return config
 
 
+def assistant_kwargs(spec: RunSpec, main_tokenizer: Any) -> dict[str, Any]:
+    """generate() kwargs for a draft model: plain speculative decoding when the draft shares the main model's
+    vocabulary, universal assisted decoding (text re-tokenized between the two) when it does not."""
+    if spec.strategy != "assisted" or spec.assistant is None:
+        return {}
+    from playground import catalog
+
+    draft, _ = catalog.LOADED.get(spec.assistant, "fp32")
+    kwargs: dict[str, Any] = {"assistant_model": draft.model}
+    if not same_vocabulary(main_tokenizer, draft.tokenizer):
+        kwargs.update(tokenizer=main_tokenizer, assistant_tokenizer=draft.tokenizer)
+    return kwargs
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    return a is b or (len(a) == len(b) and a.get_vocab() == b.get_vocab())
+
+
 def _first(ids: Any) -> int | None:
     if isinstance(ids, (list, tuple)):
         return ids[0] if ids else None

@@ -54,3 +54,10 @@ def test_cap_on_new_tokens_follows_the_environment(monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MAX_NEW_TOKENS", "16")
     with pytest.raises(PlaygroundError, match=r"allowed: \[1, 16\]"):
         RunSpec(max_new_tokens=17)
+
+
+def test_readme_table_matches_the_compatibility_rules():
+    from playground.compatibility import markdown_table
+    from tests.conftest import ROOT
+
+    assert markdown_table() in (ROOT / "README.md").read_text()

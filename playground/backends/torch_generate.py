@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -53,6 +55,46 @@ class StopWhen(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.triggered, dtype=torch.bool, device=input_ids.device)
 
 
+@contextmanager
+def count_forward_passes(module: torch.nn.Module) -> Iterator[list[int]]:
+    """Counts calls of the main model's forward (the draft model is another module, so it is not counted)."""
+    count = [0]
+    handle = module.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+    try:
+        yield count
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def count_draft_tokens(model: Any) -> Iterator[list[int]]:
+    """Counts the draft tokens assisted generation proposes to the main model.
+
+    transformers builds its candidate generator inside generate(); we wrap the factory on this instance for
+    the duration of one call (GENERATE_LOCK is held) and count each proposal's length at the source.
+    """
+    proposed = [0]
+    build = model._get_candidate_generator
+
+    def counting_build(*args: Any, **kwargs: Any) -> Any:
+        generator = build(*args, **kwargs)
+        get_candidates = generator.get_candidates
+
+        def counting_get(input_ids: torch.Tensor, *a: Any, **k: Any) -> Any:
+            candidate_ids, logits = get_candidates(input_ids, *a, **k)
+            proposed[0] += candidate_ids.shape[1] - input_ids.shape[1]
+            return candidate_ids, logits
+
+        generator.get_candidates = counting_get
+        return generator
+
+    model._get_candidate_generator = counting_build
+    try:
+        yield proposed
+    finally:
+        del model._get_candidate_generator  # back to the class's method
+
+
 def streams(spec: RunSpec) -> bool:
     """transformers refuses a streamer with beam search (several hypotheses, none final until the end)."""
     return spec.strategy != "beam"
@@ -63,10 +105,12 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     model = loaded.model
     prompt_len = input_ids.shape[1]
     config = strategies.generation_config(spec, model)
+    assistant = strategies.assistant_kwargs(spec, loaded.tokenizer)
     cache = caches.make_cache(spec, model, prompt_len)
     streamer = TimingStreamer(emit) if streams(spec) else None
     stop = StopWhen(should_stop)
-    with GENERATE_LOCK, torch.inference_mode():
+    with GENERATE_LOCK, torch.inference_mode(), count_forward_passes(model) as passes, \
+            count_draft_tokens(model) as proposed:
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
         out = model.generate(
@@ -76,6 +120,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
             past_key_values=cache,
             streamer=streamer,
             stopping_criteria=StoppingCriteriaList([stop]),
+            **assistant,
         )
         end = time.perf_counter()
     sequences = [_trim(row.tolist(), config) for row in out.sequences[:, prompt_len:]]  # (N, new)
@@ -83,14 +128,22 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     if not streamer:
         emit(sequences[0])
     scores = out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None else None
+    acceptance = None
+    if spec.strategy == "assisted" and proposed[0]:
+        # each main forward verifies one proposal and adds its accepted drafts plus one token of its own
+        accepted = len(sequences[0]) - passes[0]
+        acceptance = max(0, accepted) / proposed[0]
     return GenerationOutput(
         sequences=sequences,
         start_time=start,
         token_times=token_times[: len(sequences[0])],
         kv_cache_bytes=caches.kv_bytes(cache),
         scores=scores,
+        acceptance_rate=acceptance,
+        forward_passes=passes[0],
         stopped=stop.triggered,
-        extra={"generate_s": end - start},
+        extra={"generate_s": end - start, "draft_tokens_proposed": proposed[0] if spec.strategy == "assisted"
+               else None},
     )
 
 

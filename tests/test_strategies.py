@@ -1,0 +1,87 @@
+"""Strategies and cache types on the PyTorch path, on tiny random models: semantics, not just that it ran."""
+
+import pytest
+import torch
+
+from playground import catalog
+from playground.backends import torch_generate
+from playground.errors import PlaygroundError
+from playground.spec import RunSpec
+from tests.conftest import byte_tokenizer, tiny_llama
+
+PROMPT = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 5, 17, 42, 99, 3, 8, 9, 10]])
+
+
+def generate(loaded, spec):
+    return torch_generate.generate(loaded, PROMPT, spec, lambda ids: None, lambda: False)
+
+
+def test_beam_returns_the_requested_sequences_sorted_by_score(tiny):
+    out = generate(tiny, RunSpec(strategy="beam", num_beams=4, num_return_sequences=3, max_new_tokens=12))
+    assert len(out.sequences) == 3 and len(out.scores) == 3
+    assert out.scores == sorted(out.scores, reverse=True)
+    assert len({tuple(s) for s in out.sequences}) == 3
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "quantized"])
+def test_beam_runs_on_every_cache_that_can_reorder(tiny, cache):
+    out = generate(tiny, RunSpec(strategy="beam", num_beams=3, max_new_tokens=10, cache=cache))
+    assert len(out.sequences[0]) == 10
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_quantized_cache_is_smaller_than_dynamic_at_equal_length(tiny, bits):
+    spec = RunSpec(max_new_tokens=60, cache="quantized", cache_bits=bits, residual_length=16)
+    quantized = generate(tiny, spec)
+    dynamic = generate(tiny, RunSpec(max_new_tokens=60))
+    assert len(quantized.sequences[0]) == len(dynamic.sequences[0]) == 60
+    assert 0 < quantized.kv_cache_bytes < dynamic.kv_cache_bytes * (0.5 if bits < 8 else 0.3)
+
+
+def test_8bit_quantized_cache_keeps_greedy_tokens_close_to_dynamic(tiny):
+    quantized = generate(tiny, RunSpec(max_new_tokens=40, cache="quantized", cache_bits=8)).sequences[0]
+    dynamic = generate(tiny, RunSpec(max_new_tokens=40)).sequences[0]
+    agree = sum(a == b for a, b in zip(quantized, dynamic, strict=True)) / len(dynamic)
+    assert agree >= 0.5  # fp8 rounding may flip near-ties of a random model; most tokens must survive
+
+
+@pytest.fixture
+def draft_model(tmp_path, monkeypatch):
+    """A second tiny model with the same vocabulary, registered where local models may load from."""
+    path = tmp_path / "draft"
+    tiny_llama(seed=0).save_pretrained(path)  # same weights as the main tiny model: drafts mostly accepted
+    byte_tokenizer().save_pretrained(path)
+    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path))
+    catalog.LOADED.clear()
+    yield str(path)
+    catalog.LOADED.clear()
+
+
+def test_assisted_with_a_draft_model_equals_plain_greedy(tiny, draft_model):
+    plain = generate(tiny, RunSpec(max_new_tokens=30))
+    assisted = generate(tiny, RunSpec(strategy="assisted", assistant=draft_model, max_new_tokens=30))
+    assert assisted.sequences == plain.sequences
+    assert 0.0 <= assisted.acceptance_rate <= 1.0
+    assert assisted.acceptance_rate > 0.5  # the draft has the main model's weights
+    assert assisted.forward_passes < 30  # fewer main passes than tokens: the point of speculation
+    assert plain.forward_passes == 30
+
+
+def test_prompt_lookup_equals_plain_greedy_and_reports_acceptance(tiny):
+    plain = generate(tiny, RunSpec(max_new_tokens=30))
+    lookup = generate(tiny, RunSpec(strategy="assisted", prompt_lookup=4, max_new_tokens=30))
+    assert lookup.sequences == plain.sequences
+    assert lookup.acceptance_rate is None or 0.0 <= lookup.acceptance_rate <= 1.0
+    assert lookup.forward_passes <= 30
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [
+    ({"strategy": "assisted"}, "needs exactly one source of draft tokens"),
+    ({"strategy": "assisted", "assistant": "x", "prompt_lookup": 3}, "needs exactly one source"),
+    ({"prompt_lookup": 3}, "only apply to strategy 'assisted'"),
+    ({"strategy": "assisted", "prompt_lookup": 3, "cache": "static"}, "crop()"),
+    ({"cache": "quantized", "cache_bits": 3}, "cache_bits 3 is not one of: 2, 4, 8"),
+])
+def test_impossible_combinations_are_refused_up_front(spec, fragment):
+    with pytest.raises(PlaygroundError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        RunSpec.from_dict(spec)
