@@ -50,4 +50,8 @@ class GenerationOutput:
     acceptance_rate: float | None = None  # assisted: accepted draft tokens / proposed draft tokens
     forward_passes: int | None = None  # main-model forward passes, measured
     stopped: bool = False  # ended early by should_stop()
+    # per token of sequences[0]: {"p": prob of the chosen token, "entropy": nats, "top": [(id, p), ...]}
+    token_info: list[dict[str, Any]] | None = None
+    draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
+    kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is

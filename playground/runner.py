@@ -14,7 +14,7 @@ from typing import Any
 from playground import catalog
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, GenerationOutput, ProgressEvent, TextEvent
-from playground.metrics import PeakRss, summarize
+from playground.metrics import PeakRss, per_token_latencies, summarize
 from playground.spec import RunSpec
 
 Event = ProgressEvent | TextEvent | DoneEvent
@@ -52,15 +52,26 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def encode_prompt(loaded: catalog.LoadedModel, prompt: str, chat: bool | None) -> Any:
-    """Token ids (1, T) for the prompt, through the chat template when asked (default: instruct models)."""
+History = list[tuple[str, str]]
+
+
+def encode_prompt(loaded: catalog.LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> Any:
+    """Token ids (1, T) for the prompt, through the chat template when asked (default: instruct models).
+
+    `history` holds earlier (user, assistant) turns of a multi-turn chat; it needs the chat template.
+    """
     tokenizer = loaded.tokenizer
     use_chat = loaded.instruct if chat is None else chat
+    if history and not use_chat:
+        raise PlaygroundError("earlier chat turns need chat mode; set chat to true or clear the conversation")
     if use_chat:
         if getattr(tokenizer, "chat_template", None) is None:
             raise PlaygroundError(f"model {loaded.name} has no chat template; set chat to false")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
+        messages = []
+        for user, assistant in history or []:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        messages.append({"role": "user", "content": prompt})
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
     else:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
@@ -94,7 +105,8 @@ class IncrementalText:
         return delta
 
 
-def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None) -> Iterator[Event]:
+def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
+        history: History | None = None) -> Iterator[Event]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
 
     Closing the iterator early (a client that went away) stops the generation at its next step.
@@ -115,7 +127,7 @@ def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = Non
                                                lambda f, m: events.put(("progress", (f, m))))
                 load_s = time.perf_counter() - load_start
                 events.put(("loaded", loaded))
-                input_ids = encode_prompt(loaded, prompt, spec.chat)
+                input_ids = encode_prompt(loaded, prompt, spec.chat, history)
                 backend = importlib.import_module(BACKEND_MODULES[spec.backend])
                 output = backend.generate(loaded, input_ids, spec, lambda ids: events.put(("tokens", ids)),
                                           stop_requested)
@@ -163,6 +175,7 @@ def build_result(spec: RunSpec, loaded: catalog.LoadedModel, prompt_tokens: int,
     tokenizer = loaded.tokenizer
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in output.sequences]
     metrics = summarize(output, end, load_s)
+    latencies = per_token_latencies(output.token_times)
     metrics["peak_rss_bytes"] = int(peak_rss)
     spec_dict = spec.to_dict()
     spec_dict["chat"] = loaded.instruct if spec.chat is None else spec.chat
@@ -175,11 +188,36 @@ def build_result(spec: RunSpec, loaded: catalog.LoadedModel, prompt_tokens: int,
         "token_ids": list(output.sequences[0]) if output.sequences else [],
         "metrics": metrics,
         "versions": versions(),
+        "tokens": token_view(tokenizer, output),
+        "timeline": {"token_ms": [round(x * 1000, 3) for x in latencies], "kv_cache_bytes": output.kv_trace},
         "scores": output.scores,
         "forward_passes": output.forward_passes,
         "stopped": output.stopped,
         "extra": output.extra,
     }
+
+
+def token_view(tokenizer: Any, output: GenerationOutput) -> list[dict[str, Any]]:
+    """One entry per generated token of the first sequence, with what the backend knew about it."""
+    ids = output.sequences[0] if output.sequences else []
+    info = output.token_info or [{}] * len(ids)
+    drafts = output.draft_flags or [None] * len(ids)
+    view = []
+    for token, record, draft in zip(ids, info, drafts, strict=False):
+        top = record.get("top")
+        view.append({
+            "id": token,
+            "text": tokenizer.decode([token]),
+            "p": _round(record.get("p")),
+            "entropy": _round(record.get("entropy")),
+            "top": [[tokenizer.decode([i]), _round(p)] for i, p in top] if top else None,
+            "draft": draft,
+        })
+    return view
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 5)
 
 
 def run_to_result(prompt: str, spec: RunSpec) -> dict[str, Any]:

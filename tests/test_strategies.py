@@ -65,6 +65,8 @@ def test_assisted_with_a_draft_model_equals_plain_greedy(tiny, draft_model):
     assert assisted.acceptance_rate > 0.5  # the draft has the main model's weights
     assert assisted.forward_passes < 30  # fewer main passes than tokens: the point of speculation
     assert plain.forward_passes == 30
+    drafts = assisted.draft_flags
+    assert len(drafts) == 30 and sum(drafts) == 30 - assisted.forward_passes  # every pass adds one own token
 
 
 def test_prompt_lookup_equals_plain_greedy_and_reports_acceptance(tiny):

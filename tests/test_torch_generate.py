@@ -63,3 +63,26 @@ def test_kv_bytes_are_the_real_tensor_sizes(tiny):
     assert dynamic.kv_cache_bytes == per_token * (PROMPT.shape[1] + 10 - 1)
     static, _ = generate(tiny, RunSpec(max_new_tokens=10, cache="static"))
     assert static.kv_cache_bytes == per_token * (PROMPT.shape[1] + 10)
+
+
+def test_greedy_token_probabilities_are_the_top_choice(tiny):
+    out, _ = generate(tiny, RunSpec(max_new_tokens=15))
+    assert len(out.token_info) == 15
+    for token, record in zip(out.sequences[0], out.token_info, strict=True):
+        best_id, best_p = record["top"][0]
+        assert best_id == token and record["p"] == best_p
+        assert 0 < record["p"] <= 1 and record["entropy"] >= 0
+
+
+def test_sampled_tokens_have_the_probability_they_were_drawn_with(tiny):
+    out, _ = generate(tiny, RunSpec(strategy="sampling", top_k=3, max_new_tokens=20, seed=5))
+    for token, record in zip(out.sequences[0], out.token_info, strict=True):
+        assert record["p"] > 0  # top-k filtered tokens have probability 0 and can never be drawn
+        assert token in [i for i, _ in record["top"][:3]]
+
+
+def test_cache_trace_grows_for_dynamic_and_stays_flat_for_static(tiny):
+    dynamic, _ = generate(tiny, RunSpec(max_new_tokens=10))
+    static, _ = generate(tiny, RunSpec(max_new_tokens=10, cache="static"))
+    assert dynamic.kv_trace == sorted(dynamic.kv_trace) and dynamic.kv_trace[0] < dynamic.kv_trace[-1]
+    assert len(set(static.kv_trace)) == 1 and static.kv_trace[0] == static.kv_cache_bytes

@@ -9,13 +9,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from playground import caches, strategies
 from playground.catalog import LoadedModel
 from playground.events import EmitTokens, GenerationOutput, ShouldStop
 from playground.spec import RunSpec
+from playground.token_probe import CacheTrace, TokenProbe
 
 # One generate at a time per process: torch's global RNG makes seeds reproducible only if runs do not
 # interleave, and on 2 cores two concurrent runs would only slow each other and falsify both timings.
@@ -28,6 +29,7 @@ class TimingStreamer(BaseStreamer):
     def __init__(self, emit: EmitTokens) -> None:
         self.emit = emit
         self.token_times: list[float] = []
+        self.chunk_sizes: list[int] = []  # assisted generation puts accepted drafts + 1 per main forward
         self._seen_prompt = False
 
     def put(self, value: torch.Tensor) -> None:
@@ -37,6 +39,7 @@ class TimingStreamer(BaseStreamer):
             return
         ids = value.reshape(-1).tolist()  # (1,) per step for batch 1
         self.token_times.extend([now] * len(ids))
+        self.chunk_sizes.append(len(ids))
         self.emit(ids)
 
     def end(self) -> None:
@@ -109,6 +112,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     cache = caches.make_cache(spec, model, prompt_len)
     streamer = TimingStreamer(emit) if streams(spec) else None
     stop = StopWhen(should_stop)
+    trace = CacheTrace(cache)
+    # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
+    probe = TokenProbe() if spec.strategy in ("greedy", "sampling") else None
     with GENERATE_LOCK, torch.inference_mode(), count_forward_passes(model) as passes, \
             count_draft_tokens(model) as proposed:
         torch.manual_seed(spec.seed)
@@ -119,7 +125,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
             generation_config=config,
             past_key_values=cache,
             streamer=streamer,
-            stopping_criteria=StoppingCriteriaList([stop]),
+            stopping_criteria=StoppingCriteriaList([stop, trace]),
+            logits_processor=LogitsProcessorList([probe] if probe else []),
             **assistant,
         )
         end = time.perf_counter()
@@ -128,7 +135,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     if not streamer:
         emit(sequences[0])
     scores = out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None else None
-    acceptance = None
+    acceptance, drafts = None, None
+    if spec.strategy == "assisted" and streamer:
+        drafts = [i < size - 1 for size in streamer.chunk_sizes for i in range(size)][: len(sequences[0])]
     if spec.strategy == "assisted" and proposed[0]:
         # each main forward verifies one proposal and adds its accepted drafts plus one token of its own
         accepted = len(sequences[0]) - passes[0]
@@ -140,6 +149,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         kv_cache_bytes=caches.kv_bytes(cache),
         scores=scores,
         acceptance_rate=acceptance,
+        token_info=probe.finish(sequences[0][-1] if sequences[0] else None)[: len(sequences[0])] if probe else None,
+        draft_flags=drafts,
+        kv_trace=trace.bytes,
         forward_passes=passes[0],
         stopped=stop.triggered,
         extra={"generate_s": end - start, "draft_tokens_proposed": proposed[0] if spec.strategy == "assisted"

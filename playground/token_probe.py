@@ -1,0 +1,57 @@
+"""Per-token probability, entropy and top alternatives, recorded during generate without changing it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor, StoppingCriteria
+
+from playground import caches
+
+TOP_ALTERNATIVES = 5
+
+
+class TokenProbe(LogitsProcessor):
+    """Sees the final scores of each step (after temperature/top-k/top-p, which run before it).
+
+    The chosen token is only known at the next call (it is the last of `input_ids` then), so each step's
+    distribution is held until then; `finish` resolves the last one. Returns the scores untouched.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._pending: torch.Tensor | None = None  # (V,) probabilities of the step whose token is not known yet
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._pending is not None:
+            self._resolve(int(input_ids[0, -1]))
+        probs = torch.softmax(scores[0].float(), dim=-1)  # (V,)
+        top = torch.topk(probs, TOP_ALTERNATIVES)
+        self.records.append({
+            "entropy": float(torch.special.entr(probs).sum()),
+            "top": list(zip(top.indices.tolist(), top.values.tolist(), strict=True)),
+        })
+        self._pending = probs
+        return scores
+
+    def _resolve(self, chosen: int) -> None:
+        self.records[-1]["p"] = float(self._pending[chosen])
+        self._pending = None
+
+    def finish(self, last_token: int | None) -> list[dict[str, Any]]:
+        if self._pending is not None and last_token is not None:
+            self._resolve(last_token)
+        return self.records
+
+
+class CacheTrace(StoppingCriteria):
+    """Records the cache's bytes after every step; never asks to stop."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.bytes: list[int] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        self.bytes.append(caches.kv_bytes(self.cache))
+        return torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device)
