@@ -6,6 +6,12 @@ from typing import Any
 
 import torch
 from transformers import Cache, DynamicCache, QuantizedCache, StaticCache
+from transformers.cache_utils import (
+    DynamicSlidingWindowLayer,
+    Fp8QuantizedLayer,
+    QuantoQuantizedLayer,
+    get_layer_types_and_kwargs,
+)
 
 from playground.spec import RunSpec
 
@@ -19,12 +25,27 @@ def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
         # sized for this request exactly: prompt + every token we may generate
         return StaticCache(config=config, max_cache_len=prompt_tokens + spec.max_new_tokens)
     if spec.cache == "quantized":
-        if spec.cache_bits == 8:
-            # fp8 is per-tensor and appendable: no groups, no full-precision residual window
-            return QuantizedCache(backend="fp8", config=config)
-        return QuantizedCache(backend="quanto", config=config, nbits=spec.cache_bits,
-                              residual_length=spec.residual_length)
+        return make_quantized_cache(config, spec.cache_bits, spec.residual_length)
     raise ValueError(f"cache {spec.cache!r} has no builder yet")  # compatibility.py refuses these first
+
+
+def make_quantized_cache(config: Any, bits: int, residual_length: int) -> Cache:
+    """2/4 bits: quanto, per-channel groups, newest `residual_length` tokens in full precision (KIVI);
+    8 bits: fp8, per tensor, appendable (no residual). transformers' QuantizedCache refuses models with
+    sliding layers (Gemma3); for those the global layers are quantized and the sliding layers keep their
+    bounded full-precision window, which is what a dynamic cache would keep for them too."""
+    layer_types, _ = get_layer_types_and_kwargs(config)
+    if set(layer_types) == {"full_attention"}:
+        if bits == 8:
+            return QuantizedCache(backend="fp8", config=config)
+        return QuantizedCache(backend="quanto", config=config, nbits=bits, residual_length=residual_length)
+
+    def quantized_layer() -> Any:
+        return Fp8QuantizedLayer() if bits == 8 else QuantoQuantizedLayer(nbits=bits, residual_length=residual_length)
+
+    layers = [quantized_layer() if kind == "full_attention" else DynamicSlidingWindowLayer(config.sliding_window)
+              for kind in layer_types]
+    return Cache(layers=layers)
 
 
 def kv_bytes(cache: Cache | None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -213,6 +214,8 @@ def _load_kwargs(weights: str) -> dict[str, Any]:
     from transformers import BitsAndBytesConfig
 
     if weights == "int8":
+        # bitsandbytes warns at every matmul that int8 casts fp32 inputs to fp16; the README says it once
+        logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
         return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True)}
     return {"quantization_config": BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)}

@@ -37,6 +37,18 @@ def tiny_llama(seed: int = 0, **overrides):
     return LlamaForCausalLM(config).eval()
 
 
+def tiny_gemma(seed: int = 0, sliding_window: int = 8):
+    """Gemma3 layout in miniature: sliding layers (window 8) around one global layer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=257, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=sliding_window,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              max_position_embeddings=4096, eos_token_id=256, pad_token_id=256, bos_token_id=None)
+    return Gemma3ForCausalLM(config).eval()
+
+
 def tiny_loaded(name: str = "tiny-llama", model=None, instruct: bool = False):
     from playground.catalog import LoadedModel
 

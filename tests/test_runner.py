@@ -1,6 +1,7 @@
 """Runner on a tiny model saved as a local directory: events, streaming, the Result JSON contract, limits."""
 
 import pytest
+import torch
 
 from playground import catalog, runner
 from playground.errors import PlaygroundError
@@ -84,3 +85,17 @@ def test_lru_keeps_at_most_capacity_models(tmp_path, monkeypatch):
     assert lru.keys() == [(str(tmp_path / "b"), "fp32")]
     _, was_loaded = lru.get(str(tmp_path / "b"))
     assert was_loaded
+
+
+@pytest.mark.parametrize(("weights", "layer_type"), [("bf16", "Linear"), ("int8", "Linear8bitLt"),
+                                                      ("nf4", "Linear4bit")])
+def test_weight_precision_is_applied_at_load(local_model, weights, layer_type):
+    result = runner.run_to_result("abc", RunSpec(model=local_model, weights=weights, max_new_tokens=4))
+    assert result["new_tokens"] == 4
+    loaded, _ = catalog.LOADED.get(local_model, weights)
+    projection = loaded.model.model.layers[0].self_attn.q_proj
+    assert type(projection).__name__ == layer_type
+    if weights == "bf16":
+        assert projection.weight.dtype == torch.bfloat16
+    fp32, _ = catalog.LOADED.get(local_model, "fp32")
+    assert loaded.weight_bytes < fp32.weight_bytes

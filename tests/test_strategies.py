@@ -87,3 +87,15 @@ def test_prompt_lookup_equals_plain_greedy_and_reports_acceptance(tiny):
 def test_impossible_combinations_are_refused_up_front(spec, fragment):
     with pytest.raises(PlaygroundError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         RunSpec.from_dict(spec)
+
+
+def test_quantized_cache_on_a_model_with_sliding_layers_quantizes_the_global_ones():
+    from tests.conftest import tiny_gemma, tiny_loaded
+
+    gemma = tiny_loaded(model=tiny_gemma())
+    quantized = generate(gemma, RunSpec(max_new_tokens=40, cache="quantized", cache_bits=4, residual_length=8))
+    dynamic = generate(gemma, RunSpec(max_new_tokens=40))
+    assert len(quantized.sequences[0]) == 40
+    assert quantized.kv_cache_bytes < dynamic.kv_cache_bytes
+    # once the window is full only the one global layer grows: (k, v) x 2 kv heads x 16 dims x 4 bytes a token
+    assert dynamic.kv_trace[-1] - dynamic.kv_trace[-2] == 2 * 2 * 16 * 4

@@ -1,0 +1,41 @@
+"""Every supported strategy x cache x backend cell runs on both bundled models; refused cells say why."""
+
+import pytest
+
+from playground import compatibility, runner
+from playground.errors import PlaygroundError
+from playground.spec import CACHES, RunSpec
+
+pytestmark = pytest.mark.slow
+
+MODELS = ["smollm2-135m", "gemma3-270m"]
+CELLS = [(row["backend"], row["strategy"], cache) for row in compatibility.table() for cache in CACHES]
+SUPPORTED = [cell for cell in CELLS if compatibility.refusal(*cell) is None]
+REFUSED = [cell for cell in CELLS if compatibility.refusal(*cell) is not None]
+STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize(("backend", "strategy", "cache"), SUPPORTED)
+def test_supported_cell_runs(model, backend, strategy, cache):
+    spec = RunSpec(model=model, backend=backend, strategy=strategy, cache=cache, max_new_tokens=6, chat=False,
+                   **STRATEGY_EXTRAS.get(strategy, {}))
+    result = runner.run_to_result("The capital of France is", spec)
+    assert 1 <= result["new_tokens"] <= 6 and result["text"]
+    assert result["metrics"]["kv_cache_bytes"] > 0
+
+
+@pytest.mark.parametrize(("backend", "strategy", "cache"), REFUSED)
+def test_refused_cell_names_the_reason(backend, strategy, cache):
+    with pytest.raises(PlaygroundError) as info:
+        RunSpec(backend=backend, strategy=strategy, cache=cache, **STRATEGY_EXTRAS.get(strategy, {}))
+    assert f"cache={cache} cannot run" in str(info.value)
+
+
+def test_universal_assisted_decoding_gemma_with_smollm2_draft_equals_plain_greedy():
+    plain = runner.run_to_result("The capital of France is", RunSpec(model="gemma3-270m", max_new_tokens=20))
+    assisted = runner.run_to_result("The capital of France is", RunSpec(
+        model="gemma3-270m", strategy="assisted", assistant="smollm2-135m", max_new_tokens=20))
+    assert assisted["token_ids"] == plain["token_ids"]
+    assert 0.0 <= assisted["metrics"]["acceptance_rate"] <= 1.0
+    assert assisted["forward_passes"] <= plain["forward_passes"]
