@@ -15,10 +15,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from playground import memory
 from playground.errors import PlaygroundError
 
 Progress = Callable[[float, str], None]
@@ -102,7 +104,7 @@ class LoadedModel:
     load_s: float
     instruct: bool
 
-    @property
+    @cached_property
     def weight_bytes(self) -> int:
         """Bytes of parameters a decode step reads (tied embeddings counted once)."""
         seen: set[int] = set()
@@ -221,8 +223,9 @@ def _load_kwargs(weights: str) -> dict[str, Any]:
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)}
 
 
-def _load_uncached(name: str, weights: str, progress: Progress) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _load_uncached(name: str, weights: str, progress: Progress, make_room: Callable[[str, int], None]) -> LoadedModel:
+    """Resolve the source, reserve memory for the weights (make_room may evict or refuse), then load."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # we report our own progress; tqdm bars would garble the CLI's stderr
@@ -245,6 +248,8 @@ def _load_uncached(name: str, weights: str, progress: Progress) -> LoadedModel:
         source = name
     progress(0.9, f"loading {name} ({weights})")
     try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        make_room(f"model {name} ({weights})", memory.weight_bytes_estimate(config, weights))
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False, **_load_kwargs(weights))
     except (OSError, ValueError) as exc:
@@ -257,7 +262,7 @@ def _load_uncached(name: str, weights: str, progress: Progress) -> LoadedModel:
 
 
 class ModelLRU:
-    """At most `capacity` loaded models; the least recently used one is dropped so switching does not leak."""
+    """At most `capacity` loaded models, within the memory budget; least recently used ones go first."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -271,12 +276,20 @@ class ModelLRU:
             if key in self._models:
                 self._models.move_to_end(key)
                 return self._models[key], True
-            while len(self._models) >= self.capacity:
-                self._models.popitem(last=False)
-                gc.collect()
-            loaded = _load_uncached(name, weights, progress)
+            loaded = _load_uncached(name, weights, progress, self._make_room)
             self._models[key] = loaded
             return loaded, False
+
+    def _make_room(self, what: str, need: int) -> None:
+        budget = memory.budget_bytes()
+        memory.check_fits(what, need, 0, budget)  # could never fit, even alone
+        while self._models and (len(self._models) >= self.capacity or self.resident_bytes() + need > budget):
+            self._models.popitem(last=False)
+            gc.collect()
+
+    def resident_bytes(self) -> int:
+        """Weight bytes of the models held now."""
+        return sum(m.weight_bytes for m in list(self._models.values()))
 
     def keys(self) -> list[tuple[str, str]]:
         with self._lock:

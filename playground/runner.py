@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from playground import catalog
+from playground import catalog, memory
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, GenerationOutput, ProgressEvent, TextEvent
 from playground.metrics import PeakRss, per_token_latencies, summarize
@@ -81,6 +81,20 @@ def encode_prompt(loaded: catalog.LoadedModel, prompt: str, chat: bool | None, h
     return ids
 
 
+def check_cache_fits(loaded: catalog.LoadedModel, spec: RunSpec, prompt_tokens: int) -> None:
+    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam."""
+    total = prompt_tokens + spec.max_new_tokens
+    limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if limit and total > limit:
+        raise PlaygroundError(
+            f"prompt ({prompt_tokens} tokens) + max_new_tokens ({spec.max_new_tokens}) = {total} exceeds "
+            f"{loaded.name}'s context of {limit} tokens; lower max_new_tokens or shorten the prompt")
+    sequences = spec.num_beams if spec.strategy == "beam" else 1
+    need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
+    memory.check_fits(f"the KV cache for {total} tokens x {sequences} sequence(s)", need,
+                      catalog.LOADED.resident_bytes())
+
+
 class IncrementalText:
     """Decodes the growing token list so the streamed deltas add up exactly to the final text."""
 
@@ -128,6 +142,7 @@ def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = Non
                 load_s = time.perf_counter() - load_start
                 events.put(("loaded", loaded))
                 input_ids = encode_prompt(loaded, prompt, spec.chat, history)
+                check_cache_fits(loaded, spec, input_ids.shape[1])
                 backend = importlib.import_module(BACKEND_MODULES[spec.backend])
                 output = backend.generate(loaded, input_ids, spec, lambda ids: events.put(("tokens", ids)),
                                           stop_requested)

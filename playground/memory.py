@@ -1,0 +1,75 @@
+"""Memory budget: estimate weight and KV-cache bytes before allocating them, and refuse what would not fit."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import psutil
+
+from playground.errors import PlaygroundError
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def budget_bytes() -> int:
+    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of this machine's RAM."""
+    raw = os.environ.get("PLAYGROUND_MEMORY_BUDGET", "").strip().upper().removesuffix("B")
+    if not raw:
+        return int(psutil.virtual_memory().total * 0.6)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)I?", raw)
+    if not match:
+        raise PlaygroundError(f"PLAYGROUND_MEMORY_BUDGET={raw!r} is not a size; use bytes or e.g. 8G")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def weight_bytes_estimate(config: Any, weights: str) -> int:
+    """Bytes the weights will take at this precision, counted on a meta-device copy (no memory used).
+
+    bitsandbytes quantizes the Linear layers except lm_head; embeddings and norms stay fp32.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    linear, other = 0, 0
+    seen: set[int] = set()
+    for name, module in model.named_modules():
+        for param in module.parameters(recurse=False):
+            if id(param) in seen:
+                continue  # tied embeddings count once
+            seen.add(id(param))
+            if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
+                linear += param.numel()
+            else:
+                other += param.numel()
+    per_linear = {"fp32": 4, "bf16": 2, "int8": 1, "nf4": 0.5}[weights]
+    per_other = 2 if weights == "bf16" else 4
+    return int(linear * per_linear + other * per_other)
+
+
+def kv_bytes_estimate(config: Any, tokens: int, sequences: int = 1, element_bytes: int = 4) -> int:
+    """Upper bound of a full-precision cache holding `tokens` positions for `sequences` hypotheses."""
+    text = config.get_text_config(decoder=True)
+    layer_types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
+    window = getattr(text, "sliding_window", None) or tokens
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    positions = sum(min(tokens, window) if kind == "sliding_attention" else tokens for kind in layer_types)
+    return 2 * kv_heads * head_dim * positions * sequences * element_bytes
+
+
+def check_fits(what: str, need: int, resident: int, budget: int | None = None) -> None:
+    """Refuse `need` more bytes when resident + need would pass the budget."""
+    budget = budget_bytes() if budget is None else budget
+    if resident + need > budget:
+        raise PlaygroundError(
+            f"{what} needs about {gib(need)} but only {gib(max(0, budget - resident))} of the "
+            f"{gib(budget)} memory budget is free; lower max_new_tokens or num_beams, pick smaller weights "
+            "(bf16, int8, nf4), or raise PLAYGROUND_MEMORY_BUDGET")
