@@ -1,0 +1,117 @@
+"""Hostile input and faults: random specs and prompts, remote code, cancellation, half-written conversions."""
+
+import json
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from playground import catalog, runner
+from playground.backends import torch_generate
+from playground.errors import PlaygroundError
+from playground.events import TextEvent
+from playground.spec import RunSpec
+from tests.conftest import byte_tokenizer, tiny_llama
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6)
+spec_keys = st.sampled_from([f for f in RunSpec.__dataclass_fields__] + ["bogus", ""])
+random_specs = st.dictionaries(spec_keys, json_values, max_size=6)
+prompts = st.text(max_size=200) | st.just("") | st.just("\x00\x1b[31m\u202e") | st.just("x" * 5000)
+
+
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    tiny_llama().save_pretrained(root / "tiny")
+    byte_tokenizer().save_pretrained(root / "tiny")
+    return root
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=random_specs | json_values)
+def test_random_specs_either_validate_or_raise_a_playground_error(data):
+    try:
+        spec = RunSpec.from_json(json.dumps(data, allow_nan=True))
+    except PlaygroundError as exc:
+        assert str(exc) and "\n" not in str(exc)
+    else:
+        assert isinstance(spec, RunSpec)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=prompts, data=random_specs)
+def test_random_requests_run_or_are_refused_cleanly(local_model, monkeypatch, prompt, data):
+    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(local_model))
+    data = {**data, "model": str(local_model / "tiny")}
+    data = {k: v for k, v in data.items() if k not in ("max_new_tokens", "num_beams", "assistant")}
+    try:
+        spec = RunSpec.from_dict({**data, "max_new_tokens": 3})
+        result = runner.run_to_result(prompt, spec)
+    except PlaygroundError as exc:
+        assert str(exc) and "\n" not in str(exc)
+    else:
+        assert 1 <= result["new_tokens"] <= 3
+
+
+def test_remote_code_is_never_trusted(tmp_path, monkeypatch):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    seen = []
+    for cls in (AutoConfig, AutoModelForCausalLM, AutoTokenizer):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, *args, _original=original, **kwargs):
+            seen.append(kwargs.get("trust_remote_code"))
+            return _original(klass, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    tiny_llama().save_pretrained(tmp_path / "m")
+    byte_tokenizer().save_pretrained(tmp_path / "m")
+    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path))
+    catalog.ModelLRU(1).get(str(tmp_path / "m"))
+    assert len(seen) >= 3 and all(flag is False for flag in seen)  # ours and transformers' nested calls
+
+
+def test_closing_the_event_stream_cancels_generation_and_frees_the_slot(local_model, monkeypatch):
+    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(local_model))
+    spec = RunSpec(model=str(local_model / "tiny"), max_new_tokens=1000)
+    stream = runner.run("abc", spec)
+    for event in stream:
+        if isinstance(event, TextEvent) and event.new_tokens >= 3:
+            break
+    stream.close()  # what Gradio does when the tab closes or stop is pressed
+    deadline = time.monotonic() + 10
+    while torch_generate.GENERATE_LOCK.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not torch_generate.GENERATE_LOCK.locked()
+    assert not [t for t in threading.enumerate() if t.name.startswith("run-") and t.is_alive()]
+
+
+def test_wall_time_limit_stops_a_run(local_model, monkeypatch):
+    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(local_model))
+    monkeypatch.setenv("PLAYGROUND_MAX_REQUEST_SECONDS", "0.3")
+    result = runner.run_to_result("abc", RunSpec(model=str(local_model / "tiny"), max_new_tokens=1000))
+    assert result["stopped"] and result["new_tokens"] < 1000
+
+
+@pytest.mark.slow
+def test_a_half_written_conversion_is_redone(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    lru = catalog.ModelLRU(1)
+    lru.get("smollm2-135m")
+    weights = tmp_path / "models" / "smollm2-135m" / "model.safetensors"
+    size = weights.stat().st_size
+    with weights.open("r+b") as f:  # a writer killed half-way
+        f.truncate(size // 2)
+    assert not catalog.is_converted("smollm2-135m")
+    lru.clear()
+    loaded, _ = lru.get("smollm2-135m")
+    assert catalog.is_converted("smollm2-135m") and weights.stat().st_size == size
+    ids = loaded.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    out = loaded.model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert "Paris" in loaded.tokenizer.decode(out[0, ids.shape[1]:])
