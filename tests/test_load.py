@@ -1,0 +1,23 @@
+"""A served app under 8 concurrent clients x 5 requests, valid and invalid mixed: no valid request fails."""
+
+import pytest
+
+from playground import loadtest
+
+pytestmark = pytest.mark.slow
+
+
+def test_app_serves_every_valid_request_under_concurrent_load():
+    port = loadtest.free_port()
+    process = loadtest.start_app(port)
+    try:
+        report = loadtest.run_load(f"http://127.0.0.1:{port}/", clients=8, requests=5, app_pid=process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    print(report)
+    assert report["valid_requests"] + report["invalid_requests"] == 40
+    assert report["failures"] == [] and report["served"] == report["valid_requests"]
+    assert report["refused"] == report["invalid_requests"] and report["accepted_invalid"] == 0
+    assert report["still_answers"]
+    assert report["peak_rss_bytes"] > 0
