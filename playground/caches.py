@@ -13,6 +13,9 @@ from transformers.cache_utils import (
     get_layer_types_and_kwargs,
 )
 
+from playground.errors import PlaygroundError
+from playground.sink_cache import SinkCache
+from playground.sliding_cache import make_sliding_cache
 from playground.spec import RunSpec
 
 
@@ -26,6 +29,14 @@ def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
         return StaticCache(config=config, max_cache_len=prompt_tokens + spec.max_new_tokens)
     if spec.cache == "quantized":
         return make_quantized_cache(config, spec.cache_bits, spec.residual_length)
+    if spec.cache == "sliding":
+        # the model's own window where it has sliding layers (Gemma3: 512), spec.window imposed where it has none
+        return make_sliding_cache(model, spec.window)
+    if spec.cache == "sink":
+        try:
+            return SinkCache(config, window_length=spec.window, num_sink_tokens=spec.sink_tokens)
+        except ValueError as exc:
+            raise PlaygroundError(str(exc)) from None
     raise ValueError(f"cache {spec.cache!r} has no builder yet")  # compatibility.py refuses these first
 
 

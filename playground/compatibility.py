@@ -12,17 +12,13 @@ if TYPE_CHECKING:
 # (backend, strategy, cache) -> reason it cannot run; anything absent is supported.
 # Reasons say why and what to pick instead, since they are shown to users verbatim.
 _REFUSED: dict[tuple[str, str, str], str] = {}
-for _cache in ("sliding", "sink"):
-    for _strategy in ("greedy", "sampling", "beam", "assisted"):
-        _REFUSED[("torch", _strategy, _cache)] = (
-            f"cache '{_cache}' is not implemented on the PyTorch path yet; use dynamic, static or quantized"
-        )
 for _cache, _why in (
     (
         "static",
         "transformers' assisted generation rolls rejected drafts back with crop(), which a static cache cannot do",
     ),
     ("quantized", "rejected drafts would have to be removed from already-quantized blocks (no crop())"),
+    ("sink", "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"),
 ):
     _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
 for _strategy in ("greedy", "sampling", "beam", "assisted"):

@@ -99,3 +99,27 @@ def test_quantized_cache_on_a_model_with_sliding_layers_quantizes_the_global_one
     assert quantized.kv_cache_bytes < dynamic.kv_cache_bytes
     # once the window is full only the one global layer grows: (k, v) x 2 kv heads x 16 dims x 4 bytes a token
     assert dynamic.kv_trace[-1] - dynamic.kv_trace[-2] == 2 * 2 * 16 * 4
+
+
+@pytest.mark.parametrize(("cache", "extra"), [("sliding", {"window": 12}), ("sink", {"window": 12, "sink_tokens": 4})])
+def test_sliding_and_sink_caches_stay_flat_once_full(tiny, cache, extra):
+    out = generate(tiny, RunSpec(max_new_tokens=60, cache=cache, **extra))  # 16 + 60 tokens, 6x the window
+    assert len(out.sequences[0]) == 60
+    full = out.kv_trace[-40:]
+    assert len(set(full)) == 1 and out.kv_cache_bytes == full[-1]
+    dynamic = generate(tiny, RunSpec(max_new_tokens=60))
+    assert out.kv_cache_bytes < dynamic.kv_cache_bytes / 3
+
+
+def test_assisted_decoding_over_a_sliding_window_equals_plain_greedy_over_it(tiny):
+    plain = generate(tiny, RunSpec(max_new_tokens=30, cache="sliding", window=8))
+    lookup = generate(tiny, RunSpec(max_new_tokens=30, cache="sliding", window=8, strategy="assisted",
+                                    prompt_lookup=3))
+    assert lookup.sequences == plain.sequences
+
+
+def test_sink_cache_on_a_model_with_native_sliding_layers_is_refused_with_the_alternative():
+    from tests.conftest import tiny_gemma, tiny_loaded
+
+    with pytest.raises(PlaygroundError, match="use cache 'sliding'"):
+        generate(tiny_loaded(model=tiny_gemma()), RunSpec(cache="sink", window=12))

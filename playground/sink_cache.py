@@ -1,0 +1,204 @@
+"""StreamingLLM attention-sink KV cache (Xiao et al. 2023) on transformers' 5.x cache-layers API.
+
+The cache keeps the first `num_sink_tokens` tokens (the "attention sinks") plus the most recent
+`window_length - num_sink_tokens` tokens, so its per-layer length never exceeds `window_length`.
+
+How positions are handled, and why it differs from the old `transformers.SinkCache` (<= 4.4x):
+StreamingLLM gives every cached token its position *within the cache*, so query-key distances never
+exceed `window_length - 1` however long the stream runs. The old SinkCache got there by moving the kept
+recent keys back by the number of evicted tokens, which only worked because generate then cropped the
+attention mask to the cache length and derived within-cache `position_ids` from it. In 5.x generate
+owns the positions: it hands the model absolute, ever-growing `position_ids` (and `update` no longer
+receives cos/sin), so the new query and key arrive rotated at their absolute position `P`. Moving the
+recent keys back would put slot `i` at distance `P - i` from that query instead of `W - 1 - i`
+(a test shows the logits then differ from StreamingLLM). Instead this cache moves the
+*sinks forward* by the number of evicted tokens: cache slot `i` then always sits at RoPE position
+`evicted + i`, a contiguous run ending exactly at the query. RoPE scores depend only on the query-key
+distance, so the attention is identical to StreamingLLM's within-cache positions (distance of slot `i`
+is `L - 1 - i`), and only the few sink keys are re-rotated per step. Sinks are re-rotated from their
+first-seen keys each time (not step by step), so no rounding accumulates in bf16.
+
+Masks: `get_seq_length()` is the number of tokens ever written (as transformers' sliding layers do), so
+generate's slicing and the model's default `position_ids` stay absolute; `get_mask_sizes` reports the
+number of keys `update` returns, with an offset placing the last one at the current absolute position.
+
+Limits: Llama-style RoPE only (rotate-half layout, one global RoPE with fixed frequencies, no sliding
+layers); no padded batches (the sinks would be padding and the 2D mask is indexed by absolute position);
+a chunk longer than the recent room (a long prompt) attends over everything with a plain causal mask,
+then the window is kept; not croppable once tokens were evicted (no assisted decoding); not compileable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+# Models whose attention applies one global RoPE with HF's rotate-half layout before `cache.update`.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# RoPE types whose inverse frequencies do not depend on the sequence length, so rotations compose exactly.
+STATIC_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """HF's RoPE layout: dimension i is paired with i + D/2."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate_keys(keys: torch.Tensor, shift: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Move RoPE-rotated keys by `shift` positions (negative: back), since R(a) R(b) = R(a + b).
+
+    Computed in float32 from float64 angles, so a large `shift` loses no precision before the cast back.
+    """
+    angles = shift * inv_freq.to(device=keys.device, dtype=torch.float64)  # (D/2,)
+    emb = torch.cat((angles, angles))  # (D,)
+    cos, sin = emb.cos().float(), emb.sin().float()  # (D,)
+    k = keys.float()  # (B, H, T, D)
+    return (k * cos + rotate_half(k) * sin).to(keys.dtype)  # (B, H, T, D)
+
+
+def check_supported(config: Any) -> None:
+    """Raise a ValueError naming the model type and what to use instead when sink re-rotation cannot be exact."""
+    model_type = getattr(config, "model_type", "?")
+    alternative = "use cache 'sliding' (make_sliding_cache) or 'dynamic' for this model"
+    layer_types, _ = get_layer_types_and_kwargs(config)
+    if set(layer_types) != {"full_attention"}:
+        raise ValueError(f"SinkCache does not support model_type={model_type!r}: it has native sliding-window "
+                         f"(or non-full-attention) layers {sorted(set(layer_types))}; {alternative}")
+    rope = getattr(config, "rope_parameters", None) or {}
+    if any(isinstance(v, dict) for v in rope.values()):
+        raise ValueError(f"SinkCache does not support model_type={model_type!r}: it uses a different RoPE per "
+                         f"layer type ({sorted(rope)}); {alternative}")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"SinkCache re-rotates keys with Llama-style RoPE and supports model types "
+                         f"{SUPPORTED_MODEL_TYPES}, not model_type={model_type!r}; {alternative}")
+    rope_type = rope.get("rope_type", "default")
+    if rope_type not in STATIC_ROPE_TYPES:
+        raise ValueError(f"SinkCache needs RoPE frequencies that do not change with length ({STATIC_ROPE_TYPES}); "
+                         f"model_type={model_type!r} uses rope_type={rope_type!r}; {alternative}")
+    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    if partial not in (None, 1.0):
+        raise ValueError(f"SinkCache does not support partial rotary embeddings (model_type={model_type!r}, "
+                         f"partial_rotary_factor={partial}); {alternative}")
+
+
+def rope_inv_freq(config: Any) -> torch.Tensor:
+    """The model's RoPE inverse frequencies (D/2,), computed as its rotary embedding does."""
+    rope = config.rope_parameters
+    if rope.get("rope_type", "default") == "default":
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config)
+    return inv_freq
+
+
+class SinkLayer(DynamicLayer):
+    """One layer's sink cache: `keys`/`values` (B, H, <= window_length, D) are exactly what is stored.
+
+    `sink_keys` keeps the sinks as first seen (positions 0..S-1), the source of every re-rotation.
+    """
+
+    is_sliding = False  # the window is kept by eviction here, not by a sliding mask
+    is_croppable = False
+    is_compileable = False
+
+    def __init__(self, window_length: int, num_sink_tokens: int, inv_freq: torch.Tensor) -> None:
+        super().__init__()
+        self.window_length = window_length
+        self.num_sink_tokens = num_sink_tokens
+        self.inv_freq = inv_freq
+        self.seen_tokens = 0  # tokens ever written = absolute position of the next one
+        self.evicted = 0  # tokens dropped so far = how far the sinks have been moved forward
+        self.sink_keys: torch.Tensor | None = None
+
+    def stored_length(self) -> int:
+        """Tokens held now (<= window_length); `get_seq_length` is the absolute count instead."""
+        return 0 if self.keys is None or self.keys.numel() == 0 else self.keys.shape[-2]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append, evict the oldest non-sink tokens past the window, re-rotate the sinks; return the K/V to attend."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        sinks, window = self.num_sink_tokens, self.window_length
+        query_length = key_states.shape[-2]
+        keys = torch.cat([self.keys, key_states], dim=-2)  # (B, H, L + q, D)
+        values = torch.cat([self.values, value_states], dim=-2)  # (B, H, L + q, D)
+        self.seen_tokens += query_length
+        excess = keys.shape[-2] - window
+        if excess <= 0:
+            self.keys, self.values = keys, values
+            return keys, values
+        if self.sink_keys is None:  # first eviction: the sinks are still at positions 0..S-1
+            self.sink_keys = keys[:, :, :sinks].clone()  # (B, H, S, D)
+        self.evicted += excess
+        moved_sinks = rotate_keys(self.sink_keys, self.evicted, self.inv_freq)  # (B, H, S, D)
+        self.keys = torch.cat([moved_sinks, keys[:, :, sinks + excess:]], dim=-2)  # (B, H, W, D)
+        self.values = torch.cat([values[:, :, :sinks], values[:, :, sinks + excess:]], dim=-2)  # (B, H, W, D)
+        if query_length <= window - sinks:
+            return self.keys, self.values  # StreamingLLM: evict first, attend over the window
+        # A chunk longer than the recent room cannot fit: it attends over everything (causally), keeps the window.
+        return keys, values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(keys `update` will return, offset putting the last one at the current absolute position)."""
+        total = self.stored_length() + query_length
+        fits = total <= self.window_length or query_length > self.window_length - self.num_sink_tokens
+        kv_length = total if fits else self.window_length
+        return kv_length, self.seen_tokens + query_length - kv_length
+
+    def get_seq_length(self) -> int:
+        return self.seen_tokens
+
+    def get_max_length(self) -> int:
+        return self.window_length
+
+    def reset(self) -> None:
+        super().reset()
+        self.seen_tokens = self.evicted = 0
+        self.sink_keys = None
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Roll back is only possible before the first eviction: evicted tokens are gone."""
+        if self.evicted:
+            raise RuntimeError("SinkCache cannot roll back after evicting tokens (assisted decoding needs crop()); "
+                               "use cache 'dynamic' for assisted decoding")
+        super().crop(tokens_to_remove)
+        self.seen_tokens = self.stored_length()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        if self.sink_keys is not None:
+            self.sink_keys = self.sink_keys.index_select(0, beam_idx.to(self.sink_keys.device))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        if self.sink_keys is not None:
+            self.sink_keys = self.sink_keys.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        if self.sink_keys is not None:
+            self.sink_keys = self.sink_keys[indices, ...]
+
+
+class SinkCache(Cache):
+    """StreamingLLM cache: one `SinkLayer` per model layer, usable as `generate(past_key_values=...)`."""
+
+    def __init__(self, config: Any, window_length: int, num_sink_tokens: int = 4) -> None:
+        if not isinstance(window_length, int) or not isinstance(num_sink_tokens, int):
+            raise ValueError("SinkCache: window_length and num_sink_tokens must be ints")
+        if num_sink_tokens < 0 or window_length <= num_sink_tokens:
+            raise ValueError(f"SinkCache: need 0 <= num_sink_tokens < window_length (got num_sink_tokens="
+                             f"{num_sink_tokens}, window_length={window_length}); the window holds the sinks "
+                             "plus at least one recent token")
+        text_config = config.get_text_config(decoder=True)
+        check_supported(text_config)
+        inv_freq = rope_inv_freq(text_config)  # (D/2,), shared by every layer
+        layers = [SinkLayer(window_length, num_sink_tokens, inv_freq) for _ in range(text_config.num_hidden_layers)]
+        super().__init__(layers=layers)
+        self.window_length = window_length
+        self.num_sink_tokens = num_sink_tokens
