@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 want_dev=0
 [[ "${1:-}" == "--dev" ]] && want_dev=1
 
+# --dev: the browser test drives Debian's chromium through Playwright (Playwright's own browser download does
+# not work offline); install it once, non-interactively, only when it is missing
+if (( want_dev )) && [[ ! -x /usr/bin/chromium ]]; then
+    echo "setup: installing Debian's chromium for the browser test"
+    sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium \
+        || echo "setup: could not install chromium; tests/test_browser.py will fail until it is installed" >&2
+fi
+
 python=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
     echo "setup: creating .venv with $($python --version)"

@@ -1,0 +1,280 @@
+"""One run column: its controls, which knobs apply to the current choice, and column settings <-> RunSpec dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from playground import catalog, compatibility
+from playground.errors import PlaygroundError
+from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
+
+MAX_COLUMNS = 4
+START_COLUMNS = 2
+DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
+
+# Knobs shown only when they apply: the key is the choice that makes them matter.
+STRATEGY_KNOBS = {
+    "sampling": ("temperature", "top_k", "top_p", "min_p"),
+    "beam": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
+    "assisted": ("assistant", "prompt_lookup"),
+}
+CACHE_KNOBS = {
+    "quantized": ("cache_bits", "residual_length"),
+    "sliding": ("window",),
+    "sink": ("window", "sink_tokens"),
+}
+BACKEND_KNOBS = {"jax": ("devices",)}
+COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens",
+               "repetition_penalty")
+# RunSpec keys a column owns; seed and chat are page-wide so that every column answers the same request
+COLUMN_KEYS = (*COMMON_KEYS, *STRATEGY_KNOBS["sampling"], *STRATEGY_KNOBS["beam"], *STRATEGY_KNOBS["assisted"],
+               *CACHE_KNOBS["quantized"], *CACHE_KNOBS["sink"], *BACKEND_KNOBS["jax"])
+SPEC_DEFAULTS = RunSpec().to_dict()
+# what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none"
+UI_DEFAULTS = {**{k: SPEC_DEFAULTS[k] for k in COLUMN_KEYS}, "assistant": "smollm2-135m", "prompt_lookup": 10,
+               "draft_source": DRAFT_MODEL}
+INT_KEYS = {"max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_return_sequences", "prompt_lookup",
+            "cache_bits", "residual_length", "window", "sink_tokens", "devices"}
+
+
+def offered(options: tuple[str, ...], axis: int) -> list[str]:
+    """Choices that run in at least one combination; the others are not shown at all."""
+    combos = [(b, s, c) for b in BACKENDS for s in STRATEGIES for c in CACHES]
+    return [o for o in options if any(combo[axis] == o and compatibility.refusal(*combo) is None for combo in combos)]
+
+
+def relevant_keys(strategy: str, cache: str, backend: str) -> list[str]:
+    """The RunSpec keys that change what this column computes, in display order."""
+    keys = list(COMMON_KEYS)
+    for extra in (STRATEGY_KNOBS.get(strategy, ()), CACHE_KNOBS.get(cache, ()), BACKEND_KNOBS.get(backend, ())):
+        keys += [k for k in extra if k not in keys]
+    return keys
+
+
+def visibility(strategy: str, cache: str, backend: str, draft_source: str) -> dict[str, bool]:
+    """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
+    return {
+        "sampling": strategy == "sampling", "beam": strategy == "beam", "assisted": strategy == "assisted",
+        "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP,
+        "quantized": cache == "quantized", "window_box": cache in ("sliding", "sink"), "sink_tokens": cache == "sink",
+        "devices": backend == "jax",
+    }
+
+
+def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
+    """Offered strategies; those refused with the current cache/backend carry a ✗ (the notice says why)."""
+    return [(s if compatibility.refusal(backend, s, cache) is None else f"{s} ✗ with {cache}", s)
+            for s in offered(STRATEGIES, 1)]
+
+
+def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
+    return [(c if compatibility.refusal(backend, strategy, c) is None else f"{c} ✗ with {strategy}", c)
+            for c in offered(CACHES, 2)]
+
+
+def _clean(key: str, value: Any) -> Any:
+    """Sliders and number boxes hand back floats; RunSpec wants ints where the field is an int."""
+    if key in INT_KEYS and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if key == "model" and isinstance(value, str):
+        return value.strip()
+    return value
+
+
+def column_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Control values -> the RunSpec keys that apply (hidden knobs left out, so they cannot refuse a run)."""
+    keys = relevant_keys(values["strategy"], values["cache"], values["backend"])
+    settings = {k: _clean(k, values[k]) for k in keys if k not in ("assistant", "prompt_lookup")}
+    if values["strategy"] == "assisted":
+        if values.get("draft_source") == PROMPT_LOOKUP:
+            settings["prompt_lookup"] = _clean("prompt_lookup", values["prompt_lookup"])
+        else:
+            settings["assistant"] = values["assistant"] or None
+    return settings
+
+
+def control_values(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Column settings (as saved or shared) -> a value for every control, defaults for the rest."""
+    values = {k: settings.get(k, UI_DEFAULTS[k]) for k in COLUMN_KEYS}
+    if settings.get("prompt_lookup"):
+        values["draft_source"] = PROMPT_LOOKUP
+    else:
+        values["draft_source"] = DRAFT_MODEL
+        values["prompt_lookup"] = UI_DEFAULTS["prompt_lookup"]
+    if not values["assistant"]:
+        values["assistant"] = UI_DEFAULTS["assistant"]
+    return values
+
+
+def problem(settings: Mapping[str, Any]) -> str:
+    """Why this column cannot run as set (RunSpec's own message, refusals included), or ''."""
+    try:
+        RunSpec.from_dict(settings)
+    except PlaygroundError as exc:
+        return str(exc)
+    return ""
+
+
+def notice_text(settings: Mapping[str, Any]) -> str:
+    reason = problem(settings)
+    return f"⚠ {reason}" if reason else ""  # RunSpec's messages already say what cannot run and what to pick
+
+
+def label(index: int, settings: Mapping[str, Any]) -> str:
+    """A short column name for tables and plots: number, strategy, cache, and backend when not the default."""
+    parts = [f"{index + 1}: {settings.get('strategy', 'greedy')}", settings.get("cache", "dynamic")]
+    if settings.get("backend", "torch") != "torch":
+        parts.append(settings["backend"])
+    return " · ".join(parts)
+
+
+@dataclass
+class ColumnControls:
+    """The components of one run column: its settings card and its output card."""
+
+    index: int
+    settings_box: gr.Column
+    output_box: gr.Column
+    knobs: dict[str, gr.components.Component]  # COLUMN_KEYS + "draft_source"
+    groups: dict[str, gr.blocks.Block]  # keys of visibility()
+    remove: gr.Button
+    notice: gr.Markdown
+    output: gr.Textbox
+    chatbot: gr.Chatbot
+    tokens: gr.HTML
+
+    def updates_for(self, settings: Mapping[str, Any]) -> dict[Any, Any]:
+        """Set every control from saved settings, with the matching groups, choice labels and notice."""
+        values = control_values(settings)
+        updates: dict[Any, Any] = {self.knobs[k]: gr.update(value=v) for k, v in values.items()}
+        updates.update(self.structure(values))
+        updates[self.knobs["strategy"]] = gr.update(value=values["strategy"],
+                                                    choices=strategy_choices(values["backend"], values["cache"]))
+        updates[self.knobs["cache"]] = gr.update(value=values["cache"],
+                                                 choices=cache_choices(values["backend"], values["strategy"]))
+        return updates
+
+    def structure(self, values: Mapping[str, Any]) -> dict[Any, Any]:
+        """Groups shown/hidden and the notice, for the current control values."""
+        shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"])
+        updates: dict[Any, Any] = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
+        updates[self.notice] = notice_text(column_settings(values))
+        return updates
+
+
+def _slider(key: str, index: int, low: float, high: float, step: float, label: str, **kw: Any) -> gr.Slider:
+    return gr.Slider(low, high, value=UI_DEFAULTS[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
+
+
+def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Button, gr.Markdown]:
+    """The settings card: always-on choices first, then only the knobs the choice needs."""
+    bundled = list(catalog.BUNDLED)
+    backends = offered(BACKENDS, 0)
+    knobs: dict[str, Any] = {}
+    groups: dict[str, Any] = {}
+    with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["run-card"]) as box:
+        with gr.Row(elem_classes=["card-head"]):
+            gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
+            remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
+                               elem_classes=["remove-btn"])
+        with gr.Row():
+            knobs["model"] = gr.Dropdown(bundled, value=UI_DEFAULTS["model"], label="model", allow_custom_value=True,
+                                         elem_id=f"model-{index}", scale=3, min_width=120)
+            knobs["weights"] = gr.Dropdown(list(WEIGHTS), value="fp32", label="weights", elem_id=f"weights-{index}",
+                                           scale=2, min_width=80)
+        with gr.Row():
+            knobs["strategy"] = gr.Dropdown(strategy_choices("torch", "dynamic"), value="greedy", label="strategy",
+                                            elem_id=f"strategy-{index}", min_width=110)
+            knobs["cache"] = gr.Dropdown(cache_choices("torch", "greedy"), value="dynamic", label="KV cache",
+                                         elem_id=f"cache-{index}", min_width=110)
+        missing = [b for b in BACKENDS if b not in backends]
+        knobs["backend"] = gr.Radio(backends, value="torch", label="backend", elem_id=f"backend-{index}",
+                                    info=f"{', '.join(missing)}: not in this build" if missing else None)
+        knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens")
+        with gr.Group(visible=False) as groups["sampling"]:
+            with gr.Row():
+                knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature")
+                knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)")
+            with gr.Row():
+                knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)")
+                knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)")
+        with gr.Group(visible=False) as groups["beam"]:
+            with gr.Row():
+                knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams")
+                knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
+                                                        "returned sequences")
+            with gr.Row():
+                knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty")
+                knobs["early_stopping"] = gr.Checkbox(False, label="early stopping", elem_id=f"early_stopping-{index}")
+        with gr.Group(visible=False) as groups["assisted"]:
+            knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=DRAFT_MODEL, label="draft tokens from",
+                                             elem_id=f"draft_source-{index}")
+            knobs["assistant"] = gr.Dropdown(bundled, value=UI_DEFAULTS["assistant"], label="draft model",
+                                             allow_custom_value=True, elem_id=f"assistant-{index}")
+            knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens",
+                                             visible=False)
+            groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
+        with gr.Group(visible=False) as groups["quantized"]:
+            with gr.Row():
+                knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=UI_DEFAULTS["cache_bits"], label="cache bits",
+                                               elem_id=f"cache_bits-{index}", info="2/4: quanto · 8: fp8")
+                knobs["residual_length"] = gr.Number(UI_DEFAULTS["residual_length"], precision=0, minimum=1,
+                                                     label="full-precision residual (tokens)",
+                                                     elem_id=f"residual_length-{index}")
+        with gr.Row(visible=False) as groups["window_box"]:
+            knobs["window"] = gr.Number(UI_DEFAULTS["window"], precision=0, minimum=1, label="window (tokens)",
+                                        elem_id=f"window-{index}")
+            knobs["sink_tokens"] = gr.Number(UI_DEFAULTS["sink_tokens"], precision=0, minimum=0, label="sink tokens",
+                                             elem_id=f"sink_tokens-{index}", visible=False)
+            groups["sink_tokens"] = knobs["sink_tokens"]
+        knobs["devices"] = _slider("devices", index, 1, 8, 1, "devices (shards)", visible=False)
+        groups["devices"] = knobs["devices"]
+        with gr.Accordion("more: min tokens, repetition penalty", open=False):
+            with gr.Row():
+                knobs["min_new_tokens"] = _slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
+                                                  "min new tokens")
+                knobs["repetition_penalty"] = _slider("repetition_penalty", index, 0.5, 2.0, 0.05,
+                                                      "repetition penalty (1 = off)")
+        notice = gr.Markdown("", elem_classes=["notice"], elem_id=f"notice-{index}")
+    return box, knobs, groups, remove, notice
+
+
+def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML]:
+    """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
+    with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["out-card"]) as box:
+        output = gr.Textbox(label=f"column {index + 1} output", lines=6, max_lines=14, elem_id=f"output-{index}",
+                            interactive=False, buttons=["copy"])
+        chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
+                             elem_id=f"chat-{index}", feedback_options=None)
+        tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=None)
+    return box, output, chatbot, tokens
+
+
+def wire(col: ColumnControls) -> None:
+    """Layout-only events (outside the queue): show the knobs that apply, relabel refused choices, flag problems."""
+    names = list(col.knobs)
+    inputs = [col.knobs[n] for n in names]
+    structural = ("backend", "strategy", "cache", "draft_source")
+
+    def restructure(*values: Any) -> dict[Any, Any]:
+        current = dict(zip(names, values, strict=True))
+        updates = col.structure(current)
+        updates[col.knobs["strategy"]] = gr.update(choices=strategy_choices(current["backend"], current["cache"]))
+        updates[col.knobs["cache"]] = gr.update(choices=cache_choices(current["backend"], current["strategy"]))
+        return updates
+
+    def renotice(*values: Any) -> str:
+        return notice_text(column_settings(dict(zip(names, values, strict=True))))
+
+    outputs = [*col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"]]
+    for name in names:
+        if name in structural:
+            col.knobs[name].input(restructure, inputs, outputs, queue=False, api_visibility="private")
+        else:
+            col.knobs[name].input(renotice, inputs, col.notice, queue=False, api_visibility="private",
+                                  trigger_mode="always_last")
+

@@ -1,0 +1,145 @@
+"""Reproducibility: page settings as JSON and as a URL token, and results exported as JSON and CSV."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import tempfile
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from playground.errors import PlaygroundError
+from playground.spec import RunSpec
+from playground.ui_chat import MODES
+from playground.ui_columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem
+
+MAX_PROMPT_CHARS = 20_000  # what a shared link may carry; longer prompts are pasted, not linked
+MAX_TOKEN_CHARS = 16_000
+SETTINGS_VERSION = 1
+
+
+def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"version": SETTINGS_VERSION, "prompt": prompt, "seed": int(seed or 0), "mode": mode,
+            "columns": [dict(c) for c in columns]}
+
+
+def settings_to_json(settings: Mapping[str, Any]) -> str:
+    return json.dumps(settings, indent=1, ensure_ascii=False)
+
+
+def parse_settings(data: Any) -> dict[str, Any]:
+    """Validate pasted or linked settings before anything on the page changes; errors name the fix."""
+    if not isinstance(data, Mapping):
+        raise PlaygroundError('settings must be a JSON object like {"prompt": ..., "seed": 0, "columns": [{...}]}')
+    unknown = sorted(set(data) - {"version", "prompt", "seed", "mode", "columns"})
+    if unknown:
+        raise PlaygroundError(f"unknown settings key(s) {', '.join(unknown)}; allowed: prompt, seed, mode, columns")
+    prompt = data.get("prompt", "")
+    if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
+        raise PlaygroundError(f"prompt must be text of at most {MAX_PROMPT_CHARS} characters")
+    seed = data.get("seed", 0)
+    RunSpec(seed=seed)  # the same range and type check as a run
+    mode = data.get("mode", "auto")
+    if mode not in MODES:
+        raise PlaygroundError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    columns = data.get("columns", [{}])
+    if not isinstance(columns, list) or not 1 <= len(columns) <= MAX_COLUMNS:
+        raise PlaygroundError(f"columns must be a list of 1 to {MAX_COLUMNS} objects of run settings")
+    cleaned = []
+    for number, column in enumerate(columns, start=1):
+        if not isinstance(column, Mapping):
+            raise PlaygroundError(f"column {number}: must be an object of run settings")
+        extra = sorted(set(column) - set(COLUMN_KEYS))
+        if extra:
+            raise PlaygroundError(f"column {number}: key(s) {', '.join(extra)} cannot be set per column "
+                                  f"(seed and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
+        reason = problem(column)
+        if reason:
+            raise PlaygroundError(f"column {number}: {reason}")
+        cleaned.append(dict(column))
+    return page_settings(prompt, seed, mode, cleaned)
+
+
+def settings_from_json(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise PlaygroundError(f"settings are not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    return parse_settings(data)
+
+
+def encode_url_state(settings: Mapping[str, Any]) -> str:
+    """A compact, URL-safe token: defaults dropped, JSON deflated, base64url without padding."""
+    slim = {k: v for k, v in settings.items() if k != "version"}
+    slim["columns"] = [{k: v for k, v in c.items() if k in ("strategy", "cache") or SPEC_DEFAULTS.get(k) != v}
+                       for c in settings.get("columns", [])]
+    raw = json.dumps(slim, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def decode_url_state(token: str) -> dict[str, Any]:
+    """Inverse of encode_url_state, bounded so a crafted link cannot inflate into a huge object."""
+    if not token or len(token) > MAX_TOKEN_CHARS:
+        raise PlaygroundError("the link's settings are empty or too long")
+    try:
+        packed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(packed, 4 * MAX_PROMPT_CHARS)
+        if inflater.unconsumed_tail:
+            raise ValueError("too large")
+        data = json.loads(raw)
+    except (ValueError, zlib.error) as exc:
+        raise PlaygroundError(f"the link's settings cannot be read ({exc})") from None
+    return parse_settings(data)
+
+
+CSV_METRICS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90", "compile_s", "load_s", "total_s",
+               "kv_cache_bytes", "peak_rss_bytes", "acceptance_rate")
+CSV_SPEC = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "seed", "chat")
+
+
+def results_json(settings: Mapping[str, Any], results: Sequence[dict[str, Any] | None]) -> str:
+    """The page settings plus every finished column's full Result JSON, versions included."""
+    done = [{"column": i + 1, **r} for i, r in enumerate(results) if r]
+    versions = next((r.get("versions") for r in results if r), None)
+    return json.dumps({"settings": settings, "versions": versions, "results": done}, indent=1, ensure_ascii=False)
+
+
+def results_csv(results: Sequence[dict[str, Any] | None], labels: Sequence[str]) -> str:
+    """One row per finished column: settings, metrics, text and package versions (spreadsheet-friendly)."""
+    done = [(i, label, r) for i, (label, r) in enumerate(zip(labels, results, strict=True)) if r]
+    spec_keys = list(CSV_SPEC) + sorted({k for _, _, r in done for k in r.get("spec", {})} - set(CSV_SPEC))
+    version_keys = sorted({k for _, _, r in done for k in (r.get("versions") or {})})
+    header = ["column", "label", *spec_keys, "prompt_tokens", "new_tokens", "forward_passes", "stopped",
+              *CSV_METRICS, "text", *[f"version_{k}" for k in version_keys]]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for index, label, result in done:
+        spec = result.get("spec", {})
+        metrics = result.get("metrics", {})
+        versions = result.get("versions") or {}
+        writer.writerow([index + 1, label, *[_cell(spec.get(k)) for k in spec_keys], result.get("prompt_tokens"),
+                         result.get("new_tokens"), _cell(result.get("forward_passes")), result.get("stopped"),
+                         *[_cell(metrics.get(k)) for k in CSV_METRICS], result.get("text", ""),
+                         *[_cell(versions.get(k)) for k in version_keys]])
+    return buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def write_exports(settings: Mapping[str, Any], results: Sequence[dict[str, Any] | None],
+                  labels: Sequence[str]) -> tuple[Path, Path]:
+    """Fresh files per export (Gradio serves them by path, so one user's download never shows another's)."""
+    folder = Path(tempfile.mkdtemp(prefix="playground-export-"))
+    json_path = folder / "decoding-playground-results.json"
+    csv_path = folder / "decoding-playground-results.csv"
+    json_path.write_text(results_json(settings, results), encoding="utf-8")
+    csv_path.write_text(results_csv(results, labels), encoding="utf-8")
+    return json_path, csv_path

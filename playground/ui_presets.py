@@ -1,0 +1,77 @@
+"""One-click column sets for the comparisons people ask for most; they adapt to what this build can run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from playground import compatibility
+from playground.spec import CACHES
+from playground.ui_columns import MAX_COLUMNS, offered
+
+Columns = list[dict[str, Any]]
+SHOOT_OUT_ORDER = ("dynamic", "static", "quantized", "sink", "sliding")  # most instructive first; 4 columns max
+
+
+def _base(current: Mapping[str, Any]) -> dict[str, Any]:
+    """What a preset keeps from column 1: the model, its weights and the length of the run."""
+    return {"model": current.get("model", "smollm2-135m"), "weights": current.get("weights", "fp32"),
+            "max_new_tokens": current.get("max_new_tokens", 64), "backend": "torch", "cache": "dynamic"}
+
+
+def strategies(current: Mapping[str, Any]) -> tuple[Columns, str]:
+    base = _base(current)
+    return [
+        {**base, "strategy": "greedy"},
+        {**base, "strategy": "sampling", "temperature": 0.7, "top_k": 50, "top_p": 0.9},
+        {**base, "strategy": "beam", "num_beams": 4},
+    ], "Same model and seed: the most likely token, a sample, and the best of 4 beams."
+
+
+def cache_shoot_out(current: Mapping[str, Any]) -> tuple[Columns, str]:
+    base = {**_base(current), "strategy": "greedy"}
+    runnable = [c for c in SHOOT_OUT_ORDER if c in offered(CACHES, 2) and compatibility.refusal("torch", "greedy", c)
+                is None]
+    columns = []
+    for cache in runnable[:MAX_COLUMNS]:
+        extra = {"quantized": {"cache_bits": 4}, "sink": {"window": 256, "sink_tokens": 4},
+                 "sliding": {"window": 256}}.get(cache, {})
+        columns.append({**base, "cache": cache, **extra})
+    left = [c for c in CACHES if c not in runnable[:MAX_COLUMNS]]
+    note = "Greedy on every cache: the text should match; speed and KV-cache size differ."
+    if left:
+        note += f" Not shown ({MAX_COLUMNS} columns at most, or not runnable here): {', '.join(left)}."
+    return columns, note
+
+
+def torch_vs_jax(current: Mapping[str, Any]) -> tuple[Columns, str]:
+    base = {**_base(current), "strategy": "greedy", "weights": "fp32"}
+    torch_static = {**base, "cache": "static"}
+    reason = compatibility.refusal("jax", "greedy", "static")
+    if reason is None:
+        return [{**base, "cache": "dynamic"}, torch_static, {**torch_static, "backend": "jax"}], (
+            "Greedy, fp32: PyTorch generate (dynamic and static cache) against the jitted JAX decoder; "
+            "the tokens should be identical, the JAX column shows its compile time.")
+    return [{**base, "cache": "dynamic"}, torch_static], f"The JAX backend cannot run here ({reason}); " \
+        "showing PyTorch's dynamic and static caches instead."
+
+
+def assisted(current: Mapping[str, Any]) -> tuple[Columns, str]:
+    base = {**_base(current), "model": "gemma3-270m", "strategy": "greedy"}
+    reason = compatibility.refusal("torch", "assisted", "dynamic")
+    if reason is not None:
+        return [base], f"Assisted decoding cannot run here: {reason}"
+    return [
+        base,
+        {**base, "strategy": "assisted", "assistant": "smollm2-135m"},
+        {**base, "strategy": "assisted", "prompt_lookup": 10},
+    ], ("Gemma-3-270M alone, with SmolLM2-135M drafting tokens, and with prompt-lookup drafts: greedy output "
+        "stays the same, speed depends on the acceptance rate.")
+
+
+PRESETS: dict[str, Callable[[Mapping[str, Any]], tuple[Columns, str]]] = {
+    "Greedy vs sampling vs beam": strategies,
+    "Cache shoot-out": cache_shoot_out,
+    "PyTorch vs JAX": torch_vs_jax,
+    "Assisted vs plain": assisted,
+}

@@ -1,0 +1,134 @@
+"""Token view: a run's tokens coloured by probability or entropy, and where two columns' outputs first diverge."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+COLOUR_MODES = ("probability", "entropy")
+ENTROPY_SCALE = 4.0  # nats at which the colour saturates; SmolLM2's uncertain steps sit around 3-5 nats
+
+
+def _hue(token: dict[str, Any], by: str) -> float | None:
+    """0 (red, surprising) .. 120 (green, confident); None when the backend recorded nothing."""
+    if by == "entropy":
+        entropy = token.get("entropy")
+        return None if entropy is None else 120.0 * (1.0 - min(max(entropy, 0.0) / ENTROPY_SCALE, 1.0))
+    p = token.get("p")
+    return None if p is None else 120.0 * min(max(p, 0.0), 1.0)
+
+
+def _shown(text: str) -> str:
+    """Whitespace made visible, so a newline or a leading space is a token you can see and hover."""
+    escaped = html.escape(text).replace("\n", "↵<br>").replace("\t", "→")
+    return escaped if text.strip() else escaped.replace(" ", "·") or "∅"
+
+
+def _tooltip(index: int, token: dict[str, Any]) -> str:
+    lines = [f"#{index} {token.get('text', '')!r} (id {token.get('id')})"]
+    figures = []
+    if token.get("p") is not None:
+        figures.append(f"p={token['p']:.3f}")
+    if token.get("entropy") is not None:
+        figures.append(f"entropy={token['entropy']:.2f} nats")
+    if figures:
+        lines.append(", ".join(figures))
+    if token.get("draft") is True:
+        lines.append("accepted draft token")
+    elif token.get("draft") is False:
+        lines.append("main-model token")
+    for text, p in token.get("top") or []:
+        lines.append(f"  {text!r}: {p:.3f}" if p is not None else f"  {text!r}")
+    return "\n".join(lines)
+
+
+def tokens_html(tokens: Sequence[dict[str, Any]] | None, by: str = "probability", diverge_at: int | None = None) -> str:
+    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined."""
+    if not tokens:
+        return "<div class='tokens empty'>tokens appear here after a run</div>"
+    spans = []
+    for index, token in enumerate(tokens):
+        classes = ["tok"]
+        if token.get("draft") is True:
+            classes.append("draft")
+        if diverge_at is not None and index == diverge_at:
+            classes.append("diverge")
+        hue = _hue(token, by)
+        style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
+        title = html.escape(_tooltip(index, token), quote=True)
+        text = _shown(token.get("text", ""))
+        spans.append(f"<span class='{' '.join(classes)}'{style} title=\"{title}\">{text}</span>")
+    return "<div class='tokens'>" + "".join(spans) + "</div>"
+
+
+def legend_html(by: str) -> str:
+    low, high = ("low p", "high p") if by == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
+    return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
+            f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
+            "<span class='tok draft'>accepted draft</span> · <span class='tok diverge'>first divergence</span>"
+            " · hover a token for its top alternatives</div>")
+
+
+def token_texts(result: dict[str, Any] | None) -> list[str]:
+    """The generated tokens of a result's first sequence as text; ids stand in when texts are absent."""
+    if not result:
+        return []
+    tokens = result.get("tokens")
+    if tokens:
+        return [t.get("text", "") for t in tokens]
+    return [f"<{i}>" for i in result.get("token_ids") or []]
+
+
+def token_ids(result: dict[str, Any] | None) -> list[int]:
+    if not result:
+        return []
+    if result.get("token_ids") is not None:
+        return list(result["token_ids"])
+    return [t.get("id") for t in result.get("tokens") or []]
+
+
+def first_divergence(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, str, str] | None:
+    """(token index, a's token, b's token) where the outputs first differ, or None when they are identical.
+
+    Compared on token ids, since two tokenizations of the same text are the same output for this purpose
+    only when the ids agree; a run that ended earlier differs at its end, shown as "(end)".
+    """
+    ids_a, ids_b = token_ids(a), token_ids(b)
+    texts_a, texts_b = token_texts(a), token_texts(b)
+    for index in range(max(len(ids_a), len(ids_b))):
+        left = ids_a[index] if index < len(ids_a) else None
+        right = ids_b[index] if index < len(ids_b) else None
+        if left != right:
+            return (index, texts_a[index] if left is not None and index < len(texts_a) else "(end)",
+                    texts_b[index] if right is not None and index < len(texts_b) else "(end)")
+    return None
+
+
+def divergence_report(results: Sequence[dict[str, Any] | None], labels: Sequence[str]) -> str:
+    """Markdown: for each pair of finished columns, the first token where they differ."""
+    done = [(label, r) for label, r in zip(labels, results, strict=True) if r]
+    if len(done) < 2:
+        return "Run two or more columns to see where their outputs diverge."
+    lines = []
+    for i, (label_a, a) in enumerate(done):
+        for label_b, b in done[i + 1:]:
+            found = first_divergence(a, b)
+            if found is None:
+                lines.append(f"- **{label_a}** = **{label_b}**: identical ({len(token_ids(a))} tokens)")
+            else:
+                index, left, right = found
+                lines.append(f"- **{label_a}** vs **{label_b}**: first differ at token {index}: "
+                             f"`{left!r}` vs `{right!r}`")
+    return "\n".join(lines)
+
+
+def divergence_from_first(results: Sequence[dict[str, Any] | None]) -> list[int | None]:
+    """Per column, the index where it leaves the first finished column's output (None: same or nothing to compare)."""
+    reference = next((r for r in results if r), None)
+    marks: list[int | None] = []
+    for result in results:
+        found = first_divergence(reference, result) if result and reference and result is not reference else None
+        marks.append(found[0] if found else None)
+    return marks
+

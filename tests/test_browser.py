@@ -1,0 +1,144 @@
+"""The page in a real browser: two columns (greedy, sampling) run, stream text, fill the metrics; a screenshot is saved.
+
+Needs Debian's chromium (/usr/bin/chromium) and playwright (scripts/setup.sh --dev installs both); Playwright's
+own browser download is not used. Skipped when either is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOT = ROOT / "docs" / "screenshot.png"
+NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    started = time.monotonic()
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if process.poll() is not None:
+                pytest.fail(f"app exited: {process.stdout.read()}")
+            if time.monotonic() - started > 60:
+                process.kill()
+                pytest.fail("app did not answer within 60 s (nothing should load at startup)")
+            time.sleep(0.3)
+    yield f"http://127.0.0.1:{port}/"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright import sync_api
+
+    if not Path(CHROMIUM).exists():
+        # a failure, not a skip: CI must really run this test
+        pytest.fail("Debian chromium is not installed at /usr/bin/chromium (scripts/setup.sh --dev installs it)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def _choose(page, elem_id: str, option: str) -> None:
+    """Pick an option in a Gradio dropdown the way a person does: open it, click the entry."""
+    page.locator(f"#{elem_id} input").click()
+    page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click()
+    page.locator(f"#{elem_id} input").blur()
+
+
+def _set_slider(page, elem_id: str, value: float) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def _metrics_row(page, label: str) -> list[str]:
+    """The cells of the metrics table's row that starts with `label`."""
+    rows = page.locator("#metrics [role=row]")
+    for i in range(rows.count()):
+        cells = [c.strip() for c in rows.nth(i).locator("[role=gridcell]").all_inner_texts()]
+        if cells and cells[0].startswith(label):
+            return cells[1:]
+    return []
+
+
+def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(app_url)
+    page.wait_for_selector("#run", timeout=30_000)
+    assert page.locator("#add-column").is_visible() and page.locator("#stop").is_visible()
+
+    _choose(page, "strategy-0", "greedy")
+    _choose(page, "strategy-1", "sampling")
+    page.wait_for_selector("#temperature-1", state="visible", timeout=10_000)  # sampling knobs appear
+    assert not page.locator("#temperature-0").is_visible()  # ...only where they apply
+    _set_slider(page, "temperature-1", 1.5)  # hot enough that the sample may leave the greedy path
+    for column in (0, 1):
+        _set_slider(page, f"max_new_tokens-{column}", 24)
+    page.locator("#prompt textarea").fill("What is the capital of France?")
+    page.locator("#run").click()
+
+    for column in (0, 1):
+        page.wait_for_function(
+            f"() => (document.querySelector('#output-{column} textarea')?.value || '').trim().length > 0",
+            timeout=120_000)
+
+    def metrics_filled() -> bool:
+        cells = _metrics_row(page, "decode speed")
+        return len(cells) == 2 and all(NUMBER.search(c) for c in cells)
+
+    deadline = time.monotonic() + 60
+    while not metrics_filled():
+        assert time.monotonic() < deadline, f"metrics never filled: {_metrics_row(page, 'decode speed')}"
+        page.wait_for_timeout(500)
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Done')", timeout=30_000)
+    assert "Paris" in page.locator("#output-0 textarea").input_value()
+    assert page.locator("#tokens-0 .tok").count() > 0  # the token view is drawn
+    assert "s=" in page.url  # the settings are in the address, ready to share
+
+    assert page.locator("#tokens-0 .tok").first.get_attribute("title").startswith("#0 ")  # hover: alternatives
+
+    page.wait_for_timeout(1000)  # let the plots finish drawing before the picture
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    with page.expect_download(timeout=30_000) as download:
+        page.locator("#download-json").click()
+    exported = json.loads(Path(download.value.path()).read_text())
+    assert len(exported["results"]) == 2 and exported["versions"]["gradio"]
+    assert [r["spec"]["strategy"] for r in exported["results"]] == ["greedy", "sampling"]
+    assert not errors, errors

@@ -1,0 +1,353 @@
+"""The page's pure parts (tables, diffs, exports, settings, links, token colours); its run handler on a fake runner."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import pytest
+
+from playground import compatibility
+from playground.errors import PlaygroundError
+from playground.events import DoneEvent, ProgressEvent, TextEvent
+from playground.spec import RunSpec
+from playground.ui_chat import history, messages, record_turn
+from playground.ui_columns import (
+    PROMPT_LOOKUP,
+    column_settings,
+    control_values,
+    label,
+    notice_text,
+    problem,
+    visibility,
+)
+from playground.ui_export import (
+    decode_url_state,
+    encode_url_state,
+    page_settings,
+    results_csv,
+    results_json,
+    settings_from_json,
+    settings_to_json,
+    write_exports,
+)
+from playground.ui_metrics import format_number, kv_frame, latency_frame, metrics_table, throughput_frame
+from playground.ui_presets import PRESETS
+from playground.ui_tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
+
+VERSIONS = {"torch": "2.13.0", "transformers": "5.23.0", "jax": None, "torchax": None, "gradio": "6.31.0"}
+
+
+def fake_result(ids: list[int], speed: float = 10.0, ttft: float = 0.5, acceptance: float | None = None,
+                strategy: str = "greedy") -> dict[str, Any]:
+    texts = [f"t{i}" for i in ids]
+    return {
+        "spec": {**RunSpec(strategy=strategy, prompt_lookup=10 if strategy == "assisted" else 0).to_dict(),
+                 "chat": True},
+        "text": "".join(texts), "sequences": ["".join(texts)],
+        "prompt_tokens": 5, "new_tokens": len(ids), "token_ids": ids, "forward_passes": len(ids), "stopped": False,
+        "metrics": {"load_s": 1.0, "compile_s": 0.0, "ttft_s": ttft, "total_s": 2.0, "tokens_per_s": float(speed),
+                    "ms_per_token_p50": 1000 / speed, "ms_per_token_p90": 1200 / speed, "kv_cache_bytes": 2**20,
+                    "peak_rss_bytes": 900 * 2**20, "acceptance_rate": acceptance},
+        "versions": VERSIONS,
+        "tokens": [{"id": i, "text": t, "p": 0.9, "entropy": 0.3, "top": [[t, 0.9], ["x", 0.05]], "draft": None}
+                   for i, t in zip(ids, texts, strict=True)],
+        "timeline": {"token_ms": [100.0, 90.0][: max(len(ids) - 1, 0)], "kv_cache_bytes": [2**19, 2**20]},
+        "scores": None,
+    }
+
+
+def row(table: dict[str, Any], prefix: str) -> list[str]:
+    return next(r[1:] for r in table["data"] if r[0].startswith(prefix))
+
+
+# metrics table
+
+
+def test_metrics_table_marks_the_best_value_per_row_with_units_in_labels():
+    table = metrics_table([fake_result([1, 2], speed=10, ttft=0.5), fake_result([1, 3], speed=20, ttft=0.9)],
+                          ["1: greedy", "2: sampling"])
+    assert table["headers"] == ["metric", "1: greedy", "2: sampling"]
+    assert row(table, "decode speed (tok/s)") == ["10.0", "**★ 20.0**"]  # higher is better
+    assert row(table, "TTFT (s)") == ["**★ 0.50**", "0.90"]  # lower is better
+    assert row(table, "KV cache (MiB)") == ["1.00", "1.00"]  # a tie marks nothing
+    assert row(table, "new tokens") == ["2", "2"]  # counts are not ranked
+    assert not any(r[0].startswith("draft acceptance") for r in table["data"])  # no assisted column
+
+
+def test_metrics_table_shows_acceptance_only_with_an_assisted_column_and_dashes_for_missing_runs():
+    table = metrics_table([fake_result([1], acceptance=0.75, strategy="assisted"), None], ["1", "2"])
+    assert row(table, "draft acceptance (%)") == ["75.0", "–"]
+    assert row(table, "TTFT") == ["0.50", "–"]  # one value: nothing to compare, nothing marked
+
+
+@pytest.mark.parametrize(("value", "text"), [(None, "–"), (3, "3"), (1234.5, "1234"), (12.34, "12.3"),
+                                             (0.5, "0.50"), (0.0012, "0.0012"), (0.0, "0.00")])
+def test_numbers_are_short_and_never_scientific(value, text):
+    assert format_number(value) == text
+
+
+def test_plot_frames_are_typed_and_name_every_column_slot():
+    results, labels = [fake_result([1, 2, 3]), None], ["1: greedy", None]
+    speed, latency, kv = throughput_frame(results, labels), latency_frame(results, labels), kv_frame(results, labels)
+    assert list(speed["run"]) == ["1: greedy"] and speed["tokens/s"].dtype == float
+    points = latency.dropna()
+    assert list(points["step"]) == [1, 2] and list(points["ms/token"]) == [100.0, 90.0]
+    assert set(points["run"]) == {"1: greedy"} and set(points["column"]) == {"column 1"}
+    assert set(latency["column"]) == {"column 1", "column 2"}  # an empty slot still names its colour
+    assert list(kv.dropna()["KV cache (MiB)"]) == [0.5, 1.0]
+    assert throughput_frame([], [])["tokens/s"].dtype == float  # typed when empty: the plot keeps its axis type
+
+
+# token view and divergence
+
+
+def test_first_divergence_gives_the_index_and_both_tokens():
+    assert first_divergence(fake_result([1, 2, 3]), fake_result([1, 2, 3])) is None
+    assert first_divergence(fake_result([1, 2, 3]), fake_result([1, 5, 3])) == (1, "t2", "t5")
+    assert first_divergence(fake_result([1, 2]), fake_result([1, 2, 7])) == (2, "(end)", "t7")
+
+
+def test_divergence_report_compares_every_pair_of_finished_columns():
+    report = divergence_report([fake_result([1, 2]), fake_result([1, 2]), fake_result([1, 9]), None],
+                               ["A", "B", "C", "D"])
+    assert "**A** = **B**: identical (2 tokens)" in report
+    assert "**A** vs **C**: first differ at token 1: `'t2'` vs `'t9'`" in report
+    assert "D" not in report
+    assert divergence_from_first([fake_result([1, 2]), fake_result([1, 9]), None]) == [None, 1, None]
+
+
+def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hover():
+    tokens = [{"id": 1, "text": "<b>", "p": 1.0, "entropy": 0.0, "top": [["<b>", 1.0]], "draft": True},
+              {"id": 2, "text": " x", "p": 0.0, "entropy": 9.0, "top": None, "draft": False},
+              {"id": 3, "text": "\n", "p": None, "entropy": None, "top": None, "draft": None}]
+    by_p = tokens_html(tokens, "probability", diverge_at=1)
+    assert "hsl(120," in by_p and "hsl(0," in by_p
+    assert "&lt;b&gt;" in by_p and "<b>" not in by_p  # model text is escaped, never markup
+    assert "class='tok draft'" in by_p and "class='tok diverge'" in by_p
+    assert "&#x27;&lt;b&gt;&#x27;: 1.000" in by_p  # the top alternatives in the title attribute
+    assert "↵<br>" in by_p  # a newline token stays visible
+    by_entropy = tokens_html(tokens, "entropy")
+    assert by_entropy.index("hsl(120,") < by_entropy.index("hsl(0,")  # 0 nats green, 9 nats red
+    assert "after a run" in tokens_html(None)
+
+
+# columns: knobs that apply, settings <-> controls
+
+
+def test_only_the_knobs_of_the_current_choice_are_shown():
+    shown = visibility("sampling", "dynamic", "torch", "draft model")
+    assert shown["sampling"] and not shown["beam"] and not shown["quantized"] and not shown["devices"]
+    shown = visibility("assisted", "sink", "jax", PROMPT_LOOKUP)
+    assert shown["assisted"] and shown["prompt_lookup"] and not shown["assistant"]
+    assert shown["window_box"] and shown["sink_tokens"] and shown["devices"]
+
+
+def test_hidden_knobs_stay_out_of_the_settings_so_they_cannot_refuse_a_run():
+    values = control_values({"strategy": "greedy"}) | {"num_return_sequences": 3.0, "temperature": 0.2}
+    settings = column_settings(values)
+    assert "num_return_sequences" not in settings and "temperature" not in settings
+    assert problem(settings) == ""
+    beam = column_settings(control_values({"strategy": "beam"}) | {"num_beams": 4.0, "num_return_sequences": 2.0})
+    assert beam["num_return_sequences"] == 2 and isinstance(beam["num_beams"], int)
+
+
+def test_assisted_column_takes_exactly_one_draft_source():
+    values = control_values({"strategy": "assisted", "assistant": "smollm2-135m"})
+    assert column_settings(values)["assistant"] == "smollm2-135m" and "prompt_lookup" not in column_settings(values)
+    lookup = column_settings(values | {"draft_source": PROMPT_LOOKUP, "prompt_lookup": 7.0})
+    assert lookup["prompt_lookup"] == 7 and "assistant" not in lookup
+    assert control_values(lookup)["draft_source"] == PROMPT_LOOKUP
+
+
+def test_refused_combinations_are_flagged_with_the_reason():
+    refused = next(((b, s, c) for b, s, c, in [("torch", "assisted", "static"), ("jax", "beam", "static")]
+                    if compatibility.refusal(b, s, c)), None)
+    assert refused is not None
+    backend, strategy, cache = refused
+    text = notice_text({"backend": backend, "strategy": strategy, "cache": cache, "assistant": "smollm2-135m"})
+    assert "cannot run" in text and compatibility.refusal(backend, strategy, cache) in text
+    assert label(1, {"strategy": "beam", "cache": "static", "backend": "jax"}) == "2: beam · static · jax"
+
+
+def test_every_preset_fills_at_most_four_runnable_columns():
+    for name, preset in PRESETS.items():
+        columns, note = preset({"model": "smollm2-135m", "max_new_tokens": 24})
+        assert 1 <= len(columns) <= 4 and note, name
+        for column in columns:
+            assert problem(column) == "", (name, column)
+            assert column["max_new_tokens"] == 24
+    caches = [c["cache"] for c in PRESETS["Cache shoot-out"]({})[0]]
+    assert caches[0] == "dynamic" and len(set(caches)) == len(caches)
+
+
+# reproducibility: settings JSON, links, exports
+
+
+SETTINGS = page_settings("Hi <there> & 'you'", 7, "raw", [
+    {"model": "smollm2-135m", "strategy": "greedy", "cache": "static", "max_new_tokens": 24},
+    {"model": "smollm2-135m", "strategy": "sampling", "cache": "dynamic", "temperature": 0.7, "top_p": 0.9},
+])
+
+
+def test_settings_json_round_trips_and_bad_settings_name_the_problem():
+    assert settings_from_json(settings_to_json(SETTINGS)) == SETTINGS
+    with pytest.raises(PlaygroundError, match="not valid JSON"):
+        settings_from_json("{nope")
+    with pytest.raises(PlaygroundError, match="column 2: temperature"):
+        settings_from_json(json.dumps({**SETTINGS, "columns": [{}, {"temperature": -1.0}]}))
+    with pytest.raises(PlaygroundError, match="seed and chat are page-wide"):
+        settings_from_json(json.dumps({"columns": [{"seed": 3}]}))
+    with pytest.raises(PlaygroundError, match="1 to 4"):
+        settings_from_json(json.dumps({"columns": [{}] * 5}))
+    with pytest.raises(PlaygroundError, match="unknown settings key"):
+        settings_from_json(json.dumps({"colums": []}))
+
+
+def test_url_state_round_trips_to_the_same_runs_and_rejects_garbage():
+    token = encode_url_state(SETTINGS)
+    assert token.isascii() and "=" not in token and "/" not in token and "+" not in token
+    decoded = decode_url_state(token)
+    assert (decoded["prompt"], decoded["seed"], decoded["mode"]) == (SETTINGS["prompt"], 7, "raw")
+    for before, after in zip(SETTINGS["columns"], decoded["columns"], strict=True):
+        assert RunSpec.from_dict(before) == RunSpec.from_dict(after)  # defaults dropped, the same run
+    for bad in ("", "!!!", "eJzLSM3JyQcABiwCFQ", "A" * 20_000):
+        with pytest.raises(PlaygroundError):
+            decode_url_state(bad)
+
+
+def test_exports_carry_settings_results_and_versions(tmp_path):
+    results = [fake_result([1, 2]), None, fake_result([1, 3], speed=20)]
+    labels = ["1: greedy", "2: x", "3: sampling"]
+    exported = json.loads(results_json(SETTINGS, results))
+    assert exported["versions"] == VERSIONS and exported["settings"] == SETTINGS
+    assert [r["column"] for r in exported["results"]] == [1, 3]
+    rows = list(csv.DictReader(io.StringIO(results_csv(results, labels))))
+    assert [r["label"] for r in rows] == ["1: greedy", "3: sampling"]
+    assert rows[1]["tokens_per_s"] == "20.0" and rows[0]["version_torch"] == "2.13.0" and rows[0]["text"] == "t1t2"
+    json_path, csv_path = write_exports(SETTINGS, results, labels)
+    assert json_path.exists() and csv_path.read_text().startswith("column,label,model")
+
+
+# chat
+
+
+def test_chat_history_keeps_each_columns_own_replies():
+    conversation = record_turn([], "hi", {0: "hello", 1: "hey"})
+    conversation = record_turn(conversation, "how are you?", {0: "fine"})
+    assert history(conversation, 0) == [("hi", "hello"), ("how are you?", "fine")]
+    assert history(conversation, 1) == [("hi", "hey")]
+    assert messages(conversation, 1, "next", "partial")[-2:] == [{"role": "user", "content": "next"},
+                                                                  {"role": "assistant", "content": "partial"}]
+    assert record_turn(conversation, "x", {}) == conversation
+
+
+# the page itself, driven without a browser
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from playground.ui import build_ui
+
+    return build_ui()
+
+
+def test_page_has_the_element_ids_scripts_rely_on(demo):
+    ids = {block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)}
+    assert {"prompt", "run", "metrics", "add-column", "stop", "output-0", "output-1", "output-2", "output-3"} <= ids
+    assert "run" in {d.api_name for d in demo.fns.values()}
+
+
+def page_data(page, changes: dict[Any, Any] | None = None) -> dict[Any, Any]:
+    """The values the page would send: every component's current default, changed where asked."""
+    data = {page.prompt: "Hello", page.seed: 3, page.mode: "raw", page.visible: [True, True, False, False],
+            page.conversation: [], page.colour_by: "probability"}
+    for col in page.columns:
+        for component in col.knobs.values():
+            data[component] = component.value
+    data.update(changes or {})
+    return data
+
+
+def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, monkeypatch):
+    from playground import runner, ui_run
+
+    page = demo.page
+    calls = []
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        calls.append((prompt, spec.seed, spec.chat, spec.strategy))
+        yield ProgressEvent(0.5, "loading")
+        yield TextEvent("t1", "t1", 1)
+        yield DoneEvent(fake_result([1, 2], speed=10 + len(calls), strategy=spec.strategy))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    col1 = page.columns[1]
+    data = page_data(page, {col1.knobs["strategy"]: "sampling"})
+    request = type("Request", (), {"session_hash": "test-session"})()
+    updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
+    assert calls == [("Hello", 3, False, "greedy"), ("Hello", 3, False, "sampling")]
+    assert updates[0][col1.notice] == "waiting: column 2 waits for column 1"
+    assert any(u.get(page.columns[0].output) == "t1" for u in updates)  # streamed before the end
+    table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
+    assert row(table, "decode speed") == ["11.0", "**★ 12.0**"]
+    assert "Done" in updates[-1][page.status]
+
+
+def test_stop_before_a_column_skips_it(demo, monkeypatch):
+    from playground import runner, ui_run
+
+    page = demo.page
+    request = type("Request", (), {"session_hash": "stop-session"})()
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        ui_run.stop_flag(request).set()  # the user presses stop during column 1
+        yield DoneEvent(fake_result([1]))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    updates = list(ui_run.run_all(page, page_data(page), request, lambda *a, **k: None))
+    assert any(u.get(page.columns[1].notice) == "■ not run (stopped)" for u in updates)
+    assert "Stopped" in updates[-1][page.status]
+
+
+def test_colour_toggle_redraws_only_the_token_views(demo):
+    from playground.ui_run import empty_outcome, recolour
+
+    page = demo.page
+    outcome = empty_outcome({"columns": [{"strategy": "greedy"}]}, [0])
+    outcome["results"][0] = fake_result([1, 2])
+    updates = recolour(page, outcome, "entropy")
+    assert set(updates) == {page.legend, page.columns[0].tokens}
+    assert "nats" in updates[page.legend] and "class='tok'" in updates[page.columns[0].tokens]
+
+
+def test_applying_settings_sets_every_column_and_its_visible_knobs(demo):
+    page = demo.page
+    updates = page.apply_settings(SETTINGS, "applied")
+    assert updates[page.visible] == [True, True, False, False]
+    assert updates[page.prompt] == SETTINGS["prompt"] and updates[page.mode] == "raw"
+    second = page.columns[1]
+    assert updates[second.knobs["strategy"]]["value"] == "sampling"
+    assert updates[second.knobs["temperature"]]["value"] == 0.7
+    assert updates[second.groups["sampling"]]["visible"] is True and updates[second.groups["beam"]]["visible"] is False
+    assert decode_url_state(updates[page.url_token])["columns"][1]["top_p"] == 0.9
+
+
+def test_a_failing_column_does_not_cost_the_others_their_run(demo, monkeypatch):
+    from playground import runner, ui_run
+
+    page = demo.page
+    request = type("Request", (), {"session_hash": "crash-session"})()
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        if spec.strategy == "greedy":
+            raise RuntimeError("backend broke")
+        yield DoneEvent(fake_result([1]))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    data = page_data(page, {page.columns[1].knobs["strategy"]: "sampling"})
+    updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
+    assert any("RuntimeError: backend broke" in u.get(page.columns[0].notice, "") for u in updates)
+    assert any(u.get(page.columns[1].notice, "").startswith("✓ 1 token ·") for u in updates)
