@@ -33,8 +33,6 @@ for _strategy in ("greedy", "sampling", "beam", "assisted"):
                 f"the JAX path decodes over a preallocated static cache (jit needs fixed shapes); "
                 f"cache '{_cache}' needs backend 'torch', or pick cache 'static'"
             )
-        else:
-            _REFUSED[("jax", _strategy, _cache)] = "the JAX decoder is not in this build yet; use backend 'torch'"
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:

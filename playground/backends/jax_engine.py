@@ -1,0 +1,267 @@
+"""One Engine per loaded model (and device count): weights on the devices, and its compiled programs.
+
+Weights move to the JAX devices once per model and are passed to every compiled function as arguments
+(never baked in as constants). Compiled programs are kept in memory by their static key, and on disk in
+JAX's persistent compilation cache under $PLAYGROUND_CACHE/jax, so a restarted process loads instead of
+compiling. Engines sit in a WeakKeyDictionary keyed by the torch model: when the model LRU drops a model,
+its device weights and programs go with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+import torchax
+from jax.sharding import NamedSharding, PartitionSpec
+from torchax import interop
+
+from playground import catalog
+from playground.backends import jax_model, jax_pytree, jax_sampling, jax_sharding
+from playground.backends.jax_sampling import Knobs, SamplingMode
+
+# Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
+# in-place cache writes safe inside the decode loop instead of copying each cache array every step.
+COMPILER_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
+_persistent_cache_ready = False
+
+
+def enable_persistent_cache() -> None:
+    """Compiled programs go to $PLAYGROUND_CACHE/jax; thresholds at zero so small programs are kept too."""
+    global _persistent_cache_ready
+    if _persistent_cache_ready:
+        return
+    path = catalog.cache_root() / "jax"
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    _persistent_cache_ready = True
+
+
+@dataclass(frozen=True)
+class DecodeState:
+    """Everything a decode call carries over to the next (all device arrays)."""
+
+    cache: Any  # transformers StaticCache with JAX leaves
+    token: jax.Array  # (B,) last token, not yet in the cache
+    position: jax.Array  # () its position
+    key: jax.Array  # PRNG key
+    seen: jax.Array  # (B, V) tokens seen (repetition penalty) or (B, 1) unused
+    done: jax.Array  # () bool: an EOS was produced
+    produced: jax.Array  # () tokens generated so far
+
+
+jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "position", "key", "seen", "done",
+                                                           "produced"], meta_fields=[])
+
+
+class Engine:
+    """Device weights, the traced twin and the compiled prefill/decode programs of one model."""
+
+    def __init__(self, model: torch.nn.Module, devices: int) -> None:
+        start = time.perf_counter()
+        config = model.config.get_text_config(decoder=True)
+        jax_sharding.check(config, devices)
+        self.mesh = jax_sharding.make_mesh(devices)
+        self.devices = devices
+        self.config = config
+        self.env = torchax.default_env()
+        # fused projections would mix q/k/v rows in one split; on a mesh each projection is split by heads
+        self.twin = jax_model.build_twin(model, fuse=self.mesh is None)
+        place = jax_sharding.placer(self.mesh, config) if self.mesh is not None else None
+        self.weights = jax_model.jax_weights(model, self.twin, place)
+        self.layout = jax_pytree.cache_layout(model)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.weight_bytes = jax_model.weight_bytes(self.weights)
+        self.sharding_info = jax_sharding.describe(self.mesh, config)
+        self.compiled: dict[tuple, Any] = {}
+        self.move_s = time.perf_counter() - start
+
+    # -- shardings -------------------------------------------------------------------------------------------
+    def _replicated(self) -> NamedSharding | None:
+        return NamedSharding(self.mesh, PartitionSpec()) if self.mesh is not None else None
+
+    def _cache_sharding(self) -> NamedSharding | None:
+        if self.mesh is None:
+            return None
+        return NamedSharding(self.mesh, jax_sharding.cache_spec(self.config, self.devices))
+
+    def put(self, value: Any) -> Any:
+        """Host values -> device, replicated over the mesh if there is one."""
+        sharding = self._replicated()
+        return jax.device_put(value, sharding) if sharding is not None else jax.device_put(value)
+
+    def new_cache(self, length: int, abstract: bool = False) -> Any:
+        return jax_pytree.make_cache(self.layout, length, sharding=self._cache_sharding(), abstract=abstract)
+
+    def spec(self, shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
+        """An abstract argument for lowering, laid out as put() lays out the real one."""
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=self._replicated())
+
+    def _constrain(self, cache: Any) -> Any:
+        """Keep the cache's layout across calls, so the next call (compiled for it) accepts it as is."""
+        if self.mesh is None:
+            return cache
+        sharding = self._cache_sharding()
+        for layer in cache.layers:
+            layer.keys = jax.lax.with_sharding_constraint(layer.keys, sharding)
+            layer.values = jax.lax.with_sharding_constraint(layer.values, sharding)
+        return cache
+
+    def _pin(self, state: DecodeState) -> DecodeState:
+        """The state's small arrays replicated and the cache split, call after call."""
+        if self.mesh is None:
+            return state
+        small = [jax.lax.with_sharding_constraint(x, self._replicated())
+                 for x in (state.token, state.position, state.key, state.seen, state.done, state.produced)]
+        return DecodeState(self._constrain(state.cache), *small)
+
+    def _knob_specs(self) -> Knobs:
+        f32, i32 = self.spec((), jnp.float32), self.spec((), jnp.int32)
+        return Knobs(f32, f32, f32, f32, i32)
+
+    # -- traced functions (pure JAX outside, the HF model inside) ---------------------------------------------
+    def _forward(self, weights: dict, cache: Any, ids: jax.Array, positions: jax.Array,
+                 keep: jax.Array | int) -> tuple[jax.Array, Any]:
+        """The HF model via functional_call on the twin; returns logits (B, kept, V) and the updated cache."""
+        w, c, i, p, k = interop.torch_view((weights, cache, ids, positions, keep))
+        with self.env:
+            out = torch.func.functional_call(
+                self.twin.module, w, (i,),
+                {"position_ids": p, "past_key_values": c, "use_cache": True, "logits_to_keep": k},
+                tie_weights=False)
+            logits = out.logits
+        self.twin.clear()
+        return interop.jax_view(logits), interop.jax_view(c)
+
+    def _prefill(self, weights: dict, cache: Any, ids: jax.Array, length: jax.Array) -> tuple[jax.Array, Any]:
+        """Prompt padded on the right to its bucket; returns the logits at the last real position."""
+        positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]  # (1, P)
+        logits, cache = self._forward(weights, cache, ids, positions, (length - 1)[None])
+        for layer in cache.layers:  # decoding continues at the true length, overwriting the padding
+            layer.cumulative_length = length.astype(layer.cumulative_length.dtype)
+        logits = logits[:, -1]  # (B, V)
+        if self.mesh is not None:
+            logits = jax.lax.with_sharding_constraint(logits, self._replicated())
+        return logits, self._constrain(cache)
+
+    def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array, knobs: Knobs,
+               cache: Any, *, mode: SamplingMode, eos: tuple[int, ...]) -> DecodeState:
+        """The first new token from the prefill logits, and the state decoding carries from there."""
+        if mode.penalty:
+            seen = jax_sampling.seen_tokens(ids, length, self.vocab_size)
+        else:
+            seen = jnp.zeros((ids.shape[0], 1), bool)
+        produced = jnp.int32(0)
+        token, key = jax_sampling.select(logits, key, produced, seen, mode, knobs, eos)
+        seen = jax_sampling.mark_seen(seen, token, mode)
+        done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
+        return self._pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1))
+
+    def _decode(self, weights: dict, state: DecodeState, limit: jax.Array, knobs: Knobs, *, steps: int,
+                mode: SamplingMode, eos: tuple[int, ...]) -> tuple[DecodeState, jax.Array, jax.Array]:
+        """Up to `limit` (<= steps) tokens in one call; stops early at EOS. Returns (state, tokens, count)."""
+        eos_ids = jnp.asarray(eos or (-1,))
+
+        def cond(carry: tuple) -> jax.Array:
+            i, state, _ = carry
+            return (i < limit) & ~state.done
+
+        def body(carry: tuple) -> tuple:
+            i, s, out = carry
+            logits, cache = self._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
+            token, key = jax_sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
+            out = out.at[i].set(token[0])
+            s = DecodeState(cache, token, s.position + 1, key, jax_sampling.mark_seen(s.seen, token, mode),
+                            jnp.isin(token, eos_ids).any(), s.produced + 1)
+            return i + 1, self._pin(s), out
+
+        out = jnp.full((steps,), -1, jnp.int32)
+        count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
+        return state, out, count
+
+    def _grow(self, state: DecodeState, *, length: int) -> DecodeState:
+        """The same state over a longer cache: the arrays padded with empty positions at the end."""
+        cache = state.cache
+        for layer in cache.layers:
+            pad = ((0, 0), (0, 0), (0, length - layer.keys.shape[2]), (0, 0))
+            layer.keys, layer.values = jnp.pad(layer.keys, pad), jnp.pad(layer.values, pad)
+            layer.max_cache_len = length  # static: the masks are sized by it
+        return self._pin(dataclasses.replace(state, cache=cache))
+
+    # -- compile registry --------------------------------------------------------------------------------------
+    def program(self, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
+        """The compiled program for `key`, and the seconds spent tracing and compiling it now (0.0 if cached)."""
+        if key in self.compiled:
+            return self.compiled[key], 0.0
+        start = time.perf_counter()
+        self.compiled[key] = build()
+        return self.compiled[key], time.perf_counter() - start
+
+    def prefill_program(self, bucket: int, cache_len: int, batch: int = 1) -> tuple[Any, float]:
+        def build() -> Any:
+            fn = jax.jit(self._prefill, donate_argnames=("cache",))
+            cache = self.new_cache(cache_len, abstract=True)
+            return fn.lower(self.weights, cache, self.spec((batch, bucket), jnp.int32),
+                            self.spec((), jnp.int32)).compile(COMPILER_OPTIONS)
+
+        return self.program(("prefill", batch, bucket, cache_len), build)
+
+    def start_program(self, bucket: int, cache_len: int, mode: SamplingMode, eos: tuple[int, ...],
+                      batch: int = 1) -> tuple[Any, float]:
+        def build() -> Any:
+            fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
+            return fn.lower(self.spec((batch, self.vocab_size), jnp.float32), self.spec((batch, bucket), jnp.int32),
+                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self._knob_specs(),
+                            self.new_cache(cache_len, abstract=True)).compile(COMPILER_OPTIONS)
+
+        return self.program(("start", batch, bucket, cache_len, mode, eos), build)
+
+    def _abstract_state(self, cache_len: int, mode: SamplingMode, batch: int) -> DecodeState:
+        seen = (batch, self.vocab_size if mode.penalty else 1)
+        return DecodeState(self.new_cache(cache_len, abstract=True), self.spec((batch,), jnp.int32),
+                           self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.spec(seen, jnp.bool_),
+                           self.spec((), jnp.bool_), self.spec((), jnp.int32))
+
+    def grow_program(self, old_len: int, new_len: int, mode: SamplingMode, batch: int = 1) -> tuple[Any, float]:
+        def build() -> Any:
+            fn = jax.jit(partial(self._grow, length=new_len))
+            return fn.lower(self._abstract_state(old_len, mode, batch)).compile(COMPILER_OPTIONS)
+
+        return self.program(("grow", batch, old_len, new_len, mode.penalty), build)
+
+    def decode_program(self, cache_len: int, steps: int, mode: SamplingMode, eos: tuple[int, ...],
+                       batch: int = 1) -> tuple[Any, float]:
+        def build() -> Any:
+            fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
+            state = self._abstract_state(cache_len, mode, batch)
+            return fn.lower(self.weights, state, self.spec((), jnp.int32), self._knob_specs()).compile(COMPILER_OPTIONS)
+
+        return self.program(("decode", batch, cache_len, steps, mode, eos), build)
+
+
+_ENGINES: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, Engine]] = weakref.WeakKeyDictionary()
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine_for(model: torch.nn.Module, devices: int) -> tuple[Engine, bool]:
+    """The model's engine for `devices` devices, and whether it already existed (weights already moved)."""
+    enable_persistent_cache()
+    with _ENGINES_LOCK:
+        per_model = _ENGINES.setdefault(model, {})
+        if devices in per_model:
+            return per_model[devices], True
+        engine = Engine(model, devices)
+        per_model[devices] = engine
+        return engine, False
+

@@ -1,0 +1,244 @@
+"""The HF model as torchax traces it: a weightless twin, fused projections, a GQA attention, JAX weights.
+
+The twin lives on the meta device and only ever runs under torch.func.functional_call with JAX weights, so
+tracing never swaps parameters on the user's model (the PyTorch path may be running it in another thread).
+On one device, q/k/v and gate/up projections are fused into one matrix each: decoding is bound by weight
+reads, and XLA's CPU matrix-vector product reads few large matrices closer to memory bandwidth than many
+small ones (a 30-layer chain of SmolLM2's products went from 82% to ~100% of a jitted sum's bandwidth).
+The twin's attention is our own (registered with transformers' AttentionInterface) so that the KV cache is
+read in its own layout and updated in place; see the functions below for the XLA details.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch import nn
+from torchax import interop
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+from playground.backends.jax_pytree import PENDING
+
+ATTENTION = "playground_jax"
+FUSE_GROUPS = (("qkv_fused", ("q_proj", "k_proj", "v_proj")), ("gate_up_fused", ("gate_proj", "up_proj")))
+
+
+def _softcapped(scores: jax.Array, softcap: float | None) -> jax.Array:
+    return scores if softcap is None else jnp.tanh(scores / softcap) * softcap
+
+
+def _attention_jax(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None, scaling: float,
+                   softcap: float | None) -> jax.Array:
+    """Grouped-query attention straight off the cache layout (B, KV, S, D), without repeating K/V (prefill)."""
+    batch, heads, q_len, dim = query.shape  # (B, H, Q, D)
+    kv_heads, size = key.shape[1], key.shape[2]
+    groups = heads // kv_heads  # query head h reads kv head h // groups, as repeat_kv does
+    rows = query.reshape(batch, kv_heads, groups * q_len, dim)  # (B, KV, M, D), m = g * Q + q
+    scores = _softcapped(jnp.einsum("bkmd,bksd->bkms", rows, key) * scaling, softcap)  # (B, KV, M, S)
+    if mask is None:  # plain causal over a cache that starts at position 0
+        mask = jnp.tril(jnp.ones((q_len, size), bool))[None, None]
+    mask = jnp.tile(mask, (1, 1, groups, 1))  # (B, 1, Q, S) -> (B, 1, M, S)
+    if mask.dtype != jnp.bool_:  # an additive float mask (a model's own 4-D mask)
+        scores, mask = scores + mask.astype(scores.dtype), jnp.ones(mask.shape, bool)
+    probs = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
+    out = jnp.einsum("bkms,bksd->bkmd", probs, value).reshape(batch, heads, q_len, dim)
+    return out.transpose(0, 2, 1, 3)  # (B, Q, H, D), as sdpa returns it
+
+
+def _decode_attention_jax(query: jax.Array, old_keys: jax.Array, old_values: jax.Array, mask: jax.Array,
+                          scaling: float, softcap: float | None, new_key: jax.Array, new_value: jax.Array,
+                          position: jax.Array) -> jax.Array:
+    """Attention of one new token: the cache arrays as they were *before* it was written, plus its own row.
+
+    Reading the updated arrays instead makes XLA copy every cache array on every step (the in-place write
+    and the attention's product would share a buffer); this way the write is the arrays' last use. Each
+    query group is its own chain of matrix-vector products: XLA runs those at bandwidth and side by side on
+    the cores, where one small batched matrix product per layer runs on one core, far slower.
+    """
+    batch, heads, _, dim = query.shape  # (B, H, 1, D)
+    kv_heads, size = old_keys.shape[1], old_keys.shape[2]
+    groups = heads // kv_heads
+    rows = query.reshape(batch, kv_heads, groups, dim)  # (B, KV, G, D)
+    allowed = mask[:, :, 0, :] & (jnp.arange(size) != position)  # (B, 1, S); slot `position` is stale here
+    outs = []
+    for g in range(groups):
+        q = rows[:, :, g]  # (B, KV, D)
+        scores = _softcapped(jnp.einsum("bksd,bkd->bks", old_keys, q) * scaling, softcap)  # (B, KV, S)
+        scores = jnp.where(allowed, scores, -jnp.inf)
+        fresh = _softcapped(jnp.einsum("bkd,bkd->bk", new_key[:, :, 0], q) * scaling, softcap)[..., None]
+        top = jnp.maximum(scores.max(axis=-1, keepdims=True), fresh)  # softmax over S + 1 scores
+        weights, fresh_weight = jnp.exp(scores - top), jnp.exp(fresh - top)
+        total = weights.sum(axis=-1, keepdims=True) + fresh_weight
+        mixed = jnp.einsum("bks,bksd->bkd", weights, old_values) + fresh_weight * new_value[:, :, 0]
+        outs.append(mixed / total)  # (B, KV, D)
+    out = jnp.stack(outs, axis=2).reshape(batch, heads, 1, dim)
+    return out.transpose(0, 2, 1, 3)  # (B, 1, H, D)
+
+
+def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers attention interface entry; runs under torchax, so it can hand the work to JAX directly."""
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    softcap = kwargs.get("softcap")
+    softcap = None if softcap is None else float(softcap)
+    pending = getattr(key, PENDING, None)  # set by the cache layer on a one-token update
+    # (a model's own additive float mask takes the general path, over the updated cache)
+    if pending is not None and query.shape[2] == 1 and attention_mask is not None \
+            and attention_mask.dtype == torch.bool:
+        old_keys, old_values, new_key, new_value, position = pending
+        out = interop.call_jax(_decode_attention_jax, query, old_keys, old_values, attention_mask, float(scale),
+                               softcap, new_key, new_value, position)
+    else:
+        out = interop.call_jax(_attention_jax, query, key, value, attention_mask, float(scale), softcap)
+    return out, None
+
+
+def _mask(*args: Any, **kwargs: Any) -> Any:
+    """sdpa's boolean mask, always materialized: a skipped (None) mask would lose the cache offset."""
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+AttentionInterface.register(ATTENTION, attention_forward)
+ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, _mask)
+
+
+class FusedLinear(nn.Module):
+    """Several nn.Linear sharing one input, computed as one matrix product; parts read slices of it."""
+
+    def __init__(self, parts: list[nn.Linear]) -> None:
+        super().__init__()
+        self.sizes = [p.out_features for p in parts]
+        self.weight = nn.Parameter(torch.empty(sum(self.sizes), parts[0].in_features, device="meta"))
+        has_bias = parts[0].bias is not None
+        self.bias = nn.Parameter(torch.empty(sum(self.sizes), device="meta")) if has_bias else None
+        self._stash: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def part(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        # the model calls q_proj(h), k_proj(h), v_proj(h) on the same h: compute once, hand out slices
+        if self._stash is None or self._stash[0] is not x:
+            self._stash = (x, nn.functional.linear(x, self.weight, self.bias))
+        start = sum(self.sizes[:index])
+        return self._stash[1][..., start: start + self.sizes[index]]
+
+    def clear(self) -> None:
+        self._stash = None  # drop traced tensors once a trace is done
+
+
+class FusedPart(nn.Module):
+    """Stands in for one of the fused nn.Linear modules (no parameters of its own)."""
+
+    def __init__(self, owner: FusedLinear, index: int) -> None:
+        super().__init__()
+        self._owner = [owner]  # a list, so the owner is not registered twice as a submodule
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._owner[0].part(self.index, x)
+
+
+def _fusable(module: nn.Module, names: tuple[str, ...]) -> bool:
+    parts = [getattr(module, n, None) for n in names]
+    if not all(type(p) is nn.Linear for p in parts):
+        return False
+    return len({p.in_features for p in parts}) == 1 and len({p.bias is None for p in parts}) == 1
+
+
+@dataclass
+class Twin:
+    """The weightless model and how its parameter names map to the real model's tensors."""
+
+    module: nn.Module
+    sources: dict[str, list[str]]  # twin name -> real names (several: rows concatenated in this order)
+    fused: list[FusedLinear]
+
+    def clear(self) -> None:
+        for f in self.fused:
+            f.clear()
+
+
+def build_twin(model: nn.Module, fuse: bool) -> Twin:
+    """A meta-device copy of `model` using our attention, with projections fused if asked."""
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = ATTENTION
+    with torch.device("meta"):
+        twin = type(model)(config)
+    twin.eval()
+    fused: list[FusedLinear] = []
+    sources: dict[str, list[str]] = {}
+    if fuse:
+        for path, module in list(twin.named_modules()):
+            for fused_name, names in FUSE_GROUPS:
+                if not _fusable(module, names):
+                    continue
+                owner = FusedLinear([getattr(module, n) for n in names])
+                setattr(module, fused_name, owner)
+                for i, n in enumerate(names):
+                    setattr(module, n, FusedPart(owner, i))
+                prefix = f"{path}." if path else ""
+                sources[f"{prefix}{fused_name}.weight"] = [f"{prefix}{n}.weight" for n in names]
+                if owner.bias is not None:
+                    sources[f"{prefix}{fused_name}.bias"] = [f"{prefix}{n}.bias" for n in names]
+                fused.append(owner)
+    for name in state_names(twin):
+        sources.setdefault(name, [name])
+    return Twin(twin, sources, fused)
+
+
+def state_names(module: nn.Module) -> list[str]:
+    """Every parameter and buffer name, tied ones included (functional_call gets each name explicitly)."""
+    names = [n for n, _ in module.named_parameters(remove_duplicate=False)]
+    return names + [n for n, _ in module.named_buffers(remove_duplicate=False)]
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers (non-persistent ones such as rotary inv_freq too, which state_dict() misses)."""
+    return {**dict(model.named_parameters(remove_duplicate=False)),
+            **dict(model.named_buffers(remove_duplicate=False))}
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to("cpu").contiguous().numpy()
+
+
+def _to_jax(tensor: torch.Tensor) -> jax.Array:
+    """Zero-copy through DLPack where possible (a CPU tensor shares its memory), else a copy."""
+    try:
+        return jax.dlpack.from_dlpack(tensor.detach().contiguous())
+    except (TypeError, ValueError, RuntimeError, BufferError):
+        return jnp.asarray(_to_numpy(tensor))
+
+
+def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, jax.Array]:
+    """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array.
+
+    `place(name, array)` puts an array on its devices (sharding); default: the default device.
+    """
+    tensors = model_tensors(model)
+    by_source: dict[tuple, jax.Array] = {}
+    weights: dict[str, jax.Array] = {}
+    for name, source_names in twin.sources.items():
+        parts = [tensors[s] for s in source_names]
+        key = tuple((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts)
+        if key in by_source:
+            pass
+        elif place is None and len(parts) == 1:
+            by_source[key] = _to_jax(parts[0])
+        else:
+            host = _to_numpy(parts[0]) if len(parts) == 1 else np.concatenate([_to_numpy(p) for p in parts])
+            by_source[key] = place(name, host) if place else jnp.asarray(host)
+        weights[name] = by_source[key]
+    return weights
+
+
+def weight_bytes(weights: dict[str, jax.Array]) -> int:
+    """Bytes of distinct weight arrays (tied ones once), as they sit on the devices."""
+    return sum(int(a.nbytes) for a in {id(a): a for a in weights.values()}.values())

@@ -1,0 +1,122 @@
+"""Next-token selection inside jit: greedy or sampling, with the same processors and order as transformers.
+
+What changes shapes or branches (greedy or not, top_k, which filters are on) is a static `SamplingMode`
+and part of the compile key; the values (temperature, top_p, min_p, penalty, min_new_tokens) are traced
+`Knobs`, so changing them never recompiles. Random keys are threaded through every step, so a seed
+reproduces its tokens exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from playground.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class SamplingMode:
+    """The static half of a strategy: it decides the traced program, so it keys compiled functions."""
+
+    greedy: bool = True
+    top_k: int = 0  # 0: off; a shape (lax.top_k), hence static
+    top_p: bool = False
+    min_p: bool = False
+    penalty: bool = False  # repetition penalty: tracks which tokens were seen
+
+
+class Knobs(NamedTuple):
+    """The traced half: scalars passed as arguments."""
+
+    temperature: jax.Array
+    top_p: jax.Array
+    min_p: jax.Array
+    penalty: jax.Array
+    min_new_tokens: jax.Array
+
+
+def mode_for(spec: RunSpec, vocab_size: int) -> SamplingMode:
+    penalty = spec.repetition_penalty != 1.0
+    if spec.strategy == "greedy":
+        return SamplingMode(greedy=True, penalty=penalty)
+    top_k = spec.top_k if 0 < spec.top_k < vocab_size else 0
+    return SamplingMode(greedy=False, top_k=top_k, top_p=spec.top_p < 1.0, min_p=spec.min_p > 0.0,
+                        penalty=penalty)
+
+
+def knobs_for(spec: RunSpec) -> Knobs:
+    return Knobs(temperature=jnp.float32(spec.temperature), top_p=jnp.float32(spec.top_p),
+                 min_p=jnp.float32(spec.min_p), penalty=jnp.float32(spec.repetition_penalty),
+                 min_new_tokens=jnp.int32(spec.min_new_tokens))
+
+
+def seen_tokens(ids: jax.Array, length: jax.Array, vocab_size: int) -> jax.Array:
+    """(B, V) bool: which tokens occur in the first `length` prompt ids (the rest is bucket padding)."""
+    valid = jnp.arange(ids.shape[1])[None, :] < length  # (B, P)
+    rows = jnp.broadcast_to(jnp.arange(ids.shape[0])[:, None], ids.shape)
+    seen = jnp.zeros((ids.shape[0], vocab_size), bool)
+    return seen.at[rows, jnp.where(valid, ids, vocab_size)].set(True, mode="drop")
+
+
+def _penalize(logits: jax.Array, seen: jax.Array, penalty: jax.Array) -> jax.Array:
+    """RepetitionPenaltyLogitsProcessor: seen tokens' logits divided (positive) or multiplied (negative)."""
+    return jnp.where(seen, jnp.where(logits < 0, logits * penalty, logits / penalty), logits)
+
+
+def _filter_sorted(values: jax.Array, mode: SamplingMode, knobs: Knobs) -> jax.Array:
+    """top_p then min_p on logits sorted in descending order; removed entries become -inf.
+
+    TopPLogitsWarper removes a token when the probability mass ranked above it already reaches top_p
+    (the best token always stays); MinPLogitsWarper removes tokens below min_p x the best probability.
+    """
+    if mode.top_p:
+        probs = jax.nn.softmax(values, axis=-1)
+        mass_above = jnp.cumsum(probs, axis=-1) - probs
+        keep = (mass_above < knobs.top_p).at[..., 0].set(True)
+        values = jnp.where(keep, values, -jnp.inf)
+    if mode.min_p:
+        probs = jax.nn.softmax(values, axis=-1)
+        keep = (probs >= knobs.min_p * probs[..., :1]).at[..., 0].set(True)
+        values = jnp.where(keep, values, -jnp.inf)
+    return values
+
+
+def candidates(logits: jax.Array, mode: SamplingMode, knobs: Knobs) -> tuple[jax.Array, jax.Array | None]:
+    """Temperature, top_k, top_p, min_p (transformers' order): (B, k) filtered logits and their token ids,
+    in descending order; ids None when no filter is on (then the logits are the whole vocabulary)."""
+    logits = logits / knobs.temperature
+    if not (mode.top_k or mode.top_p or mode.min_p):
+        return logits, None
+    values, indices = jax.lax.top_k(logits, mode.top_k or logits.shape[-1])  # (B, k)
+    return _filter_sorted(values, mode, knobs), indices
+
+
+def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Array, mode: SamplingMode,
+           knobs: Knobs, eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """The next token (B,) int32 for logits (B, V), and the key for the next step.
+
+    `produced` is how many tokens this request has generated so far (for min_new_tokens).
+    """
+    logits = logits.astype(jnp.float32)
+    if mode.penalty:
+        logits = _penalize(logits, seen, knobs.penalty)
+    if eos_ids:  # MinNewTokensLengthLogitsProcessor: no EOS before min_new_tokens
+        eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(eos_ids)].set(True, mode="drop")
+        logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)
+    if mode.greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32), key
+    key, draw = jax.random.split(key)
+    values, indices = candidates(logits, mode, knobs)
+    choice = jax.random.categorical(draw, values, axis=-1)  # (B,)
+    if indices is not None:
+        choice = jnp.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
+    return choice.astype(jnp.int32), key
+
+
+def mark_seen(seen: jax.Array, token: jax.Array, mode: SamplingMode) -> jax.Array:
+    if not mode.penalty:
+        return seen
+    return seen.at[jnp.arange(token.shape[0]), token].set(True)

@@ -1,0 +1,93 @@
+"""Tensor parallelism for the JAX decoder: a 1-D mesh over N devices, weights and KV cache split by heads.
+
+Megatron-style: q/k/v and gate/up projections are split by output rows (heads, MLP hidden units), o/down
+by input columns, so each device holds 1/N of the attention and MLP weights and of the KV cache; XLA's SPMD
+partitioner inserts the all-reduces. What does not divide (KV heads of a 1-KV-head model, an odd MLP size)
+is replicated; query heads must divide, since splitting them is the point.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from playground.errors import PlaygroundError
+
+AXIS = "tp"
+# parameter name suffix -> (which dimension is split, which config count must divide by N)
+_RULES: tuple[tuple[str, int, str], ...] = (
+    (r"\.q_proj\.(weight|bias)$", 0, "heads"),
+    (r"\.[kv]_proj\.(weight|bias)$", 0, "kv_heads"),
+    (r"\.o_proj\.weight$", 1, "heads"),
+    (r"\.(gate|up)_proj\.(weight|bias)$", 0, "mlp"),
+    (r"\.down_proj\.weight$", 1, "mlp"),
+)
+
+
+def make_mesh(devices: int) -> Mesh | None:
+    """None for one device (plain jit); a 1-D mesh otherwise, or a PlaygroundError saying what exists."""
+    if devices == 1:
+        return None
+    available = jax.devices()
+    if len(available) < devices:
+        raise PlaygroundError(
+            f"devices={devices} needs {devices} JAX devices but this process has {len(available)} "
+            f"({available[0].platform}); on CPU start the process with "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} to split the CPU into {devices} devices")
+    return Mesh(np.array(available[:devices]), (AXIS,))
+
+
+def counts(config: Any) -> dict[str, int]:
+    heads = config.num_attention_heads
+    return {"heads": heads, "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
+            "mlp": config.intermediate_size}
+
+
+def check(config: Any, devices: int) -> None:
+    """Query heads are what we split; refuse a device count that does not divide them."""
+    heads = counts(config)["heads"]
+    if devices > 1 and heads % devices:
+        divisors = [d for d in range(2, heads + 1) if heads % d == 0]
+        raise PlaygroundError(
+            f"devices={devices} does not divide the model's {heads} attention heads; tensor parallelism splits "
+            f"heads evenly, so use devices in {', '.join(map(str, [1, *divisors]))}")
+
+
+def weight_spec(name: str, ndim: int, config: Any, devices: int) -> PartitionSpec:
+    sizes = counts(config)
+    for pattern, dim, count in _RULES:
+        if re.search(pattern, name) and dim < ndim and sizes[count] % devices == 0:
+            spec: list[str | None] = [None] * ndim
+            spec[dim] = AXIS
+            return PartitionSpec(*spec)
+    return PartitionSpec()  # embeddings, norms, lm_head: replicated
+
+
+def cache_spec(config: Any, devices: int) -> PartitionSpec:
+    """(B, KV, S, D) split on KV heads when they divide, else replicated."""
+    return PartitionSpec(None, AXIS, None, None) if counts(config)["kv_heads"] % devices == 0 else PartitionSpec()
+
+
+def placer(mesh: Mesh, config: Any) -> Any:
+    """place(name, host_array) -> a jax.Array laid out on the mesh by the rules above."""
+    devices = mesh.devices.size
+
+    def place(name: str, host: np.ndarray) -> jax.Array:
+        return jax.device_put(host, NamedSharding(mesh, weight_spec(name, host.ndim, config, devices)))
+
+    return place
+
+
+def describe(mesh: Mesh | None, config: Any) -> dict[str, Any]:
+    """What was split how, for the result's `extra`."""
+    if mesh is None:
+        return {"devices": 1}
+    n = mesh.devices.size
+    sizes = counts(config)
+    return {"devices": n, "heads_per_device": sizes["heads"] // n,
+            "kv_heads": "split" if sizes["kv_heads"] % n == 0 else "replicated",
+            "mlp": "split" if sizes["mlp"] % n == 0 else "replicated"}

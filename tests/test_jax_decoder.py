@@ -1,0 +1,359 @@
+"""JAX decoder: token parity with model.generate, sampling, streaming, compile caching, sharding.
+
+Unit tests use tiny random-weight models (a Llama and a Gemma3 whose sliding window of 8 is crossed);
+`slow` ones check the bundled models over 128 tokens. Models are module-scoped: each new model object gets
+its own engine and compiles its programs once.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import pytest
+import torch
+
+pytest.importorskip("torchax")
+jax = pytest.importorskip("jax")
+
+from playground.errors import PlaygroundError  # noqa: E402
+from playground.spec import RunSpec  # noqa: E402
+from tests.conftest import ROOT, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+
+PROMPT = torch.tensor([[5, 17, 42, 99, 3]])  # 5 tokens: padded to the 16-token prefill bucket
+LONG_PROMPT = torch.arange(1, 21).unsqueeze(0) * 7 % 250  # 20 tokens: bucket 32
+NEW = 24  # past the tiny Gemma's sliding window of 8
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_loaded("tiny-llama", tiny_llama())
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return tiny_loaded("tiny-gemma", tiny_gemma(sliding_window=8))
+
+
+def spec(**overrides) -> RunSpec:
+    values = {"backend": "jax", "cache": "static", "max_new_tokens": NEW, "min_new_tokens": NEW}
+    values.update(overrides)
+    return RunSpec(**values)
+
+
+def jax_run(loaded, ids, run_spec, should_stop=lambda: False):
+    from playground.backends import jax_decoder
+
+    chunks: list[list[int]] = []
+    out = jax_decoder.generate(loaded, ids, run_spec, chunks.append, should_stop)
+    return out, chunks
+
+
+def torch_greedy(model, ids, new, cache, **kwargs) -> list[int]:
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                             min_new_tokens=new, **extra, **kwargs)
+    return out[0, ids.shape[1]:].tolist()
+
+
+# -- parity -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("which", ["llama", "gemma"])
+def test_greedy_matches_generate(request, which, cache):
+    loaded = request.getfixturevalue(which)
+    out, _ = jax_run(loaded, PROMPT, spec())
+    assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, NEW, cache)
+
+
+@pytest.mark.parametrize("which", ["llama", "gemma"])
+def test_greedy_matches_generate_while_the_cache_grows(request, monkeypatch, which):
+    from playground.backends import jax_decoder
+
+    monkeypatch.setattr(jax_decoder, "GROWTH_FLOOR", 64)  # grow early, to test it on short runs
+    loaded = request.getfixturevalue(which)
+    out, _ = jax_run(loaded, PROMPT, spec(max_new_tokens=100, min_new_tokens=100))
+    assert out.extra["cache_lengths"] == [64, 128]
+    assert out.kv_trace[0] * 2 == out.kv_trace[-1] == out.kv_cache_bytes
+    assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, 100, "dynamic")
+
+
+def test_greedy_matches_generate_for_another_prompt_bucket(llama):
+    out, _ = jax_run(llama, LONG_PROMPT, spec())
+    assert out.extra["prefill_bucket"] == 32
+    assert out.sequences[0] == torch_greedy(llama.model, LONG_PROMPT, NEW, "dynamic")
+
+
+def test_sliding_window_changes_the_tokens(gemma):
+    """The parity above only means something if the window matters within NEW tokens."""
+    wide = tiny_loaded("tiny-gemma-wide", tiny_gemma(sliding_window=4096))
+    narrow_tokens = jax_run(gemma, PROMPT, spec())[0].sequences[0]
+    wide_tokens = jax_run(wide, PROMPT, spec())[0].sequences[0]
+    assert wide_tokens == torch_greedy(wide.model, PROMPT, NEW, "dynamic")
+    assert narrow_tokens != wide_tokens
+
+
+def test_repetition_penalty_matches_generate(llama):
+    out, _ = jax_run(llama, PROMPT, spec(repetition_penalty=1.3))
+    assert out.sequences[0] == torch_greedy(llama.model, PROMPT, NEW, "dynamic", repetition_penalty=1.3)
+
+
+def test_stops_at_eos_and_keeps_it():
+    loaded = tiny_loaded("tiny-llama-eos", tiny_llama(seed=1))
+    free = torch_greedy(loaded.model, PROMPT, NEW, "dynamic")
+    eos = free[5]
+    first = free.index(eos)
+    loaded.model.generation_config.eos_token_id = eos
+    out, _ = jax_run(loaded, PROMPT, spec(min_new_tokens=0))
+    assert out.sequences[0] == free[: first + 1]
+    # min_new_tokens holds EOS back as generate does
+    held, _ = jax_run(loaded, PROMPT, spec(min_new_tokens=first + 2, max_new_tokens=first + 2))
+    with torch.inference_mode():
+        ref = loaded.model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), do_sample=False,
+                                    max_new_tokens=first + 2, min_new_tokens=first + 2)[0, PROMPT.shape[1]:].tolist()
+    assert held.sequences[0] == ref
+
+
+# -- sampling -----------------------------------------------------------------------------------------------
+
+def test_seeded_sampling_reproduces_and_seeds_differ(llama):
+    knobs = {"strategy": "sampling", "temperature": 1.5, "top_k": 0}
+    a = jax_run(llama, PROMPT, spec(seed=7, **knobs))[0].sequences[0]
+    b = jax_run(llama, PROMPT, spec(seed=7, **knobs))[0].sequences[0]
+    c = jax_run(llama, PROMPT, spec(seed=8, **knobs))[0].sequences[0]
+    assert a == b
+    assert a != c
+
+
+def test_top_k_1_sampling_equals_greedy(llama):
+    sampled = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=1, seed=3, top_p=0.9))[0].sequences[0]
+    assert sampled == jax_run(llama, PROMPT, spec())[0].sequences[0]
+
+
+@pytest.mark.parametrize("knobs", [
+    {"top_k": 10}, {"top_k": 0, "top_p": 0.6}, {"top_k": 0, "min_p": 0.2}, {"top_k": 40, "top_p": 0.8, "min_p": 0.05},
+    {"top_k": 0, "top_p": 0.9, "temperature": 0.5},
+])
+def test_filters_keep_what_transformers_keeps(knobs):
+    """The candidate set after temperature/top_k/top_p/min_p equals the one transformers' warpers leave."""
+    import jax.numpy as jnp
+    from transformers import (
+        LogitsProcessorList,
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    from playground.backends import jax_sampling
+
+    run_spec = spec(strategy="sampling", **knobs)
+    torch.manual_seed(0)
+    logits = torch.randn(1, 300) * 3
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(run_spec.temperature)])
+    if run_spec.top_k:
+        warpers.append(TopKLogitsWarper(run_spec.top_k))
+    if run_spec.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(run_spec.top_p))
+    if run_spec.min_p:
+        warpers.append(MinPLogitsWarper(run_spec.min_p))
+    expected = set(torch.nonzero(torch.isfinite(warpers(None, logits.clone()))[0]).flatten().tolist())
+    mode = jax_sampling.mode_for(run_spec, 300)
+    values, indices = jax_sampling.candidates(jnp.asarray(logits.numpy()), mode, jax_sampling.knobs_for(run_spec))
+    kept = {int(i) for i, v in zip(indices[0], values[0], strict=True) if bool(jnp.isfinite(v))}
+    assert kept == expected
+
+
+# -- streaming, stopping, accounting ------------------------------------------------------------------------
+
+def test_streams_small_chunks_with_times(llama):
+    out, chunks = jax_run(llama, PROMPT, spec())
+    assert [t for c in chunks for t in c] == out.sequences[0]
+    assert len(chunks[0]) == 1 and all(1 <= len(c) <= out.extra["steps_per_call"] for c in chunks)
+    assert len(out.token_times) == len(out.sequences[0])
+    assert out.start_time <= out.token_times[0] and out.token_times == sorted(out.token_times)
+    assert out.forward_passes == len(out.sequences[0])  # prefill + one step per further token
+
+
+def test_should_stop_ends_early(llama):
+    polls = []
+
+    def stop():
+        polls.append(1)
+        return len(polls) > 1  # after the first decode chunk
+
+    out, chunks = jax_run(llama, PROMPT, spec(max_new_tokens=40, min_new_tokens=40), stop)
+    assert out.stopped
+    assert len(out.sequences[0]) == 1 + out.extra["steps_per_call"]
+
+
+def test_second_identical_call_compiles_nothing(llama):
+    first, _ = jax_run(llama, PROMPT, spec(max_new_tokens=9, min_new_tokens=9))
+    second, _ = jax_run(llama, PROMPT, spec(max_new_tokens=9, min_new_tokens=9))
+    assert second.compile_s == 0.0
+    assert second.sequences == first.sequences
+    # another prompt length in the same bucket, other knob values: still nothing to compile
+    third, _ = jax_run(llama, PROMPT[:, :3], spec(max_new_tokens=9, min_new_tokens=0, repetition_penalty=1.0))
+    assert third.compile_s == 0.0
+
+
+def test_kv_cache_bytes_are_the_preallocated_arrays(llama):
+    from playground.backends import jax_decoder
+
+    out, _ = jax_run(llama, PROMPT, spec())
+    config = llama.model.config
+    length = jax_decoder.cache_length(PROMPT.shape[1], NEW)
+    head_dim = config.hidden_size // config.num_attention_heads
+    expected = config.num_hidden_layers * 2 * config.num_key_value_heads * length * head_dim * 4
+    assert out.extra["cache_length"] == length
+    assert out.kv_cache_bytes == expected
+    assert out.kv_trace == [expected] * len(out.sequences[0])
+
+
+def test_one_new_token(llama):
+    out, chunks = jax_run(llama, PROMPT, spec(max_new_tokens=1, min_new_tokens=1))
+    assert chunks == [out.sequences[0]] and out.sequences[0] == torch_greedy(llama.model, PROMPT, 1, "dynamic")
+
+
+def test_buckets():
+    from playground.backends.jax_decoder import cache_length, cache_lengths, prefill_bucket
+
+    assert [prefill_bucket(n) for n in (1, 16, 17, 100)] == [16, 16, 32, 128]
+    assert cache_length(5, 24) == 64 and cache_length(40, 128) == 256 and cache_length(100, 1) == 128
+    assert cache_lengths(40, 128) == [256] and cache_lengths(5, 24) == [64] and cache_lengths(100, 1) == [128]
+    assert cache_lengths(60, 1000) == [256, 512, 1024, 2048] and cache_lengths(300, 8) == [512]
+
+
+def test_engine_is_reused_and_freed_with_its_model():
+    from playground.backends import jax_engine
+
+    loaded = tiny_loaded("tiny-llama-evict", tiny_llama(seed=2))
+    first, _ = jax_run(loaded, PROMPT, spec(max_new_tokens=3, min_new_tokens=3))
+    second, _ = jax_run(loaded, PROMPT, spec(max_new_tokens=3, min_new_tokens=3))
+    assert first.extra["weights_moved_s"] > 0 and second.extra["weights_moved_s"] == 0.0
+    engine, reused = jax_engine.engine_for(loaded.model, 1)
+    assert reused
+    ref = weakref.ref(engine)
+    del engine, loaded, first, second
+    gc.collect()
+    assert ref() is None
+
+
+def test_refuses_what_it_cannot_run(llama):
+    with pytest.raises(PlaygroundError, match="4 attention heads"):
+        jax_run(llama, PROMPT, spec(devices=3))
+    if len(jax.devices()) < 2:
+        with pytest.raises(PlaygroundError, match="xla_force_host_platform_device_count"):
+            jax_run(llama, PROMPT, spec(devices=2))
+
+
+# -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
+
+SHARDED = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, os.environ["ROOT"])
+    import torch
+    from playground.backends import jax_decoder, jax_engine
+    from playground.spec import RunSpec
+    from tests.conftest import tiny_gemma, tiny_llama, tiny_loaded
+    jax_decoder.GROWTH_FLOOR = 64  # so the cache grows (64 -> 128) within these short runs
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    report = {}
+    for name, model in (("llama", tiny_llama()), ("gemma", tiny_gemma())):
+        loaded = tiny_loaded(name, model)
+        for n in (1, 2, 4):
+            for strategy in ("greedy", "sampling"):
+                spec = RunSpec(backend="jax", cache="static", strategy=strategy, seed=5, max_new_tokens=64,
+                               min_new_tokens=64, devices=n)  # 5 + 64 tokens: the cache grows 64 -> 128
+                out = jax_decoder.generate(loaded, ids, spec, lambda c: None, lambda: False)
+                report[f"{name}-{n}-{strategy}"] = out.sequences[0]
+            engine, _ = jax_engine.engine_for(model, n)
+            q = engine.weights["model.layers.0.self_attn.q_proj.weight" if n > 1 else "model.embed_tokens.weight"]
+            report[f"{name}-{n}-shards"] = len({s.device for s in q.addressable_shards})
+            report[f"{name}-{n}-shard-rows"] = q.addressable_shards[0].data.shape[0]
+    print(json.dumps(report))
+""")
+
+
+def test_sharded_decoding_matches_one_device():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "ROOT": str(ROOT),
+           "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", SHARDED], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("llama", "gemma"):
+        for n in (2, 4):
+            for strategy in ("greedy", "sampling"):
+                assert report[f"{name}-{n}-{strategy}"] == report[f"{name}-1-{strategy}"], (name, n, strategy)
+            assert report[f"{name}-{n}-shards"] == n  # q_proj really is split over n devices
+            assert report[f"{name}-{n}-shard-rows"] == 64 // n  # 4 heads x 16 dims, split by heads
+
+
+RESTART = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, os.environ["ROOT"])
+    import torch
+    from playground.backends import jax_decoder
+    from playground.spec import RunSpec
+    from tests.conftest import tiny_llama, tiny_loaded
+    spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
+    out = jax_decoder.generate(tiny_loaded("tiny", tiny_llama()), torch.tensor([[5, 17, 42]]), spec,
+                               lambda c: None, lambda: False)
+    print(json.dumps({"compile_s": out.compile_s, "tokens": out.sequences[0]}))
+""")
+
+
+def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
+
+    def run_once() -> dict:
+        done = subprocess.run([sys.executable, "-c", RESTART], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = run_once()
+    entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
+    assert entries, "nothing was written to $PLAYGROUND_CACHE/jax"
+    warm = run_once()
+    assert sorted(p.name for p in (tmp_path / "jax").iterdir()) == entries  # every program came from disk
+    assert warm["tokens"] == cold["tokens"]
+    assert warm["compile_s"] < cold["compile_s"]  # what is left is tracing the model, not XLA
+
+
+def test_bench_reports_the_documented_object(monkeypatch, llama):
+    from playground import bench, catalog
+
+    monkeypatch.setattr(catalog.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
+    monkeypatch.setattr(bench, "measure_bandwidth", lambda repeats=5: 10.0)
+    result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
+    assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
+                           "configs", "ratios"}
+    assert [c["name"] for c in result["configs"]] == ["torch-dynamic", "torch-static", "jax"]
+    assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"])
+    assert set(result["ratios"]) == {"jax_vs_torch_dynamic", "jax_vs_roofline"}
+    assert result["roofline_tokens_per_s"] == round(10.0e9 / llama.weight_bytes, 2)
+    table = bench.format_table(result)
+    assert "torch-dynamic" in table and "jax" in table and "roofline" in table
+    json.dumps(result)
+
+
+# -- bundled models -----------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_bundled_greedy_parity_128_tokens(name):
+    from playground import catalog
+    from playground.runner import encode_prompt
+
+    loaded, _ = catalog.LOADED.get(name, "fp32")
+    ids = encode_prompt(loaded, "Write a short story about a dragon who loves tea.", None)
+    out, _ = jax_run(loaded, ids, spec(model=name, max_new_tokens=128, min_new_tokens=128))
+    assert out.sequences[0] == torch_greedy(loaded.model, ids, 128, "dynamic")
