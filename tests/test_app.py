@@ -68,3 +68,12 @@ def test_bad_input_is_a_clear_error_and_the_app_keeps_serving(client, prompt, sp
         client.predict(prompt, spec, api_name="/run")
     again = client.predict("The capital of France is", '{"max_new_tokens": 4, "chat": false}', api_name="/run")
     assert again["new_tokens"] == 4
+
+
+def test_a_repeated_jax_request_compiles_nothing(client):
+    spec = '{"backend": "jax", "cache": "static", "max_new_tokens": 16, "chat": false}'
+    first = client.predict("The capital of France is", spec, api_name="/run")
+    second = client.predict("The capital of France is", spec, api_name="/run")
+    assert second["metrics"]["compile_s"] == 0.0
+    assert second["token_ids"] == first["token_ids"]
+    assert second["extra"]["weights_moved_s"] == 0.0  # the engine (weights on the device) was reused
