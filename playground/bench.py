@@ -3,13 +3,15 @@
 Decoding one token reads every weight once, so the ceiling on this machine is measured read bandwidth
 divided by the model's weight bytes. Each configuration decodes the same prompt for the same number of
 tokens (min_new_tokens pins the length, so an early EOS cannot flatter anyone); tokens_per_s is the decode
-rate after the first token, (n - 1) / (t_last - t_first), and ttft_s the time to the first token. The JAX
-decoder runs once cold (its compile_s is reported) and is then measured warm. Figures drift between runs
-on shared machines; compare the ratios within one run.
+rate after the first token, (n - 1) / (t_last - t_first), and ttft_s the time to the first token. Every
+configuration runs once to warm up (the JAX decoder's cold run reports its compile_s), then ROUNDS times
+timed, each preceded by a bandwidth sample; rates, TTFTs and the bandwidth are medians. Figures still drift
+between runs on shared machines; compare the ratios within one run.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,23 +24,37 @@ from playground.catalog import LoadedModel
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
 BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
+ROUNDS = 3  # timed runs per configuration; the median is reported
 
 
-def measure_bandwidth(repeats: int = 5) -> float:
-    """Read bandwidth in GB/s: best of `repeats` jitted sums over a 1 GiB fp32 array."""
-    import jax
-    import jax.numpy as jnp
+class BandwidthProbe:
+    """Read bandwidth in GB/s from jitted sums over a 1 GiB fp32 array, sampled before every timed run.
 
-    data = jnp.ones((BANDWIDTH_BYTES // 4,), jnp.float32)
-    total = jax.jit(jnp.sum)
-    total(data).block_until_ready()  # compile and fault the pages in
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        total(data).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    del data
-    return BANDWIDTH_BYTES / best / 1e9
+    On a shared machine the bandwidth drifts by tens of percent within a minute, so a decode rate is only
+    comparable with the bandwidth of its own moment: the benchmark reports medians of both.
+    """
+
+    def __init__(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        self._data = jnp.ones((BANDWIDTH_BYTES // 4,), jnp.float32)
+        self._sum = jax.jit(jnp.sum)
+        self._sum(self._data).block_until_ready()  # compile and fault the pages in
+        self.samples: list[float] = []
+
+    def sample(self, repeats: int = 3) -> float:
+        """Best of `repeats` sums (the sum itself is noise-free; a slow repeat was interrupted)."""
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._sum(self._data).block_until_ready()
+            best = min(best, time.perf_counter() - start)
+        self.samples.append(BANDWIDTH_BYTES / best / 1e9)
+        return self.samples[-1]
+
+    def close(self) -> None:
+        del self._data  # 1 GiB: not kept past the benchmark
 
 
 def _rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
@@ -59,40 +75,51 @@ def _prompt_ids(loaded: LoadedModel) -> torch.Tensor:
     return tokenizer(BENCH_PROMPT, return_tensors="pt").input_ids
 
 
-def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: str) -> dict[str, Any]:
-    """model.generate, greedy; one warm-up call, then the better of two timed calls."""
+def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: BandwidthProbe,
+           compile_s: float = 0.0) -> dict[str, Any]:
+    """Median tokens/s and TTFT over ROUNDS runs, the bandwidth sampled before each (warm-up done by the caller)."""
+    rates, ttfts = [], []
+    for _ in range(ROUNDS):
+        probe.sample()
+        rate, ttft = _rates(*run_once())
+        rates.append(rate or 0.0)
+        ttfts.append(ttft or 0.0)
+    return {"name": name, "tokens_per_s": statistics.median(rates), "ttft_s": statistics.median(ttfts),
+            "compile_s": compile_s}
+
+
+def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: str,
+                probe: BandwidthProbe) -> dict[str, Any]:
+    """model.generate, greedy: one warm-up call, then ROUNDS timed calls."""
     extra = {"cache_implementation": "static"} if cache == "static" else {}
-    best: dict[str, Any] | None = None
-    for attempt in range(3):
+
+    def run_once() -> tuple[float, list[float]]:
         clock = TimingStreamer(lambda ids: None)
         with torch.inference_mode():
             start = time.perf_counter()
             loaded.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, streamer=clock,
                                   max_new_tokens=new_tokens, min_new_tokens=new_tokens, **extra)
-        rate, ttft = _rates(start, clock.token_times)
-        row = {"name": f"torch-{cache}", "tokens_per_s": rate, "ttft_s": ttft, "compile_s": 0.0}
-        if attempt and (best is None or (rate or 0) > (best["tokens_per_s"] or 0)):
-            best = row
-    assert best is not None
-    return best
+        return start, clock.token_times
+
+    run_once()
+    return _timed(f"torch-{cache}", run_once, probe)
 
 
-def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int) -> dict[str, Any]:
-    """The JAX decoder: a cold call (compiles; its compile_s is what we report), then the better of two."""
+def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe) -> dict[str, Any]:
+    """The JAX decoder: a cold call (it compiles, or loads from the persistent cache: its compile_s is what
+    we report), then ROUNDS warm calls."""
     from playground.backends import jax_decoder
     from playground.spec import RunSpec
 
     spec = RunSpec(model=loaded.name, backend="jax", cache="static", max_new_tokens=new_tokens,
                    min_new_tokens=new_tokens)
-    cold = jax_decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
-    best: dict[str, Any] | None = None
-    for _ in range(2):
+
+    def run_once() -> tuple[float, list[float]]:
         out = jax_decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
-        rate, ttft = _rates(out.start_time, out.token_times)
-        if best is None or (rate or 0) > (best["tokens_per_s"] or 0):
-            best = {"name": "jax", "tokens_per_s": rate, "ttft_s": ttft, "compile_s": round(cold.compile_s, 3)}
-    assert best is not None
-    return best
+        return out.start_time, out.token_times
+
+    cold = jax_decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
+    return _timed("jax", run_once, probe, compile_s=round(cold.compile_s, 3))
 
 
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
@@ -104,17 +131,19 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
     progress(f"loading {model}")
     loaded, _ = catalog.LOADED.get(model, "fp32")
     ids = _prompt_ids(loaded)
-    progress("measuring memory bandwidth (jitted sum over 1 GiB)")
-    bandwidth = measure_bandwidth()
-    weight_bytes = loaded.weight_bytes
+    progress("measuring memory bandwidth (jitted sums over 1 GiB, sampled before every timed run)")
+    probe = BandwidthProbe()
     configs = []
-    for cache in ("dynamic", "static"):
-        progress(f"torch-{cache}: generate, {max_new_tokens} tokens")
-        configs.append(bench_torch(loaded, ids, max_new_tokens, cache))
-    progress(f"jax: compile, then {max_new_tokens} tokens warm")
-    configs.append(bench_jax(loaded, ids, max_new_tokens))
-    # once more at the end: on a shared machine the best of both is closest to what the memory can do
-    bandwidth = max(bandwidth, measure_bandwidth())
+    try:
+        for cache in ("dynamic", "static"):
+            progress(f"torch-{cache}: generate, {max_new_tokens} tokens, warm-up + {ROUNDS} timed")
+            configs.append(bench_torch(loaded, ids, max_new_tokens, cache, probe))
+        progress(f"jax: compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
+        configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
+    finally:
+        probe.close()
+    bandwidth = statistics.median(probe.samples)
+    weight_bytes = loaded.weight_bytes
     roofline = bandwidth * 1e9 / weight_bytes
     by_name = {c["name"]: c for c in configs}
     jax_rate = by_name["jax"]["tokens_per_s"] or 0.0
@@ -141,7 +170,8 @@ def format_table(result: dict[str, Any]) -> str:
 
     lines = [
         f"model {result['model']}, {result['new_tokens']} new tokens, weights {result['weight_bytes'] / 1e6:.0f} MB",
-        f"read bandwidth {result['bandwidth_gbs']:.1f} GB/s -> roofline {result['roofline_tokens_per_s']:.1f} tok/s",
+        f"read bandwidth {result['bandwidth_gbs']:.1f} GB/s (median) -> roofline "
+        f"{result['roofline_tokens_per_s']:.1f} tok/s",
         "",
         f"{'config':<16}{'tok/s':>9}{'ttft s':>9}{'compile s':>11}{'% roofline':>12}",
     ]

@@ -332,7 +332,17 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     from playground import bench, catalog
 
     monkeypatch.setattr(catalog.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
-    monkeypatch.setattr(bench, "measure_bandwidth", lambda repeats=5: 10.0)
+    class FixedBandwidth:
+        def __init__(self):
+            self.samples = []
+
+        def sample(self):
+            self.samples.append(10.0)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)
     result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
