@@ -21,6 +21,7 @@ import torch
 from playground import catalog
 from playground.backends.torch_generate import TimingStreamer
 from playground.catalog import LoadedModel
+from playground.runner import encode_prompt
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
 BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
@@ -64,15 +65,6 @@ def _rates(start: float, times: list[float]) -> tuple[float | None, float | None
     ttft = times[0] - start
     span = times[-1] - times[0]
     return ((len(times) - 1) / span if len(times) > 1 and span > 0 else None), ttft
-
-
-def _prompt_ids(loaded: LoadedModel) -> torch.Tensor:
-    tokenizer = loaded.tokenizer
-    if loaded.instruct and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": BENCH_PROMPT}], tokenize=False,
-                                             add_generation_prompt=True)
-        return tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
-    return tokenizer(BENCH_PROMPT, return_tensors="pt").input_ids
 
 
 def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: BandwidthProbe,
@@ -130,7 +122,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
     jax_engine.enable_persistent_cache()
     progress(f"loading {model}")
     loaded, _ = catalog.LOADED.get(model, "fp32")
-    ids = _prompt_ids(loaded)
+    ids = encode_prompt(loaded, BENCH_PROMPT, None)  # chat template on an instruct model, as a run applies it
     progress("measuring memory bandwidth (jitted sums over 1 GiB, sampled before every timed run)")
     probe = BandwidthProbe()
     configs = []

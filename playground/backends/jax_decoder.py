@@ -21,7 +21,6 @@ import torch
 
 from playground.backends import jax_engine, jax_pytree, jax_sampling
 from playground.catalog import LoadedModel
-from playground.errors import PlaygroundError
 from playground.events import EmitTokens, GenerationOutput, ShouldStop
 from playground.spec import RunSpec
 
@@ -73,19 +72,12 @@ def eos_ids(loaded: LoadedModel) -> tuple[int, ...]:
     return tuple(sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}))
 
 
-def _check(spec: RunSpec) -> None:
-    if spec.strategy not in ("greedy", "sampling"):
-        raise PlaygroundError(f"strategy '{spec.strategy}' is not available on the JAX path; use greedy or sampling")
-    if spec.cache != "static":
-        raise PlaygroundError(f"the JAX path decodes over a static cache; cache '{spec.cache}' needs backend torch")
-    if spec.weights != "fp32":
-        raise PlaygroundError(f"weights '{spec.weights}' are not supported on the JAX path; use fp32")
-
-
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
              should_stop: ShouldStop) -> GenerationOutput:
-    """Prefill, then decode in chunks, streaming each chunk through `emit` as it reaches the host."""
-    _check(spec)
+    """Prefill, then decode in chunks, streaming each chunk through `emit` as it reaches the host.
+
+    `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
+    """
     with _LOCK:
         return _generate(loaded, input_ids, spec, emit, should_stop)
 
