@@ -217,6 +217,14 @@ def _to_jax(tensor: torch.Tensor) -> jax.Array:
         return jnp.asarray(_to_numpy(tensor))
 
 
+def _placed(name: str, parts: list[torch.Tensor], place: Any) -> jax.Array:
+    """One JAX array for the tensor(s) behind a twin weight: shared memory when possible, rows stacked if fused."""
+    if place is None and len(parts) == 1:
+        return _to_jax(parts[0])
+    host = _to_numpy(parts[0]) if len(parts) == 1 else np.concatenate([_to_numpy(p) for p in parts])
+    return place(name, host) if place else jnp.asarray(host)
+
+
 def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, jax.Array]:
     """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array.
 
@@ -228,13 +236,8 @@ def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, ja
     for name, source_names in twin.sources.items():
         parts = [tensors[s] for s in source_names]
         key = tuple((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts)
-        if key in by_source:
-            pass
-        elif place is None and len(parts) == 1:
-            by_source[key] = _to_jax(parts[0])
-        else:
-            host = _to_numpy(parts[0]) if len(parts) == 1 else np.concatenate([_to_numpy(p) for p in parts])
-            by_source[key] = place(name, host) if place else jnp.asarray(host)
+        if key not in by_source:
+            by_source[key] = _placed(name, parts, place)
         weights[name] = by_source[key]
     return weights
 
