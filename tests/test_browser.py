@@ -142,3 +142,25 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
     assert len(exported["results"]) == 2 and exported["versions"]["gradio"]
     assert [r["spec"]["strategy"] for r in exported["results"]] == ["greedy", "sampling"]
     assert not errors, errors
+
+
+def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(app_url, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(app_url)
+    page.wait_for_selector("#run", timeout=30_000)
+    page.locator("#preset-2").click()  # "PyTorch vs JAX": torch dynamic, torch static, jax
+    page.wait_for_selector("#output-2", state="visible", timeout=10_000)
+    page.wait_for_selector("#devices-2", state="visible", timeout=10_000)  # the JAX column's own knob
+    for column in (0, 1, 2):
+        _set_slider(page, f"max_new_tokens-{column}", 16)
+    page.locator("#prompt textarea").fill("What is the capital of France?")
+    page.locator("#run").click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Done')", timeout=300_000)
+
+    texts = [page.locator(f"#output-{c} textarea").input_value() for c in (0, 1, 2)]
+    assert "Paris" in texts[0] and texts[0] == texts[1] == texts[2]  # greedy parity, visible on the page
+    compile_cells = _metrics_row(page, "compile")
+    assert len(compile_cells) == 3 and NUMBER.search(compile_cells[2]), compile_cells
+    assert not errors, errors

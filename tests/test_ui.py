@@ -296,6 +296,29 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, mon
     assert "Done" in updates[-1][page.status]
 
 
+def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monkeypatch):
+    from playground import runner, ui_run
+
+    page = demo.page
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        text = ""
+        for i in range(50):  # 50 tokens arriving faster than STREAM_INTERVAL_S
+            text += "x"
+            yield TextEvent("x", text, i + 1)
+        yield DoneEvent(fake_result(list(range(50))))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(ui_run, "STREAM_INTERVAL_S", 60.0)
+    data = page_data(page, {page.columns[1].knobs["strategy"]: "sampling"})
+    request = type("Request", (), {"session_hash": "coalesce-session"})()
+    updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
+    streamed = [u[page.columns[0].output] for u in updates if page.columns[0].output in u]
+    assert streamed[1] == "x"  # the first token shows at once (after the column is cleared)...
+    assert len(streamed) == 3  # ...then nothing until the final text
+    assert streamed[-1] == fake_result(list(range(50)))["text"]
+
+
 def test_stop_before_a_column_skips_it(demo, monkeypatch):
     from playground import runner, ui_run
 
