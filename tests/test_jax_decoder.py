@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -179,6 +180,32 @@ def test_streams_small_chunks_with_times(llama):
     assert len(out.token_times) == len(out.sequences[0])
     assert out.start_time <= out.token_times[0] and out.token_times == sorted(out.token_times)
     assert out.forward_passes == len(out.sequences[0])  # prefill + one step per further token
+
+
+def test_token_probabilities_match_the_pytorch_probe(llama):
+    """The token view's figures (p, entropy, top alternatives) agree with what the PyTorch path records."""
+    from playground.backends import torch_generate
+
+    run_spec = spec(max_new_tokens=12, min_new_tokens=12)
+    jax_out, _ = jax_run(llama, PROMPT, run_spec)
+    torch_out = torch_generate.generate(llama, PROMPT, RunSpec(max_new_tokens=12, min_new_tokens=12),
+                                        lambda ids: None, lambda: False)
+    assert jax_out.sequences == torch_out.sequences
+    assert len(jax_out.token_info) == len(torch_out.token_info) == 12
+    for ours, theirs in zip(jax_out.token_info, torch_out.token_info, strict=True):
+        assert ours["p"] == pytest.approx(theirs["p"], abs=1e-4)
+        assert ours["entropy"] == pytest.approx(theirs["entropy"], abs=1e-3)
+        assert [i for i, _ in ours["top"]] == [i for i, _ in theirs["top"]]
+        assert ours["top"][0][1] == pytest.approx(ours["p"])  # greedy takes the most probable token
+
+
+def test_sampled_token_probabilities_are_those_of_the_filtered_distribution(llama):
+    out, _ = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=3, temperature=1.5, seed=4))
+    for token, record in zip(out.sequences[0], out.token_info, strict=True):
+        probs = dict(record["top"])
+        assert probs[token] == pytest.approx(record["p"]) and record["p"] > 0  # drawn from the candidates
+        assert sum(sorted(probs.values())[-3:]) == pytest.approx(1.0, abs=1e-5)  # top_k=3: all mass in 3
+        assert record["entropy"] <= math.log(3) + 1e-5
 
 
 def test_should_stop_ends_early(llama):

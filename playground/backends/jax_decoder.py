@@ -123,8 +123,10 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
     length = lengths[0]
     cache = engine.new_cache(length)
     logits, cache = programs.prefill(engine.weights, cache, ids, true_len)
-    state = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
-    tokens = [int(jax.device_get(state.token)[0])]
+    state, info = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
+    first, info = jax.device_get((state.token, info))
+    tokens = [int(first[0])]
+    token_info = _records(info, 1)
     token_times = [time.perf_counter()]
     kv_trace = [jax_pytree.cache_bytes(state.cache)]
     emit(tokens[:])
@@ -145,7 +147,8 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
         state, out, count = programs.decoders[length](engine.weights, state, limits[limit], knobs)
         out, count = jax.device_get((out, count))  # the one host sync of this chunk
         now = time.perf_counter()
-        chunk = [int(t) for t in out[: int(count)]]
+        chunk = [int(t) for t in out.tokens[: int(count)]]
+        token_info += _records(out.info, len(chunk))
         calls, steps_run = calls + 1, steps_run + len(chunk)
         tokens += chunk
         token_times += [now] * len(chunk)
@@ -161,8 +164,16 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
         forward_passes=1 + steps_run,
         stopped=stopped,
         kv_trace=kv_trace,
+        token_info=token_info,
         extra=_extra(engine, reused, bucket, lengths[: lengths.index(length) + 1], calls),
     )
+
+
+def _records(info: jax_sampling.TokenInfo, count: int) -> list[dict[str, Any]]:
+    """The first `count` host TokenInfo rows as the records the token view reads (see GenerationOutput)."""
+    rows = zip(info.p[:count], info.entropy[:count], info.top_ids[:count], info.top_p[:count], strict=True)
+    return [{"p": float(p), "entropy": float(h), "top": list(zip(ids.tolist(), probs.tolist(), strict=True))}
+            for p, h, ids, probs in rows]
 
 
 def _extra(engine: jax_engine.Engine, reused: bool, bucket: int, lengths: list[int], calls: int) -> dict[str, Any]:

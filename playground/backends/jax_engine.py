@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,7 @@ from torchax import interop
 
 from playground import catalog
 from playground.backends import jax_model, jax_pytree, jax_sampling, jax_sharding
-from playground.backends.jax_sampling import Knobs, SamplingMode
+from playground.backends.jax_sampling import Knobs, SamplingMode, TokenInfo
 
 # Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
 # in-place cache writes safe inside the decode loop instead of copying each cache array every step.
@@ -63,6 +63,13 @@ class DecodeState:
 
 jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "position", "key", "seen", "done",
                                                            "produced"], meta_fields=[])
+
+
+class Chunk(NamedTuple):
+    """One decode call's output, a row per step: the tokens and their TokenInfo."""
+
+    tokens: jax.Array  # (steps,) int32, -1 past the last step run
+    info: TokenInfo  # fields with a leading (steps,) axis
 
 
 class Engine:
@@ -156,21 +163,23 @@ class Engine:
         return logits, self._constrain(cache)
 
     def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array, knobs: Knobs,
-               cache: Any, *, mode: SamplingMode, eos: tuple[int, ...]) -> DecodeState:
-        """The first new token from the prefill logits, and the state decoding carries from there."""
+               cache: Any, *, mode: SamplingMode, eos: tuple[int, ...]) -> tuple[DecodeState, TokenInfo]:
+        """The first new token from the prefill logits, the state decoding carries from there, and the token's
+        probability, entropy and alternatives."""
         if mode.penalty:
             seen = jax_sampling.seen_tokens(ids, length, self.vocab_size)
         else:
             seen = jnp.zeros((ids.shape[0], 1), bool)
         produced = jnp.int32(0)
-        token, key = jax_sampling.select(logits, key, produced, seen, mode, knobs, eos)
+        token, key, info = jax_sampling.select(logits, key, produced, seen, mode, knobs, eos)
         seen = jax_sampling.mark_seen(seen, token, mode)
         done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
-        return self._pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1))
+        return self._pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1)), info
 
     def _decode(self, weights: dict, state: DecodeState, limit: jax.Array, knobs: Knobs, *, steps: int,
-                mode: SamplingMode, eos: tuple[int, ...]) -> tuple[DecodeState, jax.Array, jax.Array]:
-        """Up to `limit` (<= steps) tokens in one call; stops early at EOS. Returns (state, tokens, count)."""
+                mode: SamplingMode, eos: tuple[int, ...]) -> tuple[DecodeState, Chunk, jax.Array]:
+        """Up to `limit` (<= steps) tokens in one call; stops early at EOS. Returns (state, chunk, count): the
+        chunk's first `count` rows are this call's tokens (of the first sequence) and what was known of each."""
         eos_ids = jnp.asarray(eos or (-1,))
 
         def cond(carry: tuple) -> jax.Array:
@@ -180,13 +189,16 @@ class Engine:
         def body(carry: tuple) -> tuple:
             i, s, out = carry
             logits, cache = self._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-            token, key = jax_sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
-            out = out.at[i].set(token[0])
+            token, key, info = jax_sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
+            out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
             s = DecodeState(cache, token, s.position + 1, key, jax_sampling.mark_seen(s.seen, token, mode),
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self._pin(s), out
 
-        out = jnp.full((steps,), -1, jnp.int32)
+        top = jax_sampling.TOP_ALTERNATIVES
+        out = Chunk(jnp.full((steps,), -1, jnp.int32),
+                    TokenInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps, top), jnp.int32),
+                              jnp.zeros((steps, top))))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 

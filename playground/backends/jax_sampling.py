@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from playground.spec import RunSpec
+from playground.token_probe import TOP_ALTERNATIVES
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,26 @@ def candidates(logits: jax.Array, mode: SamplingMode, knobs: Knobs) -> tuple[jax
     return _filter_sorted(values, mode, knobs), indices
 
 
+class TokenInfo(NamedTuple):
+    """What the token view shows for one step, from the distribution the token was drawn from (after every
+    processor and filter, as playground.token_probe records it on the PyTorch path)."""
+
+    p: jax.Array  # (B,) probability of the chosen token
+    entropy: jax.Array  # (B,) nats
+    top_ids: jax.Array  # (B, TOP_ALTERNATIVES)
+    top_p: jax.Array  # (B, TOP_ALTERNATIVES)
+
+
+def token_info(probs: jax.Array, token: jax.Array) -> TokenInfo:
+    """probs (B, V) over the whole vocabulary, token (B,)."""
+    top_p, top_ids = jax.lax.top_k(probs, TOP_ALTERNATIVES)
+    chosen = jnp.take_along_axis(probs, token[:, None], axis=-1)[:, 0]
+    return TokenInfo(chosen, jax.scipy.special.entr(probs).sum(axis=-1), top_ids.astype(jnp.int32), top_p)
+
+
 def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Array, mode: SamplingMode,
-           knobs: Knobs, eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-    """The next token (B,) int32 for logits (B, V), and the key for the next step.
+           knobs: Knobs, eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, TokenInfo]:
+    """The next token (B,) int32 for logits (B, V), the key for the next step, and the token's TokenInfo.
 
     `produced` is how many tokens this request has generated so far (for min_new_tokens).
     """
@@ -107,13 +125,18 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Arr
         eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(eos_ids)].set(True, mode="drop")
         logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)
     if mode.greedy:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32), key
+        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return token, key, token_info(jax.nn.softmax(logits, axis=-1), token)
     key, draw = jax.random.split(key)
     values, indices = candidates(logits, mode, knobs)
     choice = jax.random.categorical(draw, values, axis=-1)  # (B,)
+    probs = jax.nn.softmax(values, axis=-1)  # filtered-out candidates are -inf: probability 0
     if indices is not None:
         choice = jnp.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
-    return choice.astype(jnp.int32), key
+        rows = jnp.arange(probs.shape[0])[:, None]
+        probs = jnp.zeros(logits.shape, probs.dtype).at[rows, indices].set(probs)  # back to (B, V)
+    token = choice.astype(jnp.int32)
+    return token, key, token_info(probs, token)
 
 
 def mark_seen(seen: jax.Array, token: jax.Array, mode: SamplingMode) -> jax.Array:
