@@ -161,6 +161,7 @@ def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(ap
 
     texts = [page.locator(f"#output-{c} textarea").input_value() for c in (0, 1, 2)]
     assert "Paris" in texts[0] and texts[0] == texts[1] == texts[2]  # greedy parity, visible on the page
+    assert page.locator("#tokens-2 .tok").first.get_attribute("title").startswith("#0 ")  # JAX tokens: p, alternatives
     compile_cells = _metrics_row(page, "compile")
     assert len(compile_cells) == 3 and NUMBER.search(compile_cells[2]), compile_cells
     assert not errors, errors
