@@ -94,12 +94,18 @@ def _metrics_row(page, label: str) -> list[str]:
     return []
 
 
-def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
+def _open(browser, app_url: str):
+    """A fresh page on the app, loaded, and the list its script errors are collected in."""
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(app_url)
     page.wait_for_selector("#run", timeout=30_000)
+    return page, errors
+
+
+def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
+    page, errors = _open(browser, app_url)
     assert page.locator("#add-column").is_visible() and page.locator("#stop").is_visible()
 
     _choose(page, "strategy-0", "greedy")
@@ -145,11 +151,7 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
 
 
 def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(app_url, browser):
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(app_url)
-    page.wait_for_selector("#run", timeout=30_000)
+    page, errors = _open(browser, app_url)
     page.locator("#preset-2").click()  # "PyTorch vs JAX": torch dynamic, torch static, jax
     page.wait_for_selector("#output-2", state="visible", timeout=10_000)
     page.wait_for_selector("#devices-2", state="visible", timeout=10_000)  # the JAX column's own knob
