@@ -131,7 +131,7 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
     kv_trace = [jax_pytree.cache_bytes(state.cache)]
     emit(tokens[:])
 
-    steps_run, calls, stopped = 0, 0, False
+    calls, stopped = 0, False
     done = tokens[-1] in eos
     limits: dict[int, jax.Array] = {}
     while programs.decoders and not done and len(tokens) < spec.max_new_tokens:
@@ -149,7 +149,7 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
         now = time.perf_counter()
         chunk = [int(t) for t in out.tokens[: int(count)]]
         token_info += _records(out.info, len(chunk))
-        calls, steps_run = calls + 1, steps_run + len(chunk)
+        calls += 1
         tokens += chunk
         token_times += [now] * len(chunk)
         kv_trace += [jax_pytree.cache_bytes(state.cache)] * len(chunk)
@@ -161,7 +161,7 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
         token_times=token_times,
         kv_cache_bytes=jax_pytree.cache_bytes(state.cache),
         compile_s=programs.compile_s,
-        forward_passes=1 + steps_run,
+        forward_passes=len(tokens),  # the prefill gave the first token, one decode step each of the rest
         stopped=stopped,
         kv_trace=kv_trace,
         token_info=token_info,
