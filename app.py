@@ -2,8 +2,8 @@
 
 import os
 
-from playground.ui import build_ui
-from playground.ui_style import CSS, THEME
+from playground.ui.page import build_ui
+from playground.ui.style import CSS, THEME
 
 demo = build_ui()  # builds components only: models load lazily on the first run, so startup takes seconds
 

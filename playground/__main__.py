@@ -90,7 +90,7 @@ def command_run(args: argparse.Namespace) -> None:
 
 
 def command_bench(args: argparse.Namespace) -> None:
-    from playground import bench
+    from playground.tools import bench
 
     if args.max_new_tokens < 2:
         fail(f"--max-new-tokens={args.max_new_tokens} is too small; the benchmark needs at least 2")
@@ -102,7 +102,7 @@ def command_bench(args: argparse.Namespace) -> None:
 
 
 def command_models(args: argparse.Namespace) -> None:
-    from playground import catalog
+    from playground.models import catalog
 
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")

@@ -11,15 +11,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from playground import catalog, memory
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, GenerationOutput, ProgressEvent, TextEvent
 from playground.metrics import PeakRss, per_token_latencies, summarize
+from playground.models import catalog, memory
 from playground.spec import RunSpec
 
 Event = ProgressEvent | TextEvent | DoneEvent
 MAX_PROMPT_CHARS = 100_000
-BACKEND_MODULES = {"torch": "playground.backends.torch_generate", "jax": "playground.backends.jax_decoder"}
+BACKEND_MODULES = {"torch": "playground.backends.torch.generate", "jax": "playground.backends.jax.decoder"}
 
 
 def max_prompt_tokens() -> int:

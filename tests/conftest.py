@@ -50,7 +50,7 @@ def tiny_gemma(seed: int = 0, sliding_window: int = 8):
 
 
 def tiny_loaded(name: str = "tiny-llama", model=None, instruct: bool = False):
-    from playground.catalog import LoadedModel
+    from playground.models.catalog import LoadedModel
 
     return LoadedModel(name, "fp32", model if model is not None else tiny_llama(), byte_tokenizer(), 0.0, instruct)
 

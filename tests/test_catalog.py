@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from playground import catalog
 from playground.errors import PlaygroundError
+from playground.models import catalog
 
 
 def test_names_resolve_to_their_kind():

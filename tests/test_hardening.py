@@ -8,10 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playground import catalog, runner
-from playground.backends import torch_generate
+from playground import runner
+from playground.backends.torch import generate as torch_generate
 from playground.errors import PlaygroundError
 from playground.events import TextEvent
+from playground.models import catalog
 from playground.spec import RunSpec
 from tests.conftest import byte_tokenizer, tiny_llama
 

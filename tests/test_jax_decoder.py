@@ -48,7 +48,7 @@ def spec(**overrides) -> RunSpec:
 
 
 def jax_run(loaded, ids, run_spec, should_stop=lambda: False):
-    from playground.backends import jax_decoder
+    from playground.backends.jax import decoder as jax_decoder
 
     chunks: list[list[int]] = []
     out = jax_decoder.generate(loaded, ids, run_spec, chunks.append, should_stop)
@@ -75,7 +75,7 @@ def test_greedy_matches_generate(request, which, cache):
 
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_greedy_matches_generate_while_the_cache_grows(request, monkeypatch, which):
-    from playground.backends import jax_decoder
+    from playground.backends.jax import decoder as jax_decoder
 
     monkeypatch.setattr(jax_decoder, "GROWTH_FLOOR", 64)  # grow early, to test it on short runs
     loaded = request.getfixturevalue(which)
@@ -152,7 +152,7 @@ def test_filters_keep_what_transformers_keeps(knobs):
         TopPLogitsWarper,
     )
 
-    from playground.backends import jax_sampling
+    from playground.backends.jax import sampling as jax_sampling
 
     run_spec = spec(strategy="sampling", **knobs)
     torch.manual_seed(0)
@@ -184,7 +184,7 @@ def test_streams_small_chunks_with_times(llama):
 
 def test_token_probabilities_match_the_pytorch_probe(llama):
     """The token view's figures (p, entropy, top alternatives) agree with what the PyTorch path records."""
-    from playground.backends import torch_generate
+    from playground.backends.torch import generate as torch_generate
 
     run_spec = spec(max_new_tokens=12, min_new_tokens=12)
     jax_out, _ = jax_run(llama, PROMPT, run_spec)
@@ -231,7 +231,7 @@ def test_second_identical_call_compiles_nothing(llama):
 
 
 def test_kv_cache_bytes_are_the_preallocated_arrays(llama):
-    from playground.backends import jax_decoder
+    from playground.backends.jax import decoder as jax_decoder
 
     out, _ = jax_run(llama, PROMPT, spec())
     config = llama.model.config
@@ -249,7 +249,7 @@ def test_one_new_token(llama):
 
 
 def test_buckets():
-    from playground.backends.jax_decoder import cache_length, cache_lengths, prefill_bucket
+    from playground.backends.jax.decoder import cache_length, cache_lengths, prefill_bucket
 
     assert [prefill_bucket(n) for n in (1, 16, 17, 100)] == [16, 16, 32, 128]
     assert cache_length(5, 24) == 64 and cache_length(40, 128) == 256 and cache_length(100, 1) == 128
@@ -258,7 +258,7 @@ def test_buckets():
 
 
 def test_engine_is_reused_and_freed_with_its_model():
-    from playground.backends import jax_engine
+    from playground.backends.jax import engine as jax_engine
 
     loaded = tiny_loaded("tiny-llama-evict", tiny_llama(seed=2))
     first, _ = jax_run(loaded, PROMPT, spec(max_new_tokens=3, min_new_tokens=3))
@@ -286,7 +286,8 @@ SHARDED = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, os.environ["ROOT"])
     import torch
-    from playground.backends import jax_decoder, jax_engine
+    from playground.backends.jax import decoder as jax_decoder
+    from playground.backends.jax import engine as jax_engine
     from playground.spec import RunSpec
     from tests.conftest import tiny_gemma, tiny_llama, tiny_loaded
     jax_decoder.GROWTH_FLOOR = 64  # so the cache grows (64 -> 128) within these short runs
@@ -327,7 +328,7 @@ RESTART = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, os.environ["ROOT"])
     import torch
-    from playground.backends import jax_decoder
+    from playground.backends.jax import decoder as jax_decoder
     from playground.spec import RunSpec
     from tests.conftest import tiny_llama, tiny_loaded
     spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
@@ -356,7 +357,8 @@ def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
 
 
 def test_bench_reports_the_documented_object(monkeypatch, llama):
-    from playground import bench, catalog
+    from playground.models import catalog
+    from playground.tools import bench
 
     monkeypatch.setattr(catalog.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
     class FixedBandwidth:
@@ -387,7 +389,7 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_bundled_greedy_parity_128_tokens(name):
-    from playground import catalog
+    from playground.models import catalog
     from playground.runner import encode_prompt
 
     loaded, _ = catalog.LOADED.get(name, "fp32")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from playground import loadtest
+from playground.tools import loadtest
 
 pytestmark = pytest.mark.slow
 

@@ -2,9 +2,10 @@
 
 import pytest
 
-from playground import catalog, memory, runner
-from playground.backends import torch_generate
+from playground import runner
+from playground.backends.torch import generate as torch_generate
 from playground.errors import PlaygroundError
+from playground.models import catalog, memory
 from playground.spec import RunSpec
 from tests.conftest import byte_tokenizer, tiny_gemma, tiny_llama, tiny_loaded
 

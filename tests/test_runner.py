@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from playground import catalog, runner
+from playground import runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, TextEvent
+from playground.models import catalog
 from playground.spec import RunSpec
 from tests.conftest import byte_tokenizer, tiny_llama
 

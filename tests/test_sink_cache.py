@@ -8,7 +8,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.generation.streamers import BaseStreamer
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from playground.sink_cache import SinkCache, SinkLayer, rope_inv_freq, rotate_keys
+from playground.kv.sink import SinkCache, SinkLayer, rope_inv_freq, rotate_keys
 from tests.conftest import tiny_gemma, tiny_llama
 
 
@@ -148,7 +148,7 @@ def test_rejects_what_it_cannot_rerotate():
 
 @pytest.mark.slow
 def test_bundled_smollm2_streams_fluently_past_the_window():
-    from playground.catalog import LOADED
+    from playground.models.catalog import LOADED
 
     loaded, _ = LOADED.get("smollm2-135m")
     tokenizer, model = loaded.tokenizer, loaded.model

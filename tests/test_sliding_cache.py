@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.masking_utils import eager_mask, sdpa_mask
 
-from playground.sliding_cache import SlidingWindowCache, WindowedOffset, make_sliding_cache, windowed_mask
+from playground.kv.sliding import SlidingWindowCache, WindowedOffset, make_sliding_cache, windowed_mask
 from tests.conftest import tiny_gemma, tiny_llama
 
 WINDOW = 6

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from playground import catalog
-from playground.backends import torch_generate
+from playground.backends.torch import generate as torch_generate
 from playground.errors import PlaygroundError
+from playground.models import catalog
 from playground.spec import RunSpec
 from tests.conftest import byte_tokenizer, tiny_llama
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from playground.backends import torch_generate
+from playground.backends.torch import generate as torch_generate
 from playground.spec import RunSpec
 
 PROMPT = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64]])

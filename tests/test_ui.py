@@ -13,8 +13,8 @@ from playground import compatibility
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
 from playground.spec import RunSpec
-from playground.ui_chat import history, messages, record_turn
-from playground.ui_columns import (
+from playground.ui.chat import history, messages, record_turn
+from playground.ui.columns import (
     PROMPT_LOOKUP,
     column_settings,
     control_values,
@@ -23,7 +23,7 @@ from playground.ui_columns import (
     problem,
     visibility,
 )
-from playground.ui_export import (
+from playground.ui.export import (
     decode_url_state,
     encode_url_state,
     page_settings,
@@ -33,9 +33,9 @@ from playground.ui_export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui_metrics import format_number, kv_frame, latency_frame, metrics_table, throughput_frame
-from playground.ui_presets import PRESETS
-from playground.ui_tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
+from playground.ui.metrics import format_number, kv_frame, latency_frame, metrics_table, throughput_frame
+from playground.ui.presets import PRESETS
+from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
 
 VERSIONS = {"torch": "2.13.0", "transformers": "5.23.0", "jax": None, "torchax": None, "gradio": "6.31.0"}
 
@@ -249,7 +249,7 @@ def test_chat_history_keeps_each_columns_own_replies():
 
 @pytest.fixture(scope="module")
 def demo():
-    from playground.ui import build_ui
+    from playground.ui.page import build_ui
 
     return build_ui()
 
@@ -272,7 +272,8 @@ def page_data(page, changes: dict[Any, Any] | None = None) -> dict[Any, Any]:
 
 
 def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, monkeypatch):
-    from playground import runner, ui_run
+    from playground import runner
+    from playground.ui import run as ui_run
 
     page = demo.page
     calls = []
@@ -297,7 +298,8 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, mon
 
 
 def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monkeypatch):
-    from playground import runner, ui_run
+    from playground import runner
+    from playground.ui import run as ui_run
 
     page = demo.page
 
@@ -320,7 +322,8 @@ def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monk
 
 
 def test_stop_before_a_column_skips_it(demo, monkeypatch):
-    from playground import runner, ui_run
+    from playground import runner
+    from playground.ui import run as ui_run
 
     page = demo.page
     request = type("Request", (), {"session_hash": "stop-session"})()
@@ -336,7 +339,7 @@ def test_stop_before_a_column_skips_it(demo, monkeypatch):
 
 
 def test_colour_toggle_redraws_only_the_token_views(demo):
-    from playground.ui_run import empty_outcome, recolour
+    from playground.ui.run import empty_outcome, recolour
 
     page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "greedy"}]}, [0])
@@ -359,7 +362,8 @@ def test_applying_settings_sets_every_column_and_its_visible_knobs(demo):
 
 
 def test_a_failing_column_does_not_cost_the_others_their_run(demo, monkeypatch):
-    from playground import runner, ui_run
+    from playground import runner
+    from playground.ui import run as ui_run
 
     page = demo.page
     request = type("Request", (), {"session_hash": "crash-session"})()

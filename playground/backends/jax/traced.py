@@ -24,7 +24,7 @@ from torchax import interop
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from playground.backends.jax_pytree import PENDING
+from playground.backends.jax.kv_cache import PENDING
 
 ATTENTION = "playground_jax"
 FUSE_GROUPS = (("qkv_fused", ("q_proj", "k_proj", "v_proj")), ("gate_up_fused", ("gate_proj", "up_proj")))

@@ -8,8 +8,9 @@ from typing import Any
 
 import gradio as gr
 
-from playground import catalog, compatibility
+from playground import compatibility
 from playground.errors import PlaygroundError
+from playground.models import catalog
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
 
 MAX_COLUMNS = 4

@@ -1,6 +1,6 @@
 """Load test: N concurrent gradio_client clients x M requests against a served app, valid and invalid mixed.
 
-`python -m playground.loadtest --clients 8 --requests 5` starts the app on a free loopback port (or uses
+`python -m playground.tools.loadtest --clients 8 --requests 5` starts the app on a free loopback port (or uses
 --url), prints one human line and a JSON object: served, failures, refusals, p50/p99 latency, peak RSS.
 """
 
@@ -44,7 +44,7 @@ def free_port() -> int:
 def start_app(port: int) -> subprocess.Popen:
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
            "GRADIO_ANALYTICS_ENABLED": "False"}
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     process = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

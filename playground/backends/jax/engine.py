@@ -25,9 +25,9 @@ import torchax
 from jax.sharding import NamedSharding, PartitionSpec
 from torchax import interop
 
-from playground import catalog
-from playground.backends import jax_model, jax_pytree, jax_sampling, jax_sharding
-from playground.backends.jax_sampling import Knobs, SamplingMode, TokenInfo
+from playground.backends.jax import kv_cache, sampling, tensor_parallel, traced
+from playground.backends.jax.sampling import Knobs, SamplingMode, TokenInfo
+from playground.models import catalog
 
 # Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
 # in-place cache writes safe inside the decode loop instead of copying each cache array every step.
@@ -78,19 +78,19 @@ class Engine:
     def __init__(self, model: torch.nn.Module, devices: int) -> None:
         start = time.perf_counter()
         config = model.config.get_text_config(decoder=True)
-        jax_sharding.check(config, devices)
-        self.mesh = jax_sharding.make_mesh(devices)
+        tensor_parallel.check(config, devices)
+        self.mesh = tensor_parallel.make_mesh(devices)
         self.devices = devices
         self.config = config
         self.env = torchax.default_env()
         # fused projections would mix q/k/v rows in one split; on a mesh each projection is split by heads
-        self.twin = jax_model.build_twin(model, fuse=self.mesh is None)
-        place = jax_sharding.placer(self.mesh, config) if self.mesh is not None else None
-        self.weights = jax_model.jax_weights(model, self.twin, place)
-        self.layout = jax_pytree.cache_layout(model)
+        self.twin = traced.build_twin(model, fuse=self.mesh is None)
+        place = tensor_parallel.placer(self.mesh, config) if self.mesh is not None else None
+        self.weights = traced.jax_weights(model, self.twin, place)
+        self.layout = kv_cache.cache_layout(model)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self.weight_bytes = jax_model.weight_bytes(self.weights)
-        self.sharding_info = jax_sharding.describe(self.mesh, config)
+        self.weight_bytes = traced.weight_bytes(self.weights)
+        self.sharding_info = tensor_parallel.describe(self.mesh, config)
         self.compiled: dict[tuple, Any] = {}
         self.move_s = time.perf_counter() - start
 
@@ -101,7 +101,7 @@ class Engine:
     def _cache_sharding(self) -> NamedSharding | None:
         if self.mesh is None:
             return None
-        return NamedSharding(self.mesh, jax_sharding.cache_spec(self.config, self.devices))
+        return NamedSharding(self.mesh, tensor_parallel.cache_spec(self.config, self.devices))
 
     def put(self, value: Any) -> Any:
         """Host values -> device, replicated over the mesh if there is one."""
@@ -109,7 +109,7 @@ class Engine:
         return jax.device_put(value, sharding) if sharding is not None else jax.device_put(value)
 
     def new_cache(self, length: int, abstract: bool = False) -> Any:
-        return jax_pytree.make_cache(self.layout, length, sharding=self._cache_sharding(), abstract=abstract)
+        return kv_cache.make_cache(self.layout, length, sharding=self._cache_sharding(), abstract=abstract)
 
     def spec(self, shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
         """An abstract argument for lowering, laid out as put() lays out the real one."""
@@ -167,12 +167,12 @@ class Engine:
         """The first new token from the prefill logits, the state decoding carries from there, and the token's
         probability, entropy and alternatives."""
         if mode.penalty:
-            seen = jax_sampling.seen_tokens(ids, length, self.vocab_size)
+            seen = sampling.seen_tokens(ids, length, self.vocab_size)
         else:
             seen = jnp.zeros((ids.shape[0], 1), bool)
         produced = jnp.int32(0)
-        token, key, info = jax_sampling.select(logits, key, produced, seen, mode, knobs, eos)
-        seen = jax_sampling.mark_seen(seen, token, mode)
+        token, key, info = sampling.select(logits, key, produced, seen, mode, knobs, eos)
+        seen = sampling.mark_seen(seen, token, mode)
         done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
         return self._pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1)), info
 
@@ -189,13 +189,13 @@ class Engine:
         def body(carry: tuple) -> tuple:
             i, s, out = carry
             logits, cache = self._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-            token, key, info = jax_sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
+            token, key, info = sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
             out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
-            s = DecodeState(cache, token, s.position + 1, key, jax_sampling.mark_seen(s.seen, token, mode),
+            s = DecodeState(cache, token, s.position + 1, key, sampling.mark_seen(s.seen, token, mode),
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self._pin(s), out
 
-        top = jax_sampling.TOP_ALTERNATIVES
+        top = sampling.TOP_ALTERNATIVES
         out = Chunk(jnp.full((steps,), -1, jnp.int32),
                     TokenInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps, top), jnp.int32),
                               jnp.zeros((steps, top))))

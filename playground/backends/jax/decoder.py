@@ -19,9 +19,10 @@ import jax
 import numpy as np
 import torch
 
-from playground.backends import jax_engine, jax_pytree, jax_sampling
-from playground.catalog import LoadedModel
+from playground.backends.jax import kv_cache, sampling
+from playground.backends.jax.engine import Engine, engine_for
 from playground.events import EmitTokens, GenerationOutput, ShouldStop
+from playground.models.catalog import LoadedModel
 from playground.spec import RunSpec
 
 STEPS_PER_CALL = 8  # tokens per decode call: the streaming chunk, and the Python overhead divisor
@@ -86,7 +87,7 @@ class _Programs:
     """Every compiled program a request needs, fetched (or compiled) before the prompt runs: a cold
     request's compile shows in its TTFT and in compile_s, never inside its decode rate."""
 
-    def __init__(self, engine: jax_engine.Engine, bucket: int, lengths: list[int], mode: jax_sampling.SamplingMode,
+    def __init__(self, engine: Engine, bucket: int, lengths: list[int], mode: sampling.SamplingMode,
                  eos: tuple[int, ...], batch: int, decode: bool) -> None:
         self.compile_s = 0.0
         self.prefill = self._add(engine.prefill_program(bucket, lengths[0], batch))
@@ -107,19 +108,19 @@ class _Programs:
 def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
               should_stop: ShouldStop) -> GenerationOutput:
     start = time.perf_counter()
-    engine, reused = jax_engine.engine_for(loaded.model, spec.devices)
+    engine, reused = engine_for(loaded.model, spec.devices)
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     batch, prompt_len = prompt.shape
     bucket = prefill_bucket(prompt_len)
     lengths = cache_lengths(prompt_len, spec.max_new_tokens)
-    mode = jax_sampling.mode_for(spec, engine.vocab_size)
+    mode = sampling.mode_for(spec, engine.vocab_size)
     eos = eos_ids(loaded)
     programs = _Programs(engine, bucket, lengths, mode, eos, batch, decode=spec.max_new_tokens > 1)
 
     padded = np.zeros((batch, bucket), np.int32)  # right padding: causal masking keeps it out of real tokens
     padded[:, :prompt_len] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt_len))
-    knobs = engine.put(jax_sampling.knobs_for(spec))
+    knobs = engine.put(sampling.knobs_for(spec))
     length = lengths[0]
     cache = engine.new_cache(length)
     logits, cache = programs.prefill(engine.weights, cache, ids, true_len)
@@ -128,7 +129,7 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
     tokens = [int(first[0])]
     token_info = _records(info, 1)
     token_times = [time.perf_counter()]
-    kv_trace = [jax_pytree.cache_bytes(state.cache)]
+    kv_trace = [kv_cache.cache_bytes(state.cache)]
     emit(tokens[:])
 
     calls, stopped = 0, False
@@ -152,14 +153,14 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
         calls += 1
         tokens += chunk
         token_times += [now] * len(chunk)
-        kv_trace += [jax_pytree.cache_bytes(state.cache)] * len(chunk)
+        kv_trace += [kv_cache.cache_bytes(state.cache)] * len(chunk)
         emit(chunk)
         done = not chunk or chunk[-1] in eos
     return GenerationOutput(
         sequences=[tokens],
         start_time=start,
         token_times=token_times,
-        kv_cache_bytes=jax_pytree.cache_bytes(state.cache),
+        kv_cache_bytes=kv_cache.cache_bytes(state.cache),
         compile_s=programs.compile_s,
         forward_passes=len(tokens),  # the prefill gave the first token, one decode step each of the rest
         stopped=stopped,
@@ -169,14 +170,14 @@ def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit:
     )
 
 
-def _records(info: jax_sampling.TokenInfo, count: int) -> list[dict[str, Any]]:
+def _records(info: sampling.TokenInfo, count: int) -> list[dict[str, Any]]:
     """The first `count` host TokenInfo rows as the records the token view reads (see GenerationOutput)."""
     rows = zip(info.p[:count], info.entropy[:count], info.top_ids[:count], info.top_p[:count], strict=True)
     return [{"p": float(p), "entropy": float(h), "top": list(zip(ids.tolist(), probs.tolist(), strict=True))}
             for p, h, ids, probs in rows]
 
 
-def _extra(engine: jax_engine.Engine, reused: bool, bucket: int, lengths: list[int], calls: int) -> dict[str, Any]:
+def _extra(engine: Engine, reused: bool, bucket: int, lengths: list[int], calls: int) -> dict[str, Any]:
     return {
         "prefill_bucket": bucket,
         "cache_length": lengths[-1],

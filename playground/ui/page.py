@@ -15,8 +15,8 @@ import gradio as gr
 from playground import compatibility, runner
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from playground.ui_chat import MODE_LABELS
-from playground.ui_columns import (
+from playground.ui.chat import MODE_LABELS
+from playground.ui.columns import (
     MAX_COLUMNS,
     START_COLUMNS,
     ColumnControls,
@@ -24,7 +24,7 @@ from playground.ui_columns import (
     build_settings,
     wire,
 )
-from playground.ui_export import (
+from playground.ui.export import (
     decode_url_state,
     encode_url_state,
     page_settings,
@@ -33,11 +33,11 @@ from playground.ui_export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui_metrics import empty_metrics, kv_frame, latency_frame, slot_colours, throughput_frame
-from playground.ui_presets import PRESETS
-from playground.ui_run import empty_outcome, forget_session, read_settings, recolour, run_all, stop_flag
-from playground.ui_style import WRITE_URL_JS
-from playground.ui_tokens import COLOUR_MODES, legend_html
+from playground.ui.metrics import empty_metrics, kv_frame, latency_frame, slot_colours, throughput_frame
+from playground.ui.presets import PRESETS
+from playground.ui.run import empty_outcome, forget_session, read_settings, recolour, run_all, stop_flag
+from playground.ui.style import WRITE_URL_JS
+from playground.ui.tokens import COLOUR_MODES, legend_html
 
 DEFAULT_PROMPT = "What is the capital of France?"
 

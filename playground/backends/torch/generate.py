@@ -12,11 +12,12 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from playground import caches, strategies
-from playground.catalog import LoadedModel
+from playground.backends.torch.config import assistant_kwargs, generation_config
+from playground.backends.torch.probes import CacheTrace, TokenProbe
 from playground.events import EmitTokens, GenerationOutput, ShouldStop
+from playground.kv.factory import kv_bytes, make_cache
+from playground.models.catalog import LoadedModel
 from playground.spec import RunSpec
-from playground.token_probe import CacheTrace, TokenProbe
 
 # One generate at a time per process: torch's global RNG makes seeds reproducible only if runs do not
 # interleave, and on 2 cores two concurrent runs would only slow each other and falsify both timings.
@@ -107,9 +108,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
              should_stop: ShouldStop) -> GenerationOutput:
     model = loaded.model
     prompt_len = input_ids.shape[1]
-    config = strategies.generation_config(spec, model)
-    assistant = strategies.assistant_kwargs(spec, loaded.tokenizer)
-    cache = caches.make_cache(spec, model, prompt_len)
+    config = generation_config(spec, model)
+    assistant = assistant_kwargs(spec, loaded.tokenizer)
+    cache = make_cache(spec, model, prompt_len)
     streamer = TimingStreamer(emit) if streams(spec) else None
     stop = StopWhen(should_stop)
     trace = CacheTrace(cache)
@@ -146,7 +147,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         sequences=sequences,
         start_time=start,
         token_times=token_times[: len(sequences[0])],
-        kv_cache_bytes=caches.kv_bytes(cache),
+        kv_cache_bytes=kv_bytes(cache),
         scores=scores,
         acceptance_rate=acceptance,
         token_info=probe.finish(sequences[0][-1] if sequences[0] else None)[: len(sequences[0])] if probe else None,

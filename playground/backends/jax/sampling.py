@@ -14,8 +14,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from playground.backends.torch.probes import TOP_ALTERNATIVES
 from playground.spec import RunSpec
-from playground.token_probe import TOP_ALTERNATIVES
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from transformers.cache_utils import (
 )
 
 from playground.errors import PlaygroundError
-from playground.sink_cache import SinkCache
-from playground.sliding_cache import make_sliding_cache
+from playground.kv.sink import SinkCache
+from playground.kv.sliding import make_sliding_cache
 from playground.spec import RunSpec
 
 

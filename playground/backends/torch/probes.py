@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from playground import caches
+from playground.kv.factory import kv_bytes
 
 TOP_ALTERNATIVES = 5
 
@@ -53,5 +53,5 @@ class CacheTrace(StoppingCriteria):
         self.bytes: list[int] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        self.bytes.append(caches.kv_bytes(self.cache))
+        self.bytes.append(kv_bytes(self.cache))
         return torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device)

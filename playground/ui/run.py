@@ -14,14 +14,14 @@ from playground import runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
 from playground.spec import RunSpec
-from playground.ui_chat import MODES, history, messages, record_turn
-from playground.ui_columns import MAX_COLUMNS, column_settings, label
-from playground.ui_export import page_settings
-from playground.ui_metrics import kv_frame, latency_frame, metrics_table, throughput_frame
-from playground.ui_tokens import divergence_from_first, divergence_report, legend_html, tokens_html
+from playground.ui.chat import MODES, history, messages, record_turn
+from playground.ui.columns import MAX_COLUMNS, column_settings, label
+from playground.ui.export import page_settings
+from playground.ui.metrics import kv_frame, latency_frame, metrics_table, throughput_frame
+from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
 
 if TYPE_CHECKING:
-    from playground.ui import Page
+    from playground.ui.page import Page
 
 logger = logging.getLogger(__name__)
 # Streamed text is sent at most this often: every update costs the server (and a browser on the same machine)

@@ -14,8 +14,8 @@ from typing import Any
 
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from playground.ui_chat import MODES
-from playground.ui_columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem
+from playground.ui.chat import MODES
+from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem
 
 MAX_PROMPT_CHARS = 20_000  # what a shared link may carry; longer prompts are pasted, not linked
 MAX_TOKEN_CHARS = 16_000

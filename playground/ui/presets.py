@@ -7,7 +7,7 @@ from typing import Any
 
 from playground import compatibility
 from playground.spec import CACHES
-from playground.ui_columns import MAX_COLUMNS, offered
+from playground.ui.columns import MAX_COLUMNS, offered
 
 Columns = list[dict[str, Any]]
 SHOOT_OUT_ORDER = ("dynamic", "static", "quantized", "sink", "sliding")  # most instructive first; 4 columns max

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from playground import catalog
-from playground.backends.torch_generate import TimingStreamer
-from playground.catalog import LoadedModel
+from playground.backends.torch.generate import TimingStreamer
+from playground.models import catalog
+from playground.models.catalog import LoadedModel
 from playground.runner import encode_prompt
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
@@ -100,26 +100,26 @@ def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: 
 def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe) -> dict[str, Any]:
     """The JAX decoder: a cold call (it compiles, or loads from the persistent cache: its compile_s is what
     we report), then ROUNDS warm calls."""
-    from playground.backends import jax_decoder
+    from playground.backends.jax import decoder
     from playground.spec import RunSpec
 
     spec = RunSpec(model=loaded.name, backend="jax", cache="static", max_new_tokens=new_tokens,
                    min_new_tokens=new_tokens)
 
     def run_once() -> tuple[float, list[float]]:
-        out = jax_decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
+        out = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
         return out.start_time, out.token_times
 
-    cold = jax_decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
+    cold = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
     return _timed("jax", run_once, probe, compile_s=round(cold.compile_s, 3))
 
 
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
               progress: Callable[[str], Any] = print) -> dict[str, Any]:
     """Run every configuration in this process and return the bench JSON object (see DESIGN.md)."""
-    from playground.backends import jax_engine
+    from playground.backends.jax.engine import enable_persistent_cache
 
-    jax_engine.enable_persistent_cache()
+    enable_persistent_cache()
     progress(f"loading {model}")
     loaded, _ = catalog.LOADED.get(model, "fp32")
     ids = encode_prompt(loaded, BENCH_PROMPT, None)  # chat template on an instruct model, as a run applies it

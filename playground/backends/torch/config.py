@@ -42,7 +42,7 @@ def assistant_kwargs(spec: RunSpec, main_tokenizer: Any) -> dict[str, Any]:
     vocabulary, universal assisted decoding (text re-tokenized between the two) when it does not."""
     if spec.strategy != "assisted" or spec.assistant is None:
         return {}
-    from playground import catalog
+    from playground.models import catalog
 
     draft, _ = catalog.LOADED.get(spec.assistant, "fp32")
     kwargs: dict[str, Any] = {"assistant_model": draft.model}

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from playground import memory
 from playground.errors import PlaygroundError
+from playground.models import memory
 
 Progress = Callable[[float, str], None]
 COMPLETE_MARKER = "playground-complete.json"
