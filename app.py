@@ -2,8 +2,8 @@
 
 import os
 
-from playground.ui.page import build_ui
 from playground.ui.style import CSS, THEME
+from playground.ui.wiring import build_ui
 
 demo = build_ui()  # builds components only: models load lazily on the first run, so startup takes seconds
 

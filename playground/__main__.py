@@ -7,9 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from playground.errors import PlaygroundError
+from playground.models import catalog, paths
 from playground.spec import BACKENDS, CACHES, STRATEGIES, WEIGHTS, RunSpec
 
 
@@ -26,7 +27,6 @@ def fail(message: str) -> NoReturn:
 
 
 _CHOICES = {"strategy": STRATEGIES, "cache": CACHES, "backend": BACKENDS, "weights": WEIGHTS}
-_TYPES = {int: int, float: float, str: str}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,11 +65,13 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
 
 
 def command_run(args: argparse.Namespace) -> None:
+    # imported here: `models` and `--help` answer without loading torch
     from playground import runner
     from playground.events import DoneEvent, ProgressEvent, TextEvent
+    from playground.result import Result
 
     spec = spec_from_args(args)
-    result: dict[str, Any] | None = None
+    result: Result | None = None
     for event in runner.run(args.prompt, spec):
         if isinstance(event, ProgressEvent):
             print(f"[{event.fraction:4.0%}] {event.message}", file=sys.stderr)
@@ -90,7 +92,7 @@ def command_run(args: argparse.Namespace) -> None:
 
 
 def command_bench(args: argparse.Namespace) -> None:
-    from playground.tools import bench
+    from playground.tools import bench  # imported here: it loads torch and jax
 
     if args.max_new_tokens < 2:
         fail(f"--max-new-tokens={args.max_new_tokens} is too small; the benchmark needs at least 2")
@@ -102,13 +104,11 @@ def command_bench(args: argparse.Namespace) -> None:
 
 
 def command_models(args: argparse.Namespace) -> None:
-    from playground.models import catalog
-
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
         print(f"{row['name']:<16} {row['kind']:<8} {state:<13} {row['description']}")
     print("any hub id org/name (needs hub access) or a local model directory under "
-          f"{', '.join(map(str, catalog.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
+          f"{', '.join(map(str, paths.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from playground.errors import PlaygroundError
 
-if TYPE_CHECKING:
-    from playground.spec import RunSpec
+# The axes of a run; RunSpec validates against them, the page offers them, the README's table is drawn from them.
+STRATEGIES = ("greedy", "sampling", "beam", "assisted")
+CACHES = ("dynamic", "static", "quantized", "sliding", "sink")
+BACKENDS = ("torch", "jax")
+WEIGHTS = ("fp32", "bf16", "int8", "nf4")
+
+
+class Combination(Protocol):
+    """The settings that decide whether a run can happen at all (RunSpec has them)."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def cache(self) -> str: ...
+    @property
+    def weights(self) -> str: ...
+    @property
+    def devices(self) -> int: ...
 
 # (backend, strategy, cache) -> reason it cannot run; anything absent is supported.
 # Reasons say why and what to pick instead, since they are shown to users verbatim.
@@ -21,8 +39,8 @@ for _cache, _why in (
     ("sink", "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"),
 ):
     _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
-for _strategy in ("greedy", "sampling", "beam", "assisted"):
-    for _cache in ("dynamic", "static", "quantized", "sliding", "sink"):
+for _strategy in STRATEGIES:
+    for _cache in CACHES:
         if _strategy in ("beam", "assisted"):
             _REFUSED[("jax", _strategy, _cache)] = (
                 f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
@@ -40,7 +58,8 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
     return _REFUSED.get((backend, strategy, cache))
 
 
-def check_combination(spec: RunSpec) -> None:
+def check_combination(spec: Combination) -> None:
+    """Raise the PlaygroundError users see for a combination that cannot run, naming what to pick instead."""
     reason = refusal(spec.backend, spec.strategy, spec.cache)
     if reason is not None:
         raise PlaygroundError(
@@ -57,8 +76,6 @@ def check_combination(spec: RunSpec) -> None:
 
 def table() -> list[dict[str, str]]:
     """Rows of backend x strategy with a mark per cache, for the README and the UI."""
-    from playground.spec import BACKENDS, CACHES, STRATEGIES
-
     rows = []
     for backend in BACKENDS:
         for strategy in STRATEGIES:
@@ -71,8 +88,6 @@ def table() -> list[dict[str, str]]:
 
 def markdown_table() -> str:
     """The README's table; a test keeps the README in step with the rules above."""
-    from playground.spec import CACHES
-
     lines = [
         "| backend | strategy | " + " | ".join(CACHES) + " |",
         "| --- | --- | " + " | ".join("---" for _ in CACHES) + " |",

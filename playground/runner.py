@@ -1,25 +1,35 @@
-"""RunSpec + prompt -> stream of events -> Result JSON: the only entry point the UI and the CLI call."""
+"""RunSpec + prompt -> stream of events -> Result: the only entry point the UI, the API and the CLI call.
+
+The runner loads the models (main and draft), encodes the prompt, checks the memory budget, and runs the
+chosen backend in a worker thread under the one generation lock, turning what it emits into events.
+"""
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from playground.errors import PlaygroundError
-from playground.events import DoneEvent, GenerationOutput, ProgressEvent, TextEvent
-from playground.metrics import PeakRss, per_token_latencies, summarize
-from playground.models import catalog, memory
+from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
+from playground.metrics import PeakRss
+from playground.models import memory
+from playground.models.catalog import check_available
+from playground.models.loaded import LOADED, LoadedModel
+from playground.result import Result, build_result
 from playground.spec import RunSpec
 
-Event = ProgressEvent | TextEvent | DoneEvent
+if TYPE_CHECKING:
+    from playground.backends.base import Backend, GenerationOutput
+
 MAX_PROMPT_CHARS = 100_000
-BACKEND_MODULES = {"torch": "playground.backends.torch.generate", "jax": "playground.backends.jax.decoder"}
+# One generation at a time per process, whichever backend: on 2 vCPUs two concurrent runs only slow each other
+# and falsify both timings, and torch's global RNG makes seeds reproducible only when runs do not interleave.
+GENERATION_LOCK = threading.Lock()
 
 
 def max_prompt_tokens() -> int:
@@ -41,21 +51,21 @@ def check_prompt(prompt: Any) -> str:
     return prompt
 
 
-def versions() -> dict[str, str | None]:
-    """Package versions read from metadata, so reporting them never imports jax or gradio."""
-    found = {}
-    for name in ("torch", "transformers", "jax", "torchax", "gradio"):
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+def backend_for(name: str) -> Backend:
+    """The backend that runs `name`. Imported on first use, so the page starts without torch or jax."""
+    if name == "jax":
+        from playground.backends.jax.decoder import JaxBackend
+
+        return JaxBackend()
+    from playground.backends.torch.generate import TorchBackend
+
+    return TorchBackend()
 
 
 History = list[tuple[str, str]]
 
 
-def encode_prompt(loaded: catalog.LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> Any:
+def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> Any:
     """Token ids (1, T) for the prompt, through the chat template when asked (default: instruct models).
 
     `history` holds earlier (user, assistant) turns of a multi-turn chat; it needs the chat template.
@@ -81,8 +91,8 @@ def encode_prompt(loaded: catalog.LoadedModel, prompt: str, chat: bool | None, h
     return ids
 
 
-def check_cache_fits(loaded: catalog.LoadedModel, spec: RunSpec, prompt_tokens: int) -> None:
-    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam."""
+def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
+    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's)."""
     total = prompt_tokens + spec.max_new_tokens
     limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and total > limit:
@@ -91,8 +101,10 @@ def check_cache_fits(loaded: catalog.LoadedModel, spec: RunSpec, prompt_tokens: 
             f"{loaded.name}'s context of {limit} tokens; lower max_new_tokens or shorten the prompt")
     sequences = spec.num_beams if spec.strategy == "beam" else 1
     need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
+    if draft is not None:
+        need += memory.kv_bytes_estimate(draft.model.config, total)
     memory.check_fits(f"the KV cache for {total} tokens x {sequences} sequence(s)", need,
-                      catalog.LOADED.resident_bytes())
+                      LOADED.resident_bytes())
 
 
 class IncrementalText:
@@ -119,63 +131,112 @@ class IncrementalText:
         return delta
 
 
+@dataclass
+class _Loaded:
+    """What the worker has once the models are in memory: the tokenizer decodes the stream from here on."""
+
+    model: LoadedModel
+    draft: LoadedModel | None
+    load_s: float
+
+
+@dataclass
+class _Finished:
+    model: LoadedModel
+    prompt_tokens: int
+    output: GenerationOutput
+    end: float
+    load_s: float
+    peak_rss: int
+
+
+class _Job:
+    """One run: a worker thread that loads and generates, and the queue of what it reports, in order."""
+
+    def __init__(self, prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None,
+                 history: History | None) -> None:
+        self.prompt, self.spec, self.history = prompt, spec, history
+        self.reports: queue.Queue[object] = queue.Queue()
+        self.cancelled = threading.Event()
+        self._external_stop = should_stop
+        self._deadline = time.monotonic() + max_request_seconds()
+        self._thread = threading.Thread(target=self._work, name=f"run-{spec.backend}", daemon=True)
+
+    def stop_requested(self) -> bool:
+        return (self.cancelled.is_set() or (self._external_stop is not None and self._external_stop())
+                or time.monotonic() > self._deadline)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _progress(self, fraction: float, message: str) -> None:
+        self.reports.put(ProgressEvent(fraction, message))
+
+    def _load(self) -> _Loaded:
+        """The main model, then the draft (never evicting the main model for it); both count in load_s."""
+        start = time.perf_counter()
+        model, _ = LOADED.get(self.spec.model, self.spec.weights, self._progress)
+        draft = None
+        if self.spec.assistant is not None:
+            draft, _ = LOADED.get(self.spec.assistant, self.spec.weights, self._progress, keep=[model])
+        return _Loaded(model, draft, time.perf_counter() - start)
+
+    def _work(self) -> None:
+        try:
+            with PeakRss() as rss:
+                loaded = self._load()
+                self.reports.put(loaded)
+                input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
+                backend = backend_for(self.spec.backend)
+                with GENERATION_LOCK:
+                    output = backend.generate(loaded.model, input_ids, self.spec, self.reports.put,
+                                              self.stop_requested, loaded.draft)
+                end = time.perf_counter()
+            self.reports.put(_Finished(loaded.model, input_ids.shape[1], output, end, loaded.load_s, rss.peak))
+        except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
+            self.reports.put(exc)
+
+    def events(self) -> Iterator[Event]:
+        """Reports turned into events: token ids into text deltas, the finish into the Result."""
+        text = IncrementalText(None)  # replaced once the model (and its tokenizer) is loaded
+        while True:
+            report = self.reports.get()
+            if isinstance(report, ProgressEvent):
+                yield report
+            elif isinstance(report, _Loaded):
+                text = IncrementalText(report.model.tokenizer)
+            elif isinstance(report, list):  # token ids, as the backend emitted them
+                delta = text.add(report)
+                if delta:
+                    yield TextEvent(delta, text.text, len(text.ids))
+            elif isinstance(report, BaseException):
+                raise _user_error(report)
+            elif isinstance(report, _Finished):
+                tail = text.finish()
+                if tail:
+                    yield TextEvent(tail, text.text, len(text.ids))
+                yield DoneEvent(build_result(self.spec, report.model, report.prompt_tokens, report.output,
+                                             report.end, report.load_s, report.peak_rss))
+                return
+
+
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
         history: History | None = None) -> Iterator[Event]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
 
-    Closing the iterator early (a client that went away) stops the generation at its next step.
+    What can be refused without loading anything is refused first (the prompt, a draft model that cannot
+    load). Closing the iterator early (a client that went away) stops the generation at its next step.
     """
     check_prompt(prompt)
-    events: queue.Queue[tuple[str, Any]] = queue.Queue()
-    cancelled = threading.Event()
-    deadline = time.monotonic() + max_request_seconds()
-
-    def stop_requested() -> bool:
-        return cancelled.is_set() or (should_stop is not None and should_stop()) or time.monotonic() > deadline
-
-    def work() -> None:
-        try:
-            with PeakRss() as rss:
-                load_start = time.perf_counter()
-                loaded, _ = catalog.LOADED.get(spec.model, spec.weights,
-                                               lambda f, m: events.put(("progress", (f, m))))
-                load_s = time.perf_counter() - load_start
-                events.put(("loaded", loaded))
-                input_ids = encode_prompt(loaded, prompt, spec.chat, history)
-                check_cache_fits(loaded, spec, input_ids.shape[1])
-                backend = importlib.import_module(BACKEND_MODULES[spec.backend])
-                output = backend.generate(loaded, input_ids, spec, lambda ids: events.put(("tokens", ids)),
-                                          stop_requested)
-                end = time.perf_counter()
-            events.put(("done", (loaded, input_ids.shape[1], output, end, load_s, rss.peak)))
-        except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
-            events.put(("error", exc))
-
-    worker = threading.Thread(target=work, name=f"run-{spec.backend}", daemon=True)
-    worker.start()
-    text = IncrementalText(None)  # replaced once the model (and its tokenizer) is loaded
+    if spec.assistant is not None:
+        check_available(spec.assistant)
+    job = _Job(prompt, spec, should_stop, history)
+    job.start()
     try:
-        while True:
-            kind, payload = events.get()
-            if kind == "progress":
-                yield ProgressEvent(*payload)
-            elif kind == "loaded":
-                text = IncrementalText(payload.tokenizer)
-            elif kind == "tokens":
-                delta = text.add(payload)
-                if delta:
-                    yield TextEvent(delta, text.text, len(text.ids))
-            elif kind == "error":
-                raise _user_error(payload)
-            else:
-                loaded, prompt_tokens, output, end, load_s, peak = payload
-                tail = text.finish()
-                if tail:
-                    yield TextEvent(tail, text.text, len(text.ids))
-                yield DoneEvent(build_result(spec, loaded, prompt_tokens, output, end, load_s, peak))
-                return
+        yield from job.events()
     finally:
-        cancelled.set()
+        job.cancelled.set()
 
 
 def _user_error(exc: BaseException) -> BaseException:
@@ -185,58 +246,8 @@ def _user_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def build_result(spec: RunSpec, loaded: catalog.LoadedModel, prompt_tokens: int, output: GenerationOutput,
-                 end: float, load_s: float, peak_rss: int) -> dict[str, Any]:
-    tokenizer = loaded.tokenizer
-    texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in output.sequences]
-    metrics = summarize(output, end, load_s)
-    latencies = per_token_latencies(output.token_times)
-    metrics["peak_rss_bytes"] = int(peak_rss)
-    spec_dict = spec.to_dict()
-    spec_dict["chat"] = loaded.instruct if spec.chat is None else spec.chat
-    return {
-        "spec": spec_dict,
-        "text": texts[0] if texts else "",
-        "sequences": texts,
-        "prompt_tokens": int(prompt_tokens),
-        "new_tokens": len(output.sequences[0]) if output.sequences else 0,
-        "token_ids": list(output.sequences[0]) if output.sequences else [],
-        "metrics": metrics,
-        "versions": versions(),
-        "tokens": token_view(tokenizer, output),
-        "timeline": {"token_ms": [round(x * 1000, 3) for x in latencies], "kv_cache_bytes": output.kv_trace},
-        "scores": output.scores,
-        "forward_passes": output.forward_passes,
-        "stopped": output.stopped,
-        "extra": output.extra,
-    }
-
-
-def token_view(tokenizer: Any, output: GenerationOutput) -> list[dict[str, Any]]:
-    """One entry per generated token of the first sequence, with what the backend knew about it."""
-    ids = output.sequences[0] if output.sequences else []
-    info = output.token_info or [{}] * len(ids)
-    drafts = output.draft_flags or [None] * len(ids)
-    view = []
-    for token, record, draft in zip(ids, info, drafts, strict=False):
-        top = record.get("top")
-        view.append({
-            "id": token,
-            "text": tokenizer.decode([token]),
-            "p": _round(record.get("p")),
-            "entropy": _round(record.get("entropy")),
-            "top": [[tokenizer.decode([i]), _round(p)] for i, p in top] if top else None,
-            "draft": draft,
-        })
-    return view
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(float(value), 5)
-
-
-def run_to_result(prompt: str, spec: RunSpec) -> dict[str, Any]:
-    """Run to the end and return the Result JSON (the CLI and the API use this)."""
+def run_to_result(prompt: str, spec: RunSpec) -> Result:
+    """Run to the end and return the Result (the CLI and the API use this)."""
     for event in run(prompt, spec):
         if isinstance(event, DoneEvent):
             return event.result

@@ -10,12 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from playground.compatibility import BACKENDS, CACHES, STRATEGIES, WEIGHTS, check_combination
 from playground.errors import PlaygroundError
 
-STRATEGIES = ("greedy", "sampling", "beam", "assisted")
-CACHES = ("dynamic", "static", "quantized", "sliding", "sink")
-BACKENDS = ("torch", "jax")
-WEIGHTS = ("fp32", "bf16", "int8", "nf4")
+__all__ = ["BACKENDS", "CACHES", "CACHE_BITS", "STRATEGIES", "WEIGHTS", "RunSpec", "max_new_tokens_cap"]
 CACHE_BITS = (2, 4, 8)
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -192,6 +190,4 @@ def _check_ranges(spec: RunSpec) -> None:
             "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
     if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup):
         raise PlaygroundError("assistant and prompt_lookup only apply to strategy 'assisted'")
-    from playground.compatibility import check_combination
-
     check_combination(spec)

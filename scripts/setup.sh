@@ -13,7 +13,7 @@ if (( want_dev )) && [[ ! -x /usr/bin/chromium ]]; then
     sudo=""
     [[ $(id -u) -ne 0 ]] && sudo="sudo"
     $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium \
-        || echo "setup: could not install chromium; tests/test_browser.py will fail until it is installed" >&2
+        || echo "setup: could not install chromium; tests/integration/test_browser.py will fail until it is installed" >&2
 fi
 
 python=${PYTHON:-python3}

@@ -36,6 +36,8 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from playground.models.shapes import attention_shape
+
 # Models whose attention applies one global RoPE with HF's rotate-half layout before `cache.update`.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # RoPE types whose inverse frequencies do not depend on the sequence length, so rotations compose exactly.
@@ -89,7 +91,7 @@ def rope_inv_freq(config: Any) -> torch.Tensor:
     """The model's RoPE inverse frequencies (D/2,), computed as its rotary embedding does."""
     rope = config.rope_parameters
     if rope.get("rope_type", "default") == "default":
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = attention_shape(config).head_dim
         return 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
     inv_freq, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config)
     return inv_freq
@@ -123,6 +125,8 @@ class SinkLayer(DynamicLayer):
         """Append, evict the oldest non-sink tokens past the window, re-rotate the sinks; return the K/V to attend."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.keys is None or self.values is None:
+            raise RuntimeError("SinkLayer.update: the layer is initialized but holds no keys/values")
         sinks, window = self.num_sink_tokens, self.window_length
         query_length = key_states.shape[-2]
         keys = torch.cat([self.keys, key_states], dim=-2)  # (B, H, L + q, D)
@@ -198,7 +202,7 @@ class SinkCache(Cache):
         text_config = config.get_text_config(decoder=True)
         check_supported(text_config)
         inv_freq = rope_inv_freq(text_config)  # (D/2,), shared by every layer
-        layers = [SinkLayer(window_length, num_sink_tokens, inv_freq) for _ in range(text_config.num_hidden_layers)]
-        super().__init__(layers=layers)
+        super().__init__(layers=[SinkLayer(window_length, num_sink_tokens, inv_freq)
+                                 for _ in range(text_config.num_hidden_layers)])
         self.window_length = window_length
         self.num_sink_tokens = num_sink_tokens

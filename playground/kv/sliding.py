@@ -31,7 +31,9 @@ from transformers.cache_utils import (
     STATIC_LAYER_TYPE_MAPPING,
     Cache,
     CacheLayerMixin,
+    DummyLayer,
     DynamicSlidingWindowLayer,
+    LinearAttentionCacheLayerMixin,
     StaticSlidingWindowLayer,
     get_layer_types_and_kwargs,
 )
@@ -40,6 +42,8 @@ from transformers.masking_utils import AttentionMaskInterface, and_masks, causal
 # Mask backends that build masks from a mask function (flash/flex take the window another way).
 WINDOWED_ATTENTION = ("sdpa", "eager")
 _INSTALL_LOCK = threading.Lock()
+# What Cache(layers=...) holds: a model's native layers may be linear-attention ones too.
+CacheLayers = list[CacheLayerMixin | LinearAttentionCacheLayerMixin | DummyLayer]
 
 
 class WindowedOffset(int):
@@ -117,7 +121,7 @@ class SlidingWindowCache(Cache):
         text_config = config.get_text_config(decoder=True)
         layer_types, per_layer_kwargs = get_layer_types_and_kwargs(text_config)
         self.native = "sliding_attention" in layer_types
-        layers: list[CacheLayerMixin]
+        layers: CacheLayers
         if self.native:
             self.window = int(text_config.sliding_window)
             layers = native_layers(layer_types, per_layer_kwargs, max_cache_len)
@@ -134,7 +138,7 @@ class SlidingWindowCache(Cache):
 
 
 def native_layers(layer_types: list[str], per_layer_kwargs: list[dict[str, Any]],
-                  max_cache_len: int | None) -> list[CacheLayerMixin]:
+                  max_cache_len: int | None) -> CacheLayers:
     """The layers DynamicCache / StaticCache would build: the model's masks already apply its window."""
     pairs = zip(layer_types, per_layer_kwargs, strict=True)
     if max_cache_len is None:

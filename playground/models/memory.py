@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from playground.errors import PlaygroundError
+from playground.models.shapes import attention_shape
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -56,13 +57,10 @@ def weight_bytes_estimate(config: Any, weights: str) -> int:
 
 def kv_bytes_estimate(config: Any, tokens: int, sequences: int = 1, element_bytes: int = 4) -> int:
     """Upper bound of a full-precision cache holding `tokens` positions for `sequences` hypotheses."""
-    text = config.get_text_config(decoder=True)
-    layer_types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
-    window = getattr(text, "sliding_window", None) or tokens
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    positions = sum(min(tokens, window) if kind == "sliding_attention" else tokens for kind in layer_types)
-    return 2 * kv_heads * head_dim * positions * sequences * element_bytes
+    shape = attention_shape(config)
+    window = shape.sliding_window or tokens
+    positions = sum(min(tokens, window) if kind == "sliding_attention" else tokens for kind in shape.layer_types)
+    return 2 * shape.kv_heads * shape.head_dim * positions * sequences * element_bytes
 
 
 def check_fits(what: str, need: int, resident: int, budget: int | None = None) -> None:

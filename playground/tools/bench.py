@@ -18,9 +18,8 @@ from typing import Any
 
 import torch
 
-from playground.backends.torch.generate import TimingStreamer
-from playground.models import catalog
-from playground.models.catalog import LoadedModel
+from playground.backends.torch.generate import TimingStreamer, reference_greedy
+from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
@@ -83,14 +82,10 @@ def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: 
 def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: str,
                 probe: BandwidthProbe) -> dict[str, Any]:
     """model.generate, greedy: one warm-up call, then ROUNDS timed calls."""
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
-
     def run_once() -> tuple[float, list[float]]:
         clock = TimingStreamer(lambda ids: None)
-        with torch.inference_mode():
-            start = time.perf_counter()
-            loaded.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, streamer=clock,
-                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens, **extra)
+        start = time.perf_counter()
+        reference_greedy(loaded.model, ids, new_tokens, cache, streamer=clock)
         return start, clock.token_times
 
     run_once()
@@ -121,7 +116,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
 
     enable_persistent_cache()
     progress(f"loading {model}")
-    loaded, _ = catalog.LOADED.get(model, "fp32")
+    loaded, _ = LOADED.get(model, "fp32")
     ids = encode_prompt(loaded, BENCH_PROMPT, None)  # chat template on an instruct model, as a run applies it
     progress("measuring memory bandwidth (jitted sums over 1 GiB, sampled before every timed run)")
     probe = BandwidthProbe()

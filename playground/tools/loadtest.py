@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from contextlib import nullcontext
 from typing import Any
 
-import psutil
-
-from playground.metrics import percentile
+from playground.metrics import PeakRss, percentile
+from playground.tools.serve import serve_app
 
 VALID = [
     ("The capital of France is", {"max_new_tokens": 4, "chat": False}),
@@ -33,58 +28,6 @@ INVALID = [
     ("hi", {"strategy": "nucleus"}),
     ("hi", {"model": "../../etc"}),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(port: int) -> subprocess.Popen:
-    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False"}
-    root = Path(__file__).resolve().parents[2]
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process
-        except OSError:
-            if process.poll() is not None:
-                raise RuntimeError("the app exited during start-up") from None
-            time.sleep(0.3)
-    process.kill()
-    raise RuntimeError("the app did not answer within 120 s")
-
-
-class RssWatcher:
-    """Peak resident memory of the app process and its children, sampled every 50 ms."""
-
-    def __init__(self, pid: int | None) -> None:
-        self.peak = 0
-        self._pid = pid
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        process = psutil.Process(self._pid)
-        while not self._done.wait(0.05):
-            try:
-                rss = process.memory_info().rss + sum(c.memory_info().rss for c in process.children(recursive=True))
-            except psutil.Error:
-                return
-            self.peak = max(self.peak, rss)
-
-    def __enter__(self) -> RssWatcher:
-        if self._pid is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
 
 
 def one_client(url: str, client_index: int, requests: int) -> list[dict[str, Any]]:
@@ -108,7 +51,8 @@ def one_client(url: str, client_index: int, requests: int) -> list[dict[str, Any
 
 def run_load(url: str, clients: int, requests: int, app_pid: int | None = None) -> dict[str, Any]:
     start = time.perf_counter()
-    with RssWatcher(app_pid) as rss, ThreadPoolExecutor(clients) as pool:
+    watcher = PeakRss(interval_s=0.05, pid=app_pid, children=True) if app_pid is not None else None
+    with watcher or nullcontext(), ThreadPoolExecutor(clients) as pool:
         batches = list(pool.map(lambda c: one_client(url, c, requests), range(clients)))
     records = [r for batch in batches for r in batch]
     valid = [r for r in records if r["valid"]]
@@ -123,7 +67,7 @@ def run_load(url: str, clients: int, requests: int, app_pid: int | None = None) 
         "accepted_invalid": sum(r["ok"] for r in invalid),
         "latency_p50_s": round(percentile(latencies, 50) or 0, 3),
         "latency_p99_s": round(percentile(latencies, 99) or 0, 3),
-        "peak_rss_bytes": rss.peak or None, "still_answers": still_answers,
+        "peak_rss_bytes": (watcher.peak or None) if watcher else None, "still_answers": still_answers,
     }
 
 
@@ -133,18 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=5)
     args = parser.parse_args(argv)
-    process = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        process = start_app(port)
-        url = f"http://127.0.0.1:{port}/"
-    try:
-        report = run_load(url, args.clients, args.requests, process.pid if process else None)
-    finally:
-        if process is not None:
-            process.terminate()
-            process.wait(timeout=30)
+    if args.url is None:
+        with serve_app() as app:
+            report = run_load(app.url, args.clients, args.requests, app.pid)
+    else:
+        report = run_load(args.url, args.clients, args.requests)
     rss = f"{report['peak_rss_bytes'] / 2**20:.0f} MiB" if report["peak_rss_bytes"] else "n/a"
     print(f"{report['served']}/{report['valid_requests']} valid served, {len(report['failures'])} failed, "
           f"{report['refused']}/{report['invalid_requests']} invalid refused, p50 {report['latency_p50_s']} s, "

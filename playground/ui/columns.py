@@ -10,7 +10,7 @@ import gradio as gr
 
 from playground import compatibility
 from playground.errors import PlaygroundError
-from playground.models import catalog
+from playground.models.catalog import BUNDLED
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
 
 MAX_COLUMNS = 4
@@ -140,8 +140,8 @@ class ColumnControls:
     index: int
     settings_box: gr.Column
     output_box: gr.Column
-    knobs: dict[str, gr.components.Component]  # COLUMN_KEYS + "draft_source"
-    groups: dict[str, gr.blocks.Block]  # keys of visibility()
+    knobs: dict[str, Any]  # COLUMN_KEYS + "draft_source": Gradio input components, each with an .input event
+    groups: dict[str, Any]  # keys of visibility(): blocks shown or hidden together
     remove: gr.Button
     notice: gr.Markdown
     output: gr.Textbox
@@ -171,10 +171,70 @@ def _slider(key: str, index: int, low: float, high: float, step: float, label: s
     return gr.Slider(low, high, value=UI_DEFAULTS[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
 
 
+def _choice_controls(index: int, knobs: dict[str, Any]) -> None:
+    """Model, weights, strategy, cache, backend and length: shown for every choice."""
+    with gr.Row():
+        knobs["model"] = gr.Dropdown(list(BUNDLED), value=UI_DEFAULTS["model"], label="model", allow_custom_value=True,
+                                     elem_id=f"model-{index}", scale=3, min_width=120)
+        knobs["weights"] = gr.Dropdown(list(WEIGHTS), value="fp32", label="weights", elem_id=f"weights-{index}",
+                                       scale=2, min_width=80)
+    with gr.Row():
+        knobs["strategy"] = gr.Dropdown(strategy_choices("torch", "dynamic"), value="greedy", label="strategy",
+                                        elem_id=f"strategy-{index}", min_width=110)
+        knobs["cache"] = gr.Dropdown(cache_choices("torch", "greedy"), value="dynamic", label="KV cache",
+                                     elem_id=f"cache-{index}", min_width=110)
+    knobs["backend"] = gr.Radio(offered(BACKENDS, 0), value="torch", label="backend", elem_id=f"backend-{index}")
+    knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens")
+
+
+def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any]) -> None:
+    """Sampling, beam and assisted knobs, each group shown only for its strategy."""
+    with gr.Group(visible=False) as groups["sampling"]:
+        with gr.Row():
+            knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature")
+            knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)")
+        with gr.Row():
+            knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)")
+            knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)")
+    with gr.Group(visible=False) as groups["beam"]:
+        with gr.Row():
+            knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams")
+            knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
+                                                    "returned sequences")
+        with gr.Row():
+            knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty")
+            knobs["early_stopping"] = gr.Checkbox(False, label="early stopping", elem_id=f"early_stopping-{index}")
+    with gr.Group(visible=False) as groups["assisted"]:
+        knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=DRAFT_MODEL, label="draft tokens from",
+                                         elem_id=f"draft_source-{index}")
+        knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=UI_DEFAULTS["assistant"], label="draft model",
+                                         allow_custom_value=True, elem_id=f"assistant-{index}")
+        knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens",
+                                         visible=False)
+        groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
+
+
+def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any]) -> None:
+    """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX."""
+    with gr.Group(visible=False) as groups["quantized"]:
+        with gr.Row():
+            knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=UI_DEFAULTS["cache_bits"], label="cache bits",
+                                           elem_id=f"cache_bits-{index}", info="2/4: quanto · 8: fp8")
+            knobs["residual_length"] = gr.Number(UI_DEFAULTS["residual_length"], precision=0, minimum=1,
+                                                 label="full-precision residual (tokens)",
+                                                 elem_id=f"residual_length-{index}")
+    with gr.Row(visible=False) as groups["window_box"]:
+        knobs["window"] = gr.Number(UI_DEFAULTS["window"], precision=0, minimum=1, label="window (tokens)",
+                                    elem_id=f"window-{index}")
+        knobs["sink_tokens"] = gr.Number(UI_DEFAULTS["sink_tokens"], precision=0, minimum=0, label="sink tokens",
+                                         elem_id=f"sink_tokens-{index}", visible=False)
+        groups["sink_tokens"] = knobs["sink_tokens"]
+    knobs["devices"] = _slider("devices", index, 1, 8, 1, "devices (shards)", visible=False)
+    groups["devices"] = knobs["devices"]
+
+
 def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Button, gr.Markdown]:
     """The settings card: always-on choices first, then only the knobs the choice needs."""
-    bundled = list(catalog.BUNDLED)
-    backends = offered(BACKENDS, 0)
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
     with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["run-card"]) as box:
@@ -182,58 +242,9 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
             gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
                                elem_classes=["remove-btn"])
-        with gr.Row():
-            knobs["model"] = gr.Dropdown(bundled, value=UI_DEFAULTS["model"], label="model", allow_custom_value=True,
-                                         elem_id=f"model-{index}", scale=3, min_width=120)
-            knobs["weights"] = gr.Dropdown(list(WEIGHTS), value="fp32", label="weights", elem_id=f"weights-{index}",
-                                           scale=2, min_width=80)
-        with gr.Row():
-            knobs["strategy"] = gr.Dropdown(strategy_choices("torch", "dynamic"), value="greedy", label="strategy",
-                                            elem_id=f"strategy-{index}", min_width=110)
-            knobs["cache"] = gr.Dropdown(cache_choices("torch", "greedy"), value="dynamic", label="KV cache",
-                                         elem_id=f"cache-{index}", min_width=110)
-        missing = [b for b in BACKENDS if b not in backends]
-        knobs["backend"] = gr.Radio(backends, value="torch", label="backend", elem_id=f"backend-{index}",
-                                    info=f"{', '.join(missing)}: not in this build" if missing else None)
-        knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens")
-        with gr.Group(visible=False) as groups["sampling"]:
-            with gr.Row():
-                knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature")
-                knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)")
-            with gr.Row():
-                knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)")
-                knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)")
-        with gr.Group(visible=False) as groups["beam"]:
-            with gr.Row():
-                knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams")
-                knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
-                                                        "returned sequences")
-            with gr.Row():
-                knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty")
-                knobs["early_stopping"] = gr.Checkbox(False, label="early stopping", elem_id=f"early_stopping-{index}")
-        with gr.Group(visible=False) as groups["assisted"]:
-            knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=DRAFT_MODEL, label="draft tokens from",
-                                             elem_id=f"draft_source-{index}")
-            knobs["assistant"] = gr.Dropdown(bundled, value=UI_DEFAULTS["assistant"], label="draft model",
-                                             allow_custom_value=True, elem_id=f"assistant-{index}")
-            knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens",
-                                             visible=False)
-            groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
-        with gr.Group(visible=False) as groups["quantized"]:
-            with gr.Row():
-                knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=UI_DEFAULTS["cache_bits"], label="cache bits",
-                                               elem_id=f"cache_bits-{index}", info="2/4: quanto · 8: fp8")
-                knobs["residual_length"] = gr.Number(UI_DEFAULTS["residual_length"], precision=0, minimum=1,
-                                                     label="full-precision residual (tokens)",
-                                                     elem_id=f"residual_length-{index}")
-        with gr.Row(visible=False) as groups["window_box"]:
-            knobs["window"] = gr.Number(UI_DEFAULTS["window"], precision=0, minimum=1, label="window (tokens)",
-                                        elem_id=f"window-{index}")
-            knobs["sink_tokens"] = gr.Number(UI_DEFAULTS["sink_tokens"], precision=0, minimum=0, label="sink tokens",
-                                             elem_id=f"sink_tokens-{index}", visible=False)
-            groups["sink_tokens"] = knobs["sink_tokens"]
-        knobs["devices"] = _slider("devices", index, 1, 8, 1, "devices (shards)", visible=False)
-        groups["devices"] = knobs["devices"]
+        _choice_controls(index, knobs)
+        _strategy_knobs(index, knobs, groups)
+        _cache_knobs(index, knobs, groups)
         with gr.Accordion("more: min tokens, repetition penalty", open=False):
             with gr.Row():
                 knobs["min_new_tokens"] = _slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from playground.errors import PlaygroundError
+from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
 from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem
@@ -102,30 +103,29 @@ CSV_METRICS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90",
 CSV_SPEC = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "seed", "chat")
 
 
-def results_json(settings: Mapping[str, Any], results: Sequence[dict[str, Any] | None]) -> str:
+def results_json(settings: Mapping[str, Any], results: Sequence[Result | None]) -> str:
     """The page settings plus every finished column's full Result JSON, versions included."""
     done = [{"column": i + 1, **r} for i, r in enumerate(results) if r]
-    versions = next((r.get("versions") for r in results if r), None)
+    versions = next((r["versions"] for r in results if r), None)
     return json.dumps({"settings": settings, "versions": versions, "results": done}, indent=1, ensure_ascii=False)
 
 
-def results_csv(results: Sequence[dict[str, Any] | None], labels: Sequence[str]) -> str:
+def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     """One row per finished column: settings, metrics, text and package versions (spreadsheet-friendly)."""
     done = [(i, label, r) for i, (label, r) in enumerate(zip(labels, results, strict=True)) if r]
-    spec_keys = list(CSV_SPEC) + sorted({k for _, _, r in done for k in r.get("spec", {})} - set(CSV_SPEC))
-    version_keys = sorted({k for _, _, r in done for k in (r.get("versions") or {})})
+    spec_keys = list(CSV_SPEC) + sorted({k for _, _, r in done for k in r["spec"]} - set(CSV_SPEC))
+    version_keys = sorted({k for _, _, r in done for k in r["versions"]})
     header = ["column", "label", *spec_keys, "prompt_tokens", "new_tokens", "forward_passes", "stopped",
               *CSV_METRICS, "text", *[f"version_{k}" for k in version_keys]]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     for index, label, result in done:
-        spec = result.get("spec", {})
-        metrics = result.get("metrics", {})
-        versions = result.get("versions") or {}
-        writer.writerow([index + 1, label, *[_cell(spec.get(k)) for k in spec_keys], result.get("prompt_tokens"),
-                         result.get("new_tokens"), _cell(result.get("forward_passes")), result.get("stopped"),
-                         *[_cell(metrics.get(k)) for k in CSV_METRICS], result.get("text", ""),
+        spec, versions = result["spec"], result["versions"]
+        metrics: Mapping[str, Any] = result["metrics"]
+        writer.writerow([index + 1, label, *[_cell(spec.get(k)) for k in spec_keys], result["prompt_tokens"],
+                         result["new_tokens"], _cell(result["forward_passes"]), result["stopped"],
+                         *[_cell(metrics.get(k)) for k in CSV_METRICS], result["text"],
                          *[_cell(versions.get(k)) for k in version_keys]])
     return buffer.getvalue()
 
@@ -134,7 +134,7 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
-def write_exports(settings: Mapping[str, Any], results: Sequence[dict[str, Any] | None],
+def write_exports(settings: Mapping[str, Any], results: Sequence[Result | None],
                   labels: Sequence[str]) -> tuple[Path, Path]:
     """Fresh files per export (Gradio serves them by path, so one user's download never shows another's)."""
     folder = Path(tempfile.mkdtemp(prefix="playground-export-"))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+
+from playground.result import Result
 
 MIB = 2**20
 PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column slot, the same in every plot
@@ -28,13 +30,16 @@ METRIC_ROWS: list[tuple[str, str, bool | None]] = [
 ]
 
 
-def metric_value(result: dict[str, Any] | None, key: str) -> float | int | None:
+def metric_value(result: Result | None, key: str) -> float | int | None:
     """A row's number for one run, in the row's unit; None when the run has no such figure."""
     if not result:
         return None
-    if key in ("new_tokens", "forward_passes"):
-        return result.get(key)
-    value = (result.get("metrics") or {}).get(key)
+    if key == "new_tokens":
+        return result["new_tokens"]
+    if key == "forward_passes":
+        return result["forward_passes"]
+    metrics: Mapping[str, Any] = result["metrics"]
+    value = metrics.get(key)
     if value is None:
         return None
     if key.endswith("_bytes"):
@@ -69,7 +74,7 @@ def best_index(values: Sequence[float | int | None], lower_better: bool | None) 
     return {i for i, v in enumerate(values) if v == best}
 
 
-def metrics_table(results: Sequence[dict[str, Any] | None], labels: Sequence[str]) -> dict[str, Any]:
+def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> dict[str, Any]:
     """Rows are metrics, columns are runs; the best value per row is bold with a ★."""
     rows = []
     for label, key, lower_better in METRIC_ROWS:
@@ -110,28 +115,28 @@ def _placeholders(count: int, x: str, y: str) -> list[dict[str, Any]]:
     return [{"column": slot_name(i), "run": "", x: 1, y: math.nan} for i in range(count)]
 
 
-def throughput_frame(results: Sequence[dict[str, Any] | None], labels: Sequence[str | None]) -> pd.DataFrame:
+def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
     rows = [{"run": label, "tokens/s": metric_value(r, "tokens_per_s")}
             for label, r in zip(labels, results, strict=True) if metric_value(r, "tokens_per_s") is not None]
     return _frame(rows, {"run": "str", "tokens/s": "float64"})
 
 
-def latency_frame(results: Sequence[dict[str, Any] | None], labels: Sequence[str | None]) -> pd.DataFrame:
+def latency_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
     """ms per decoded token by step, one line per column slot; a compiled path shows its compile spike first."""
     rows = _placeholders(len(results), "step", "ms/token")
     for slot, (label, result) in enumerate(zip(labels, results, strict=True)):
-        for step, ms in enumerate(((result or {}).get("timeline") or {}).get("token_ms") or [], start=1):
+        for step, ms in enumerate(result["timeline"]["token_ms"] if result else [], start=1):
             rows.append({"column": slot_name(slot), "run": label, "step": step, "ms/token": ms})
     return _frame(rows, {"column": "str", "run": "str", "step": "int64", "ms/token": "float64"})
 
 
-def kv_frame(results: Sequence[dict[str, Any] | None], labels: Sequence[str | None]) -> pd.DataFrame:
+def kv_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
     """KV-cache MiB after each decoding step (one token per step for greedy and sampling).
 
     Dynamic grows, static is flat from the start, quantized grows slower past its residual length.
     """
     rows = _placeholders(len(results), "decoding step", "KV cache (MiB)")
     for slot, (label, result) in enumerate(zip(labels, results, strict=True)):
-        for step, size in enumerate(((result or {}).get("timeline") or {}).get("kv_cache_bytes") or [], start=1):
+        for step, size in enumerate(result["timeline"]["kv_cache_bytes"] if result else [], start=1):
             rows.append({"column": slot_name(slot), "run": label, "decoding step": step, "KV cache (MiB)": size / MIB})
     return _frame(rows, {"column": "str", "run": "str", "decoding step": "int64", "KV cache (MiB)": "float64"})

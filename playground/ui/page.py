@@ -1,20 +1,17 @@
-"""Gradio Blocks page: a prompt, up to four run columns side by side, metrics, plots, token views; and the `run` API.
+"""The page's components: a prompt, up to four run columns side by side, metrics, plots and token views.
 
-The page talks to model code only through `runner` (it never imports torch or jax), so it starts in seconds
-and models load on the first run, with progress.
+`Page` names every component the handlers read or write; `build_page()` creates them inside a Blocks context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from playground import compatibility, runner
-from playground.errors import PlaygroundError
-from playground.spec import RunSpec
+from playground import compatibility
 from playground.ui.chat import MODE_LABELS
 from playground.ui.columns import (
     MAX_COLUMNS,
@@ -22,21 +19,14 @@ from playground.ui.columns import (
     ColumnControls,
     build_output,
     build_settings,
-    wire,
 )
 from playground.ui.export import (
-    decode_url_state,
     encode_url_state,
-    page_settings,
-    parse_settings,
-    settings_from_json,
     settings_to_json,
-    write_exports,
 )
 from playground.ui.metrics import empty_metrics, kv_frame, latency_frame, slot_colours, throughput_frame
+from playground.ui.outcome import empty_outcome
 from playground.ui.presets import PRESETS
-from playground.ui.run import empty_outcome, forget_session, read_settings, recolour, run_all, stop_flag
-from playground.ui.style import WRITE_URL_JS
 from playground.ui.tokens import COLOUR_MODES, legend_html
 
 DEFAULT_PROMPT = "What is the capital of France?"
@@ -101,8 +91,8 @@ class Page:
         return updates
 
     def apply_outputs(self) -> list[Any]:
-        outputs = [self.visible, self.add, self.prompt, self.seed, self.mode, self.settings_json, self.url_token,
-                   self.status, self.clear_chat]
+        outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.mode, self.settings_json,
+                              self.url_token, self.status, self.clear_chat]
         for col in self.columns:
             outputs += [col.settings_box, col.output_box, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]
@@ -128,7 +118,8 @@ def _build_columns() -> list[ColumnControls]:
     return columns
 
 
-def _build_page() -> Page:
+def _header() -> dict[str, Any]:
+    """Title, prompt, prompt format, seed, the toolbar, the presets and the status line."""
     gr.Markdown("# Decoding Playground\nOne prompt, up to four decoding settings side by side: the text they "
                 "produce, how fast, and how much KV cache they hold. Models load on first use.",
                 elem_classes=["intro"])
@@ -146,13 +137,23 @@ def _build_page() -> Page:
         gr.Markdown("**Presets**", elem_classes=["presets-label"])
         presets = {name: gr.Button(name, size="sm", elem_id=f"preset-{n}") for n, name in enumerate(PRESETS)}
     status = gr.Markdown("", elem_id="status", elem_classes=["status"])
-    columns = _build_columns()
+    return {"prompt": prompt, "mode": mode, "seed": seed, "run": run, "stop": stop, "add": add,
+            "clear_chat": clear_chat, "presets": presets, "status": status}
+
+
+def _token_bar() -> dict[str, Any]:
+    """How tokens are coloured, the legend, and where the columns' outputs diverge."""
     with gr.Row(elem_classes=["token-bar"]):
         colour_by = gr.Radio(list(COLOUR_MODES), value="probability", label="colour tokens by", scale=0,
                              min_width=260, elem_id="colour-by")
         legend = gr.HTML(legend_html("probability"), js_on_load=None)
     diff = gr.Markdown("Run two or more columns to see where their outputs diverge.", elem_id="diff",
                        elem_classes=["diff"])
+    return {"colour_by": colour_by, "legend": legend, "diff": diff}
+
+
+def _comparison() -> dict[str, Any]:
+    """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
     with gr.Row(equal_height=False):
         metrics = gr.Dataframe(value=empty_metrics(), label="metrics (★ best in row)", elem_id="metrics",
@@ -166,14 +167,22 @@ def _build_page() -> Page:
                 download_csv = gr.DownloadButton("⬇ results CSV", interactive=False, size="sm",
                                                  elem_id="download-csv")
     with gr.Row(equal_height=False):
-        empty = [None] * MAX_COLUMNS
-        line_style = {"color": "column", "color_map": slot_colours(MAX_COLUMNS), "height": 260, "y_lim": [0, None]}
+        empty: list[Any] = [None] * MAX_COLUMNS
+        colours = slot_colours(MAX_COLUMNS)
         latency_plot = gr.LinePlot(latency_frame(empty, empty), x="step", y="ms/token", elem_id="latency-plot",
                                    title="latency per token (ms; compile spikes show at the start)",
-                                   tooltip=["run", "step", "ms/token"], **line_style)
+                                   tooltip=["run", "step", "ms/token"], color="column", color_map=colours,
+                                   height=260, y_lim=[0, None])
         kv_plot = gr.LinePlot(kv_frame(empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",
-                              tooltip=["run", "decoding step", "KV cache (MiB)"], **line_style)
+                              tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
+                              color_map=colours, height=260, y_lim=[0, None])
+    return {"metrics": metrics, "speed_plot": speed_plot, "latency_plot": latency_plot, "kv_plot": kv_plot,
+            "download_json": download_json, "download_csv": download_csv}
+
+
+def _sharing() -> dict[str, Any]:
+    """The settings as JSON (and the hidden URL token), and the compatibility table."""
     with gr.Accordion("Reproduce and share: run settings as JSON", open=False, elem_id="reproduce"):
         gr.Markdown("The settings of the last run (or preset). Edit or paste settings here and press *apply*; "
                     "the page address also carries them, so a copied link restores this comparison.")
@@ -184,141 +193,13 @@ def _build_page() -> Page:
     with gr.Accordion("Which strategy works with which cache", open=False):
         rows = compatibility.table()
         gr.Dataframe(value=[list(r.values()) for r in rows], headers=list(rows[0]), interactive=False)
-    return Page(prompt=prompt, seed=seed, mode=mode, run=run, stop=stop, add=add, clear_chat=clear_chat,
-                status=status, visible=gr.State([i < START_COLUMNS for i in range(MAX_COLUMNS)]),
-                conversation=gr.State([]), results=gr.State(empty_outcome()), columns=columns, colour_by=colour_by,
-                legend=legend, diff=diff, metrics=metrics, speed_plot=speed_plot, latency_plot=latency_plot,
-                kv_plot=kv_plot, settings_json=settings_json, url_token=url_token, apply=apply, presets=presets,
-                download_json=download_json, download_csv=download_csv)
+    return {"settings_json": settings_json, "apply": apply, "url_token": url_token}
 
 
-def _wire_layout(page: Page) -> None:
-    """Layout events stay outside the queue, so a long generation never delays someone's clicks."""
-    layout_outputs = [page.visible, page.add] + [x for c in page.columns for x in (c.settings_box, c.output_box,
-                                                                                  c.remove)]
-
-    def add_column(flags: list[bool]) -> dict[Any, Any]:
-        flags = list(flags)
-        if False in flags:
-            flags[flags.index(False)] = True
-        return page.layout(flags)
-
-    page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
-    for i, col in enumerate(page.columns):
-        col.remove.click(lambda flags, i=i: page.layout([f and j != i for j, f in enumerate(flags)]),
-                         page.visible, layout_outputs, queue=False, api_visibility="private")
-        wire(col)
-    page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [c.chatbot for c in page.columns],
-                    queue=False, api_visibility="private")
-
-    def clear_conversation() -> dict[Any, Any]:
-        return {page.conversation: []} | {c.chatbot: [] for c in page.columns}
-
-    page.clear_chat.click(clear_conversation, None, [page.conversation] + [c.chatbot for c in page.columns],
-                          queue=False, api_visibility="private")
-    page.colour_by.input(lambda outcome, by: recolour(page, outcome, by), [page.results, page.colour_by],
-                         [page.legend] + [c.tokens for c in page.columns], queue=False, api_visibility="private")
-
-
-def _wire_settings(page: Page) -> Any:
-    """Presets, the settings JSON and the address bar: all routes to the same validated page settings.
-
-    Returns the handler that restores settings from the page address, for demo.load.
-    """
-    outputs = page.apply_outputs()
-
-    def apply_json(text: str) -> dict[Any, Any]:
-        try:
-            return page.apply_settings(settings_from_json(text), "✓ Settings applied.")
-        except PlaygroundError as exc:
-            return {page.status: f"⚠ **settings not applied:** {exc}"}
-
-    def restore(request: gr.Request) -> dict[Any, Any]:
-        token = request.query_params.get("s") if request else None
-        if not token:
-            return {page.status: gr.skip()}  # an empty dict would read as one value for 145 outputs
-        try:
-            return page.apply_settings(decode_url_state(token), "✓ Settings restored from the link.")
-        except PlaygroundError as exc:
-            return {page.status: f"⚠ **the link's settings were not applied:** {exc}"}
-
-    for name, button in page.presets.items():
-        def apply_preset(data: dict[Any, Any], name: str = name) -> dict[Any, Any]:
-            current, _ = read_settings(page, data)
-            columns, note = PRESETS[name](current["columns"][0])
-            try:
-                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns))
-            except PlaygroundError as exc:  # column 1's model or length, which presets keep, is not valid
-                return {page.status: f"⚠ **{name} not applied:** {exc}"}
-            return page.apply_settings(settings, f"**{name}:** {note}")
-
-        button.click(apply_preset, page.setting_inputs(), outputs, queue=False, api_visibility="private").then(
-            None, page.url_token, None, js=WRITE_URL_JS)
-    page.apply.click(apply_json, page.settings_json, outputs, queue=False, api_visibility="private").then(
-        None, page.url_token, None, js=WRITE_URL_JS)
-    return restore
-
-
-def _wire_run(page: Page) -> None:
-    inputs = page.setting_inputs() | {page.conversation, page.colour_by}
-    outputs = [page.status, page.results, page.metrics, page.speed_plot, page.latency_plot, page.kv_plot, page.diff,
-               page.legend, page.conversation, page.prompt]
-    for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot]
-
-    def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
-        """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""
-        settings, _ = read_settings(page, data)
-        return {page.settings_json: settings_to_json(settings), page.url_token: encode_url_state(settings)}
-
-    def run_columns(data: dict[Any, Any], request: gr.Request,
-                    progress: gr.Progress = gr.Progress()) -> Iterator[dict[Any, Any]]:  # noqa: B008 - Gradio idiom
-        yield from run_all(page, data, request, progress)
-
-    def exports(outcome: dict[str, Any]) -> dict[Any, Any]:
-        if not any(outcome["results"]):
-            return {page.download_json: gr.update(interactive=False), page.download_csv: gr.update(interactive=False)}
-        labels = [name for name in outcome["labels"] if name is not None]
-        results = [r for r, name in zip(outcome["results"], outcome["labels"], strict=True) if name is not None]
-        json_path, csv_path = write_exports(outcome["settings"], results, labels)
-        return {page.download_json: gr.update(value=str(json_path), interactive=True),
-                page.download_csv: gr.update(value=str(csv_path), interactive=True)}
-
-    for trigger in (page.run.click, page.prompt.submit):
-        trigger(snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
-                api_visibility="private").then(
-            None, page.url_token, None, js=WRITE_URL_JS).then(
-            run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
-            exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
-
-    def request_stop(request: gr.Request) -> str:
-        stop_flag(request).set()
-        return "■ Stopping after the current token…"
-
-    # outside the queue, so it is not stuck behind the run it is meant to stop
-    page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
-
-
-def api_run(prompt: str, spec: str) -> dict:
-    """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults)."""
-    try:
-        return runner.run_to_result(prompt, RunSpec.from_json(spec))
-    except PlaygroundError as exc:
-        raise gr.Error(str(exc)) from None
-
-
-def build_ui() -> gr.Blocks:
-    """The whole page; app.py queues it (one generation at a time) and launches it with CSS and THEME."""
-    with gr.Blocks(title="Decoding Playground", fill_width=True) as demo:
-        page = _build_page()
-        _wire_layout(page)
-        restore = _wire_settings(page)
-        _wire_run(page)
-        demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private")
-        demo.unload(forget_session)
-        gr.api(api_run, api_name="run")
-    demo.page = page  # type: ignore[attr-defined]  # for tests and scripts that drive handlers directly
-    return demo
-
-
-__all__ = ["Page", "api_run", "build_ui"]
+def build_page() -> Page:
+    """Every component, in page order (call inside a gr.Blocks context)."""
+    parts = _header()
+    parts["columns"] = _build_columns()
+    parts |= _token_bar() | _comparison() | _sharing()
+    return Page(**parts, visible=gr.State([i < START_COLUMNS for i in range(MAX_COLUMNS)]),
+                conversation=gr.State([]), results=gr.State(empty_outcome()))

@@ -1,13 +1,12 @@
-"""One-click column sets for the comparisons people ask for most; they adapt to what this build can run."""
+"""One-click column sets for the comparisons people ask for most."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from playground import compatibility
 from playground.spec import CACHES
-from playground.ui.columns import MAX_COLUMNS, offered
+from playground.ui.columns import MAX_COLUMNS
 
 Columns = list[dict[str, Any]]
 SHOOT_OUT_ORDER = ("dynamic", "static", "quantized", "sink", "sliding")  # most instructive first; 4 columns max
@@ -30,17 +29,13 @@ def strategies(current: Mapping[str, Any]) -> tuple[Columns, str]:
 
 def cache_shoot_out(current: Mapping[str, Any]) -> tuple[Columns, str]:
     base = {**_base(current), "strategy": "greedy"}
-    runnable = [c for c in SHOOT_OUT_ORDER if c in offered(CACHES, 2) and compatibility.refusal("torch", "greedy", c)
-                is None]
-    columns = []
-    for cache in runnable[:MAX_COLUMNS]:
-        extra = {"quantized": {"cache_bits": 4}, "sink": {"window": 256, "sink_tokens": 4},
-                 "sliding": {"window": 256}}.get(cache, {})
-        columns.append({**base, "cache": cache, **extra})
-    left = [c for c in CACHES if c not in runnable[:MAX_COLUMNS]]
+    shown = SHOOT_OUT_ORDER[:MAX_COLUMNS]
+    knobs = {"quantized": {"cache_bits": 4}, "sink": {"window": 256, "sink_tokens": 4}, "sliding": {"window": 256}}
+    columns = [{**base, "cache": cache, **knobs.get(cache, {})} for cache in shown]
+    left = [c for c in CACHES if c not in shown]
     note = "Greedy on every cache: the text should match; speed and KV-cache size differ."
     if left:
-        note += f" Not shown ({MAX_COLUMNS} columns at most, or not runnable here): {', '.join(left)}."
+        note += f" Not shown ({MAX_COLUMNS} columns at most): {', '.join(left)}."
     return columns, note
 
 
@@ -54,9 +49,6 @@ def torch_vs_jax(current: Mapping[str, Any]) -> tuple[Columns, str]:
 
 def assisted(current: Mapping[str, Any]) -> tuple[Columns, str]:
     base = {**_base(current), "model": "gemma3-270m", "strategy": "greedy"}
-    reason = compatibility.refusal("torch", "assisted", "dynamic")
-    if reason is not None:
-        return [base], f"Assisted decoding cannot run here: {reason}"
     return [
         base,
         {**base, "strategy": "assisted", "assistant": "smollm2-135m"},

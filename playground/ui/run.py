@@ -6,22 +6,23 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import gradio as gr
 
 from playground import runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
+from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui.chat import MODES, history, messages, record_turn
-from playground.ui.columns import MAX_COLUMNS, column_settings, label
+from playground.ui.chat import MODES, Conversation, history, messages, record_turn
+from playground.ui.columns import column_settings
 from playground.ui.export import page_settings
 from playground.ui.metrics import kv_frame, latency_frame, metrics_table, throughput_frame
+from playground.ui.outcome import Outcome, empty_outcome
+from playground.ui.page import Page
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
-
-if TYPE_CHECKING:
-    from playground.ui.page import Page
 
 logger = logging.getLogger(__name__)
 # Streamed text is sent at most this often: every update costs the server (and a browser on the same machine)
@@ -49,19 +50,11 @@ def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], lis
     return page_settings(data[page.prompt], data[page.seed], data[page.mode], columns), active
 
 
-def empty_outcome(settings: dict[str, Any] | None = None, active: list[int] | None = None) -> dict[str, Any]:
-    """The results State: per column index its Result (or None) and label, plus the settings that produced them."""
-    labels: list[str | None] = [None] * MAX_COLUMNS
-    for i, column in zip(active or [], (settings or {}).get("columns", []), strict=False):
-        labels[i] = label(i, column)
-    return {"settings": settings, "results": [None] * MAX_COLUMNS, "labels": labels}
-
-
-def render(page: Page, outcome: dict[str, Any], colour_by: str) -> dict[Any, Any]:
+def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     """Everything drawn from finished results: metrics, plots, token views and the divergence report."""
     indices = [i for i, name in enumerate(outcome["labels"]) if name is not None]
     results = [outcome["results"][i] for i in indices]
-    labels = [outcome["labels"][i] for i in indices]
+    labels = [name for name in outcome["labels"] if name is not None]
     marks = divergence_from_first(results)
     updates: dict[Any, Any] = {
         page.metrics: metrics_table(results, labels) if indices else gr.skip(),
@@ -73,28 +66,28 @@ def render(page: Page, outcome: dict[str, Any], colour_by: str) -> dict[Any, Any
     }
     for i, result, mark in zip(indices, results, marks, strict=True):
         if result is not None:
-            updates[page.columns[i].tokens] = tokens_html(result.get("tokens"), colour_by, mark)
+            updates[page.columns[i].tokens] = tokens_html(result["tokens"], colour_by, mark)
     return updates
 
 
-def recolour(page: Page, outcome: dict[str, Any], colour_by: str) -> dict[Any, Any]:
+def recolour(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     """Only the token views and their legend: the colour toggle redraws nothing else."""
     wanted = {page.legend, *(col.tokens for col in page.columns)}
     return {k: v for k, v in render(page, outcome, colour_by).items() if k in wanted}
 
 
-def done_notice(result: dict[str, Any]) -> str:
-    metrics = result.get("metrics") or {}
-    speed = metrics.get("tokens_per_s")
-    count = result.get("new_tokens", 0)
+def done_notice(result: Result) -> str:
+    """The column's one-line summary under its output."""
+    metrics = result["metrics"]
+    count = result["new_tokens"]
     parts = [f"✓ {count} token{'' if count == 1 else 's'}"]
-    if speed:
-        parts.append(f"{speed:.1f} tok/s")
-    if metrics.get("acceptance_rate") is not None:
+    if metrics["tokens_per_s"]:
+        parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")
+    if metrics["acceptance_rate"] is not None:
         parts.append(f"{100 * metrics['acceptance_rate']:.0f}% drafts accepted")
-    if result.get("stopped"):
+    if result["stopped"]:
         parts.append("stopped early")
-    if len(result.get("sequences") or []) > 1:
+    if len(result["sequences"]) > 1:
         parts.append(f"{len(result['sequences'])} sequences returned (first shown)")
     return " · ".join(parts)
 
@@ -103,8 +96,117 @@ def _waiting_status(active: list[int], slot: int) -> str:
     now = active[slot] + 1
     waiting = [f"column {j + 1} waits for column {active[k] + 1}" for k, j in enumerate(active[1:]) if k + 1 > slot]
     tail = f"; {', '.join(waiting)}" if waiting else ""
-    return (f"▶ Column {now} is running ({slot + 1} of {len(active)}){tail}. Columns run one after another on "
-            "this 2-core machine, so each timing is its own.")
+    return (f"▶ Column {now} is running ({slot + 1} of {len(active)}){tail}. Columns run one after another, "
+            "so each timing is its own.")
+
+
+@dataclass
+class _Run:
+    """One press of Run: what every column shares, and what happened to each column so far."""
+
+    page: Page
+    settings: dict[str, Any]
+    active: list[int]  # the visible columns' slots, in order
+    conversation: Conversation
+    outcome: Outcome
+    colour_by: str
+    stop: threading.Event
+    replies: dict[int, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)  # slot -> why it did not run (refusal or failure)
+
+    @property
+    def chat(self) -> bool:
+        return bool(self.settings["mode"] == "chat")
+
+    @property
+    def prompt(self) -> str:
+        return str(self.settings["prompt"])
+
+
+def _opening(run: _Run) -> dict[Any, Any]:
+    """Outputs cleared and a waiting notice per column, before the first one starts."""
+    page, active = run.page, run.active
+    updates: dict[Any, Any] = {page.status: _waiting_status(active, 0), page.results: run.outcome}
+    for slot, i in enumerate(active):
+        col = page.columns[i]
+        updates[col.output] = ""
+        updates[col.tokens] = ""
+        waits = f"waiting: column {i + 1} waits for column {active[slot - 1] + 1}" if slot else "▶ starting"
+        updates[col.notice] = waits
+        if run.chat:
+            updates[col.chatbot] = messages(run.conversation, i, run.prompt)
+    return updates | render(page, run.outcome, run.colour_by)
+
+
+def _text_update(run: _Run, i: int, text: str) -> dict[Any, Any]:
+    col = run.page.columns[i]
+    update: dict[Any, Any] = {col.output: text}
+    if run.chat:
+        update[col.chatbot] = messages(run.conversation, i, run.prompt, text)
+    return update
+
+
+def _finish_column(run: _Run, i: int, result: Result) -> dict[Any, Any]:
+    run.outcome["results"][i] = result
+    run.replies[i] = result["text"]
+    col = run.page.columns[i]
+    update = _text_update(run, i, result["text"]) | {col.notice: done_notice(result), run.page.results: run.outcome}
+    return update | render(run.page, run.outcome, run.colour_by)
+
+
+def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+    """One column's run: progress while loading, coalesced text while generating, everything drawn at the end."""
+    col = run.page.columns[i]
+    spec = RunSpec.from_dict({**run.settings["columns"][slot], "seed": run.settings["seed"],
+                              "chat": MODES[run.settings["mode"]]})
+    yield {run.page.status: _waiting_status(run.active, slot), col.notice: "▶ running"}
+    last_sent = 0.0
+    for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
+                            history=history(run.conversation, i) if run.chat else None):
+        if isinstance(event, ProgressEvent):
+            progress(event.fraction, desc=f"column {i + 1}: {event.message}")
+            yield {col.notice: f"loading: {event.message}"}
+        elif isinstance(event, TextEvent) and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
+            last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
+            yield _text_update(run, i, event.text)
+        elif isinstance(event, DoneEvent):
+            yield _finish_column(run, i, event.result)
+
+
+def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+    """A column's stream; a refusal or a crash is shown on that column and never costs the others their run."""
+    col = run.page.columns[i]
+    try:
+        yield from _stream_column(run, slot, i, progress)
+    except PlaygroundError as exc:
+        run.refused[i] = str(exc)
+        yield {col.notice: f"⚠ {exc}"}
+    except Exception as exc:  # noqa: BLE001 - a crash in one backend must not cost the other columns theirs
+        logger.exception("column %d failed", i + 1)
+        run.refused[i] = f"failed ({type(exc).__name__}: {exc})"
+        yield {col.notice: f"⚠ this run failed ({type(exc).__name__}: {exc}); the other columns still run"}
+
+
+def summary(ran: int, refused: dict[int, str], not_run: int, seed: int) -> str:
+    """The status line after a run: how many columns ran, and which did not and why."""
+    parts = [f"{ran} column{'' if ran == 1 else 's'} ran"]
+    if refused:
+        reasons = "; ".join(f"column {i + 1}: {why}" for i, why in sorted(refused.items()))
+        parts.append(f"{len(refused)} refused or failed ({reasons})")
+    if not_run:
+        parts.append(f"{not_run} not run (stopped)")
+    mark = "✓" if not refused and not not_run and ran else "⚠"
+    seed_note = f" on the same prompt with seed {seed}" if ran else ""
+    return f"{mark} {', '.join(parts)}{seed_note}."
+
+
+def _closing(run: _Run, not_run: int) -> dict[Any, Any]:
+    ran = sum(r is not None for r in run.outcome["results"])
+    final: dict[Any, Any] = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"]))}
+    if run.chat and run.replies:
+        final[run.page.conversation] = record_turn(run.conversation, run.prompt, run.replies)
+        final[run.page.prompt] = ""
+    return final
 
 
 def run_all(page: Page, data: dict[Any, Any], request: gr.Request, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
@@ -112,65 +214,14 @@ def run_all(page: Page, data: dict[Any, Any], request: gr.Request, progress: gr.
     flag = stop_flag(request)
     flag.clear()
     settings, active = read_settings(page, data)
-    mode, prompt = settings["mode"], settings["prompt"]
-    conversation = data[page.conversation] if mode == "chat" else []
-    outcome = empty_outcome(settings, active)
-    colour_by = data[page.colour_by]
-    first: dict[Any, Any] = {page.status: _waiting_status(active, 0), page.results: outcome}
+    run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
+               empty_outcome(settings, active), data[page.colour_by], flag)
+    yield _opening(run)
+    not_run = 0
     for slot, i in enumerate(active):
-        col = page.columns[i]
-        first[col.output] = ""
-        first[col.tokens] = ""
-        first[col.notice] = ("▶ starting" if slot == 0
-                             else f"waiting: column {i + 1} waits for column {active[slot - 1] + 1}")
-        if mode == "chat":
-            first[col.chatbot] = messages(conversation, i, prompt)
-    yield first | render(page, outcome, colour_by)
-    replies: dict[int, str] = {}
-    for slot, i in enumerate(active):
-        col = page.columns[i]
         if flag.is_set():
+            not_run = len(active) - slot
             yield {page.columns[j].notice: "■ not run (stopped)" for j in active[slot:]}
             break
-        try:
-            spec = RunSpec.from_dict({**settings["columns"][slot], "seed": settings["seed"], "chat": MODES[mode]})
-        except PlaygroundError as exc:
-            yield {col.notice: f"⚠ {exc}"}
-            continue
-        yield {page.status: _waiting_status(active, slot), col.notice: "▶ running"}
-        last_sent = 0.0
-        try:
-            events = runner.run(prompt, spec, should_stop=flag.is_set,
-                                history=history(conversation, i) if mode == "chat" else None)
-            for event in events:
-                if isinstance(event, ProgressEvent):
-                    progress(event.fraction, desc=f"column {i + 1}: {event.message}")
-                    yield {col.notice: f"loading: {event.message}"}
-                elif isinstance(event, TextEvent):
-                    if time.monotonic() - last_sent < STREAM_INTERVAL_S:
-                        continue  # the next update (or the final result) carries this text too
-                    last_sent = time.monotonic()
-                    update = {col.output: event.text}
-                    if mode == "chat":
-                        update[col.chatbot] = messages(conversation, i, prompt, event.text)
-                    yield update
-                elif isinstance(event, DoneEvent):
-                    outcome["results"][i] = event.result
-                    replies[i] = event.result["text"]
-                    update = {col.output: event.result["text"], col.notice: done_notice(event.result),
-                              page.results: outcome}
-                    if mode == "chat":
-                        update[col.chatbot] = messages(conversation, i, prompt, event.result["text"])
-                    yield update | render(page, outcome, colour_by)
-        except PlaygroundError as exc:
-            # one column's refusal must not cost the others their run
-            yield {col.notice: f"⚠ {exc}"}
-        except Exception as exc:  # noqa: BLE001 - a crash in one backend must not cost the other columns theirs
-            logger.exception("column %d failed", i + 1)
-            yield {col.notice: f"⚠ this run failed ({type(exc).__name__}: {exc}); the other columns still run"}
-    final: dict[Any, Any] = {page.status: "■ Stopped." if flag.is_set() else "✓ Done: every column ran on the "
-                             f"same prompt with seed {settings['seed']}."}
-    if mode == "chat" and replies:
-        final[page.conversation] = record_turn(conversation, prompt, replies)
-        final[page.prompt] = ""
-    yield final
+        yield from _run_column(run, slot, i, progress)
+    yield _closing(run, not_run)

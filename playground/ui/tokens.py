@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+
+from playground.result import Result, TokenRecord
 
 COLOUR_MODES = ("probability", "entropy")
 ENTROPY_SCALE = 4.0  # nats at which the colour saturates; SmolLM2's uncertain steps sit around 3-5 nats
 
 
-def _hue(token: dict[str, Any], by: str) -> float | None:
+def _hue(token: TokenRecord, by: str) -> float | None:
     """0 (red, surprising) .. 120 (green, confident); None when the backend recorded nothing."""
     if by == "entropy":
-        entropy = token.get("entropy")
+        entropy = token["entropy"]
         return None if entropy is None else 120.0 * (1.0 - min(max(entropy, 0.0) / ENTROPY_SCALE, 1.0))
-    p = token.get("p")
+    p = token["p"]
     return None if p is None else 120.0 * min(max(p, 0.0), 1.0)
 
 
@@ -25,39 +26,39 @@ def _shown(text: str) -> str:
     return escaped if text.strip() else escaped.replace(" ", "·") or "∅"
 
 
-def _tooltip(index: int, token: dict[str, Any]) -> str:
-    lines = [f"#{index} {token.get('text', '')!r} (id {token.get('id')})"]
+def _tooltip(index: int, token: TokenRecord) -> str:
+    lines = [f"#{index} {token['text']!r} (id {token['id']})"]
     figures = []
-    if token.get("p") is not None:
+    if token["p"] is not None:
         figures.append(f"p={token['p']:.3f}")
-    if token.get("entropy") is not None:
+    if token["entropy"] is not None:
         figures.append(f"entropy={token['entropy']:.2f} nats")
     if figures:
         lines.append(", ".join(figures))
-    if token.get("draft") is True:
+    if token["draft"] is True:
         lines.append("accepted draft token")
-    elif token.get("draft") is False:
+    elif token["draft"] is False:
         lines.append("main-model token")
-    for text, p in token.get("top") or []:
+    for text, p in token["top"] or []:
         lines.append(f"  {text!r}: {p:.3f}" if p is not None else f"  {text!r}")
     return "\n".join(lines)
 
 
-def tokens_html(tokens: Sequence[dict[str, Any]] | None, by: str = "probability", diverge_at: int | None = None) -> str:
+def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = "probability", diverge_at: int | None = None) -> str:
     """One span per token: background by `by`, title with the top alternatives, draft tokens underlined."""
     if not tokens:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
     spans = []
     for index, token in enumerate(tokens):
         classes = ["tok"]
-        if token.get("draft") is True:
+        if token["draft"] is True:
             classes.append("draft")
         if diverge_at is not None and index == diverge_at:
             classes.append("diverge")
         hue = _hue(token, by)
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token), quote=True)
-        text = _shown(token.get("text", ""))
+        text = _shown(token["text"])
         spans.append(f"<span class='{' '.join(classes)}'{style} title=\"{title}\">{text}</span>")
     return "<div class='tokens'>" + "".join(spans) + "</div>"
 
@@ -70,25 +71,20 @@ def legend_html(by: str) -> str:
             " · hover a token for its top alternatives</div>")
 
 
-def token_texts(result: dict[str, Any] | None) -> list[str]:
+def token_texts(result: Result | None) -> list[str]:
     """The generated tokens of a result's first sequence as text; ids stand in when texts are absent."""
     if not result:
         return []
-    tokens = result.get("tokens")
-    if tokens:
-        return [t.get("text", "") for t in tokens]
-    return [f"<{i}>" for i in result.get("token_ids") or []]
+    if result["tokens"]:
+        return [t["text"] for t in result["tokens"]]
+    return [f"<{i}>" for i in result["token_ids"]]
 
 
-def token_ids(result: dict[str, Any] | None) -> list[int]:
-    if not result:
-        return []
-    if result.get("token_ids") is not None:
-        return list(result["token_ids"])
-    return [t.get("id") for t in result.get("tokens") or []]
+def token_ids(result: Result | None) -> list[int]:
+    return list(result["token_ids"]) if result else []
 
 
-def first_divergence(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, str, str] | None:
+def first_divergence(a: Result, b: Result) -> tuple[int, str, str] | None:
     """(token index, a's token, b's token) where the outputs first differ, or None when they are identical.
 
     Compared on token ids, since two tokenizations of the same text are the same output for this purpose
@@ -105,7 +101,7 @@ def first_divergence(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, str, st
     return None
 
 
-def divergence_report(results: Sequence[dict[str, Any] | None], labels: Sequence[str]) -> str:
+def divergence_report(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     """Markdown: for each pair of finished columns, the first token where they differ."""
     done = [(label, r) for label, r in zip(labels, results, strict=True) if r]
     if len(done) < 2:
@@ -123,7 +119,7 @@ def divergence_report(results: Sequence[dict[str, Any] | None], labels: Sequence
     return "\n".join(lines)
 
 
-def divergence_from_first(results: Sequence[dict[str, Any] | None]) -> list[int | None]:
+def divergence_from_first(results: Sequence[Result | None]) -> list[int | None]:
     """Per column, the index where it leaves the first finished column's output (None: same or nothing to compare)."""
     reference = next((r for r in results if r), None)
     marks: list[int | None] = []

@@ -11,18 +11,19 @@ grows, doubling (one copy each time), as decoding fills it; each length compiles
 
 from __future__ import annotations
 
-import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
 import torch
 
+from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
 from playground.backends.jax import kv_cache, sampling
-from playground.backends.jax.engine import Engine, engine_for
-from playground.events import EmitTokens, GenerationOutput, ShouldStop
-from playground.models.catalog import LoadedModel
+from playground.backends.jax.engine import DecodeState, Engine, engine_for
+from playground.backends.jax.sampling import Knobs
+from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
 STEPS_PER_CALL = 8  # tokens per decode call: the streaming chunk, and the Python overhead divisor
@@ -32,10 +33,6 @@ MIN_CACHE_LENGTH = 64
 # is one more decode program to trace and compile; past it, growing as decoding fills the cache pays (a
 # 512-token run decodes ~14% faster than over a cache sized for its end from the start).
 GROWTH_FLOOR = 256
-
-# One JAX generation at a time: on 2 cores two would only slow each other and falsify both timings.
-_LOCK = threading.Lock()
-
 
 def _next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
@@ -63,14 +60,14 @@ def cache_lengths(prompt_len: int, max_new_tokens: int) -> list[int]:
     return lengths
 
 
-def eos_ids(loaded: LoadedModel) -> tuple[int, ...]:
-    """The ids generate() stops at: the generation config's, else the tokenizer's."""
-    eos = getattr(loaded.model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(loaded.tokenizer, "eos_token_id", None)
-    if eos is None:
-        return ()
-    return tuple(sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}))
+class JaxBackend:
+    """The torchax-traced model under jax.jit: prefill and chunked decode over a static cache."""
+
+    name = "jax"
+
+    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+        return generate(loaded, input_ids, spec, emit, should_stop)
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
@@ -79,8 +76,13 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
-    with _LOCK:
-        return _generate(loaded, input_ids, spec, emit, should_stop)
+    start = time.perf_counter()
+    prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
+    request = _prepare(loaded, prompt, spec)
+    run = _prefill(request, prompt, spec)
+    emit(run.tokens[:])
+    _decode_chunks(request, run, spec, emit, should_stop)
+    return _output(request, run, start)
 
 
 class _Programs:
@@ -105,73 +107,120 @@ class _Programs:
         return program
 
 
-def _generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-              should_stop: ShouldStop) -> GenerationOutput:
-    start = time.perf_counter()
+@dataclass
+class _Request:
+    """What a request fixes before it runs: its engine, prompt layout, stop tokens and compiled programs."""
+
+    engine: Engine
+    reused: bool  # the engine (its device weights) existed already
+    prompt_len: int
+    bucket: int  # the padded prompt length
+    lengths: list[int]  # the cache lengths decoding may step through
+    eos: tuple[int, ...]
+    programs: _Programs
+
+
+@dataclass
+class _Run:
+    """A request's decoding so far: the device state the next call continues from, and what reached the host."""
+
+    state: DecodeState[jax.Array]
+    knobs: Knobs[jax.Array]  # on the device
+    length: int  # the cache's length now
+    tokens: list[int]
+    token_info: list[TokenInfo]
+    token_times: list[float]  # when each token reached the host
+    kv_trace: list[int]  # cache bytes after each token
+    limits: dict[int, jax.Array] = field(default_factory=dict)  # each chunk size on the device, put once
+    calls: int = 0  # decode calls
+    stopped: bool = False  # ended by should_stop()
+
+
+def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec) -> _Request:
+    """The model's engine and every program this request runs, compiled now if they are new."""
     engine, reused = engine_for(loaded.model, spec.devices)
-    prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     batch, prompt_len = prompt.shape
     bucket = prefill_bucket(prompt_len)
     lengths = cache_lengths(prompt_len, spec.max_new_tokens)
     mode = sampling.mode_for(spec, engine.vocab_size)
-    eos = eos_ids(loaded)
+    eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
     programs = _Programs(engine, bucket, lengths, mode, eos, batch, decode=spec.max_new_tokens > 1)
+    return _Request(engine, reused, prompt_len, bucket, lengths, eos, programs)
 
-    padded = np.zeros((batch, bucket), np.int32)  # right padding: causal masking keeps it out of real tokens
-    padded[:, :prompt_len] = prompt
-    ids, true_len = engine.put(padded), engine.put(np.int32(prompt_len))
+
+def _prefill(request: _Request, prompt: np.ndarray, spec: RunSpec) -> _Run:
+    """The padded prompt through a fresh cache, and the first new token brought to the host."""
+    engine, programs = request.engine, request.programs
+    # right padding: causal masking keeps it out of the real tokens
+    padded = np.zeros((prompt.shape[0], request.bucket), np.int32)
+    padded[:, : request.prompt_len] = prompt
+    ids, true_len = engine.put(padded), engine.put(np.int32(request.prompt_len))
     knobs = engine.put(sampling.knobs_for(spec))
-    length = lengths[0]
-    cache = engine.new_cache(length)
+    cache = engine.new_cache(request.lengths[0])
     logits, cache = programs.prefill(engine.weights, cache, ids, true_len)
     state, info = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
     first, info = jax.device_get((state.token, info))
-    tokens = [int(first[0])]
-    token_info = _records(info, 1)
-    token_times = [time.perf_counter()]
-    kv_trace = [kv_cache.cache_bytes(state.cache)]
-    emit(tokens[:])
+    return _Run(state=state, knobs=knobs, length=request.lengths[0], tokens=[int(first[0])],
+                token_info=_records(info, 1), token_times=[time.perf_counter()],
+                kv_trace=[kv_cache.cache_bytes(state.cache)])
 
-    calls, stopped = 0, False
-    done = tokens[-1] in eos
-    limits: dict[int, jax.Array] = {}
-    while programs.decoders and not done and len(tokens) < spec.max_new_tokens:
+
+def _decode_chunks(request: _Request, run: _Run, spec: RunSpec, emit: EmitTokens, should_stop: ShouldStop) -> None:
+    """Decode calls until EOS, max_new_tokens or should_stop(), streaming each call's chunk through `emit`."""
+    done = run.tokens[-1] in request.eos
+    while request.programs.decoders and not done and len(run.tokens) < spec.max_new_tokens:
         if should_stop():
-            stopped = True
-            break
-        limit = min(STEPS_PER_CALL, spec.max_new_tokens - len(tokens))
-        while prompt_len + len(tokens) - 1 + limit > length:  # this chunk writes past the cache: grow it
-            length *= 2
-            state = programs.growers[length](state)
-        if limit not in limits:
-            limits[limit] = engine.put(np.int32(limit))
-        state, out, count = programs.decoders[length](engine.weights, state, limits[limit], knobs)
-        out, count = jax.device_get((out, count))  # the one host sync of this chunk
-        now = time.perf_counter()
-        chunk = [int(t) for t in out.tokens[: int(count)]]
-        token_info += _records(out.info, len(chunk))
-        calls += 1
-        tokens += chunk
-        token_times += [now] * len(chunk)
-        kv_trace += [kv_cache.cache_bytes(state.cache)] * len(chunk)
+            run.stopped = True
+            return
+        chunk = _decode_chunk(request, run, min(STEPS_PER_CALL, spec.max_new_tokens - len(run.tokens)))
         emit(chunk)
-        done = not chunk or chunk[-1] in eos
+        done = not chunk or chunk[-1] in request.eos
+
+
+def _decode_chunk(request: _Request, run: _Run, limit: int) -> list[int]:
+    """One decode call of up to `limit` tokens (fewer at EOS), recorded in `run`; returns its tokens."""
+    _grow_to_fit(request, run, limit)
+    if limit not in run.limits:
+        run.limits[limit] = request.engine.put(np.int32(limit))
+    decode = request.programs.decoders[run.length]
+    run.state, out, count = decode(request.engine.weights, run.state, run.limits[limit], run.knobs)
+    out, count = jax.device_get((out, count))  # the one host sync of this chunk
+    now = time.perf_counter()
+    chunk = [int(t) for t in out.tokens[: int(count)]]
+    run.token_info += _records(out.info, len(chunk))
+    run.calls += 1
+    run.tokens += chunk
+    run.token_times += [now] * len(chunk)
+    run.kv_trace += [kv_cache.cache_bytes(run.state.cache)] * len(chunk)
+    return chunk
+
+
+def _grow_to_fit(request: _Request, run: _Run, limit: int) -> None:
+    """Double the cache until the next `limit` tokens fit in it (one copy each time)."""
+    while request.prompt_len + len(run.tokens) - 1 + limit > run.length:
+        run.length *= 2
+        run.state = request.programs.growers[run.length](run.state)
+
+
+def _output(request: _Request, run: _Run, start: float) -> GenerationOutput:
+    """The backends' common output, with this path's figures (buckets, cache lengths, calls) in `extra`."""
     return GenerationOutput(
-        sequences=[tokens],
+        sequences=[run.tokens],
         start_time=start,
-        token_times=token_times,
-        kv_cache_bytes=kv_cache.cache_bytes(state.cache),
-        compile_s=programs.compile_s,
-        forward_passes=len(tokens),  # the prefill gave the first token, one decode step each of the rest
-        stopped=stopped,
-        kv_trace=kv_trace,
-        token_info=token_info,
-        extra=_extra(engine, reused, bucket, lengths[: lengths.index(length) + 1], calls),
+        token_times=run.token_times,
+        kv_cache_bytes=kv_cache.cache_bytes(run.state.cache),
+        compile_s=request.programs.compile_s,
+        forward_passes=len(run.tokens),  # the prefill gave the first token, one decode step each of the rest
+        stopped=run.stopped,
+        kv_trace=run.kv_trace,
+        token_info=run.token_info,
+        extra=_extra(request.engine, request.reused, request.bucket,
+                     request.lengths[: request.lengths.index(run.length) + 1], run.calls),
     )
 
 
-def _records(info: sampling.TokenInfo, count: int) -> list[dict[str, Any]]:
-    """The first `count` host TokenInfo rows as the records the token view reads (see GenerationOutput)."""
+def _records(info: sampling.StepInfo, count: int) -> list[TokenInfo]:
+    """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
     rows = zip(info.p[:count], info.entropy[:count], info.top_ids[:count], info.top_p[:count], strict=True)
     return [{"p": float(p), "entropy": float(h), "top": list(zip(ids.tolist(), probs.tolist(), strict=True))}
             for p, h, ids, probs in rows]

@@ -16,22 +16,24 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import torch
 import torchax
 from jax.sharding import NamedSharding, PartitionSpec
+from jax.stages import CompilerOptions
 from torchax import interop
+from transformers import PreTrainedModel
 
 from playground.backends.jax import kv_cache, sampling, tensor_parallel, traced
-from playground.backends.jax.sampling import Knobs, SamplingMode, TokenInfo
-from playground.models import catalog
+from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo
+from playground.models.paths import cache_root
 
 # Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
 # in-place cache writes safe inside the decode loop instead of copying each cache array every step.
-COMPILER_OPTIONS = {"xla_cpu_copy_insertion_use_region_analysis": True}
+COMPILER_OPTIONS: CompilerOptions = {"xla_cpu_copy_insertion_use_region_analysis": True}
 _persistent_cache_ready = False
 
 
@@ -40,7 +42,7 @@ def enable_persistent_cache() -> None:
     global _persistent_cache_ready
     if _persistent_cache_ready:
         return
-    path = catalog.cache_root() / "jax"
+    path = cache_root() / "jax"
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -49,16 +51,16 @@ def enable_persistent_cache() -> None:
 
 
 @dataclass(frozen=True)
-class DecodeState:
-    """Everything a decode call carries over to the next (all device arrays)."""
+class DecodeState(Generic[Leaf]):
+    """Everything a decode call carries over to the next (all device arrays; shape structs when lowering)."""
 
     cache: Any  # transformers StaticCache with JAX leaves
-    token: jax.Array  # (B,) last token, not yet in the cache
-    position: jax.Array  # () its position
-    key: jax.Array  # PRNG key
-    seen: jax.Array  # (B, V) tokens seen (repetition penalty) or (B, 1) unused
-    done: jax.Array  # () bool: an EOS was produced
-    produced: jax.Array  # () tokens generated so far
+    token: Leaf  # (B,) last token, not yet in the cache
+    position: Leaf  # () its position
+    key: Leaf  # PRNG key
+    seen: Leaf  # (B, V) tokens seen (repetition penalty) or (B, 1) unused
+    done: Leaf  # () bool: an EOS was produced
+    produced: Leaf  # () tokens generated so far
 
 
 jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "position", "key", "seen", "done",
@@ -66,16 +68,16 @@ jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "po
 
 
 class Chunk(NamedTuple):
-    """One decode call's output, a row per step: the tokens and their TokenInfo."""
+    """One decode call's output, a row per step: the tokens and their StepInfo."""
 
     tokens: jax.Array  # (steps,) int32, -1 past the last step run
-    info: TokenInfo  # fields with a leading (steps,) axis
+    info: StepInfo  # fields with a leading (steps,) axis
 
 
 class Engine:
     """Device weights, the traced twin and the compiled prefill/decode programs of one model."""
 
-    def __init__(self, model: torch.nn.Module, devices: int) -> None:
+    def __init__(self, model: PreTrainedModel, devices: int) -> None:
         start = time.perf_counter()
         config = model.config.get_text_config(decoder=True)
         tensor_parallel.check(config, devices)
@@ -125,7 +127,7 @@ class Engine:
             layer.values = jax.lax.with_sharding_constraint(layer.values, sharding)
         return cache
 
-    def _pin(self, state: DecodeState) -> DecodeState:
+    def _pin(self, state: DecodeState[jax.Array]) -> DecodeState[jax.Array]:
         """The state's small arrays replicated and the cache split, call after call."""
         if self.mesh is None:
             return state
@@ -133,7 +135,7 @@ class Engine:
                  for x in (state.token, state.position, state.key, state.seen, state.done, state.produced)]
         return DecodeState(self._constrain(state.cache), *small)
 
-    def _knob_specs(self) -> Knobs:
+    def _knob_specs(self) -> Knobs[jax.ShapeDtypeStruct]:
         f32, i32 = self.spec((), jnp.float32), self.spec((), jnp.int32)
         return Knobs(f32, f32, f32, f32, i32)
 
@@ -162,8 +164,9 @@ class Engine:
             logits = jax.lax.with_sharding_constraint(logits, self._replicated())
         return logits, self._constrain(cache)
 
-    def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array, knobs: Knobs,
-               cache: Any, *, mode: SamplingMode, eos: tuple[int, ...]) -> tuple[DecodeState, TokenInfo]:
+    def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
+               knobs: Knobs[jax.Array], cache: Any, *, mode: SamplingMode,
+               eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], StepInfo]:
         """The first new token from the prefill logits, the state decoding carries from there, and the token's
         probability, entropy and alternatives."""
         if mode.penalty:
@@ -176,8 +179,9 @@ class Engine:
         done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
         return self._pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1)), info
 
-    def _decode(self, weights: dict, state: DecodeState, limit: jax.Array, knobs: Knobs, *, steps: int,
-                mode: SamplingMode, eos: tuple[int, ...]) -> tuple[DecodeState, Chunk, jax.Array]:
+    def _decode(self, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs[jax.Array], *,
+                steps: int, mode: SamplingMode,
+                eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Chunk, jax.Array]:
         """Up to `limit` (<= steps) tokens in one call; stops early at EOS. Returns (state, chunk, count): the
         chunk's first `count` rows are this call's tokens (of the first sequence) and what was known of each."""
         eos_ids = jnp.asarray(eos or (-1,))
@@ -197,12 +201,12 @@ class Engine:
 
         top = sampling.TOP_ALTERNATIVES
         out = Chunk(jnp.full((steps,), -1, jnp.int32),
-                    TokenInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps, top), jnp.int32),
+                    StepInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps, top), jnp.int32),
                               jnp.zeros((steps, top))))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 
-    def _grow(self, state: DecodeState, *, length: int) -> DecodeState:
+    def _grow(self, state: DecodeState[jax.Array], *, length: int) -> DecodeState[jax.Array]:
         """The same state over a longer cache: the arrays padded with empty positions at the end."""
         cache = state.cache
         for layer in cache.layers:
@@ -239,7 +243,8 @@ class Engine:
 
         return self.program(("start", batch, bucket, cache_len, mode, eos), build)
 
-    def _abstract_state(self, cache_len: int, mode: SamplingMode, batch: int) -> DecodeState:
+    def _abstract_state(self, cache_len: int, mode: SamplingMode,
+                        batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
         seen = (batch, self.vocab_size if mode.penalty else 1)
         return DecodeState(self.new_cache(cache_len, abstract=True), self.spec((batch,), jnp.int32),
                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.spec(seen, jnp.bool_),
@@ -266,7 +271,7 @@ _ENGINES: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, Engine]] = weakre
 _ENGINES_LOCK = threading.Lock()
 
 
-def engine_for(model: torch.nn.Module, devices: int) -> tuple[Engine, bool]:
+def engine_for(model: PreTrainedModel, devices: int) -> tuple[Engine, bool]:
     """The model's engine for `devices` devices, and whether it already existed (weights already moved)."""
     enable_persistent_cache()
     with _ENGINES_LOCK:

@@ -17,6 +17,7 @@ from transformers import StaticCache
 from transformers.cache_utils import Cache, StaticLayer
 
 from playground.errors import PlaygroundError
+from playground.models.shapes import attention_shape
 
 # attribute a one-token update puts on the keys it returns, read by jax_model.attention_forward
 PENDING = "_playground_pending"
@@ -133,8 +134,7 @@ def cache_layout(model: Any) -> list[tuple[type, int, int]]:
     """(layer class, kv heads, head dim) per decoder layer, read from the model's text config."""
     config = model.config.get_text_config(decoder=True)
     probe = StaticCache(config=config, max_cache_len=1)  # dispatches layer types as transformers would
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = attention_shape(config)
     layout = []
     for layer in probe.layers:
         if type(layer) is StaticLayer:
@@ -144,7 +144,7 @@ def cache_layout(model: Any) -> list[tuple[type, int, int]]:
         else:
             raise PlaygroundError(f"the JAX decoder does not support {type(layer).__name__} cache layers "
                                   "(only full and sliding-window attention); use backend torch")
-        layout.append((cls, kv_heads, head_dim))
+        layout.append((cls, shape.kv_heads, shape.head_dim))
     return layout
 
 
@@ -160,7 +160,7 @@ def make_cache(layout: list[tuple[type, int, int]], max_cache_len: int, batch: i
             return jax.ShapeDtypeStruct(shape, dtype, sharding=where)
         return jnp.zeros(shape, dtype, device=where)
 
-    length_dtype = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
+    length_dtype = jnp.int64 if jax.config.read("jax_enable_x64") else jnp.int32
     counter_sharding = None  # the scalar counter is replicated wherever the arrays are split
     if isinstance(sharding, jax.sharding.NamedSharding):
         counter_sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
@@ -182,4 +182,5 @@ def make_cache(layout: list[tuple[type, int, int]], max_cache_len: int, batch: i
 
 def cache_bytes(cache: StaticCache) -> int:
     """Bytes of the preallocated key and value arrays (what the cache holds, filled or not)."""
-    return sum(int(layer.keys.nbytes) + int(layer.values.nbytes) for layer in cache.layers)
+    layers: list[Any] = cache.layers  # make_cache's layers: JAX arrays where transformers' types say torch.Tensor
+    return sum(int(layer.keys.nbytes) + int(layer.values.nbytes) for layer in layers)

@@ -9,12 +9,12 @@ reproduces its tokens exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
 
-from playground.backends.torch.probes import TOP_ALTERNATIVES
+from playground.backends.base import TOP_ALTERNATIVES
 from playground.spec import RunSpec
 
 
@@ -29,14 +29,18 @@ class SamplingMode:
     penalty: bool = False  # repetition penalty: tracks which tokens were seen
 
 
-class Knobs(NamedTuple):
+# A program's inputs: arrays when it runs, shape structs in their place when it is lowered ahead of its first call.
+Leaf = TypeVar("Leaf", jax.Array, jax.ShapeDtypeStruct)
+
+
+class Knobs(NamedTuple, Generic[Leaf]):
     """The traced half: scalars passed as arguments."""
 
-    temperature: jax.Array
-    top_p: jax.Array
-    min_p: jax.Array
-    penalty: jax.Array
-    min_new_tokens: jax.Array
+    temperature: Leaf
+    top_p: Leaf
+    min_p: Leaf
+    penalty: Leaf
+    min_new_tokens: Leaf
 
 
 def mode_for(spec: RunSpec, vocab_size: int) -> SamplingMode:
@@ -48,7 +52,7 @@ def mode_for(spec: RunSpec, vocab_size: int) -> SamplingMode:
                         penalty=penalty)
 
 
-def knobs_for(spec: RunSpec) -> Knobs:
+def knobs_for(spec: RunSpec) -> Knobs[jax.Array]:
     return Knobs(temperature=jnp.float32(spec.temperature), top_p=jnp.float32(spec.top_p),
                  min_p=jnp.float32(spec.min_p), penalty=jnp.float32(spec.repetition_penalty),
                  min_new_tokens=jnp.int32(spec.min_new_tokens))
@@ -67,7 +71,7 @@ def _penalize(logits: jax.Array, seen: jax.Array, penalty: jax.Array) -> jax.Arr
     return jnp.where(seen, jnp.where(logits < 0, logits * penalty, logits / penalty), logits)
 
 
-def _filter_sorted(values: jax.Array, mode: SamplingMode, knobs: Knobs) -> jax.Array:
+def _filter_sorted(values: jax.Array, mode: SamplingMode, knobs: Knobs[jax.Array]) -> jax.Array:
     """top_p then min_p on logits sorted in descending order; removed entries become -inf.
 
     TopPLogitsWarper removes a token when the probability mass ranked above it already reaches top_p
@@ -85,7 +89,7 @@ def _filter_sorted(values: jax.Array, mode: SamplingMode, knobs: Knobs) -> jax.A
     return values
 
 
-def candidates(logits: jax.Array, mode: SamplingMode, knobs: Knobs) -> tuple[jax.Array, jax.Array | None]:
+def candidates(logits: jax.Array, mode: SamplingMode, knobs: Knobs[jax.Array]) -> tuple[jax.Array, jax.Array | None]:
     """Temperature, top_k, top_p, min_p (transformers' order): (B, k) filtered logits and their token ids,
     in descending order; ids None when no filter is on (then the logits are the whole vocabulary)."""
     logits = logits / knobs.temperature
@@ -95,7 +99,7 @@ def candidates(logits: jax.Array, mode: SamplingMode, knobs: Knobs) -> tuple[jax
     return _filter_sorted(values, mode, knobs), indices
 
 
-class TokenInfo(NamedTuple):
+class StepInfo(NamedTuple):
     """What the token view shows for one step, from the distribution the token was drawn from (after every
     processor and filter, as playground.token_probe records it on the PyTorch path)."""
 
@@ -105,16 +109,16 @@ class TokenInfo(NamedTuple):
     top_p: jax.Array  # (B, TOP_ALTERNATIVES)
 
 
-def token_info(probs: jax.Array, token: jax.Array) -> TokenInfo:
+def token_info(probs: jax.Array, token: jax.Array) -> StepInfo:
     """probs (B, V) over the whole vocabulary, token (B,)."""
     top_p, top_ids = jax.lax.top_k(probs, TOP_ALTERNATIVES)
     chosen = jnp.take_along_axis(probs, token[:, None], axis=-1)[:, 0]
-    return TokenInfo(chosen, jax.scipy.special.entr(probs).sum(axis=-1), top_ids.astype(jnp.int32), top_p)
+    return StepInfo(chosen, jax.scipy.special.entr(probs).sum(axis=-1), top_ids.astype(jnp.int32), top_p)
 
 
 def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Array, mode: SamplingMode,
-           knobs: Knobs, eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, TokenInfo]:
-    """The next token (B,) int32 for logits (B, V), the key for the next step, and the token's TokenInfo.
+           knobs: Knobs[jax.Array], eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, StepInfo]:
+    """The next token (B,) int32 for logits (B, V), the key for the next step, and the token's StepInfo.
 
     `produced` is how many tokens this request has generated so far (for min_new_tokens).
     """

@@ -16,6 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from playground.errors import PlaygroundError
+from playground.models.shapes import attention_shape
 
 AXIS = "tp"
 # parameter name suffix -> (which dimension is split, which config count must divide by N)
@@ -42,9 +43,9 @@ def make_mesh(devices: int) -> Mesh | None:
 
 
 def counts(config: Any) -> dict[str, int]:
-    heads = config.num_attention_heads
-    return {"heads": heads, "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "mlp": config.intermediate_size}
+    """The sizes the rules split, by the names the rules use."""
+    shape = attention_shape(config)
+    return {"heads": shape.heads, "kv_heads": shape.kv_heads, "mlp": config.intermediate_size}
 
 
 def check(config: Any, devices: int) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 from torchax import interop
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from playground.backends.jax.kv_cache import PENDING
@@ -146,8 +146,8 @@ class FusedPart(nn.Module):
 
 
 def _fusable(module: nn.Module, names: tuple[str, ...]) -> bool:
-    parts = [getattr(module, n, None) for n in names]
-    if not all(type(p) is nn.Linear for p in parts):
+    parts = [p for p in (getattr(module, n, None) for n in names) if type(p) is nn.Linear]
+    if len(parts) < len(names):
         return False
     return len({p.in_features for p in parts}) == 1 and len({p.bias is None for p in parts}) == 1
 
@@ -165,7 +165,7 @@ class Twin:
             f.clear()
 
 
-def build_twin(model: nn.Module, fuse: bool) -> Twin:
+def build_twin(model: PreTrainedModel, fuse: bool) -> Twin:
     """A meta-device copy of `model` using our attention, with projections fused if asked."""
     config = copy.deepcopy(model.config)
     config._attn_implementation = ATTENTION

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import GenerationConfig
 
+from playground.backends.base import first_eos
 from playground.spec import RunSpec
+
+if TYPE_CHECKING:
+    from playground.models.loaded import LoadedModel
 
 
 def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
@@ -23,7 +27,7 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     if spec.repetition_penalty != 1.0:
         config.repetition_penalty = spec.repetition_penalty
     if config.pad_token_id is None:
-        config.pad_token_id = _first(config.eos_token_id)
+        config.pad_token_id = first_eos(config)
     if spec.strategy == "sampling":
         config.update(do_sample=True, temperature=spec.temperature, top_k=spec.top_k or None,
                       top_p=spec.top_p if spec.top_p < 1.0 else None, min_p=spec.min_p or None)
@@ -37,14 +41,14 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     return config
 
 
-def assistant_kwargs(spec: RunSpec, main_tokenizer: Any) -> dict[str, Any]:
-    """generate() kwargs for a draft model: plain speculative decoding when the draft shares the main model's
-    vocabulary, universal assisted decoding (text re-tokenized between the two) when it does not."""
+def assistant_kwargs(spec: RunSpec, main_tokenizer: Any, draft: LoadedModel | None) -> dict[str, Any]:
+    """generate() kwargs for the draft model (loaded by the runner): plain speculative decoding when the draft
+    shares the main model's vocabulary, universal assisted decoding (text re-tokenized between the two) when
+    it does not."""
     if spec.strategy != "assisted" or spec.assistant is None:
         return {}
-    from playground.models import catalog
-
-    draft, _ = catalog.LOADED.get(spec.assistant, "fp32")
+    if draft is None:
+        raise ValueError("assisted decoding with an assistant model needs the loaded draft model")
     kwargs: dict[str, Any] = {"assistant_model": draft.model}
     if not same_vocabulary(main_tokenizer, draft.tokenizer):
         kwargs.update(tokenizer=main_tokenizer, assistant_tokenizer=draft.tokenizer)
@@ -54,8 +58,3 @@ def assistant_kwargs(spec: RunSpec, main_tokenizer: Any) -> dict[str, Any]:
 def same_vocabulary(a: Any, b: Any) -> bool:
     return a is b or (len(a) == len(b) and a.get_vocab() == b.get_vocab())
 
-
-def _first(ids: Any) -> int | None:
-    if isinstance(ids, (list, tuple)):
-        return ids[0] if ids else None
-    return ids

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
-from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
+from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
 from playground.backends.torch.config import assistant_kwargs, generation_config
 from playground.backends.torch.probes import CacheTrace, TokenProbe
-from playground.events import EmitTokens, GenerationOutput, ShouldStop
 from playground.kv.factory import kv_bytes, make_cache
-from playground.models.catalog import LoadedModel
+from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
-
-# One generate at a time per process: torch's global RNG makes seeds reproducible only if runs do not
-# interleave, and on 2 cores two concurrent runs would only slow each other and falsify both timings.
-GENERATE_LOCK = threading.Lock()
 
 
 class TimingStreamer(BaseStreamer):
@@ -56,7 +53,9 @@ class StopWhen(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         self.triggered = self.triggered or bool(self.should_stop())
-        return torch.full((input_ids.shape[0],), self.triggered, dtype=torch.bool, device=input_ids.device)
+        # torch's stubs type every factory's result as Tensor; a bool tensor is what StoppingCriteria returns
+        stop = torch.full((input_ids.shape[0],), self.triggered, dtype=torch.bool, device=input_ids.device)
+        return cast(torch.BoolTensor, stop)
 
 
 @contextmanager
@@ -75,7 +74,7 @@ def count_draft_tokens(model: Any) -> Iterator[list[int]]:
     """Counts the draft tokens assisted generation proposes to the main model.
 
     transformers builds its candidate generator inside generate(); we wrap the factory on this instance for
-    the duration of one call (GENERATE_LOCK is held) and count each proposal's length at the source.
+    the duration of one call (the runner's generation lock is held) and count each proposal's length at the source.
     """
     proposed = [0]
     build = model._get_candidate_generator
@@ -104,67 +103,149 @@ def streams(spec: RunSpec) -> bool:
     return spec.strategy != "beam"
 
 
+class TorchBackend:
+    """transformers' model.generate with our cache objects, streamer, probes and stop criterion."""
+
+    name = "torch"
+
+    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+        return generate(loaded, input_ids, spec, emit, should_stop, draft)
+
+
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-             should_stop: ShouldStop) -> GenerationOutput:
-    model = loaded.model
+             should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+    """model.generate with our cache, streamer, probes and stop criterion; new tokens stream through `emit`."""
     prompt_len = input_ids.shape[1]
-    config = generation_config(spec, model)
-    assistant = assistant_kwargs(spec, loaded.tokenizer)
-    cache = make_cache(spec, model, prompt_len)
-    streamer = TimingStreamer(emit) if streams(spec) else None
-    stop = StopWhen(should_stop)
-    trace = CacheTrace(cache)
-    # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
-    probe = TokenProbe() if spec.strategy in ("greedy", "sampling") else None
-    with GENERATE_LOCK, torch.inference_mode(), count_forward_passes(model) as passes, \
+    run = _prepare(loaded, prompt_len, spec, emit, should_stop, draft)
+    out, measured = _call_generate(loaded.model, input_ids, spec, run)
+    sequences = [_trim(row.tolist(), run.config) for row in out.sequences[:, prompt_len:]]  # (N, new)
+    if not run.streamer:
+        emit(sequences[0])  # nothing streamed (beam search): the best sequence arrives whole
+    return _output(spec, run, out, sequences, measured)
+
+
+@dataclass
+class _Run:
+    """What rides along one model.generate call besides the prompt."""
+
+    config: GenerationConfig
+    assistant: dict[str, Any]  # assisted decoding's generate() arguments; empty otherwise
+    cache: Cache
+    streamer: TimingStreamer | None
+    stop: StopWhen
+    trace: CacheTrace
+    probe: TokenProbe | None
+
+
+@dataclass
+class _Measured:
+    """What one model.generate call measured besides its output."""
+
+    start: float
+    end: float
+    forward_passes: int  # of the main model
+    draft_tokens_proposed: int
+
+
+def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitTokens, should_stop: ShouldStop,
+             draft: LoadedModel | None) -> _Run:
+    """The generation config, assistant arguments, cache, streamer, stop criterion and probes of one request."""
+    config = generation_config(spec, loaded.model)
+    assistant = assistant_kwargs(spec, loaded.tokenizer, draft)
+    cache = make_cache(spec, loaded.model, prompt_len)
+    return _Run(
+        config=config,
+        assistant=assistant,
+        cache=cache,
+        streamer=TimingStreamer(emit) if streams(spec) else None,
+        stop=StopWhen(should_stop),
+        trace=CacheTrace(cache),
+        # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
+        probe=TokenProbe() if spec.strategy in ("greedy", "sampling") else None,
+    )
+
+
+def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run) -> tuple[Any, _Measured]:
+    """model.generate, seeded and timed, counting main-model forward passes and proposed draft tokens."""
+    with torch.inference_mode(), count_forward_passes(model) as passes, \
             count_draft_tokens(model) as proposed:
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
         out = model.generate(
             input_ids,  # (1, T)
             attention_mask=torch.ones_like(input_ids),
-            generation_config=config,
-            past_key_values=cache,
-            streamer=streamer,
-            stopping_criteria=StoppingCriteriaList([stop, trace]),
-            logits_processor=LogitsProcessorList([probe] if probe else []),
-            **assistant,
+            generation_config=run.config,
+            past_key_values=run.cache,
+            streamer=run.streamer,
+            stopping_criteria=StoppingCriteriaList([run.stop, run.trace]),
+            logits_processor=LogitsProcessorList([run.probe] if run.probe else []),
+            **run.assistant,
         )
         end = time.perf_counter()
-    sequences = [_trim(row.tolist(), config) for row in out.sequences[:, prompt_len:]]  # (N, new)
-    token_times = streamer.token_times if streamer else []
-    if not streamer:
-        emit(sequences[0])
-    scores = out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None else None
-    acceptance, drafts = None, None
-    if spec.strategy == "assisted" and streamer:
-        drafts = [i < size - 1 for size in streamer.chunk_sizes for i in range(size)][: len(sequences[0])]
-    if spec.strategy == "assisted" and proposed[0]:
-        # each main forward verifies one proposal and adds its accepted drafts plus one token of its own
-        accepted = len(sequences[0]) - passes[0]
-        acceptance = max(0, accepted) / proposed[0]
+    return out, _Measured(start, end, passes[0], proposed[0])
+
+
+def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], measured: _Measured) -> GenerationOutput:
+    """The backends' common output: tokens and their times, cache bytes, and what the probes recorded."""
+    first = sequences[0]
+    token_times = run.streamer.token_times if run.streamer else []
+    assisted = spec.strategy == "assisted"
     return GenerationOutput(
         sequences=sequences,
-        start_time=start,
-        token_times=token_times[: len(sequences[0])],
-        kv_cache_bytes=kv_bytes(cache),
-        scores=scores,
-        acceptance_rate=acceptance,
-        token_info=probe.finish(sequences[0][-1] if sequences[0] else None)[: len(sequences[0])] if probe else None,
-        draft_flags=drafts,
-        kv_trace=trace.bytes,
-        forward_passes=passes[0],
-        stopped=stop.triggered,
-        extra={"generate_s": end - start, "draft_tokens_proposed": proposed[0] if spec.strategy == "assisted"
-               else None},
+        start_time=measured.start,
+        token_times=token_times[: len(first)],
+        kv_cache_bytes=kv_bytes(run.cache),
+        scores=_beam_scores(out),
+        acceptance_rate=_acceptance_rate(len(first), measured) if assisted else None,
+        token_info=run.probe.finish(first[-1] if first else None)[: len(first)] if run.probe else None,
+        draft_flags=_draft_flags(run.streamer, len(first)) if assisted else None,
+        kv_trace=run.trace.bytes,
+        forward_passes=measured.forward_passes,
+        stopped=run.stop.triggered,
+        extra={"generate_s": measured.end - measured.start,
+               "draft_tokens_proposed": measured.draft_tokens_proposed if assisted else None},
     )
+
+
+def _beam_scores(out: Any) -> list[float] | None:
+    """Beam search's score of each returned sequence; None for the other strategies."""
+    scores = getattr(out, "sequences_scores", None)
+    return scores.tolist() if scores is not None else None
+
+
+def _acceptance_rate(new_tokens: int, measured: _Measured) -> float | None:
+    """Assisted decoding: accepted draft tokens / proposed ones (None when nothing was proposed)."""
+    if not measured.draft_tokens_proposed:
+        return None
+    # each main forward verifies one proposal and adds its accepted drafts plus one token of its own
+    accepted = new_tokens - measured.forward_passes
+    return max(0, accepted) / measured.draft_tokens_proposed
+
+
+def _draft_flags(streamer: TimingStreamer | None, new_tokens: int) -> list[bool] | None:
+    """Assisted decoding: whether each token was an accepted draft; a streamed chunk is the accepted drafts
+    plus the main model's own token."""
+    if streamer is None:
+        return None
+    return [i < size - 1 for size in streamer.chunk_sizes for i in range(size)][:new_tokens]
 
 
 def _trim(ids: list[int], config: Any) -> list[int]:
     """Drop the padding transformers adds after EOS to shorter sequences (beam search returns a batch)."""
-    eos = config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    stops = set(eos_ids(config))
     for i, token in enumerate(ids):
-        if token in eos_ids:
+        if token in stops:
             return ids[: i + 1]
     return ids
+
+
+def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache: str = "dynamic",
+                     streamer: BaseStreamer | None = None, **kwargs: Any) -> list[int]:
+    """Exactly `new_tokens` greedy tokens from plain transformers generate, none of our processors or caches:
+    the reference the other paths must match (tests) and are timed against (bench)."""
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, streamer=streamer, **extra, **kwargs)
+    return list(out[0, ids.shape[1]:].tolist())

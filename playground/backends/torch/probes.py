@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
+from playground.backends.base import TOP_ALTERNATIVES, TokenInfo
 from playground.kv.factory import kv_bytes
-
-TOP_ALTERNATIVES = 5
 
 
 class TokenProbe(LogitsProcessor):
@@ -20,12 +19,12 @@ class TokenProbe(LogitsProcessor):
     """
 
     def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
+        self.records: list[TokenInfo] = []
         self._pending: torch.Tensor | None = None  # (V,) probabilities of the step whose token is not known yet
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._pending is not None:
-            self._resolve(int(input_ids[0, -1]))
+            self._resolve(self._pending, int(input_ids[0, -1]))
         probs = torch.softmax(scores[0].float(), dim=-1)  # (V,)
         top = torch.topk(probs, TOP_ALTERNATIVES)
         self.records.append({
@@ -35,13 +34,13 @@ class TokenProbe(LogitsProcessor):
         self._pending = probs
         return scores
 
-    def _resolve(self, chosen: int) -> None:
-        self.records[-1]["p"] = float(self._pending[chosen])
+    def _resolve(self, probs: torch.Tensor, chosen: int) -> None:
+        self.records[-1]["p"] = float(probs[chosen])
         self._pending = None
 
-    def finish(self, last_token: int | None) -> list[dict[str, Any]]:
+    def finish(self, last_token: int | None) -> list[TokenInfo]:
         if self._pending is not None and last_token is not None:
-            self._resolve(last_token)
+            self._resolve(self._pending, last_token)
         return self.records
 
 
@@ -54,4 +53,5 @@ class CacheTrace(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         self.bytes.append(kv_bytes(self.cache))
-        return torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device)
+        # torch's stubs type every factory's result as Tensor; a bool tensor is what StoppingCriteria returns
+        return cast(torch.BoolTensor, torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device))

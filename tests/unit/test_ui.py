@@ -56,6 +56,7 @@ def fake_result(ids: list[int], speed: float = 10.0, ttft: float = 0.5, acceptan
                    for i, t in zip(ids, texts, strict=True)],
         "timeline": {"token_ms": [100.0, 90.0][: max(len(ids) - 1, 0)], "kv_cache_bytes": [2**19, 2**20]},
         "scores": None,
+        "extra": {},
     }
 
 
@@ -249,7 +250,7 @@ def test_chat_history_keeps_each_columns_own_replies():
 
 @pytest.fixture(scope="module")
 def demo():
-    from playground.ui.page import build_ui
+    from playground.ui.wiring import build_ui
 
     return build_ui()
 
@@ -294,7 +295,7 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, mon
     assert any(u.get(page.columns[0].output) == "t1" for u in updates)  # streamed before the end
     table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
     assert row(table, "decode speed") == ["11.0", "**★ 12.0**"]
-    assert "Done" in updates[-1][page.status]
+    assert updates[-1][page.status].startswith("✓ 2 columns ran")
 
 
 def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monkeypatch):
@@ -335,11 +336,12 @@ def test_stop_before_a_column_skips_it(demo, monkeypatch):
     monkeypatch.setattr(runner, "run", fake_run)
     updates = list(ui_run.run_all(page, page_data(page), request, lambda *a, **k: None))
     assert any(u.get(page.columns[1].notice) == "■ not run (stopped)" for u in updates)
-    assert "Stopped" in updates[-1][page.status]
+    assert "1 column ran, 1 not run (stopped)" in updates[-1][page.status]
 
 
 def test_colour_toggle_redraws_only_the_token_views(demo):
-    from playground.ui.run import empty_outcome, recolour
+    from playground.ui.outcome import empty_outcome
+    from playground.ui.run import recolour
 
     page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "greedy"}]}, [0])

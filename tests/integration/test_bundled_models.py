@@ -1,14 +1,12 @@
 """Integration on the bundled SmolLM2 (offline): facts, chat template, cache parity, seeds, CLI JSON."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from playground import runner
 from playground.spec import RunSpec
-from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +56,8 @@ def test_streamed_text_equals_final_text():
 
 
 def test_cli_json_matches_the_contract():
-    done = subprocess.run([sys.executable, "-m", "playground", "run", "--model", "smollm2-135m", "--prompt",
-                           "The capital of France is", "--no-chat", "--max-new-tokens", "8", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_cli("run", "--model", "smollm2-135m", "--prompt", "The capital of France is", "--no-chat",
+                   "--max-new-tokens", "8", "--json", timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert "Paris" in result["text"] and result["new_tokens"] == 8

@@ -3,17 +3,16 @@
 import pytest
 import torch
 
-from playground.backends.torch import generate as torch_generate
 from playground.errors import PlaygroundError
-from playground.models import catalog
+from playground.models.loaded import LOADED
 from playground.spec import RunSpec
-from tests.conftest import byte_tokenizer, tiny_llama
+from tests.helpers import allowed_tiny_model, tiny_gemma, tiny_loaded, torch_run
 
 PROMPT = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 5, 17, 42, 99, 3, 8, 9, 10]])
 
 
-def generate(loaded, spec):
-    return torch_generate.generate(loaded, PROMPT, spec, lambda ids: None, lambda: False)
+def generate(loaded, spec, draft=None):
+    return torch_run(loaded, PROMPT, spec, draft=draft)[0]
 
 
 def test_beam_returns_the_requested_sequences_sorted_by_score(tiny):
@@ -48,18 +47,15 @@ def test_8bit_quantized_cache_keeps_greedy_tokens_close_to_dynamic(tiny):
 @pytest.fixture
 def draft_model(tmp_path, monkeypatch):
     """A second tiny model with the same vocabulary, registered where local models may load from."""
-    path = tmp_path / "draft"
-    tiny_llama(seed=0).save_pretrained(path)  # same weights as the main tiny model: drafts mostly accepted
-    byte_tokenizer().save_pretrained(path)
-    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path))
-    catalog.LOADED.clear()
-    yield str(path)
-    catalog.LOADED.clear()
+    # seed 0: the same weights as the main tiny model, so drafts are mostly accepted
+    with allowed_tiny_model(monkeypatch, tmp_path / "draft", seed=0) as path:
+        yield path
 
 
 def test_assisted_with_a_draft_model_equals_plain_greedy(tiny, draft_model):
     plain = generate(tiny, RunSpec(max_new_tokens=30))
-    assisted = generate(tiny, RunSpec(strategy="assisted", assistant=draft_model, max_new_tokens=30))
+    draft, _ = LOADED.get(draft_model)
+    assisted = generate(tiny, RunSpec(strategy="assisted", assistant=draft_model, max_new_tokens=30), draft)
     assert assisted.sequences == plain.sequences
     assert 0.0 <= assisted.acceptance_rate <= 1.0
     assert assisted.acceptance_rate > 0.5  # the draft has the main model's weights
@@ -90,8 +86,6 @@ def test_impossible_combinations_are_refused_up_front(spec, fragment):
 
 
 def test_quantized_cache_on_a_model_with_sliding_layers_quantizes_the_global_ones():
-    from tests.conftest import tiny_gemma, tiny_loaded
-
     gemma = tiny_loaded(model=tiny_gemma())
     quantized = generate(gemma, RunSpec(max_new_tokens=40, cache="quantized", cache_bits=4, residual_length=8))
     dynamic = generate(gemma, RunSpec(max_new_tokens=40))
@@ -119,7 +113,5 @@ def test_assisted_decoding_over_a_sliding_window_equals_plain_greedy_over_it(tin
 
 
 def test_sink_cache_on_a_model_with_native_sliding_layers_is_refused_with_the_alternative():
-    from tests.conftest import tiny_gemma, tiny_loaded
-
     with pytest.raises(PlaygroundError, match="use cache 'sliding'"):
         generate(tiny_loaded(model=tiny_gemma()), RunSpec(cache="sink", window=12))

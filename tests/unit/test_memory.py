@@ -3,11 +3,10 @@
 import pytest
 
 from playground import runner
-from playground.backends.torch import generate as torch_generate
 from playground.errors import PlaygroundError
-from playground.models import catalog, memory
+from playground.models import loaded, memory
 from playground.spec import RunSpec
-from tests.conftest import byte_tokenizer, tiny_gemma, tiny_llama, tiny_loaded
+from tests.helpers import save_tiny_model, tiny_gemma, tiny_llama, tiny_loaded, torch_run
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("1048576", 2**20), ("8G", 8 * 2**30), ("1.5GiB", int(1.5 * 2**30)),
@@ -36,8 +35,7 @@ def test_kv_estimate_matches_a_dynamic_cache_at_the_same_length(make):
     prompt = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
     import torch
 
-    out = torch_generate.generate(loaded, torch.tensor(prompt), RunSpec(max_new_tokens=21), lambda _: None,
-                                  lambda: False)
+    out, _ = torch_run(loaded, torch.tensor(prompt), RunSpec(max_new_tokens=21))
     fed = len(prompt[0]) + 21 - 1  # the last token is never fed back
     estimate = memory.kv_bytes_estimate(loaded.model.config, fed)
     # exact for full layers; a dynamic sliding layer holds window - 1 positions, the bound counts window
@@ -48,20 +46,14 @@ def test_kv_estimate_matches_a_dynamic_cache_at_the_same_length(make):
 @pytest.fixture
 def three_models(tmp_path, monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path))
-    paths = []
-    for seed in range(3):
-        path = tmp_path / f"m{seed}"
-        tiny_llama(seed=seed).save_pretrained(path)
-        byte_tokenizer().save_pretrained(path)
-        paths.append(str(path))
-    return paths
+    return [save_tiny_model(tmp_path / f"m{seed}", seed=seed) for seed in range(3)]
 
 
 def test_loading_three_models_in_turn_stays_within_the_budget(three_models, monkeypatch):
     size = memory.weight_bytes_estimate(tiny_llama().config, "fp32")
     budget = int(size * 2.5)
     monkeypatch.setenv("PLAYGROUND_MEMORY_BUDGET", str(budget))
-    lru = catalog.ModelLRU(capacity=10)
+    lru = loaded.ModelLRU(capacity=10)
     for path in three_models:
         lru.get(path)
         assert lru.resident_bytes() <= budget
@@ -71,26 +63,26 @@ def test_loading_three_models_in_turn_stays_within_the_budget(three_models, monk
 def test_a_model_larger_than_the_budget_is_refused(three_models, monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MEMORY_BUDGET", "1000")
     with pytest.raises(PlaygroundError, match=r"model .* needs about .* memory budget"):
-        catalog.ModelLRU(capacity=2).get(three_models[0])
+        loaded.ModelLRU(capacity=2).get(three_models[0])
 
 
 def test_a_cache_that_would_not_fit_is_refused_before_generating(three_models, monkeypatch):
     size = memory.weight_bytes_estimate(tiny_llama().config, "fp32")
     monkeypatch.setenv("PLAYGROUND_MEMORY_BUDGET", str(size + 100_000))
-    catalog.LOADED.clear()
+    loaded.LOADED.clear()
     try:
         runner.run_to_result("abc", RunSpec(model=three_models[0], max_new_tokens=8))  # 11 tokens: fits
         with pytest.raises(PlaygroundError, match=r"the KV cache for 1003 tokens x 4 sequence\(s\)"):
             runner.run_to_result("abc", RunSpec(model=three_models[0], strategy="beam", max_new_tokens=1000))
     finally:
-        catalog.LOADED.clear()
+        loaded.LOADED.clear()
 
 
 def test_context_length_is_enforced(three_models, monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MAX_PROMPT_TOKENS", "5000")
-    catalog.LOADED.clear()
+    loaded.LOADED.clear()
     try:
         with pytest.raises(PlaygroundError, match=r"= 4524 exceeds .*'s context of 4096 tokens"):
             runner.run_to_result("x" * 3500, RunSpec(model=three_models[0], max_new_tokens=1024))
     finally:
-        catalog.LOADED.clear()
+        loaded.LOADED.clear()

@@ -1,16 +1,14 @@
 """CLI contract: bad input exits 2 with a single `error:` line on stderr and no traceback."""
 
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "playground", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    return run_cli(*args, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig
 from transformers.masking_utils import eager_mask, sdpa_mask
 
 from playground.kv.sliding import SlidingWindowCache, WindowedOffset, make_sliding_cache, windowed_mask
-from tests.conftest import tiny_gemma, tiny_llama
+from tests.helpers import one_layer_llama, tiny_gemma, tiny_llama
 
 WINDOW = 6
-
-
-def one_layer_llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=257, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         eos_token_id=None, bos_token_id=None, pad_token_id=None)
-    return LlamaForCausalLM(config).eval()
 
 
 def generated_logits(model, ids: torch.Tensor, cache) -> torch.Tensor:

@@ -4,8 +4,9 @@ import time
 
 import pytest
 
-from playground.events import GenerationOutput
-from playground.metrics import PeakRss, per_token_latencies, percentile, summarize
+from playground.backends.base import GenerationOutput
+from playground.metrics import PeakRss, per_token_latencies, percentile
+from playground.result import build_metrics
 
 
 def test_single_token_emissions_give_plain_differences():
@@ -26,7 +27,7 @@ def test_percentile_interpolates():
 def test_summary_uses_decode_rate_and_reports_ttft():
     out = GenerationOutput(sequences=[[1, 2, 3, 4, 5]], start_time=10.0,
                            token_times=[10.5, 10.6, 10.7, 10.8, 10.9], kv_cache_bytes=123)
-    m = summarize(out, end_time=11.0, load_s=2.0)
+    m = build_metrics(out, end_time=11.0, load_s=2.0, peak_rss=None)
     assert m["ttft_s"] == 0.5
     assert m["tokens_per_s"] == pytest.approx(10.0)
     assert m["ms_per_token_p50"] == pytest.approx(100.0)
@@ -35,7 +36,7 @@ def test_summary_uses_decode_rate_and_reports_ttft():
 
 def test_beam_without_token_times_reports_whole_run_rate():
     out = GenerationOutput(sequences=[[1, 2, 3, 4]], start_time=0.0, token_times=[], kv_cache_bytes=0)
-    m = summarize(out, end_time=2.0, load_s=0.0)
+    m = build_metrics(out, end_time=2.0, load_s=0.0, peak_rss=None)
     assert m["ttft_s"] is None and m["ms_per_token_p50"] is None
     assert m["tokens_per_s"] == 2.0
 

@@ -1,8 +1,8 @@
 """JAX decoder: token parity with model.generate, sampling, streaming, compile caching, sharding.
 
-Unit tests use tiny random-weight models (a Llama and a Gemma3 whose sliding window of 8 is crossed);
-`slow` ones check the bundled models over 128 tokens. Models are module-scoped: each new model object gets
-its own engine and compiles its programs once.
+These use tiny random-weight models (a Llama and a Gemma3 whose sliding window of 8 is crossed); the bundled
+models' 128-token parity is in tests/integration/test_jax_decoder.py. Models are module-scoped: each new model
+object gets its own engine and compiles its programs once.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ jax = pytest.importorskip("jax")
 
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.conftest import ROOT, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import ROOT, jax_run, tiny_gemma, tiny_llama, tiny_loaded, torch_greedy, torch_run  # noqa: E402
 
 PROMPT = torch.tensor([[5, 17, 42, 99, 3]])  # 5 tokens: padded to the 16-token prefill bucket
 LONG_PROMPT = torch.arange(1, 21).unsqueeze(0) * 7 % 250  # 20 tokens: bucket 32
@@ -45,22 +45,6 @@ def spec(**overrides) -> RunSpec:
     values = {"backend": "jax", "cache": "static", "max_new_tokens": NEW, "min_new_tokens": NEW}
     values.update(overrides)
     return RunSpec(**values)
-
-
-def jax_run(loaded, ids, run_spec, should_stop=lambda: False):
-    from playground.backends.jax import decoder as jax_decoder
-
-    chunks: list[list[int]] = []
-    out = jax_decoder.generate(loaded, ids, run_spec, chunks.append, should_stop)
-    return out, chunks
-
-
-def torch_greedy(model, ids, new, cache, **kwargs) -> list[int]:
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
-                             min_new_tokens=new, **extra, **kwargs)
-    return out[0, ids.shape[1]:].tolist()
 
 
 # -- parity -------------------------------------------------------------------------------------------------
@@ -115,10 +99,7 @@ def test_stops_at_eos_and_keeps_it():
     assert out.sequences[0] == free[: first + 1]
     # min_new_tokens holds EOS back as generate does
     held, _ = jax_run(loaded, PROMPT, spec(min_new_tokens=first + 2, max_new_tokens=first + 2))
-    with torch.inference_mode():
-        ref = loaded.model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), do_sample=False,
-                                    max_new_tokens=first + 2, min_new_tokens=first + 2)[0, PROMPT.shape[1]:].tolist()
-    assert held.sequences[0] == ref
+    assert held.sequences[0] == torch_greedy(loaded.model, PROMPT, first + 2, "dynamic")
 
 
 # -- sampling -----------------------------------------------------------------------------------------------
@@ -184,12 +165,9 @@ def test_streams_small_chunks_with_times(llama):
 
 def test_token_probabilities_match_the_pytorch_probe(llama):
     """The token view's figures (p, entropy, top alternatives) agree with what the PyTorch path records."""
-    from playground.backends.torch import generate as torch_generate
-
     run_spec = spec(max_new_tokens=12, min_new_tokens=12)
     jax_out, _ = jax_run(llama, PROMPT, run_spec)
-    torch_out = torch_generate.generate(llama, PROMPT, RunSpec(max_new_tokens=12, min_new_tokens=12),
-                                        lambda ids: None, lambda: False)
+    torch_out, _ = torch_run(llama, PROMPT, RunSpec(max_new_tokens=12, min_new_tokens=12))
     assert jax_out.sequences == torch_out.sequences
     assert len(jax_out.token_info) == len(torch_out.token_info) == 12
     for ours, theirs in zip(jax_out.token_info, torch_out.token_info, strict=True):
@@ -282,6 +260,14 @@ def test_refuses_what_it_cannot_run(llama):
 
 # -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
 
+def run_script(script: str, env: dict[str, str]) -> dict:
+    """Run `script` in a fresh Python from the repo root; it prints one JSON object as its last line."""
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 SHARDED = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, os.environ["ROOT"])
@@ -289,7 +275,7 @@ SHARDED = textwrap.dedent("""
     from playground.backends.jax import decoder as jax_decoder
     from playground.backends.jax import engine as jax_engine
     from playground.spec import RunSpec
-    from tests.conftest import tiny_gemma, tiny_llama, tiny_loaded
+    from tests.helpers import tiny_gemma, tiny_llama, tiny_loaded
     jax_decoder.GROWTH_FLOOR = 64  # so the cache grows (64 -> 128) within these short runs
     ids = torch.tensor([[5, 17, 42, 99, 3]])
     report = {}
@@ -312,10 +298,7 @@ SHARDED = textwrap.dedent("""
 def test_sharded_decoding_matches_one_device():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "ROOT": str(ROOT),
            "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", SHARDED], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_script(SHARDED, env)
     for name in ("llama", "gemma"):
         for n in (2, 4):
             for strategy in ("greedy", "sampling"):
@@ -330,7 +313,7 @@ RESTART = textwrap.dedent("""
     import torch
     from playground.backends.jax import decoder as jax_decoder
     from playground.spec import RunSpec
-    from tests.conftest import tiny_llama, tiny_loaded
+    from tests.helpers import tiny_llama, tiny_loaded
     spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
     out = jax_decoder.generate(tiny_loaded("tiny", tiny_llama()), torch.tensor([[5, 17, 42]]), spec,
                                lambda c: None, lambda: False)
@@ -341,26 +324,20 @@ RESTART = textwrap.dedent("""
 def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
     env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
 
-    def run_once() -> dict:
-        done = subprocess.run([sys.executable, "-c", RESTART], env=env, cwd=ROOT, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    cold = run_once()
+    cold = run_script(RESTART, env)
     entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
     assert entries, "nothing was written to $PLAYGROUND_CACHE/jax"
-    warm = run_once()
+    warm = run_script(RESTART, env)
     assert sorted(p.name for p in (tmp_path / "jax").iterdir()) == entries  # every program came from disk
     assert warm["tokens"] == cold["tokens"]
     assert warm["compile_s"] < cold["compile_s"]  # what is left is tracing the model, not XLA
 
 
 def test_bench_reports_the_documented_object(monkeypatch, llama):
-    from playground.models import catalog
+    from playground.models import loaded
     from playground.tools import bench
 
-    monkeypatch.setattr(catalog.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
+    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
     class FixedBandwidth:
         def __init__(self):
             self.samples = []
@@ -382,17 +359,3 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     table = bench.format_table(result)
     assert "torch-dynamic" in table and "jax" in table and "roofline" in table
     json.dumps(result)
-
-
-# -- bundled models -----------------------------------------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
-def test_bundled_greedy_parity_128_tokens(name):
-    from playground.models import catalog
-    from playground.runner import encode_prompt
-
-    loaded, _ = catalog.LOADED.get(name, "fp32")
-    ids = encode_prompt(loaded, "Write a short story about a dragon who loves tea.", None)
-    out, _ = jax_run(loaded, ids, spec(model=name, max_new_tokens=128, min_new_tokens=128))
-    assert out.sequences[0] == torch_greedy(loaded.model, ids, 128, "dynamic")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from playground.errors import PlaygroundError
-from playground.models import catalog
+from playground.models import catalog, convert, loaded
 
 
 def test_names_resolve_to_their_kind():
@@ -29,18 +29,18 @@ def test_unknown_names_are_refused(name):
 def test_hub_id_fails_fast_when_the_hub_is_unreachable(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(PlaygroundError, match="cannot reach the Hugging Face hub to fetch 'org/name'"):
-        catalog.ModelLRU(1).get("org/name")
+        loaded.ModelLRU(1).get("org/name")
 
 
 def test_a_conversion_without_its_marker_or_with_a_short_file_is_not_complete(tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"x" * 100)
-    assert not catalog._is_complete(folder)
-    (folder / catalog.COMPLETE_MARKER).write_text(json.dumps({"sizes": {"model.safetensors": 100}}))
-    assert catalog._is_complete(folder)
+    assert not convert.is_complete(folder)
+    (folder / convert.COMPLETE_MARKER).write_text(json.dumps({"sizes": {"model.safetensors": 100}}))
+    assert convert.is_complete(folder)
     (folder / "model.safetensors").write_bytes(b"x" * 50)  # truncated by a killed writer
-    assert not catalog._is_complete(folder)
+    assert not convert.is_complete(folder)
 
 
 def test_catalog_lists_the_bundled_models():

@@ -5,10 +5,10 @@ import torch
 
 from playground import runner
 from playground.errors import PlaygroundError
-from playground.events import DoneEvent, TextEvent
-from playground.models import catalog
+from playground.events import DoneEvent, ProgressEvent, TextEvent
+from playground.models import loaded
 from playground.spec import RunSpec
-from tests.conftest import byte_tokenizer, tiny_llama
+from tests.helpers import allowed_tiny_model, save_tiny_model
 
 RESULT_KEYS = {"spec", "text", "sequences", "prompt_tokens", "new_tokens", "token_ids", "metrics", "versions"}
 METRIC_KEYS = {"load_s", "compile_s", "ttft_s", "total_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90",
@@ -18,13 +18,8 @@ METRIC_KEYS = {"load_s", "compile_s", "ttft_s", "total_s", "tokens_per_s", "ms_p
 @pytest.fixture
 def local_model(tmp_path, monkeypatch):
     """A tiny model saved where local models are allowed; the LRU is emptied around the test."""
-    path = tmp_path / "tiny"
-    tiny_llama().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path))
-    catalog.LOADED.clear()
-    yield str(path)
-    catalog.LOADED.clear()
+    with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as path:
+        yield path
 
 
 def test_streamed_deltas_add_up_to_the_final_text(local_model):
@@ -78,11 +73,9 @@ def test_stop_flag_ends_the_run_and_marks_it(local_model):
 
 def test_lru_keeps_at_most_capacity_models(tmp_path, monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path))
-    lru = catalog.ModelLRU(capacity=1)
+    lru = loaded.ModelLRU(capacity=1)
     for name in ("a", "b"):
-        tiny_llama().save_pretrained(tmp_path / name)
-        byte_tokenizer().save_pretrained(tmp_path / name)
-        lru.get(str(tmp_path / name))
+        lru.get(save_tiny_model(tmp_path / name))
     assert lru.keys() == [(str(tmp_path / "b"), "fp32")]
     _, was_loaded = lru.get(str(tmp_path / "b"))
     assert was_loaded
@@ -93,10 +86,56 @@ def test_lru_keeps_at_most_capacity_models(tmp_path, monkeypatch):
 def test_weight_precision_is_applied_at_load(local_model, weights, layer_type):
     result = runner.run_to_result("abc", RunSpec(model=local_model, weights=weights, max_new_tokens=4))
     assert result["new_tokens"] == 4
-    loaded, _ = catalog.LOADED.get(local_model, weights)
-    projection = loaded.model.model.layers[0].self_attn.q_proj
+    model, _ = loaded.LOADED.get(local_model, weights)
+    projection = model.model.model.layers[0].self_attn.q_proj
     assert type(projection).__name__ == layer_type
     if weights == "bf16":
         assert projection.weight.dtype == torch.bfloat16
-    fp32, _ = catalog.LOADED.get(local_model, "fp32")
-    assert loaded.weight_bytes < fp32.weight_bytes
+    fp32, _ = loaded.LOADED.get(local_model, "fp32")
+    assert model.weight_bytes < fp32.weight_bytes
+
+
+@pytest.mark.parametrize("assistant", ["no-such-model", "/etc", "../outside"])
+def test_an_invalid_assistant_is_refused_before_the_main_model_loads(local_model, monkeypatch, assistant):
+    loads = []
+    monkeypatch.setattr(loaded.LOADED, "get", lambda *args, **kwargs: loads.append(args))
+    spec = RunSpec(model=local_model, strategy="assisted", assistant=assistant, max_new_tokens=4)
+    with pytest.raises(PlaygroundError):
+        list(runner.run("abc", spec))
+    assert loads == []
+
+
+def test_the_runner_loads_the_draft_at_the_runs_precision_and_counts_its_load_time(tmp_path, monkeypatch):
+    with allowed_tiny_model(monkeypatch, tmp_path / "main") as main:
+        draft = save_tiny_model(tmp_path / "draft", seed=0)
+        spec = RunSpec(model=main, weights="bf16", strategy="assisted", assistant=draft, max_new_tokens=8)
+        events = list(runner.run("abc", spec))
+        assert set(loaded.LOADED.keys()) == {(main, "bf16"), (draft, "bf16")}
+        assert any(f"loading {draft} (bf16)" in e.message for e in events if isinstance(e, ProgressEvent))
+        result = events[-1].result
+        assert result["metrics"]["load_s"] > 0 and result["metrics"]["acceptance_rate"] is not None
+
+
+def test_loading_the_draft_never_evicts_the_main_model(tmp_path, monkeypatch):
+    with allowed_tiny_model(monkeypatch, tmp_path / "main") as main:
+        draft = save_tiny_model(tmp_path / "draft", seed=0)
+        monkeypatch.setattr(loaded.LOADED, "capacity", 1)
+        runner.run_to_result("abc", RunSpec(model=main, strategy="assisted", assistant=draft, max_new_tokens=4))
+        assert (main, "fp32") in loaded.LOADED.keys()
+
+
+def test_every_backend_generates_under_the_one_generation_lock(local_model, monkeypatch):
+    seen = []
+
+    class Recording:
+        name = "torch"
+
+        def generate(self, model, input_ids, spec, emit, should_stop, draft=None):
+            seen.append(runner.GENERATION_LOCK.locked())
+            from playground.backends.torch.generate import generate
+
+            return generate(model, input_ids, spec, emit, should_stop, draft)
+
+    monkeypatch.setattr(runner, "backend_for", lambda name: Recording())
+    runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=2))
+    assert seen == [True]

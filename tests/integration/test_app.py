@@ -1,44 +1,16 @@
 """The served app: the `run` API answers through gradio_client, refuses bad input, and keeps serving."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
-
 import pytest
 
-from tests.conftest import ROOT
+from playground.tools.serve import serve_app
 
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url():
-    port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if process.poll() is not None:
-                pytest.fail(f"app exited: {process.stdout.read()}")
-            time.sleep(0.5)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    with serve_app(env={"HF_HUB_OFFLINE": "1"}, timeout_s=120) as app:
+        yield app.url
 
 
 @pytest.fixture(scope="module")

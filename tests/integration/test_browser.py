@@ -7,18 +7,15 @@ own browser download is not used. Skipped when either is missing.
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from playground.tools.serve import serve_app
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
@@ -28,34 +25,11 @@ SCREENSHOT = ROOT / "docs" / "screenshot.png"
 NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    started = time.monotonic()
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if process.poll() is not None:
-                pytest.fail(f"app exited: {process.stdout.read()}")
-            if time.monotonic() - started > 60:
-                process.kill()
-                pytest.fail("app did not answer within 60 s (nothing should load at startup)")
-            time.sleep(0.3)
-    yield f"http://127.0.0.1:{port}/"
-    process.terminate()
-    process.wait(timeout=30)
+    # 60 s, not the default 120: nothing should load at startup, so a slow start is itself a failure
+    with serve_app(env={"HF_HUB_OFFLINE": "1"}, timeout_s=60) as app:
+        yield app.url
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +105,8 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
     while not metrics_filled():
         assert time.monotonic() < deadline, f"metrics never filled: {_metrics_row(page, 'decode speed')}"
         page.wait_for_timeout(500)
-    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Done')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
+                           timeout=30_000)
     assert "Paris" in page.locator("#output-0 textarea").input_value()
     assert page.locator("#tokens-0 .tok").count() > 0  # the token view is drawn
     assert "s=" in page.url  # the settings are in the address, ready to share
@@ -159,7 +134,8 @@ def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(ap
         _set_slider(page, f"max_new_tokens-{column}", 16)
     page.locator("#prompt textarea").fill("What is the capital of France?")
     page.locator("#run").click()
-    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('Done')", timeout=300_000)
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 3 columns ran')",
+                           timeout=300_000)
 
     texts = [page.locator(f"#output-{c} textarea").input_value() for c in (0, 1, 2)]
     assert "Paris" in texts[0] and texts[0] == texts[1] == texts[2]  # greedy parity, visible on the page

@@ -2,16 +2,14 @@
 
 import torch
 
-from playground.backends.torch import generate as torch_generate
 from playground.spec import RunSpec
+from tests.helpers import torch_run
 
 PROMPT = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64]])
 
 
 def generate(loaded, spec, should_stop=lambda: False):
-    emitted: list[int] = []
-    out = torch_generate.generate(loaded, PROMPT, spec, emitted.extend, should_stop)
-    return out, emitted
+    return torch_run(loaded, PROMPT, spec, should_stop)
 
 
 def test_static_and_dynamic_greedy_give_identical_tokens(tiny):

@@ -58,6 +58,6 @@ def test_cap_on_new_tokens_follows_the_environment(monkeypatch):
 
 def test_readme_table_matches_the_compatibility_rules():
     from playground.compatibility import markdown_table
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     assert markdown_table() in (ROOT / "README.md").read_text()

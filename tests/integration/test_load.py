@@ -3,18 +3,14 @@
 import pytest
 
 from playground.tools import loadtest
+from playground.tools.serve import serve_app
 
 pytestmark = pytest.mark.slow
 
 
 def test_app_serves_every_valid_request_under_concurrent_load():
-    port = loadtest.free_port()
-    process = loadtest.start_app(port)
-    try:
-        report = loadtest.run_load(f"http://127.0.0.1:{port}/", clients=8, requests=5, app_pid=process.pid)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with serve_app() as app:
+        report = loadtest.run_load(app.url, clients=8, requests=5, app_pid=app.pid)
     print(report)
     assert report["valid_requests"] + report["invalid_requests"] == 40
     assert report["failures"] == [] and report["served"] == report["valid_requests"]

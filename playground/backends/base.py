@@ -1,0 +1,83 @@
+"""The Backend interface: what the runner hands a backend, and what every backend measures and returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+if TYPE_CHECKING:  # type names only: importing this module must not import torch
+    import torch
+
+    from playground.models.loaded import LoadedModel
+    from playground.spec import RunSpec
+
+# How many alternatives each token record lists (both backends compute exactly this many).
+TOP_ALTERNATIVES = 5
+
+# Backends call this with each chunk of new token ids (first sequence) as soon as they exist.
+EmitTokens = Callable[[list[int]], None]
+# Backends poll this between steps/chunks; True means the user pressed stop or the request ran out of time.
+ShouldStop = Callable[[], bool]
+
+
+class TokenInfo(TypedDict, total=False):
+    """What a backend knew about one generated token (ids; the Result turns them into text)."""
+
+    p: float  # probability of the chosen token under the distribution it was drawn from
+    entropy: float  # of that distribution, in nats
+    top: list[tuple[int, float]]  # the TOP_ALTERNATIVES most likely (token id, probability)
+
+
+@dataclass
+class GenerationOutput:
+    """What a backend measured; the runner turns it into the Result JSON.
+
+    All times are time.perf_counter() values, so the runner can relate them to its own clock.
+    """
+
+    sequences: list[list[int]]  # new token ids per returned sequence, best first
+    start_time: float  # when the backend began work on the prompt (after the model was loaded)
+    token_times: list[float]  # when each new token of sequences[0] became available on the host
+    kv_cache_bytes: int  # bytes held by the cache's tensors at the end of the run
+    compile_s: float = 0.0  # time spent compiling before the first token (JAX path; 0 when nothing compiled)
+    scores: list[float] | None = None  # beam search: sequence scores, same order as sequences
+    acceptance_rate: float | None = None  # assisted: accepted draft tokens / proposed draft tokens
+    forward_passes: int | None = None  # main-model forward passes, measured
+    stopped: bool = False  # ended early by should_stop()
+    token_info: list[TokenInfo] | None = None  # per token of sequences[0]
+    draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
+    kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
+    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
+
+
+class Backend(Protocol):
+    """A way to run a validated RunSpec on a loaded model. The runner holds the one generation lock around
+    `generate`, so a backend never runs two generations at once and needs no lock of its own."""
+
+    name: str
+
+    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+        """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any."""
+        ...
+
+
+def eos_ids(*sources: Any) -> tuple[int, ...]:
+    """The ids generation stops at, in their configured order, from the first source that names any (a
+    GenerationConfig, then e.g. the tokenizer). Configs hold an int, a list of ints or None under
+    `eos_token_id`; written once so that every backend stops at the same tokens."""
+    for source in sources:
+        eos = getattr(source, "eos_token_id", None)
+        if eos is None:
+            continue
+        found = tuple(dict.fromkeys(int(e) for e in (eos if isinstance(eos, Iterable) else [eos])))
+        if found:
+            return found
+    return ()
+
+
+def first_eos(*sources: Any) -> int | None:
+    """The first stop id, for settings that take a single id (a pad id)."""
+    ids = eos_ids(*sources)
+    return ids[0] if ids else None

@@ -1,0 +1,73 @@
+"""The one-time GGUF -> safetensors conversion cache: written to a staging folder, marked complete, renamed."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from playground.models.paths import converted_dir
+
+Progress = Callable[[float, str], None]
+COMPLETE_MARKER = "playground-complete.json"
+
+
+def no_progress(fraction: float, message: str) -> None:
+    """The default Progress: report nothing."""
+
+
+def is_complete(path: Path) -> bool:
+    """A conversion counts only if its marker exists and every file it lists has the recorded size."""
+    marker = path / COMPLETE_MARKER
+    if not marker.is_file():
+        return False
+    try:
+        sizes = json.loads(marker.read_text())["sizes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all((path / name).is_file() and (path / name).stat().st_size == size for name, size in sizes.items())
+
+
+def is_converted(name: str) -> bool:
+    return is_complete(converted_dir() / name)
+
+
+def convert_gguf(name: str, locate_gguf: Callable[[Progress], Path], progress: Progress) -> Path:
+    """GGUF -> safetensors once; written to a temp dir and renamed, so a killed run never leaves a half copy.
+
+    `locate_gguf` finds (or assembles) the GGUF file only when a conversion is needed.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    target = converted_dir() / name
+    if is_complete(target):
+        return target
+    gguf = locate_gguf(progress)
+    progress(0.05, f"converting {name} from GGUF (first time only, about 20-60 s)")
+    gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    progress(0.6, f"saving {name} as safetensors")
+    # a GGUF-loaded model refuses save_pretrained: rebuild a plain one from its config and copy the weights
+    config = AutoConfig.for_model(**{k: v for k, v in gguf_model.config.to_dict().items()
+                                     if k not in ("quantization_config", "_name_or_path")})
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(gguf_model.state_dict(), strict=False)
+    plain.tie_weights()
+    del gguf_model
+    staging = target.with_name(f"{name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    plain.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    sizes = {p.name: p.stat().st_size for p in staging.iterdir() if p.is_file()}
+    (staging / COMPLETE_MARKER).write_text(json.dumps({"source": str(gguf), "sizes": sizes}))
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    del plain
+    gc.collect()
+    return target
+
+

@@ -1,0 +1,153 @@
+"""Loaded models: loading at a chosen precision within the memory budget, and the loaded-model LRU."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from playground.errors import PlaygroundError
+from playground.models import memory
+from playground.models.catalog import BUNDLED, check_available, hub_reachable, local_dir
+from playground.models.convert import Progress, convert_gguf, no_progress
+
+
+@dataclass
+class LoadedModel:
+    """A ready model and tokenizer, with how long it took to get here."""
+
+    name: str
+    weights: str
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any
+    load_s: float
+    instruct: bool
+
+    @cached_property
+    def weight_bytes(self) -> int:
+        """Bytes of parameters a decode step reads (tied embeddings counted once)."""
+        seen: set[int] = set()
+        total = 0
+        for tensor in list(self.model.parameters()) + list(self.model.buffers()):
+            if tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
+            total += tensor.numel() * tensor.element_size()
+        return total
+
+
+def _load_kwargs(weights: str) -> dict[str, Any]:
+    import torch
+
+    if weights == "fp32":
+        return {"dtype": torch.float32}
+    if weights == "bf16":
+        return {"dtype": torch.bfloat16}
+    from transformers import BitsAndBytesConfig
+
+    if weights == "int8":
+        # bitsandbytes warns at every matmul that int8 casts fp32 inputs to fp16; the README says it once
+        logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
+        return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True)}
+    return {"quantization_config": BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)}
+
+
+def _load_uncached(name: str, weights: str, progress: Progress, make_room: Callable[[str, int], None]) -> LoadedModel:
+    """Resolve the source, reserve memory for the weights (make_room may evict or refuse), then load."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # we report our own progress; tqdm bars would garble the CLI's stderr
+    start = time.perf_counter()
+    kind = check_available(name)
+    instruct: bool | None = None
+    source: str | Path
+    bundled = BUNDLED[name] if kind == "bundled" else None
+    if bundled is not None and not bundled.installed and bundled.hub_id and hub_reachable():
+        source = bundled.hub_id  # requirements.txt alone (a Space) lacks the --no-deps package
+        instruct = bundled.instruct
+    elif bundled is not None:
+        source = convert_gguf(name, bundled.gguf_path, progress)
+        instruct = bundled.instruct
+    elif kind == "local":
+        directory = local_dir(name)
+        if directory is None:  # it was there when check_available looked
+            raise PlaygroundError(f"local model directory {name!r} is no longer there")
+        source = directory
+    else:
+        source = name
+    progress(0.9, f"loading {name} ({weights})")
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        make_room(f"model {name} ({weights})", memory.weight_bytes_estimate(config, weights))
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False, **_load_kwargs(weights))
+    except (OSError, ValueError) as exc:
+        raise PlaygroundError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from None
+    model.eval()
+    if instruct is None:
+        instruct = getattr(tokenizer, "chat_template", None) is not None
+    progress(1.0, f"{name} ready")
+    return LoadedModel(name, weights, model, tokenizer, time.perf_counter() - start, instruct)
+
+
+class ModelLRU:
+    """At most `capacity` loaded models, within the memory budget; least recently used ones go first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._models: OrderedDict[tuple[str, str], LoadedModel] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name: str, weights: str = "fp32", progress: Progress = no_progress,
+            keep: Collection[LoadedModel] = ()) -> tuple[LoadedModel, bool]:
+        """The loaded model and whether it was already in memory.
+
+        `keep`: models the caller is using (a run's main model while its draft loads); they are never evicted
+        to make room, so what the budget counts is what is really held.
+        """
+        key = (name, weights)
+        with self._lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key], True
+            kept = {(m.name, m.weights) for m in keep}
+            loaded = _load_uncached(name, weights, progress, lambda what, need: self._make_room(what, need, kept))
+            self._models[key] = loaded
+            return loaded, False
+
+    def _make_room(self, what: str, need: int, kept: set[tuple[str, str]]) -> None:
+        budget = memory.budget_bytes()
+        pinned = sum(m.weight_bytes for k, m in self._models.items() if k in kept)
+        memory.check_fits(what, need, pinned, budget)  # could never fit, even with everything else evicted
+        evictable = [k for k in self._models if k not in kept]  # least recently used first
+        while evictable and (len(self._models) >= self.capacity or self.resident_bytes() + need > budget):
+            del self._models[evictable.pop(0)]
+            gc.collect()
+
+    def resident_bytes(self) -> int:
+        """Weight bytes of the models held now."""
+        return sum(m.weight_bytes for m in list(self._models.values()))
+
+    def keys(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._models)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._models.clear()
+            gc.collect()
+
+
+LOADED = ModelLRU(int(os.environ.get("PLAYGROUND_MAX_LOADED_MODELS", "2")))
+
+

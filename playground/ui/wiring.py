@@ -1,0 +1,163 @@
+"""The page's behaviour: layout, settings and run events wired to the components, the `run` API, build_ui().
+
+The page talks to model code only through `runner` (it never imports torch or jax), so it starts in seconds
+and models load on the first run, with progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+
+from playground import runner
+from playground.errors import PlaygroundError
+from playground.result import Result
+from playground.spec import RunSpec
+from playground.ui.columns import wire
+from playground.ui.export import (
+    decode_url_state,
+    encode_url_state,
+    page_settings,
+    parse_settings,
+    settings_from_json,
+    settings_to_json,
+    write_exports,
+)
+from playground.ui.outcome import Outcome, finished
+from playground.ui.page import Page, build_page
+from playground.ui.presets import PRESETS
+from playground.ui.run import forget_session, read_settings, recolour, run_all, stop_flag
+from playground.ui.style import WRITE_URL_JS
+
+
+def _wire_layout(page: Page) -> None:
+    """Layout events stay outside the queue, so a long generation never delays someone's clicks."""
+    layout_outputs = [page.visible, page.add] + [x for c in page.columns for x in (c.settings_box, c.output_box,
+                                                                                  c.remove)]
+
+    def add_column(flags: list[bool]) -> dict[Any, Any]:
+        flags = list(flags)
+        if False in flags:
+            flags[flags.index(False)] = True
+        return page.layout(flags)
+
+    page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
+    for i, col in enumerate(page.columns):
+        col.remove.click(lambda flags, i=i: page.layout([f and j != i for j, f in enumerate(flags)]),
+                         page.visible, layout_outputs, queue=False, api_visibility="private")
+        wire(col)
+    page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [c.chatbot for c in page.columns],
+                    queue=False, api_visibility="private")
+
+    def clear_conversation() -> dict[Any, Any]:
+        return {page.conversation: []} | {c.chatbot: [] for c in page.columns}
+
+    page.clear_chat.click(clear_conversation, None, [page.conversation] + [c.chatbot for c in page.columns],
+                          queue=False, api_visibility="private")
+    page.colour_by.input(lambda outcome, by: recolour(page, outcome, by), [page.results, page.colour_by],
+                         [page.legend] + [c.tokens for c in page.columns], queue=False, api_visibility="private")
+
+
+def _wire_settings(page: Page) -> Any:
+    """Presets, the settings JSON and the address bar: all routes to the same validated page settings.
+
+    Returns the handler that restores settings from the page address, for demo.load.
+    """
+    outputs = page.apply_outputs()
+
+    def apply_json(text: str) -> dict[Any, Any]:
+        try:
+            return page.apply_settings(settings_from_json(text), "✓ Settings applied.")
+        except PlaygroundError as exc:
+            return {page.status: f"⚠ **settings not applied:** {exc}"}
+
+    def restore(request: gr.Request) -> dict[Any, Any]:
+        token = request.query_params.get("s") if request else None
+        if not token:
+            return {page.status: gr.skip()}  # an empty dict would read as one value for 145 outputs
+        try:
+            return page.apply_settings(decode_url_state(token), "✓ Settings restored from the link.")
+        except PlaygroundError as exc:
+            return {page.status: f"⚠ **the link's settings were not applied:** {exc}"}
+
+    for name, button in page.presets.items():
+        def apply_preset(data: dict[Any, Any], name: str = name) -> dict[Any, Any]:
+            current, _ = read_settings(page, data)
+            columns, note = PRESETS[name](current["columns"][0])
+            try:
+                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns))
+            except PlaygroundError as exc:  # column 1's model or length, which presets keep, is not valid
+                return {page.status: f"⚠ **{name} not applied:** {exc}"}
+            return page.apply_settings(settings, f"**{name}:** {note}")
+
+        button.click(apply_preset, page.setting_inputs(), outputs, queue=False, api_visibility="private").then(
+            None, page.url_token, None, js=WRITE_URL_JS)
+    page.apply.click(apply_json, page.settings_json, outputs, queue=False, api_visibility="private").then(
+        None, page.url_token, None, js=WRITE_URL_JS)
+    return restore
+
+
+def _wire_run(page: Page) -> None:
+    inputs = page.setting_inputs() | {page.conversation, page.colour_by}
+    outputs = [page.status, page.results, page.metrics, page.speed_plot, page.latency_plot, page.kv_plot, page.diff,
+               page.legend, page.conversation, page.prompt]
+    for col in page.columns:
+        outputs += [col.output, col.notice, col.tokens, col.chatbot]
+
+    def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
+        """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""
+        settings, _ = read_settings(page, data)
+        return {page.settings_json: settings_to_json(settings), page.url_token: encode_url_state(settings)}
+
+    def run_columns(data: dict[Any, Any], request: gr.Request,
+                    progress: gr.Progress = gr.Progress()) -> Iterator[dict[Any, Any]]:  # noqa: B008 - Gradio idiom
+        yield from run_all(page, data, request, progress)
+
+    def exports(outcome: Outcome) -> dict[Any, Any]:
+        results, labels = finished(outcome)
+        if not results or outcome["settings"] is None:
+            return {page.download_json: gr.update(interactive=False), page.download_csv: gr.update(interactive=False)}
+        json_path, csv_path = write_exports(outcome["settings"], results, labels)
+        return {page.download_json: gr.update(value=str(json_path), interactive=True),
+                page.download_csv: gr.update(value=str(csv_path), interactive=True)}
+
+    for trigger in (page.run.click, page.prompt.submit):
+        trigger(snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
+                api_visibility="private").then(
+            None, page.url_token, None, js=WRITE_URL_JS).then(
+            run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
+            exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
+
+    def request_stop(request: gr.Request) -> str:
+        stop_flag(request).set()
+        return "■ Stopping after the current token…"
+
+    # outside the queue, so it is not stuck behind the run it is meant to stop
+    page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
+
+
+def api_run(prompt: str, spec: str) -> Result:
+    """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults)."""
+    try:
+        return runner.run_to_result(prompt, RunSpec.from_json(spec))
+    except PlaygroundError as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def build_ui() -> gr.Blocks:
+    """The whole page; app.py queues it (one generation at a time) and launches it with CSS and THEME."""
+    with gr.Blocks(title="Decoding Playground", fill_width=True) as demo:
+        page = build_page()
+        _wire_layout(page)
+        restore = _wire_settings(page)
+        _wire_run(page)
+        demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private")
+        demo.unload(forget_session)
+        gr.api(api_run, api_name="run")
+    demo.page = page  # for tests and scripts that drive handlers directly
+    return demo
+
+
+__all__ = ["Page", "api_run", "build_ui"]

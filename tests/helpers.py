@@ -1,0 +1,116 @@
+"""Shared test helpers: tiny random-weight models built from a config, a byte-level tokenizer for them, and the
+reference calls (PyTorch generate, the JAX decoder, the CLI) that several test modules compare against."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def byte_tokenizer():
+    """A real round-tripping tokenizer over 256 byte tokens + eos, built in memory (no hub, no files)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    vocab["<eos>"] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<eos>")
+
+
+def tiny_llama(seed: int = 0, **overrides):
+    """A 2-layer Llama over the byte tokenizer's 257 tokens; `overrides` replace any config value."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    values = dict(vocab_size=257, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=4096, eos_token_id=256, pad_token_id=256,
+                  bos_token_id=None)
+    return LlamaForCausalLM(LlamaConfig(**{**values, **overrides})).eval()
+
+
+def one_layer_llama(seed: int = 0, vocab_size: int = 257):
+    """With one layer, K/V depend only on (token, position), so a from-scratch recompute is an exact reference."""
+    return tiny_llama(seed, vocab_size=vocab_size, num_hidden_layers=1, eos_token_id=None, pad_token_id=None)
+
+
+def tiny_gemma(seed: int = 0, sliding_window: int = 8):
+    """Gemma3 layout in miniature: sliding layers (window 8) around one global layer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=257, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=sliding_window,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              max_position_embeddings=4096, eos_token_id=256, pad_token_id=256, bos_token_id=None)
+    return Gemma3ForCausalLM(config).eval()
+
+
+def tiny_loaded(name: str = "tiny-llama", model=None, instruct: bool = False):
+    """A tiny model wrapped as the catalog hands models out, without going through a load."""
+    from playground.models.loaded import LoadedModel
+
+    return LoadedModel(name, "fp32", model if model is not None else tiny_llama(), byte_tokenizer(), 0.0, instruct)
+
+
+def save_tiny_model(path: Path, seed: int = 0) -> str:
+    """A tiny Llama and its tokenizer saved as a local model folder, for tests that load by path."""
+    tiny_llama(seed=seed).save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+@contextmanager
+def allowed_tiny_model(monkeypatch: pytest.MonkeyPatch, path: Path, seed: int = 0) -> Iterator[str]:
+    """A tiny model saved where local models may load from; the LRU is emptied around its use."""
+    from playground.models import loaded
+
+    saved = save_tiny_model(path, seed)
+    monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(path.parent))
+    loaded.LOADED.clear()
+    try:
+        yield saved
+    finally:
+        loaded.LOADED.clear()
+
+
+def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
+    """The PyTorch path on `ids`, and the token ids it streamed; `draft` is the loaded assistant model, if any."""
+    from playground.backends.torch import generate as torch_generate
+
+    emitted: list[int] = []
+    out = torch_generate.generate(loaded, ids, spec, emitted.extend, should_stop, draft)
+    return out, emitted
+
+
+def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False):
+    """The JAX decoder on `ids`, and the chunks of token ids it streamed."""
+    from playground.backends.jax import decoder as jax_decoder
+
+    chunks: list[list[int]] = []
+    out = jax_decoder.generate(loaded, ids, spec, chunks.append, should_stop)
+    return out, chunks
+
+
+def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> list[int]:
+    """Exactly `new` greedy tokens from transformers' own generate: the reference the decoders must match."""
+    from playground.backends.torch.generate import reference_greedy
+
+    return reference_greedy(model, ids, new, cache, **kwargs)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m playground ARGS` from the repo root, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "playground", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)

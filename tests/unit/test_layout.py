@@ -1,0 +1,88 @@
+"""The package's shape stays readable: no import cycles, small modules and functions, a page that starts light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+PACKAGE = ROOT / "playground"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+MAX_TOP_LEVEL_MODULES = 12
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imported(path: Path, known: set[str]) -> set[str]:
+    """Every playground module a file imports, anywhere in it (function level and TYPE_CHECKING included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from playground.x import y` imports playground.x.y when y is a module, else playground.x
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                     for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n in known)
+    return found
+
+
+def test_the_package_has_no_import_cycle():
+    known = modules()
+    graph = {name: imported(path, set(known)) - {name} for name, path in known.items()}
+    state: dict[str, str] = {}
+    cycles: list[list[str]] = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                cycles.append([*trail[trail.index(target):], target] if target in trail else [name, target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for name, path in modules().items():
+        source = path.read_text()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"module {name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {length} lines")
+    assert not too_long
+
+
+def test_the_top_level_holds_at_most_a_dozen_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_the_page_starts_without_torch_or_jax():
+    code = ("import sys; from playground.ui.wiring import build_ui; build_ui(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax', 'torchax', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
