@@ -37,9 +37,11 @@ class TokenRecord(TypedDict):
 
     id: int
     text: str
-    p: float | None
+    p: float | None  # under the distribution the token was drawn from (after every processor and filter)
     entropy: float | None
-    top: list[tuple[str, float | None]] | None  # (text, probability) of the top alternatives
+    p_model: float | None  # under the model's own softmax at temperature 1, before any processor
+    entropy_model: float | None
+    top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
 
 
@@ -117,7 +119,9 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "text": tokenizer.decode([token]),
             "p": _round(known.get("p")),
             "entropy": _round(known.get("entropy")),
-            "top": [(tokenizer.decode([i]), _round(p)) for i, p in top] if top else None,
+            "p_model": _round(known.get("p_model")),
+            "entropy_model": _round(known.get("entropy_model")),
+            "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
             "draft": draft,
         })
     return records

@@ -22,11 +22,15 @@ ShouldStop = Callable[[], bool]
 
 
 class TokenInfo(TypedDict, total=False):
-    """What a backend knew about one generated token (ids; the Result turns them into text)."""
+    """What a backend knew about one generated token (ids; the Result turns them into text). Both backends
+    mean the same by each key."""
 
-    p: float  # probability of the chosen token under the distribution it was drawn from
+    p: float  # probability of the chosen token under the distribution it was drawn from: after repetition
+    #           penalty, min_new_tokens, temperature, top-k, top-p and min-p
     entropy: float  # of that distribution, in nats
-    top: list[tuple[int, float]]  # the TOP_ALTERNATIVES most likely (token id, probability)
+    p_model: float  # probability of the chosen token under the model's own softmax (temperature 1, no processor)
+    entropy_model: float  # of the model's own distribution, in nats
+    top: list[tuple[int, float, float]]  # the model's TOP_ALTERNATIVES most likely: (token id, p, p_model)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from playground.ui.export import (
 from playground.ui.metrics import empty_metrics, kv_frame, latency_frame, slot_colours, throughput_frame
 from playground.ui.outcome import empty_outcome
 from playground.ui.presets import PRESETS
-from playground.ui.tokens import COLOUR_MODES, legend_html
+from playground.ui.tokens import COLOUR_MODES, DEFAULT_COLOUR, legend_html
 
 DEFAULT_PROMPT = "What is the capital of France?"
 
@@ -144,9 +144,10 @@ def _header() -> dict[str, Any]:
 def _token_bar() -> dict[str, Any]:
     """How tokens are coloured, the legend, and where the columns' outputs diverge."""
     with gr.Row(elem_classes=["token-bar"]):
-        colour_by = gr.Radio(list(COLOUR_MODES), value="probability", label="colour tokens by", scale=0,
-                             min_width=260, elem_id="colour-by")
-        legend = gr.HTML(legend_html("probability"), js_on_load=None)
+        colour_by = gr.Radio(list(COLOUR_MODES), value=DEFAULT_COLOUR, label="colour tokens by", scale=0,
+                             min_width=420, elem_id="colour-by",
+                             info="as drawn: after penalty, temperature and filters · model: its own softmax")
+        legend = gr.HTML(legend_html(DEFAULT_COLOUR), js_on_load=None)
     diff = gr.Markdown("Run two or more columns to see where their outputs diverge.", elem_id="diff",
                        elem_classes=["diff"])
     return {"colour_by": colour_by, "legend": legend, "diff": diff}

@@ -52,7 +52,8 @@ def fake_result(ids: list[int], speed: float = 10.0, ttft: float = 0.5, acceptan
                     "ms_per_token_p50": 1000 / speed, "ms_per_token_p90": 1200 / speed, "kv_cache_bytes": 2**20,
                     "peak_rss_bytes": 900 * 2**20, "acceptance_rate": acceptance},
         "versions": VERSIONS,
-        "tokens": [{"id": i, "text": t, "p": 0.9, "entropy": 0.3, "top": [[t, 0.9], ["x", 0.05]], "draft": None}
+        "tokens": [{"id": i, "text": t, "p": 0.9, "entropy": 0.3, "p_model": 0.8, "entropy_model": 0.4,
+                    "top": [[t, 0.9, 0.8], ["x", 0.05, 0.1]], "draft": None}
                    for i, t in zip(ids, texts, strict=True)],
         "timeline": {"token_ms": [100.0, 90.0][: max(len(ids) - 1, 0)], "kv_cache_bytes": [2**19, 2**20]},
         "scores": None,
@@ -121,16 +122,21 @@ def test_divergence_report_compares_every_pair_of_finished_columns():
 
 
 def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hover():
-    tokens = [{"id": 1, "text": "<b>", "p": 1.0, "entropy": 0.0, "top": [["<b>", 1.0]], "draft": True},
-              {"id": 2, "text": " x", "p": 0.0, "entropy": 9.0, "top": None, "draft": False},
-              {"id": 3, "text": "\n", "p": None, "entropy": None, "top": None, "draft": None}]
-    by_p = tokens_html(tokens, "probability", diverge_at=1)
+    tokens = [{"id": 1, "text": "<b>", "p": 1.0, "entropy": 0.0, "p_model": 0.5, "entropy_model": 2.0,
+               "top": [["<b>", 1.0, 0.5]], "draft": True},
+              {"id": 2, "text": " x", "p": 0.0, "entropy": 9.0, "p_model": 0.0, "entropy_model": 9.0, "top": None,
+               "draft": False},
+              {"id": 3, "text": "\n", "p": None, "entropy": None, "p_model": None, "entropy_model": None,
+               "top": None, "draft": None}]
+    by_p = tokens_html(tokens, "probability (as drawn)", diverge_at=1)
     assert "hsl(120," in by_p and "hsl(0," in by_p
     assert "&lt;b&gt;" in by_p and "<b>" not in by_p  # model text is escaped, never markup
     assert "class='tok draft'" in by_p and "class='tok diverge'" in by_p
-    assert "&#x27;&lt;b&gt;&#x27;: 1.000" in by_p  # the top alternatives in the title attribute
+    assert "&#x27;&lt;b&gt;&#x27;: 1.000 · 0.500" in by_p  # the top alternatives, both probabilities, on hover
     assert "↵<br>" in by_p  # a newline token stays visible
-    by_entropy = tokens_html(tokens, "entropy")
+    by_model = tokens_html(tokens, "model probability")
+    assert "hsl(60," in by_model  # p_model 0.5: halfway
+    by_entropy = tokens_html(tokens, "entropy (as drawn)")
     assert by_entropy.index("hsl(120,") < by_entropy.index("hsl(0,")  # 0 nats green, 9 nats red
     assert "after a run" in tokens_html(None)
 
@@ -264,7 +270,7 @@ def test_page_has_the_element_ids_scripts_rely_on(demo):
 def page_data(page, changes: dict[Any, Any] | None = None) -> dict[Any, Any]:
     """The values the page would send: every component's current default, changed where asked."""
     data = {page.prompt: "Hello", page.seed: 3, page.mode: "raw", page.visible: [True, True, False, False],
-            page.conversation: [], page.colour_by: "probability"}
+            page.conversation: [], page.colour_by: "probability (as drawn)"}
     for col in page.columns:
         for component in col.knobs.values():
             data[component] = component.value
@@ -346,7 +352,7 @@ def test_colour_toggle_redraws_only_the_token_views(demo):
     page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "greedy"}]}, [0])
     outcome["results"][0] = fake_result([1, 2])
-    updates = recolour(page, outcome, "entropy")
+    updates = recolour(page, outcome, "entropy (as drawn)")
     assert set(updates) == {page.legend, page.columns[0].tokens}
     assert "nats" in updates[page.legend] and "class='tok'" in updates[page.columns[0].tokens]
 

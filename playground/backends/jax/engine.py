@@ -199,10 +199,7 @@ class Engine:
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self._pin(s), out
 
-        top = sampling.TOP_ALTERNATIVES
-        out = Chunk(jnp.full((steps,), -1, jnp.int32),
-                    StepInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps, top), jnp.int32),
-                              jnp.zeros((steps, top))))
+        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 
