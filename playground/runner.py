@@ -20,7 +20,7 @@ from playground.metrics import PeakRss
 from playground.models import memory
 from playground.models.catalog import check_available
 from playground.models.loaded import LOADED, LoadedModel
-from playground.result import Result, build_result
+from playground.result import Result, build_result, combine_runs
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -142,12 +142,18 @@ class _Loaded:
 
 @dataclass
 class _Finished:
-    model: LoadedModel
+    loaded: _Loaded
     prompt_tokens: int
-    output: GenerationOutput
-    end: float
-    load_s: float
+    runs: list[tuple[GenerationOutput, float]]  # each timed run's output and when it ended
     peak_rss: int
+
+    def result(self, spec: RunSpec) -> Result:
+        """One Result; repeated runs combined (medians, every run kept)."""
+        model, draft = self.loaded.model, self.loaded.draft
+        weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
+        results = [build_result(spec, model, self.prompt_tokens, output, end, self.loaded.load_s if i == 0 else 0.0,
+                                self.peak_rss, weights) for i, (output, end) in enumerate(self.runs)]
+        return combine_runs(results)
 
 
 class _Job:
@@ -188,14 +194,23 @@ class _Job:
                 self.reports.put(loaded)
                 input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
-                backend = backend_for(self.spec.backend)
-                with GENERATION_LOCK:
-                    output = backend.generate(loaded.model, input_ids, self.spec, self.reports.put,
-                                              self.stop_requested, loaded.draft)
-                end = time.perf_counter()
-            self.reports.put(_Finished(loaded.model, input_ids.shape[1], output, end, loaded.load_s, rss.peak))
+                runs = self._generate(loaded, input_ids)
+            self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
+
+    def _generate(self, loaded: _Loaded, input_ids: Any) -> list[tuple[GenerationOutput, float]]:
+        """spec.repeats timed runs under the generation lock; the first one streams its tokens."""
+        backend = backend_for(self.spec.backend)
+        runs: list[tuple[GenerationOutput, float]] = []
+        for index in range(self.spec.repeats):
+            emit = self.reports.put if index == 0 else _ignore_tokens
+            with GENERATION_LOCK:
+                output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft)
+            runs.append((output, time.perf_counter()))
+            if output.stopped:
+                break
+        return runs
 
     def events(self) -> Iterator[Event]:
         """Reports turned into events: token ids into text deltas, the finish into the Result."""
@@ -216,8 +231,7 @@ class _Job:
                 tail = text.finish()
                 if tail:
                     yield TextEvent(tail, text.text, len(text.ids))
-                yield DoneEvent(build_result(self.spec, report.model, report.prompt_tokens, report.output,
-                                             report.end, report.load_s, report.peak_rss))
+                yield DoneEvent(report.result(self.spec))
                 return
 
 
@@ -237,6 +251,10 @@ def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = Non
         yield from job.events()
     finally:
         job.cancelled.set()
+
+
+def _ignore_tokens(ids: list[int]) -> None:
+    """Repeated runs stream nothing: their tokens are the first run's."""
 
 
 def _user_error(exc: BaseException) -> BaseException:

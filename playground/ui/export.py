@@ -23,9 +23,11 @@ MAX_TOKEN_CHARS = 16_000
 SETTINGS_VERSION = 1
 
 
-def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]],
+                  repeats: int = 1) -> dict[str, Any]:
+    """The page's settings: what every column shares (prompt, seed, format, timed repeats) and each column's own."""
     return {"version": SETTINGS_VERSION, "prompt": prompt, "seed": int(seed or 0), "mode": mode,
-            "columns": [dict(c) for c in columns]}
+            "repeats": int(repeats or 1), "columns": [dict(c) for c in columns]}
 
 
 def settings_to_json(settings: Mapping[str, Any]) -> str:
@@ -36,14 +38,15 @@ def parse_settings(data: Any) -> dict[str, Any]:
     """Validate pasted or linked settings before anything on the page changes; errors name the fix."""
     if not isinstance(data, Mapping):
         raise PlaygroundError('settings must be a JSON object like {"prompt": ..., "seed": 0, "columns": [{...}]}')
-    unknown = sorted(set(data) - {"version", "prompt", "seed", "mode", "columns"})
+    unknown = sorted(set(data) - {"version", "prompt", "seed", "mode", "repeats", "columns"})
     if unknown:
-        raise PlaygroundError(f"unknown settings key(s) {', '.join(unknown)}; allowed: prompt, seed, mode, columns")
+        raise PlaygroundError(f"unknown settings key(s) {', '.join(unknown)}; "
+                              "allowed: prompt, seed, mode, repeats, columns")
     prompt = data.get("prompt", "")
     if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
         raise PlaygroundError(f"prompt must be text of at most {MAX_PROMPT_CHARS} characters")
-    seed = data.get("seed", 0)
-    RunSpec(seed=seed)  # the same range and type check as a run
+    seed, repeats = data.get("seed", 0), data.get("repeats", 1)
+    RunSpec(seed=seed, repeats=repeats)  # the same range and type checks as a run
     mode = data.get("mode", "auto")
     if mode not in MODES:
         raise PlaygroundError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
@@ -57,12 +60,12 @@ def parse_settings(data: Any) -> dict[str, Any]:
         extra = sorted(set(column) - set(COLUMN_KEYS))
         if extra:
             raise PlaygroundError(f"column {number}: key(s) {', '.join(extra)} cannot be set per column "
-                                  f"(seed and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
+                                  f"(seed, repeats and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
         reason = problem(column)
         if reason:
             raise PlaygroundError(f"column {number}: {reason}")
         cleaned.append(dict(column))
-    return page_settings(prompt, seed, mode, cleaned)
+    return page_settings(prompt, seed, mode, cleaned, repeats)
 
 
 def settings_from_json(text: str) -> dict[str, Any]:

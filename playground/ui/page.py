@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from playground import compatibility
+from playground.spec import MAX_REPEATS
 from playground.ui.chat import MODE_LABELS
 from playground.ui.columns import (
     MAX_COLUMNS,
@@ -24,9 +25,10 @@ from playground.ui.export import (
     encode_url_state,
     settings_to_json,
 )
-from playground.ui.metrics import empty_metrics, kv_frame, latency_frame, slot_colours, throughput_frame
 from playground.ui.outcome import empty_outcome
+from playground.ui.plots import kv_frame, latency_frame, slot_colours, throughput_frame
 from playground.ui.presets import PRESETS
+from playground.ui.table import STAR_RULE, empty_metrics
 from playground.ui.tokens import COLOUR_MODES, DEFAULT_COLOUR, legend_html
 
 DEFAULT_PROMPT = "What is the capital of France?"
@@ -38,6 +40,7 @@ class Page:
 
     prompt: gr.Textbox
     seed: gr.Number
+    repeats: gr.Slider
     mode: gr.Radio
     run: gr.Button
     stop: gr.Button
@@ -52,6 +55,7 @@ class Page:
     legend: gr.HTML
     diff: gr.Markdown
     metrics: gr.Dataframe
+    process_memory: gr.Markdown
     speed_plot: gr.BarPlot
     latency_plot: gr.LinePlot
     kv_plot: gr.LinePlot
@@ -76,6 +80,7 @@ class Page:
         count = len(settings["columns"])
         updates = self.layout([i < count for i in range(MAX_COLUMNS)])
         updates |= {self.prompt: settings["prompt"], self.seed: settings["seed"], self.mode: settings["mode"],
+                    self.repeats: settings.get("repeats", 1),
                     self.settings_json: settings_to_json(settings), self.url_token: encode_url_state(settings),
                     self.status: note}
         updates |= self.chat_visibility(settings["mode"])
@@ -91,15 +96,15 @@ class Page:
         return updates
 
     def apply_outputs(self) -> list[Any]:
-        outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.mode, self.settings_json,
-                              self.url_token, self.status, self.clear_chat]
+        outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
+                              self.settings_json, self.url_token, self.status, self.clear_chat]
         for col in self.columns:
             outputs += [col.settings_box, col.output_box, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]
         return list(dict.fromkeys(outputs))
 
     def setting_inputs(self) -> set[Any]:
-        inputs = {self.prompt, self.seed, self.mode, self.visible}
+        inputs = {self.prompt, self.seed, self.repeats, self.mode, self.visible}
         for col in self.columns:
             inputs.update(col.knobs.values())
         return inputs
@@ -127,7 +132,9 @@ def _header() -> dict[str, Any]:
         prompt = gr.Textbox(DEFAULT_PROMPT, label="prompt", lines=4, max_lines=12, elem_id="prompt", scale=5)
         with gr.Column(scale=2, min_width=220):
             mode = gr.Radio(MODE_LABELS, value="auto", label="prompt format", elem_id="mode")
-            seed = gr.Number(0, label="seed (all columns)", precision=0, minimum=0, elem_id="seed")
+            seed = gr.Number(0, label="seed (all columns)", precision=0, elem_id="seed")
+            repeats = gr.Slider(1, MAX_REPEATS, value=1, step=1, label="repeat timing N times", elem_id="repeats",
+                                info="runs interleaved across columns; the table shows medians and ranges")
     with gr.Row(elem_classes=["toolbar"]):
         run = gr.Button("▶ Run all columns", variant="primary", elem_id="run", scale=2)
         stop = gr.Button("■ Stop", variant="stop", elem_id="stop", scale=1)
@@ -137,7 +144,7 @@ def _header() -> dict[str, Any]:
         gr.Markdown("**Presets**", elem_classes=["presets-label"])
         presets = {name: gr.Button(name, size="sm", elem_id=f"preset-{n}") for n, name in enumerate(PRESETS)}
     status = gr.Markdown("", elem_id="status", elem_classes=["status"])
-    return {"prompt": prompt, "mode": mode, "seed": seed, "run": run, "stop": stop, "add": add,
+    return {"prompt": prompt, "mode": mode, "seed": seed, "repeats": repeats, "run": run, "stop": stop, "add": add,
             "clear_chat": clear_chat, "presets": presets, "status": status}
 
 
@@ -157,8 +164,10 @@ def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
     with gr.Row(equal_height=False):
-        metrics = gr.Dataframe(value=empty_metrics(), label="metrics (★ best in row)", elem_id="metrics",
-                               interactive=False, datatype="markdown", scale=3, max_height=560, wrap=True)
+        with gr.Column(scale=3):
+            metrics = gr.Dataframe(value=empty_metrics(), label=f"metrics ({STAR_RULE})", elem_id="metrics",
+                                   interactive=False, datatype="markdown", max_height=560, wrap=True)
+            process_memory = gr.Markdown("", elem_id="process-memory", elem_classes=["process-memory"])
         with gr.Column(scale=2, min_width=300):
             speed_plot = gr.BarPlot(throughput_frame([], []), x="run", y="tokens/s", x_title="column",
                                     title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None])
@@ -170,15 +179,17 @@ def _comparison() -> dict[str, Any]:
     with gr.Row(equal_height=False):
         empty: list[Any] = [None] * MAX_COLUMNS
         colours = slot_colours(MAX_COLUMNS)
-        latency_plot = gr.LinePlot(latency_frame(empty, empty), x="step", y="ms/token", elem_id="latency-plot",
-                                   title="latency per token (ms; compile spikes show at the start)",
-                                   tooltip=["run", "step", "ms/token"], color="column", color_map=colours,
+        latency_plot = gr.LinePlot(latency_frame(empty, empty), x="token", y="ms/token", elem_id="latency-plot",
+                                   title="ms per token at each arrival (one point per chunk where tokens arrive "
+                                         "together: JAX, accepted drafts)",
+                                   tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
                                    height=260, y_lim=[0, None])
         kv_plot = gr.LinePlot(kv_frame(empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",
                               tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
                               color_map=colours, height=260, y_lim=[0, None])
-    return {"metrics": metrics, "speed_plot": speed_plot, "latency_plot": latency_plot, "kv_plot": kv_plot,
+    return {"metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
+            "latency_plot": latency_plot, "kv_plot": kv_plot,
             "download_json": download_json, "download_csv": download_csv}
 
 

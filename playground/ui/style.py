@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.ui.metrics import PALETTE
+from playground.ui.plots import PALETTE
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
                        font=["system-ui", "Segoe UI", "Helvetica Neue", "Arial", "sans-serif"],

@@ -87,7 +87,8 @@ def _wire_settings(page: Page) -> Any:
             current, _ = read_settings(page, data)
             columns, note = PRESETS[name](current["columns"][0])
             try:
-                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns))
+                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns,
+                                                        current["repeats"]))
             except PlaygroundError as exc:  # column 1's model or length, which presets keep, is not valid
                 return {page.status: f"⚠ **{name} not applied:** {exc}"}
             return page.apply_settings(settings, f"**{name}:** {note}")

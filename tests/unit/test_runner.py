@@ -12,7 +12,7 @@ from tests.helpers import allowed_tiny_model, save_tiny_model
 
 RESULT_KEYS = {"spec", "text", "sequences", "prompt_tokens", "new_tokens", "token_ids", "metrics", "versions"}
 METRIC_KEYS = {"load_s", "compile_s", "ttft_s", "total_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90",
-               "kv_cache_bytes", "peak_rss_bytes", "acceptance_rate"}
+               "kv_cache_bytes", "weight_bytes", "peak_rss_bytes", "acceptance_rate"}
 
 
 @pytest.fixture
@@ -139,3 +139,19 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
     monkeypatch.setattr(runner, "backend_for", lambda name: Recording())
     runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=2))
     assert seen == [True]
+
+
+def test_repeats_time_the_same_generation_several_times_and_stream_it_once(local_model):
+    events = list(runner.run("abc", RunSpec(model=local_model, max_new_tokens=6, repeats=3)))
+    result = events[-1].result
+    assert len(result["metrics"]["tokens_per_s_runs"]) == 3 and len(result["metrics"]["total_s_runs"]) == 3
+    assert result["metrics"]["tokens_per_s"] == pytest.approx(sorted(result["metrics"]["tokens_per_s_runs"])[1])
+    assert result["spec"]["repeats"] == 3 and result["new_tokens"] == 6
+    assert "".join(e.delta for e in events if isinstance(e, TextEvent)) == result["text"]  # streamed once
+
+
+def test_memory_figures_are_the_columns_own_weights_and_cache(local_model):
+    result = runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=4))
+    model, _ = loaded.LOADED.get(local_model)
+    assert result["metrics"]["weight_bytes"] == model.weight_bytes > 0
+    assert result["metrics"]["kv_cache_bytes"] > 0
