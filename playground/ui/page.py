@@ -69,10 +69,15 @@ class Page:
     def layout(self, flags: list[bool]) -> dict[Any, Any]:
         """Show the columns whose flag is set; the last column cannot be removed, a fifth cannot be added."""
         updates: dict[Any, Any] = {self.visible: list(flags), self.add: gr.update(interactive=not all(flags))}
+        position = 0
         for flag, col in zip(flags, self.columns, strict=True):
             updates[col.settings_box] = gr.update(visible=flag)
             updates[col.output_box] = gr.update(visible=flag)
             updates[col.remove] = gr.update(visible=sum(flags) > 1)
+            if flag:  # numbered by position, so removing column 2 of 3 leaves columns 1 and 2
+                position += 1
+                updates[col.title] = f"### Column {position}"
+                updates[col.output] = gr.update(label=f"column {position} output")
         return updates
 
     def apply_settings(self, settings: Mapping[str, Any], note: str = "") -> dict[Any, Any]:
@@ -99,9 +104,25 @@ class Page:
         outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
                               self.settings_json, self.url_token, self.status, self.clear_chat]
         for col in self.columns:
-            outputs += [col.settings_box, col.output_box, col.remove, col.notice, col.chatbot,
+            outputs += [col.settings_box, col.output_box, col.title, col.output, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]
         return list(dict.fromkeys(outputs))
+
+    def lockable(self) -> list[Any]:
+        """Every control that changes what a run computes, and the buttons that change the columns."""
+        controls: list[Any] = [self.prompt, self.seed, self.repeats, self.mode, self.add, self.apply,
+                               *self.presets.values()]
+        for col in self.columns:
+            controls += [col.remove, *col.knobs.values()]
+        return controls
+
+    def run_label(self, flags: list[bool], *notices: str) -> Any:
+        """The Run button says how many of the visible columns can run as set."""
+        shown = [notice for flag, notice in zip(flags, notices, strict=False) if flag]
+        refused = sum(1 for notice in shown if notice.startswith("⚠"))
+        if not refused:
+            return gr.update(value=f"▶ Run all {len(shown)} columns" if len(shown) > 1 else "▶ Run")
+        return gr.update(value=f"▶ Run {len(shown) - refused} of {len(shown)} columns ({refused} cannot run as set)")
 
     def setting_inputs(self) -> set[Any]:
         inputs = {self.prompt, self.seed, self.repeats, self.mode, self.visible}
@@ -117,9 +138,10 @@ def _build_columns() -> list[ColumnControls]:
     with gr.Row(equal_height=False, elem_classes=["cards"]):
         outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, remove, notice), (out_box, output, chatbot, tokens)) in enumerate(
+    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens)) in enumerate(
             zip(settings, outputs, strict=True)):
-        columns.append(ColumnControls(i, box, out_box, knobs, groups, remove, notice, output, chatbot, tokens))
+        columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
+                                      tokens))
     return columns
 
 
@@ -136,7 +158,7 @@ def _header() -> dict[str, Any]:
             repeats = gr.Slider(1, MAX_REPEATS, value=1, step=1, label="repeat timing N times", elem_id="repeats",
                                 info="runs interleaved across columns; the table shows medians and ranges")
     with gr.Row(elem_classes=["toolbar"]):
-        run = gr.Button("▶ Run all columns", variant="primary", elem_id="run", scale=2)
+        run = gr.Button(f"▶ Run all {START_COLUMNS} columns", variant="primary", elem_id="run", scale=2)
         stop = gr.Button("■ Stop", variant="stop", elem_id="stop", scale=1)
         add = gr.Button("+ Add column", elem_id="add-column", scale=1)
         clear_chat = gr.Button("Clear conversation", elem_id="clear-chat", scale=1, visible=False)

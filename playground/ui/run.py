@@ -22,7 +22,7 @@ from playground.ui.export import page_settings
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, throughput_frame
-from playground.ui.table import metrics_table, process_memory_note
+from playground.ui.table import empty_metrics, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
 
 logger = logging.getLogger(__name__)
@@ -53,12 +53,13 @@ def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], lis
 
 def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     """Everything drawn from finished results: metrics, plots, token views and the divergence report."""
-    indices = [i for i, name in enumerate(outcome["labels"]) if name is not None]
-    results = [outcome["results"][i] for i in indices]
-    labels = [name for name in outcome["labels"] if name is not None]
+    # only columns with a result: a refused or removed column never gets a row of dashes that looks like one
+    indices = [i for i, r in enumerate(outcome["results"]) if r is not None and outcome["labels"][i] is not None]
+    results: list[Result | None] = [outcome["results"][i] for i in indices]
+    labels = [str(outcome["labels"][i]) for i in indices]
     marks = divergence_from_first(results)
     updates: dict[Any, Any] = {
-        page.metrics: metrics_table(results, labels) if indices else gr.skip(),
+        page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
         page.speed_plot: throughput_frame(results, labels),
         page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),  # by slot: colour per column
         page.kv_plot: kv_frame(outcome["results"], outcome["labels"]),

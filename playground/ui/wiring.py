@@ -25,17 +25,25 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui.outcome import Outcome, finished
+from playground.ui.outcome import Outcome, finished, without
 from playground.ui.page import Page, build_page
 from playground.ui.presets import PRESETS
-from playground.ui.run import forget_session, read_settings, recolour, run_all, stop_flag
+from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
 from playground.ui.style import WRITE_URL_JS
+
+
+def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> dict[Any, Any]:
+    """The column leaves the page, and its results leave the table, the plots and the divergence note."""
+    remaining = without(outcome, slot)
+    updates = page.layout([f and j != slot for j, f in enumerate(flags)])
+    return updates | {page.results: remaining} | render(page, remaining, colour_by)
 
 
 def _wire_layout(page: Page) -> None:
     """Layout events stay outside the queue, so a long generation never delays someone's clicks."""
-    layout_outputs = [page.visible, page.add] + [x for c in page.columns for x in (c.settings_box, c.output_box,
-                                                                                  c.remove)]
+    layout_outputs: list[Any] = [page.visible, page.add] + [x for c in page.columns
+                                                            for x in (c.settings_box, c.output_box, c.remove,
+                                                                      c.title, c.output)]
 
     def add_column(flags: list[bool]) -> dict[Any, Any]:
         flags = list(flags)
@@ -44,9 +52,13 @@ def _wire_layout(page: Page) -> None:
         return page.layout(flags)
 
     page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
+    rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
+                page.diff, page.legend] + [c.tokens for c in page.columns]
+
     for i, col in enumerate(page.columns):
-        col.remove.click(lambda flags, i=i: page.layout([f and j != i for j, f in enumerate(flags)]),
-                         page.visible, layout_outputs, queue=False, api_visibility="private")
+        col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
+                         [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
+                         api_visibility="private")
         wire(col)
     page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [c.chatbot for c in page.columns],
                     queue=False, api_visibility="private")
@@ -102,8 +114,8 @@ def _wire_settings(page: Page) -> Any:
 
 def _wire_run(page: Page) -> None:
     inputs = page.setting_inputs() | {page.conversation, page.colour_by}
-    outputs = [page.status, page.results, page.metrics, page.speed_plot, page.latency_plot, page.kv_plot, page.diff,
-               page.legend, page.conversation, page.prompt]
+    outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
+               page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
         outputs += [col.output, col.notice, col.tokens, col.chatbot]
 
@@ -124,12 +136,27 @@ def _wire_run(page: Page) -> None:
         return {page.download_json: gr.update(value=str(json_path), interactive=True),
                 page.download_csv: gr.update(value=str(csv_path), interactive=True)}
 
+    lockable = page.lockable()
+
+    def locked(flag: bool) -> dict[Any, Any]:
+        """Settings cannot change under a running column: every control is locked until the run ends."""
+        return {component: gr.update(interactive=not flag) for component in lockable}
+
     for trigger in (page.run.click, page.prompt.submit):
         trigger(snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
                 api_visibility="private").then(
             None, page.url_token, None, js=WRITE_URL_JS).then(
+            lambda: locked(True), None, lockable, queue=False, api_visibility="private").then(
             run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
+            lambda: locked(False), None, lockable, queue=False, api_visibility="private").then(
             exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
+    # the address always carries the current settings, so a copied link restores what is on the page
+    changes = [knob.input for col in page.columns for knob in col.knobs.values()]
+    changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
+    gr.on(changes, snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
+          api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS)
+    gr.on([col.notice.change for col in page.columns] + [page.visible.change], page.run_label,
+          [page.visible, *(col.notice for col in page.columns)], page.run, queue=False, api_visibility="private")
 
     def request_stop(request: gr.Request) -> str:
         stop_flag(request).set()

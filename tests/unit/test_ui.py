@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -249,6 +250,9 @@ def test_url_state_round_trips_to_the_same_runs_and_rejects_garbage():
     for bad in ("", "!!!", "eJzLSM3JyQcABiwCFQ", "A" * 20_000):
         with pytest.raises(PlaygroundError):
             decode_url_state(bad)
+    with pytest.raises(PlaygroundError, match="this link is damaged") as refused:
+        decode_url_state(token[: len(token) // 2])  # a link cut short when copied
+    assert "zlib" not in str(refused.value) and "Error -" not in str(refused.value)
 
 
 def test_exports_carry_settings_results_and_versions(tmp_path):
@@ -262,6 +266,17 @@ def test_exports_carry_settings_results_and_versions(tmp_path):
     assert rows[1]["tokens_per_s"] == "20.0" and rows[0]["version_torch"] == "2.13.0" and rows[0]["text"] == "t1t2"
     json_path, csv_path = write_exports(SETTINGS, results, labels)
     assert json_path.exists() and csv_path.read_text().startswith("column,label,model")
+    assert re.fullmatch(r"decoding-playground-\d{8}-\d{6}\.json", json_path.name)  # timestamped
+
+
+def test_exports_name_the_machine_and_only_the_knobs_that_applied():
+    exported = json.loads(results_json(SETTINGS, [fake_result([1, 2]), fake_result([3], strategy="sampling")]))
+    machine = exported["machine"]
+    assert machine["cores"] >= 1 and machine["memory_bytes"] > 0 and machine["devices"]
+    greedy, sampling = (r["spec"] for r in exported["results"])
+    assert "temperature" not in greedy and "num_beams" not in greedy and "window" not in greedy
+    assert sampling["temperature"] == 1.0 and "top_p" in sampling and "num_beams" not in sampling
+    assert exported["settings"]["prompt"] == SETTINGS["prompt"]
 
 
 # chat
@@ -437,3 +452,44 @@ def test_a_failing_column_does_not_cost_the_others_their_run(demo, monkeypatch):
     updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
     assert any("RuntimeError: backend broke" in u.get(page.columns[0].notice, "") for u in updates)
     assert any(u.get(page.columns[1].notice, "").startswith("✓ 1 token ·") for u in updates)
+
+
+def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(demo):
+    from playground.ui.outcome import empty_outcome
+    from playground.ui.wiring import remove_column
+
+    page = demo.page
+    outcome = empty_outcome({"columns": [{"strategy": "greedy"}, {"strategy": "sampling"}, {"strategy": "beam"}]},
+                            [0, 1, 2])
+    for slot, ids in ((0, [1, 2]), (1, [1, 3]), (2, [4])):
+        outcome["results"][slot] = fake_result(ids)
+    updates = remove_column(page, [True, True, True, False], outcome, "probability (as drawn)", 0)
+    remaining = updates[page.results]
+    assert remaining["results"][0] is None and remaining["labels"][0] is None
+    assert remaining["labels"][1:3] == ["1: sampling · dynamic", "2: beam · dynamic"]
+    assert updates[page.metrics]["headers"] == ["metric", "1: sampling · dynamic", "2: beam · dynamic"]
+    assert "greedy" not in updates[page.diff]
+    assert updates[page.columns[1].title] == "### Column 1" and updates[page.columns[2].title] == "### Column 2"
+
+
+def test_run_says_how_many_columns_can_run(demo):
+    page = demo.page
+    assert page.run_label([True, True, False, False], "", "", "", "")["value"] == "▶ Run all 2 columns"
+    label = page.run_label([True, True, True, False], "", "⚠ unknown model 'x'", "", "")["value"]
+    assert label == "▶ Run 2 of 3 columns (1 cannot run as set)"
+
+
+def test_every_control_is_locked_while_columns_run(demo):
+    page = demo.page
+    lockable = page.lockable()
+    assert page.prompt in lockable and page.columns[3].knobs["temperature"] in lockable and page.run not in lockable
+    assert page.stop not in lockable  # stopping stays possible
+
+
+@pytest.mark.parametrize(("settings", "fragment"), [
+    ({"model": "no-such-model"}, "unknown model 'no-such-model'"),
+    ({"model": "org/some-model"}, "cannot reach the Hugging Face hub"),
+    ({"strategy": "assisted", "assistant": "/etc"}, "outside the allowed roots"),
+])
+def test_a_column_shows_what_would_refuse_it_before_anything_runs(settings, fragment):
+    assert fragment in notice_text({"model": "smollm2-135m", **settings})
