@@ -202,8 +202,7 @@ def _comparison() -> dict[str, Any]:
         empty: list[Any] = [None] * MAX_COLUMNS
         colours = slot_colours(MAX_COLUMNS)
         latency_plot = gr.LinePlot(latency_frame(empty, empty), x="token", y="ms/token", elem_id="latency-plot",
-                                   title="ms per token at each arrival (one point per chunk where tokens arrive "
-                                         "together: JAX, accepted drafts)",
+                                   title="ms/token at each arrival (JAX: one point per chunk)",
                                    tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
                                    height=260, y_lim=[0, None])
         kv_plot = gr.LinePlot(kv_frame(empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",

@@ -153,8 +153,9 @@ def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> di
 
 
 def empty_metrics() -> dict[str, Any]:
+    """The figures a run will fill in; no column heads until a column has a result."""
     rows = [row.label for row in ROWS if row.key != "acceptance_rate"]
-    return {"headers": ["metric", "column 1", "column 2"], "data": [[label, "–", "–"] for label in rows]}
+    return {"headers": ["metric", "no results yet"], "data": [[label, ""] for label in rows]}
 
 
 def process_memory_note(results: Sequence[Result | None]) -> str:
