@@ -56,6 +56,18 @@ class TokenRecord(TypedDict):
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
 
 
+class BeamRecord(TypedDict):
+    """A beam-search candidate as the Result shows it (see backends.base.BeamNode)."""
+
+    parent: int | None
+    token: int
+    text: str
+    score: float
+    kept: bool
+    finished: bool
+    chosen: bool
+
+
 class Timeline(TypedDict):
     token_ms: list[float]  # ms per token of each arrival after the first (a token, or a chunk of them)
     token_steps: list[int]  # tokens received by each of those arrivals (x axis of token_ms)
@@ -76,6 +88,7 @@ class Result(TypedDict):
     scores: list[float] | None
     forward_passes: int | None
     stopped: bool
+    beam_tree: list[list[BeamRecord]] | None  # beam search: per step, every candidate weighed
     extra: dict[str, Any]
 
 
@@ -191,8 +204,17 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "scores": output.scores,
         "forward_passes": output.forward_passes,
         "stopped": output.stopped,
+        "beam_tree": beam_records(tokenizer, output),
         "extra": output.extra,
     }
+
+
+def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamRecord]] | None:
+    """The beam tree with each candidate's text."""
+    if output.beam_tree is None:
+        return None
+    return [[{**node, "text": tokenizer.decode([node["token"]]), "score": round(node["score"], 5)}
+             for node in step] for step in output.beam_tree]
 
 
 def _round(value: float | None) -> float | None:

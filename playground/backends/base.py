@@ -33,6 +33,17 @@ class TokenInfo(TypedDict, total=False):
     top: list[tuple[int, float, float]]  # the model's TOP_ALTERNATIVES most likely: (token id, p, p_model)
 
 
+class BeamNode(TypedDict):
+    """One candidate of one beam-search step (a token id; the Result adds its text)."""
+
+    parent: int | None  # index of the node it extends in the previous step; None at the first step
+    token: int
+    score: float  # cumulative log-probability of the hypothesis (before the length penalty)
+    kept: bool  # continues as one of the live beams
+    finished: bool  # ended here (EOS)
+    chosen: bool  # on the path of the best returned sequence
+
+
 @dataclass
 class GenerationOutput:
     """What a backend measured; the runner turns it into the Result JSON.
@@ -52,6 +63,7 @@ class GenerationOutput:
     token_info: list[TokenInfo] | None = None  # per token of sequences[0]
     draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
     kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
+    beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
 
 

@@ -157,6 +157,7 @@ class ColumnControls:
     output: gr.Textbox
     chatbot: gr.Chatbot
     tokens: gr.HTML
+    beam_tree: gr.HTML  # beam columns: returned sequences with scores, and the search as a tree
 
     def updates_for(self, settings: Mapping[str, Any]) -> dict[Any, Any]:
         """Set every control from saved settings, with the matching groups, choice labels and notice."""
@@ -266,7 +267,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     return box, knobs, groups, title, remove, notice
 
 
-def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML]:
+def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
     with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["out-card"]) as box:
         output = gr.Textbox(label=f"column {index + 1} output", lines=6, max_lines=14, elem_id=f"output-{index}",
@@ -274,7 +275,9 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
                              elem_id=f"chat-{index}", feedback_options=None)
         tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=None)
-    return box, output, chatbot, tokens
+        beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
+                            js_on_load=None)
+    return box, output, chatbot, tokens, beam_tree
 
 
 def wire(col: ColumnControls) -> None:

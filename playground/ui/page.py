@@ -138,10 +138,10 @@ def _build_columns() -> list[ColumnControls]:
     with gr.Row(equal_height=False, elem_classes=["cards"]):
         outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens)) in enumerate(
+    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams)) in enumerate(
             zip(settings, outputs, strict=True)):
         columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
-                                      tokens))
+                                      tokens, beams))
     return columns
 
 

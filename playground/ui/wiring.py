@@ -53,7 +53,7 @@ def _wire_layout(page: Page) -> None:
 
     page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
     rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
-                page.diff, page.legend] + [c.tokens for c in page.columns]
+                page.diff, page.legend] + [x for c in page.columns for x in (c.tokens, c.beam_tree)]
 
     for i, col in enumerate(page.columns):
         col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
@@ -117,7 +117,7 @@ def _wire_run(page: Page) -> None:
     outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
                page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot]
+        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree]
 
     def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
         """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""

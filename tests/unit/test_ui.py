@@ -61,6 +61,7 @@ def fake_result(ids: list[int], speed: float = 10.0, ttft: float = 0.5, acceptan
         "timeline": {"token_ms": [100.0, 90.0][: max(len(ids) - 1, 0)], "token_steps": [2, 3][: max(len(ids) - 1, 0)],
                      "kv_cache_bytes": [2**19, 2**20]},
         "scores": None,
+        "beam_tree": None,
         "extra": {},
     }
 
@@ -493,3 +494,17 @@ def test_every_control_is_locked_while_columns_run(demo):
 ])
 def test_a_column_shows_what_would_refuse_it_before_anything_runs(settings, fragment):
     assert fragment in notice_text({"model": "smollm2-135m", **settings})
+
+
+def test_a_beam_column_shows_every_returned_sequence_and_the_search_tree():
+    from playground.ui.beam_view import beam_html
+
+    node = {"parent": None, "token": 1, "text": " a", "score": -1.0, "kept": True, "finished": False, "chosen": True}
+    child = {**node, "parent": 0, "text": "<b>", "score": -2.5, "chosen": False, "kept": False}
+    result = {**fake_result([1, 2]), "sequences": ["best", "second"], "scores": [-1.25, -1.5],
+              "beam_tree": [[node, {**node, "chosen": False, "kept": False}], [child, {**child, "chosen": True}]]}
+    view = beam_html(result)
+    assert "<b>-1.250</b> best" in view and "<b>-1.500</b> second" in view
+    assert view.count("beam-node chosen") == 2 and view.count("beam-edge") == 2
+    assert "&lt;b&gt;" in view  # token text is escaped
+    assert beam_html(fake_result([1])) == ""  # not a beam run: nothing drawn

@@ -12,6 +12,7 @@ from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
 from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.config import assistant_kwargs, generation_config
 from playground.backends.torch.probes import (
     CacheTrace,
@@ -100,6 +101,7 @@ class _Run:
     stop: StopWhen
     trace: CacheTrace
     probe: TokenProbe | None
+    beams: BeamRecorder | None
 
 
 @dataclass
@@ -127,13 +129,14 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         trace=CacheTrace(cache),
         # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
         probe=TokenProbe() if spec.strategy in ("greedy", "sampling") else None,
+        beams=BeamRecorder() if spec.strategy == "beam" else None,
     )
 
 
 def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run) -> tuple[Any, _Measured]:
     """model.generate, seeded and timed, counting main-model forward passes and proposed draft tokens."""
     with torch.inference_mode(), count_forward_passes(model) as passes, count_draft_tokens(model) as proposed, \
-            probing_processors(model, run.probe):
+            probing_processors(model, run.probe), recording_beams(model, run.beams):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
         out = model.generate(
@@ -167,6 +170,7 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
         token_info=run.probe.finish(first[-1] if first else None)[: len(first)] if run.probe else None,
         draft_flags=_draft_flags(run.streamer, len(first)) if assisted else None,
         kv_trace=run.trace.bytes,
+        beam_tree=run.beams.tree(first) if run.beams else None,
         forward_passes=passes,
         stopped=run.stop.triggered,
         extra={"generate_s": measured.end - measured.start,
