@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import NoReturn
 
+from playground import host
 from playground.errors import PlaygroundError
 from playground.models import catalog, paths
 from playground.spec import BACKENDS, CACHES, STRATEGIES, WEIGHTS, RunSpec
@@ -112,6 +113,8 @@ def command_models(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The CLI (also the `playground` console script)."""
+    host.apply_thread_limits()  # before torch or jax start their thread pools
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "bench": command_bench, "models": command_models}[args.command]
     try:

@@ -6,19 +6,22 @@ import os
 import re
 from typing import Any
 
-import psutil
-
+from playground import host
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 
+# the rest is for what the budget does not count: the Python process, torch's and XLA's libraries and
+# workspaces, compiled programs, the page's server
+DEFAULT_BUDGET_SHARE = 0.6
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def budget_bytes() -> int:
-    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of this machine's RAM."""
+    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of the memory this process may use
+    (the container's cgroup limit, or physical RAM if that is smaller: see host.py)."""
     raw = os.environ.get("PLAYGROUND_MEMORY_BUDGET", "").strip().upper().removesuffix("B")
     if not raw:
-        return int(psutil.virtual_memory().total * 0.6)
+        return int(host.limits().memory_bytes * DEFAULT_BUDGET_SHARE)
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)I?", raw)
     if not match:
         raise PlaygroundError(f"PLAYGROUND_MEMORY_BUDGET={raw!r} is not a size; use bytes or e.g. 8G")
