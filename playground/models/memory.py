@@ -58,19 +58,25 @@ def weight_bytes_estimate(config: Any, weights: str) -> int:
     return int(linear * per_linear + other * per_other)
 
 
-def kv_bytes_estimate(config: Any, tokens: int, sequences: int = 1, element_bytes: int = 4) -> int:
-    """Upper bound of a full-precision cache holding `tokens` positions for `sequences` hypotheses."""
+def kv_bytes_estimate(config: Any, tokens: int, sequences: int = 1, element_bytes: int = 4,
+                      windowed: bool = True) -> int:
+    """Upper bound of a full-precision cache holding `tokens` positions for `sequences` hypotheses.
+
+    `windowed`: sliding layers hold at most their window (False: a cache that stores them at full length).
+    """
     shape = attention_shape(config)
-    window = shape.sliding_window or tokens
+    window = (shape.sliding_window if windowed else None) or tokens
     positions = sum(min(tokens, window) if kind == "sliding_attention" else tokens for kind in shape.layer_types)
     return 2 * shape.kv_heads * shape.head_dim * positions * sequences * element_bytes
 
 
-def check_fits(what: str, need: int, resident: int, budget: int | None = None) -> None:
-    """Refuse `need` more bytes when resident + need would pass the budget."""
+SMALLER_REQUEST = "lower max_new_tokens or num_beams, pick smaller weights (bf16, int8, nf4)"
+
+
+def check_fits(what: str, need: int, resident: int, budget: int | None = None, hint: str = SMALLER_REQUEST) -> None:
+    """Refuse `need` more bytes when resident + need would pass the budget; `hint` says what to change."""
     budget = budget_bytes() if budget is None else budget
     if resident + need > budget:
         raise PlaygroundError(
             f"{what} needs about {gib(need)} but only {gib(max(0, budget - resident))} of the "
-            f"{gib(budget)} memory budget is free; lower max_new_tokens or num_beams, pick smaller weights "
-            "(bf16, int8, nf4), or raise PLAYGROUND_MEMORY_BUDGET")
+            f"{gib(budget)} memory budget is free; {hint}, or raise PLAYGROUND_MEMORY_BUDGET")
