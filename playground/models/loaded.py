@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from playground.errors import PlaygroundError
-from playground.models import memory
+from playground.models import memory, public
 from playground.models.catalog import BUNDLED, check_available, hub_reachable, local_dir
 from playground.models.convert import Progress, convert_gguf, no_progress
 
@@ -106,6 +106,8 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
         source = directory
     else:
         source = name
+    if public.is_public() and kind == "hub":  # a visitor's pick: its size is checked before anything downloads
+        make_room(f"model {name} ({weights})", public.hub_weight_bytes(name, weights))
     progress(0.9, f"loading {name} ({weights})")
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
