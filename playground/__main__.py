@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import NoReturn
 
+from playground import host
 from playground.errors import PlaygroundError
-from playground.models import catalog, paths
+from playground.models import catalog, paths, public
 from playground.spec import BACKENDS, CACHES, STRATEGIES, WEIGHTS, RunSpec
 
 
@@ -107,11 +108,16 @@ def command_models(args: argparse.Namespace) -> None:
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
         print(f"{row['name']:<16} {row['kind']:<8} {state:<13} {row['description']}")
+    if public.is_public():
+        print(f"public deployment: also {', '.join(catalog.allowed_hub_models())} (PLAYGROUND_ALLOWED_MODELS)")
+        return
     print("any hub id org/name (needs hub access) or a local model directory under "
           f"{', '.join(map(str, paths.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The CLI (also the `playground` console script)."""
+    host.apply_thread_limits()  # before torch or jax start their thread pools
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "bench": command_bench, "models": command_models}[args.command]
     try:

@@ -106,19 +106,41 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
 
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
-    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's)."""
+    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's);
+    on the JAX path, the static cache at the lengths it is allocated at."""
     total = prompt_tokens + spec.max_new_tokens
     limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and total > limit:
         raise PlaygroundError(
             f"prompt ({prompt_tokens} tokens) + max_new_tokens ({spec.max_new_tokens}) = {total} exceeds "
             f"{loaded.name}'s context of {limit} tokens; lower max_new_tokens or shorten the prompt")
+    if spec.backend == "jax":
+        from playground.backends.jax.decoder import cache_lengths
+
+        # every layer at full length (sliding ones too); while the cache doubles, the old and new arrays coexist
+        positions = sum(cache_lengths(prompt_tokens, spec.max_new_tokens)[-2:])
+        need = memory.kv_bytes_estimate(loaded.model.config, positions, windowed=False)
+        memory.check_fits(f"the JAX static cache for {total} tokens ({positions} positions while it grows)", need,
+                          LOADED.resident_bytes(), hint="lower max_new_tokens")
+        return
     sequences = spec.num_beams if spec.strategy == "beam" else 1
     need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
     if draft is not None:
         need += memory.kv_bytes_estimate(draft.model.config, total)
     memory.check_fits(f"the KV cache for {total} tokens x {sequences} sequence(s)", need,
                       LOADED.resident_bytes())
+
+
+def reserve_backend_memory(loaded: LoadedModel, spec: RunSpec) -> None:
+    """What the backend will hold beside the torch weights, reserved in the budget before it allocates: the JAX
+    engine's device copy of the weights (once per model and device count; it lives as long as the model)."""
+    if spec.backend != "jax":
+        return
+    from playground.backends.jax.engine import device_bytes
+
+    what = f"the JAX engine's weights on {spec.devices} device{'s' if spec.devices > 1 else ''}"
+    LOADED.reserve(loaded, what, device_bytes(loaded.model, spec.devices),
+                   hint="use the torch backend, or unload other models")
 
 
 class IncrementalText:
@@ -207,6 +229,7 @@ class _Job:
                 loaded = self._load()
                 self.reports.put(loaded)
                 input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                reserve_backend_memory(loaded.model, self.spec)
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
             self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak))

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from playground.errors import PlaygroundError
+from playground.models import public
 from playground.models.convert import Progress, is_converted
 from playground.models.paths import cache_root, converted_dir, model_roots
 
@@ -109,11 +110,28 @@ def describe(name: str) -> str:
         "or a local model directory")
 
 
+def bundled_sources() -> tuple[str, ...]:
+    """The hub ids the bundled models come from where their packages are not installed (a Space)."""
+    return tuple(m.hub_id for m in BUNDLED.values() if m.hub_id)
+
+
+def allowed_hub_models() -> tuple[str, ...]:
+    """The hub ids a public deployment serves (PLAYGROUND_ALLOWED_MODELS, or the default list)."""
+    return public.allowed_models(bundled_sources())
+
+
+def model_choices() -> list[str]:
+    """What the page offers in its model box: the bundled models, and on a public deployment its allow-list."""
+    return list(BUNDLED) + (list(allowed_hub_models()) if public.is_public() else [])
+
+
 def check_available(name: str) -> str:
     """The model's kind, or a PlaygroundError when it cannot be loaded here (checked before anything loads):
-    an unknown name, a path outside the roots, a hub id while the hub is unreachable, a bundled model whose
+    an unknown name, a path outside the roots, on a public deployment a hub id off the allow-list or a local
+    directory (refused before any network access), a hub id while the hub is unreachable, a bundled model whose
     package is missing and that the hub cannot stand in for."""
     kind = describe(name)
+    public.check_allowed(name, kind, bundled_sources())
     if kind == "hub" and not hub_reachable():
         raise PlaygroundError(
             f"cannot reach the Hugging Face hub to fetch {name!r} (offline or blocked); use a bundled model "

@@ -10,7 +10,7 @@ import gradio as gr
 
 from playground import compatibility, runner
 from playground.errors import PlaygroundError
-from playground.models.catalog import BUNDLED
+from playground.models.catalog import BUNDLED, model_choices
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
 
 MAX_COLUMNS = 4
@@ -185,8 +185,8 @@ def _slider(key: str, index: int, low: float, high: float, step: float, label: s
 def _choice_controls(index: int, knobs: dict[str, Any]) -> None:
     """Model, weights, strategy, cache, backend and length: shown for every choice."""
     with gr.Row():
-        knobs["model"] = gr.Dropdown(list(BUNDLED), value=UI_DEFAULTS["model"], label="model", allow_custom_value=True,
-                                     elem_id=f"model-{index}", scale=3, min_width=120)
+        knobs["model"] = gr.Dropdown(model_choices(), value=UI_DEFAULTS["model"], label="model",
+                                     allow_custom_value=True, elem_id=f"model-{index}", scale=3, min_width=120)
         knobs["weights"] = gr.Dropdown(list(WEIGHTS), value="fp32", label="weights", elem_id=f"weights-{index}",
                                        scale=2, min_width=80)
     with gr.Row():

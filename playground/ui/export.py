@@ -8,6 +8,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -27,6 +28,8 @@ from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, probl
 MAX_PROMPT_CHARS = 20_000  # what a shared link may carry; longer prompts are pasted, not linked
 MAX_TOKEN_CHARS = 16_000
 SETTINGS_VERSION = 1
+# how long an export (and Gradio's served copy of it, see build_ui's delete_cache) is kept
+EXPORT_MAX_AGE_S = 3600
 
 
 def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]],
@@ -167,10 +170,29 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+def export_root() -> Path:
+    return Path(tempfile.gettempdir()) / "playground-exports"
+
+
+def delete_old_exports(root: Path, max_age_s: float = EXPORT_MAX_AGE_S) -> None:
+    """Remove export folders older than `max_age_s`, so a long-lived Space does not collect one per run."""
+    cutoff = time.time() - max_age_s
+    for folder in root.glob("export-*"):
+        try:
+            if folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue  # removed meanwhile by another request
+
+
 def write_exports(settings: Mapping[str, Any], results: Sequence[Result | None],
                   labels: Sequence[str]) -> tuple[Path, Path]:
-    """Fresh files per export (Gradio serves them by path, so one user's download never shows another's)."""
-    folder = Path(tempfile.mkdtemp(prefix="playground-export-"))
+    """Fresh files per export (Gradio serves them by path, so one user's download never shows another's);
+    folders older than EXPORT_MAX_AGE_S go on each export (Gradio's copies go with the page's delete_cache)."""
+    root = export_root()
+    root.mkdir(parents=True, exist_ok=True)
+    delete_old_exports(root)
+    folder = Path(tempfile.mkdtemp(prefix="export-", dir=root))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = folder / f"decoding-playground-{stamp}.json"
     csv_path = folder / f"decoding-playground-{stamp}.csv"

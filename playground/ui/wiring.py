@@ -15,8 +15,10 @@ from playground import runner
 from playground.errors import PlaygroundError
 from playground.result import Result
 from playground.spec import RunSpec
+from playground.ui import warmup
 from playground.ui.columns import wire
 from playground.ui.export import (
+    EXPORT_MAX_AGE_S,
     decode_url_state,
     encode_url_state,
     page_settings,
@@ -176,7 +178,10 @@ def api_run(prompt: str, spec: str) -> Result:
 
 def build_ui() -> gr.Blocks:
     """The whole page; app.py queues it (one generation at a time) and launches it with CSS and THEME."""
-    with gr.Blocks(title="Decoding Playground", fill_width=True) as demo:
+    # Gradio's copies of served files (the exports) are deleted hourly once an hour old, as are our own folders
+    with gr.Blocks(title="Decoding Playground", fill_width=True,
+                   delete_cache=(EXPORT_MAX_AGE_S, EXPORT_MAX_AGE_S)) as demo:
+        notice, poll = warmup.banner()  # above the page: shown only while a warm-up runs
         page = build_page()
         _wire_layout(page)
         restore = _wire_settings(page)
@@ -184,6 +189,7 @@ def build_ui() -> gr.Blocks:
         demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private")
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
+        warmup.wire(demo, notice, poll)
     demo.page = page  # for tests and scripts that drive handlers directly
     return demo
 
