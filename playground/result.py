@@ -35,6 +35,8 @@ class Metrics(TypedDict):
     weight_bytes: int  # the model's weights at the run's precision (+ the draft model's)
     peak_rss_bytes: int | None  # the whole process, sampled during the run (not the column's own memory)
     acceptance_rate: float | None  # assisted only
+    mean_logprob: float | None  # the output under the fp32 model with a dynamic cache: mean log-prob per token
+    greedy_divergence: int | None  # first token where that model's greedy choice differs; None: never
     ttft_s_runs: NotRequired[list[float | None]]
     tokens_per_s_runs: NotRequired[list[float | None]]
     ms_per_token_p50_runs: NotRequired[list[float | None]]
@@ -104,7 +106,7 @@ def versions() -> dict[str, str | None]:
 
 
 def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak_rss: int | None,
-                  weight_bytes: int = 0) -> Metrics:
+                  weight_bytes: int = 0, quality: tuple[float | None, int | None] = (None, None)) -> Metrics:
     """The metrics block of one run; None where a figure does not exist (e.g. per-token times of beam search)."""
     times = output.token_times
     new_tokens = len(output.sequences[0]) if output.sequences else 0
@@ -128,6 +130,8 @@ def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak
         "weight_bytes": int(weight_bytes),
         "peak_rss_bytes": None if peak_rss is None else int(peak_rss),
         "acceptance_rate": output.acceptance_rate,
+        "mean_logprob": quality[0],
+        "greedy_divergence": quality[1],
     }
 
 
@@ -182,7 +186,8 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
 
 
 def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output: GenerationOutput,
-                 end: float, load_s: float, peak_rss: int | None, weight_bytes: int = 0) -> Result:
+                 end: float, load_s: float, peak_rss: int | None, weight_bytes: int = 0,
+                 quality: tuple[float | None, int | None] = (None, None)) -> Result:
     """The Result of one run: texts decoded, metrics summarized, the spec normalized."""
     tokenizer = loaded.tokenizer
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in output.sequences]
@@ -196,7 +201,7 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "prompt_tokens": int(prompt_tokens),
         "new_tokens": len(output.sequences[0]) if output.sequences else 0,
         "token_ids": list(output.sequences[0]) if output.sequences else [],
-        "metrics": build_metrics(output, end, load_s, peak_rss, weight_bytes),
+        "metrics": build_metrics(output, end, load_s, peak_rss, weight_bytes, quality),
         "versions": versions(),
         "tokens": token_records(tokenizer, output),
         "timeline": {"token_ms": [round(ms, 3) for ms in timing.ms_per_token], "token_steps": timing.ends,

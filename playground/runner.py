@@ -182,13 +182,14 @@ class _Finished:
     prompt_tokens: int
     runs: list[tuple[GenerationOutput, float]]  # each timed run's output and when it ended
     peak_rss: int
+    quality: tuple[float | None, int | None]  # the first run's output under the fp32 model (see `_judge`)
 
     def result(self, spec: RunSpec) -> Result:
         """One Result; repeated runs combined (medians, every run kept)."""
         model, draft = self.loaded.model, self.loaded.draft
         weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
         results = [build_result(spec, model, self.prompt_tokens, output, end, self.loaded.load_s if i == 0 else 0.0,
-                                self.peak_rss, weights) for i, (output, end) in enumerate(self.runs)]
+                                self.peak_rss, weights, self.quality) for i, (output, end) in enumerate(self.runs)]
         return combine_runs(results)
 
 
@@ -232,7 +233,8 @@ class _Job:
                 reserve_backend_memory(loaded.model, self.spec)
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
-            self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak))
+                quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])
+            self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
 
@@ -248,6 +250,19 @@ class _Job:
             if output.stopped:
                 break
         return runs
+
+    def _judge(self, loaded: _Loaded, input_ids: Any, new_ids: list[int]) -> tuple[float | None, int | None]:
+        """The output read by the full-precision model (the run's own when it is fp32): quality beside speed, so
+        the cost of int8 weights, a 2-bit cache or a short window is a number. Not timed."""
+        from playground.backends.torch.reference import judge  # imported here: keeps torch out of page start-up
+
+        reference = loaded.model
+        if self.spec.weights != "fp32":
+            keep = [loaded.model] + ([loaded.draft] if loaded.draft is not None else [])
+            reference, _ = LOADED.get(self.spec.model, "fp32", self._progress, keep=keep)
+        with GENERATION_LOCK:
+            verdict = judge(reference.model, input_ids, new_ids)
+        return verdict.mean_logprob, verdict.greedy_divergence
 
     def events(self) -> Iterator[Event]:
         """Reports turned into events: token ids into text deltas, the finish into the Result."""

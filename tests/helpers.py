@@ -118,7 +118,7 @@ def new_device_bytes(engine, model) -> int:
 
 def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> list[int]:
     """Exactly `new` greedy tokens from transformers' own generate: the reference the decoders must match."""
-    from playground.backends.torch.generate import reference_greedy
+    from playground.backends.torch.reference import reference_greedy
 
     return reference_greedy(model, ids, new, cache, **kwargs)
 

@@ -42,6 +42,8 @@ ROWS = (
     Row("memory: weights + KV cache (MiB)", "memory_bytes", True),
     Row("KV cache (MiB)", "kv_cache_bytes", True),
     Row("draft acceptance (%)", "acceptance_rate", False),
+    Row("quality: mean log-prob per token under fp32 (nats)", "mean_logprob", False),
+    Row("leaves fp32 greedy at token", "greedy_divergence", None),
 )
 # when columns generated different numbers of tokens, totals are compared per token
 TOTAL_PER_TOKEN = Row("total per token (ms)", "total_ms_per_token", True, "total_ms_per_token_runs")
@@ -144,7 +146,8 @@ def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> di
         best = best_index(values, row.lower_is_better, runs)
         cells = []
         for i, (value, column_runs) in enumerate(zip(values, runs, strict=True)):
-            text = format_number(value)
+            never = row.key == "greedy_divergence" and value is None and results[i] is not None
+            text = "never" if never else format_number(value)
             if len(column_runs) > 1:  # the median, and the range of the repeated runs
                 text += f" ({format_number(min(column_runs))}–{format_number(max(column_runs))})"
             cells.append(f"**★ {text}**" if i == best else text)

@@ -207,14 +207,3 @@ def _trim(ids: list[int], config: Any) -> list[int]:
         if token in stops:
             return ids[: i + 1]
     return ids
-
-
-def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache: str = "dynamic",
-                     streamer: BaseStreamer | None = None, **kwargs: Any) -> list[int]:
-    """Exactly `new_tokens` greedy tokens from plain transformers generate, none of our processors or caches:
-    the reference the other paths must match (tests) and are timed against (bench)."""
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, streamer=streamer, **extra, **kwargs)
-    return list(out[0, ids.shape[1]:].tolist())
