@@ -31,13 +31,8 @@ from playground.ui.presets import PRESETS
 from playground.ui.table import STAR_RULE, empty_metrics
 from playground.ui.tokens import COLOUR_MODES, DEFAULT_COLOUR, legend_html
 
-# The page opens on a comparison that shows a difference: an open-ended prompt, the most likely continuation
-# against a sample of it.
+# open-ended, so that the start columns (greedy against sampling) differ
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-START_SETTINGS = [
-    {"strategy": "greedy", "cache": "dynamic", "max_new_tokens": 48},
-    {"strategy": "sampling", "cache": "dynamic", "max_new_tokens": 48, "temperature": 0.9, "top_k": 50, "top_p": 0.95},
-]
 
 
 @dataclass

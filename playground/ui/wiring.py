@@ -28,7 +28,7 @@ from playground.ui.export import (
     write_exports,
 )
 from playground.ui.outcome import Outcome, finished, without
-from playground.ui.page import DEFAULT_PROMPT, START_SETTINGS, Page, build_page
+from playground.ui.page import Page, build_page
 from playground.ui.presets import PRESETS
 from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
 from playground.ui.style import WRITE_URL_JS
@@ -89,8 +89,8 @@ def _wire_settings(page: Page) -> Any:
 
     def restore(request: gr.Request) -> dict[Any, Any]:
         token = request.query_params.get("s") if request else None
-        if not token:  # the page opens on columns that differ
-            return page.apply_settings(parse_settings(page_settings(DEFAULT_PROMPT, 0, "auto", START_SETTINGS)))
+        if not token:
+            return {page.status: gr.skip()}  # an empty dict would read as one value for every output
         try:
             return page.apply_settings(decode_url_state(token), "✓ Settings restored from the link.")
         except PlaygroundError as exc:
