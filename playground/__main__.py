@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import NoReturn
 
 from playground import host
@@ -31,7 +32,9 @@ _CHOICES = {"strategy": STRATEGIES, "cache": CACHES, "backend": BACKENDS, "weigh
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m playground", description=__doc__)
+    # `playground` when run as the console script, else as the contract spells it
+    prog = "playground" if Path(sys.argv[0]).name == "playground" else "python -m playground"
+    parser = OneLineParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")

@@ -10,7 +10,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -288,7 +288,7 @@ class _Job:
 
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
-        history: History | None = None) -> Iterator[Event]:
+        history: History | None = None) -> Generator[Event, None, None]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
 
     What can be refused without loading anything is refused first (the prompt, see `preflight`). Closing the

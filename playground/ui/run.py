@@ -38,8 +38,11 @@ def stop_flag(request: gr.Request) -> threading.Event:
 
 
 def forget_session(request: gr.Request) -> None:
-    """A closed tab's flag is dropped, so a long-lived Space does not collect one per visitor."""
-    _STOP_FLAGS.pop(request.session_hash or "", None)
+    """A closed tab stops its run (if one is going) and its flag is dropped, so a long-lived Space does not
+    collect one per visitor."""
+    flag = _STOP_FLAGS.pop(request.session_hash or "", None)
+    if flag is not None:
+        flag.set()
 
 
 def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], list[int]]:

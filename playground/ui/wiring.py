@@ -6,13 +6,16 @@ and models load on the first run, with progress.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import gradio as gr
 
 from playground import runner
 from playground.errors import PlaygroundError
+from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui import warmup
@@ -32,6 +35,8 @@ from playground.ui.page import Page, build_page
 from playground.ui.presets import PRESETS
 from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
 from playground.ui.style import WRITE_URL_JS
+
+HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a vanished client runs on
 
 
 def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> dict[Any, Any]:
@@ -168,10 +173,23 @@ def _wire_run(page: Page) -> None:
     page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
 
 
-def api_run(prompt: str, spec: str) -> Result:
-    """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults)."""
+def api_run(prompt: str, spec: str) -> Iterator[Result | None]:
+    """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults).
+
+    Streams null at most every HEARTBEAT_S while it generates and the Result last (gradio_client's predict
+    returns the last). Each yield is where Gradio notices a client that went away: it then closes this
+    generator, which closes the runner's event stream and so stops the generation at its next step.
+    """
     try:
-        return runner.run_to_result(prompt, RunSpec.from_json(spec))
+        with closing(runner.run(prompt, RunSpec.from_json(spec))) as events:
+            last = time.monotonic()
+            for event in events:
+                if isinstance(event, DoneEvent):
+                    yield event.result
+                    return
+                if time.monotonic() - last >= HEARTBEAT_S:
+                    last = time.monotonic()
+                    yield None
     except PlaygroundError as exc:
         raise gr.Error(str(exc)) from None
 
