@@ -10,7 +10,7 @@ from playground import runner
 from playground.errors import PlaygroundError
 from playground.models import loaded
 from playground.spec import RunSpec
-from tests.helpers import allowed_tiny_model, byte_tokenizer, torch_greedy
+from tests.helpers import byte_tokenizer, module_tiny_model, torch_greedy
 
 pytest.importorskip("torchax")
 
@@ -20,8 +20,7 @@ NEW = 10
 
 @pytest.fixture(scope="module")
 def local_model(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as monkeypatch, \
-            allowed_tiny_model(monkeypatch, tmp_path_factory.mktemp("prefix") / "tiny", seed=4) as path:
+    with module_tiny_model(tmp_path_factory, seed=4) as path:
         yield path
 
 
