@@ -83,14 +83,20 @@ def branch_specs(outcome: Outcome, picked: Picked, token_id: int) -> tuple[dict[
     return specs, refused
 
 
+def _chosen_text(outcome: Outcome, picked: Picked, token_id: int) -> str:
+    result = outcome["results"][picked.slot]
+    assert result is not None
+    forced = len((result.get("prefix") or {"ids": []})["ids"])
+    rows = cut_rows(result["tokens"][picked.position - forced], result["spec"])
+    return next(row["text"] for row in rows if row["id"] == token_id)
+
+
 def prefix_text(outcome: Outcome, picked: Picked, token_id: int) -> str:
     """The forced tokens as text (their pieces joined), which the outputs start with while they stream."""
     result = outcome["results"][picked.slot]
     assert result is not None
     pieces = list((result.get("prefix") or {"pieces": []})["pieces"]) + [t["text"] for t in result["tokens"]]
-    forced = len(pieces) - len(result["tokens"])
-    rows = cut_rows(result["tokens"][picked.position - forced], result["spec"])
-    return "".join(pieces[:picked.position]) + next(row["text"] for row in rows if row["id"] == token_id)
+    return "".join(pieces[:picked.position]) + _chosen_text(outcome, picked, token_id)
 
 
 def reset(page: Page) -> dict[Any, Any]:
@@ -110,5 +116,8 @@ def branch_all(page: Page, outcome: Outcome, picked: Picked | None, token_id: An
         yield {page.status: f"⚠ **not branched:** {reason}"}
         return
     specs, refused = branch_specs(outcome, picked, int(token_id))
-    yield from run_given(page, outcome, specs, refused, prefix_text(outcome, picked, int(token_id)), colour_by,
-                         request, progress)
+    text = prefix_text(outcome, picked, int(token_id))
+    column = outcome["labels"][picked.slot] or f"column {picked.slot + 1}"
+    note = (f" ↪ Continued from token {picked.position} of column {column} with "
+            f"{_chosen_text(outcome, picked, int(token_id))!r}: {picked.position + 1} forced token(s).")
+    yield from run_given(page, outcome, specs, refused, text, note, colour_by, request, progress)

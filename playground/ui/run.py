@@ -126,6 +126,7 @@ class _Run:
     timed: dict[int, list[Result]] = field(default_factory=dict)  # slot -> its repeated runs so far
     specs: dict[int, dict[str, Any]] = field(default_factory=dict)  # slot -> its RunSpec as given (a branch run)
     prefix_text: str = ""  # a branch run: the forced tokens' text, which each output starts with
+    note: str = ""  # said after the summary (what a branch run forced)
 
     @property
     def repeats(self) -> int:
@@ -227,7 +228,7 @@ def summary(ran: int, refused: dict[int, str], not_run: int, seed: int) -> str:
 
 def _closing(run: _Run, not_run: int) -> dict[Any, Any]:
     ran = sum(r is not None for r in run.outcome["results"])
-    final: dict[Any, Any] = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"]))}
+    final: dict[Any, Any] = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note}
     if run.chat and run.replies:
         final[run.page.conversation] = record_turn(run.conversation, run.prompt, run.replies)
         final[run.page.prompt] = ""
@@ -245,7 +246,8 @@ def run_all(page: Page, data: dict[Any, Any], request: gr.Request, progress: gr.
 
 
 def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], refused: dict[int, str],
-              prefix_text: str, colour_by: str, request: gr.Request, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+              prefix_text: str, note: str, colour_by: str, request: gr.Request,
+              progress: gr.Progress) -> Iterator[dict[Any, Any]]:
     """The columns of a finished run again, each with the RunSpec given for its slot (a branch at a token), on the
     same prompt; the slots in `refused` are shown with their reason and skipped."""
     flag = stop_flag(request)
@@ -255,7 +257,7 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
     fresh: Outcome = {"settings": settings, "results": [None] * len(outcome["results"]),
                       "labels": list(outcome["labels"])}
     run = _Run(page, settings, active, [], fresh, colour_by, flag, refused=dict(refused), specs=specs,
-               prefix_text=prefix_text)
+               prefix_text=prefix_text, note=note)
     yield from run_rounds(run, progress)
 
 
