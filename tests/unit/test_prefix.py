@@ -85,3 +85,20 @@ def test_a_prefix_round_trips_through_json():
     spec = RunSpec.from_json('{"prefix_ids": [1, 2.0, 3]}')
     assert spec.prefix_ids == (1, 2, 3) and hash(spec)
     assert RunSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize(("backend", "strategy"), [("torch", "sampling"), ("torch", "beam"), ("torch", "assisted"),
+                                                   ("jax", "sampling")])
+def test_every_strategy_generates_after_the_prompt_and_the_prefix(local_model, backend, strategy):
+    """The run with prefix_ids is the backend's own run on the prompt's ids followed by the forced ones."""
+    from tests.helpers import jax_run, torch_run
+
+    knobs = {"backend": backend, "strategy": strategy, "cache": "static" if backend == "jax" else "dynamic",
+             "max_new_tokens": 6, "seed": 2, "prompt_lookup": 3 if strategy == "assisted" else 0}
+    prefix = (104, 105, 106)
+    branched = runner.run_to_result(PROMPT, RunSpec(model=local_model, prefix_ids=prefix, **knobs))
+    model = loaded.LOADED.get(local_model, "fp32")[0]
+    ids = torch.tensor([byte_tokenizer()(PROMPT).input_ids + list(prefix)])
+    direct, _ = (jax_run if backend == "jax" else torch_run)(model, ids, RunSpec(model=local_model, **knobs))
+    assert branched["token_ids"] == direct.sequences[0]
+    assert branched["prefix"]["ids"] == list(prefix)
