@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from playground.backends.jax.architectures import check_architecture
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
@@ -53,14 +54,17 @@ def check_prompt(prompt: Any) -> str:
 
 
 def preflight(spec: RunSpec) -> None:
-    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, or a
-    device count that does not divide the model's heads (when its config is on disk). RunSpec itself has
-    checked the ranges and the combination."""
+    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, and
+    on the JAX path an architecture it does not run or a device count that does not divide the model's heads
+    (when its config is on disk). RunSpec itself has checked the ranges and the combination."""
     check_available(spec.model)
     if spec.assistant is not None:
         check_available(spec.assistant)
-    config = saved_config(spec.model) if spec.backend == "jax" and spec.devices > 1 else None
-    text = (config or {}).get("text_config") or config or {}
+    config = saved_config(spec.model) if spec.backend == "jax" else None
+    if config is None:
+        return
+    check_architecture(config)
+    text = config.get("text_config") or config
     if isinstance(text.get("num_attention_heads"), int):
         check_head_split(text["num_attention_heads"], spec.devices)
 
