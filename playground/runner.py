@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from playground.backends.jax.architectures import check_architecture
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
 MAX_PROMPT_CHARS = 100_000
+TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
 # One generation at a time per process, whichever backend: on 2 vCPUs two concurrent runs only slow each other
 # and falsify both timings, and torch's global RNG makes seeds reproducible only when runs do not interleave.
 GENERATION_LOCK = threading.Lock()
@@ -268,11 +269,27 @@ class _Job:
             verdict = judge(reference.model, input_ids, new_ids)
         return verdict.mean_logprob, verdict.greedy_divergence
 
+    def _reports(self) -> Iterator[object]:
+        """The worker's reports; while a stage (a load, a compile) runs with nothing new to say, its progress
+        again every TICK_S with the time it has taken so far, so a long silent stage is never mistaken for a hang."""
+        stage: tuple[ProgressEvent, float] | None = None
+        while True:
+            try:
+                report = self.reports.get(timeout=TICK_S)
+            except queue.Empty:
+                if stage is not None:
+                    yield replace(stage[0], elapsed_s=time.monotonic() - stage[1])
+                continue
+            if isinstance(report, ProgressEvent):
+                stage = (report, time.monotonic()) if report.fraction < 1.0 else None
+            else:
+                stage = None
+            yield report
+
     def events(self) -> Iterator[Event]:
         """Reports turned into events: token ids into text deltas, the finish into the Result."""
         text = IncrementalText(None)  # replaced once the model (and its tokenizer) is loaded
-        while True:
-            report = self.reports.get()
+        for report in self._reports():
             if isinstance(report, ProgressEvent):
                 yield report
             elif isinstance(report, _Loaded):

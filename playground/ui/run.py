@@ -186,8 +186,9 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
-            progress(event.fraction, desc=f"column {i + 1}: {event.message}")
-            yield {col.notice: f"loading: {event.message}"}
+            desc = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else "")
+            progress(event.fraction, desc=f"column {i + 1}: {desc}")
+            yield {col.notice: f"⏳ {desc}"}
         elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)
