@@ -18,6 +18,7 @@ from playground.result import Result, combine_runs
 from playground.spec import RunSpec
 from playground.ui.assist_view import assist_strip_html
 from playground.ui.beam_view import beam_html
+from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
 from playground.ui.columns import column_settings
 from playground.ui.export import page_settings
@@ -80,6 +81,7 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     for col, result in zip(page.columns, outcome["results"], strict=True):
         tree = beam_html(result)
         updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
+        updates |= strip_updates(col.cache_step, col.cache_strip, result)
     return updates
 
 
