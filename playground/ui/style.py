@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.ui.assist_view import ASSIST_CSS
+from playground.ui.cache_view import CACHE_CSS
 from playground.ui.plots import PALETTE
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
@@ -68,3 +70,4 @@ CSS = """
 """
 # a dot in each column's title, in the colour of its line in the plots
 CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n" for i, colour in enumerate(PALETTE))
+CSS += ASSIST_CSS + CACHE_CSS

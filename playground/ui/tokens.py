@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from playground.result import Result, TokenRecord
+from playground.result import AssistRecord, Result, TokenRecord
+from playground.ui.assist_view import rejected_at, rejected_span
 
 # colour mode -> (token record key, kind): what the user colours tokens by
 COLOUR_MODES = {
@@ -52,12 +53,17 @@ def _tooltip(index: int, token: TokenRecord) -> str:
     return "\n".join(lines)
 
 
-def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None) -> str:
-    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined."""
+def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
+                steps: Sequence[AssistRecord] | None = None) -> str:
+    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined, and
+    (assisted) each step's rejected drafts struck through before the token that replaced them."""
     if not tokens:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
     spans = []
+    rejected = rejected_at(steps)
     for index, token in enumerate(tokens):
+        if index in rejected:
+            spans.append(rejected_span(rejected[index], _shown("".join(rejected[index]))))
         classes = ["tok"]
         if token["draft"] is True:
             classes.append("draft")
@@ -76,7 +82,8 @@ def legend_html(by: str) -> str:
     low, high = ("low p", "high p") if kind == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
-            "<span class='tok draft'>accepted draft</span> · <span class='tok diverge'>first divergence</span>"
+            "<span class='tok draft'>accepted draft</span> · <span class='tok rejected'>rejected draft</span> · "
+            "<span class='tok diverge'>first divergence</span>"
             " · hover a token for its top alternatives</div>")
 
 
