@@ -89,6 +89,23 @@ class BeamRecord(TypedDict):
     chosen: bool
 
 
+class AssistRecord(TypedDict):
+    """One verification step of assisted decoding: drafted token ids (main vocabulary), their texts, and how
+    many of them, from the first, the main model accepted."""
+
+    drafted: list[int]
+    drafted_text: list[str]
+    accepted: int
+
+
+class AttentionLayers(TypedDict):
+    """The model's attention layout, which decides what a cache keeps: each layer's type ("full_attention",
+    "sliding_attention", ...) and the model's own sliding window (None when it has none)."""
+
+    layer_types: list[str]
+    sliding_window: int | None
+
+
 class Timeline(TypedDict):
     token_ms: list[float]  # ms per token of each arrival after the first (a token, or a chunk of them)
     token_steps: list[int]  # tokens received by each of those arrivals (x axis of token_ms)
@@ -110,6 +127,8 @@ class Result(TypedDict):
     forward_passes: int | None
     stopped: bool
     beam_tree: list[list[BeamRecord]] | None  # beam search: per step, every candidate weighed
+    assisted_steps: list[AssistRecord] | None  # assisted: per verification step, drafted and accepted
+    attention_layers: AttentionLayers
     extra: dict[str, Any]
     prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
 
@@ -240,6 +259,8 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "forward_passes": output.forward_passes,
         "stopped": output.stopped,
         "beam_tree": beam_records(tokenizer, output),
+        "assisted_steps": assist_records(tokenizer, output),
+        "attention_layers": attention_layers(loaded.model),
         "extra": output.extra,
         "prefix": prefix_record(tokenizer, spec.prefix_ids),
     }
@@ -259,6 +280,24 @@ def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamReco
         return None
     return [[{**node, "text": tokenizer.decode([node["token"]]), "score": round(node["score"], 5)}
              for node in step] for step in output.beam_tree]
+
+
+def assist_records(tokenizer: Any, output: GenerationOutput) -> list[AssistRecord] | None:
+    """The assisted steps with each drafted token's text (a rejected draft is shown by its text)."""
+    if output.assisted_steps is None:
+        return None
+    return [{"drafted": list(step["drafted"]), "drafted_text": [tokenizer.decode([i]) for i in step["drafted"]],
+             "accepted": step["accepted"]} for step in output.assisted_steps]
+
+
+def attention_layers(model: Any) -> AttentionLayers:
+    """Each layer's attention type and the model's own window, as transformers' caches read them from the config."""
+    from transformers.cache_utils import get_layer_types_and_kwargs  # the runner has loaded transformers already
+
+    types, per_layer = get_layer_types_and_kwargs(model.config.get_text_config(decoder=True))
+    windows = [kwargs.get("sliding_window") for kind, kwargs in zip(types, per_layer, strict=True)
+               if kind == "sliding_attention"]
+    return {"layer_types": list(types), "sliding_window": int(windows[0]) if windows and windows[0] else None}
 
 
 def _round(value: float | None) -> float | None:

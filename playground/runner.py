@@ -11,9 +11,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from playground.backends.jax.architectures import check_architecture
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
 MAX_PROMPT_CHARS = 100_000
+TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
 # One generation at a time per process, whichever backend: on 2 vCPUs two concurrent runs only slow each other
 # and falsify both timings, and torch's global RNG makes seeds reproducible only when runs do not interleave.
 GENERATION_LOCK = threading.Lock()
@@ -53,16 +55,19 @@ def check_prompt(prompt: Any) -> str:
 
 
 def preflight(spec: RunSpec) -> None:
-    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, or a
-    device count that does not divide the model's heads (when its config is on disk). RunSpec itself has
-    checked the ranges and the combination."""
+    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, and
+    on the JAX path an architecture it does not run or a device count that does not divide the model's heads
+    (when its config is on disk). RunSpec itself has checked the ranges and the combination."""
     check_available(spec.model)
     if spec.assistant is not None:
         check_available(spec.assistant)
-    wanted = (spec.backend == "jax" and spec.devices > 1) or bool(spec.prefix_ids)
-    config = saved_config(spec.model) if wanted else None
-    text = (config or {}).get("text_config") or config or {}
-    if spec.backend == "jax" and spec.devices > 1 and isinstance(text.get("num_attention_heads"), int):
+    config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
+    if config is None:
+        return  # the vocabulary is then checked once the model is loaded, before it runs
+    if spec.backend == "jax":
+        check_architecture(config)
+    text = config.get("text_config") or config
+    if spec.backend == "jax" and isinstance(text.get("num_attention_heads"), int):
         check_head_split(text["num_attention_heads"], spec.devices)
     if isinstance(text.get("vocab_size"), int):  # otherwise checked once the model is loaded, before it runs
         check_vocabulary(spec.prefix_ids, text["vocab_size"], spec.model)
@@ -278,11 +283,27 @@ class _Job:
             verdict = judge(reference.model, input_ids, new_ids)
         return verdict.mean_logprob, verdict.greedy_divergence
 
+    def _reports(self) -> Iterator[object]:
+        """The worker's reports; while a stage (a load, a compile) runs with nothing new to say, its progress
+        again every TICK_S with the time it has taken so far, so a long silent stage is never mistaken for a hang."""
+        stage: tuple[ProgressEvent, float] | None = None
+        while True:
+            try:
+                report = self.reports.get(timeout=TICK_S)
+            except queue.Empty:
+                if stage is not None:
+                    yield replace(stage[0], elapsed_s=time.monotonic() - stage[1])
+                continue
+            if isinstance(report, ProgressEvent):
+                stage = (report, time.monotonic()) if report.fraction < 1.0 else None
+            else:
+                stage = None
+            yield report
+
     def events(self) -> Iterator[Event]:
         """Reports turned into events: token ids into text deltas, the finish into the Result."""
         text = IncrementalText(None)  # replaced once the model (and its tokenizer) is loaded
-        while True:
-            report = self.reports.get()
+        for report in self._reports():
             if isinstance(report, ProgressEvent):
                 yield report
             elif isinstance(report, _Loaded):

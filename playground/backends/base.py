@@ -48,6 +48,13 @@ class BeamNode(TypedDict):
     chosen: bool  # on the path of the best returned sequence
 
 
+class AssistStep(TypedDict):
+    """One verification step of assisted decoding (token ids in the main model's vocabulary)."""
+
+    drafted: list[int]  # what the draft proposed (may be empty: prompt lookup found no match)
+    accepted: int  # how many of them, from the first, the main model kept; the rest were rejected
+
+
 @dataclass
 class GenerationOutput:
     """What a backend measured; the runner turns it into the Result JSON.
@@ -68,6 +75,7 @@ class GenerationOutput:
     draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
     kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
     beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
+    assisted_steps: list[AssistStep] | None = None  # assisted: per verification step, drafted and accepted
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
 
 

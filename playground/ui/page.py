@@ -144,10 +144,10 @@ def _build_columns() -> list[ColumnControls]:
     with gr.Row(equal_height=False, elem_classes=["cards"]):
         outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams)) in enumerate(
-            zip(settings, outputs, strict=True)):
+    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams, step, strip)) in \
+            enumerate(zip(settings, outputs, strict=True)):
         columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
-                                      tokens, beams))
+                                      tokens, beams, step, strip))
     return columns
 
 

@@ -16,7 +16,9 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
+from playground.ui.assist_view import assist_strip_html
 from playground.ui.beam_view import beam_html
+from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
 from playground.ui.columns import column_settings
 from playground.ui.export import page_settings
@@ -73,10 +75,13 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     }
     for i, result, mark in zip(indices, results, marks, strict=True):
         if result is not None:
-            updates[page.columns[i].tokens] = tokens_html(result["tokens"], colour_by, mark, result.get("prefix"))
+            steps = result.get("assisted_steps")
+            updates[page.columns[i].tokens] = assist_strip_html(steps) + tokens_html(
+                result["tokens"], colour_by, mark, steps, result.get("prefix"))
     for col, result in zip(page.columns, outcome["results"], strict=True):
         tree = beam_html(result)
         updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
+        updates |= strip_updates(col.cache_step, col.cache_strip, result)
     return updates
 
 
@@ -190,8 +195,9 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
-            progress(event.fraction, desc=f"column {i + 1}: {event.message}")
-            yield {col.notice: f"loading: {event.message}"}
+            desc = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else "")
+            progress(event.fraction, desc=f"column {i + 1}: {desc}")
+            yield {col.notice: f"⏳ {desc}"}
         elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)

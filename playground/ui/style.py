@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.ui.assist_view import ASSIST_CSS
+from playground.ui.cache_view import CACHE_CSS
 from playground.ui.plots import PALETTE
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
@@ -101,3 +103,4 @@ CSS += """
   .cut-note { grid-column: 1 / -1; }
 }
 """
+CSS += ASSIST_CSS + CACHE_CSS

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from playground.result import PrefixRecord, Result, TokenRecord
+from playground.result import AssistRecord, PrefixRecord, Result, TokenRecord
+from playground.ui.assist_view import rejected_at, rejected_span
 
 # colour mode -> (token record key, kind): what the user colours tokens by
 COLOUR_MODES = {
@@ -61,14 +62,18 @@ def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
 
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
-                prefix: PrefixRecord | None = None) -> str:
-    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined; a
-    branch's forced prefix first. `data-pos` numbers them all, for the sampling cut a click opens."""
+                steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None) -> str:
+    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined,
+    (assisted) each step's rejected drafts struck through before the token that replaced them, and a branch's
+    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens."""
     if not tokens and not prefix:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
     spans = _forced_spans(prefix)
     offset = len(spans)
+    rejected = rejected_at(steps)
     for index, token in enumerate(tokens or []):
+        if index in rejected:
+            spans.append(rejected_span(rejected[index], _shown("".join(rejected[index]))))
         classes = ["tok"]
         if token["draft"] is True:
             classes.append("draft")
@@ -88,8 +93,8 @@ def legend_html(by: str) -> str:
     low, high = ("low p", "high p") if kind == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
-            "<span class='tok draft'>accepted draft</span> · <span class='tok diverge'>first divergence</span>"
-            " · <span class='tok forced'>forced (branch)</span>"
+            "<span class='tok draft'>accepted draft</span> · <span class='tok rejected'>rejected draft</span> · "
+            "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span>"
             " · hover a token for its top alternatives, click or tap it for its sampling cut</div>")
 
 

@@ -19,6 +19,7 @@ from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui import branch, warmup
+from playground.ui.cache_view import wire_strip
 from playground.ui.columns import wire
 from playground.ui.export import (
     EXPORT_MAX_AGE_S,
@@ -60,13 +61,15 @@ def _wire_layout(page: Page) -> None:
 
     page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
     rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
-                page.diff, page.legend] + [x for c in page.columns for x in (c.tokens, c.beam_tree)]
+                page.diff, page.legend] + [x for c in page.columns
+                                                   for x in (c.tokens, c.beam_tree, c.cache_step, c.cache_strip)]
 
     for i, col in enumerate(page.columns):
         col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
                          [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
                          api_visibility="private")
         wire(col)
+        wire_strip(i, col.cache_step, col.cache_strip, page.results)
     page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [c.chatbot for c in page.columns],
                     queue=False, api_visibility="private")
 
@@ -124,7 +127,7 @@ def _wire_run(page: Page) -> None:
     outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
                page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree]
+        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree, col.cache_step, col.cache_strip]
 
     def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
         """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""

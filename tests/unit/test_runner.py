@@ -169,3 +169,20 @@ def test_quality_is_the_output_read_by_the_fp32_model(local_model):
     bf16 = runner.run_to_result("abc", RunSpec(model=local_model, weights="bf16", max_new_tokens=8))
     assert (local_model, "fp32") in loaded.LOADED.keys()  # judged by the full-precision model
     assert bf16["metrics"]["mean_logprob"] is not None
+
+
+def test_a_long_silent_stage_repeats_its_progress_with_the_time_it_has_taken(monkeypatch):
+    monkeypatch.setattr(runner, "TICK_S", 0.05)
+    job = runner._Job("hello", RunSpec(), None, None)
+    job.reports.put(ProgressEvent(0.1, "compiling for this prompt length"))
+    reports = job._reports()
+    assert next(reports) == ProgressEvent(0.1, "compiling for this prompt length")
+    ticks = [next(reports) for _ in range(3)]
+    assert all(t.message == "compiling for this prompt length" and t.fraction == 0.1 for t in ticks)
+    assert 0 < ticks[0].elapsed_s < ticks[1].elapsed_s < ticks[2].elapsed_s
+    job.reports.put([5, 6])  # tokens: the stage is over, nothing repeats it any more
+    job.reports.put(ProgressEvent(1.0, "ready"))
+    job.reports.put([7])
+    assert next(reports) == [5, 6]
+    assert next(reports) == ProgressEvent(1.0, "ready")
+    assert next(reports) == [7]

@@ -508,3 +508,12 @@ def test_a_beam_column_shows_every_returned_sequence_and_the_search_tree():
     assert view.count("beam-node chosen") == 2 and view.count("beam-edge") == 2
     assert "&lt;b&gt;" in view  # token text is escaped
     assert beam_html(fake_result([1])) == ""  # not a beam run: nothing drawn
+
+
+def test_applied_settings_keep_the_values_of_knobs_that_are_their_own_group(demo):
+    page = demo.page
+    columns = [{"strategy": "assisted", "prompt_lookup": 3}, {"strategy": "greedy", "cache": "sink", "sink_tokens": 2}]
+    updates = page.apply_settings(page_settings("p", 0, "auto", columns), "applied")
+    lookup = updates[page.columns[0].knobs["prompt_lookup"]]
+    assert lookup["value"] == 3 and lookup["visible"] is True
+    assert updates[page.columns[1].knobs["sink_tokens"]]["value"] == 2

@@ -21,6 +21,7 @@ import torch
 
 from playground.backends.base import CUT_STAGES, EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
 from playground.backends.jax import kv_cache, sampling
+from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.engine import DecodeState, Engine, engine_for
 from playground.backends.jax.sampling import Knobs
 from playground.models.loaded import LoadedModel
@@ -77,6 +78,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
     start = time.perf_counter()
+    check_architecture(loaded.model.config)
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     request = _prepare(loaded, prompt, spec)
     run = _prefill(request, prompt, spec)

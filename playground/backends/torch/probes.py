@@ -1,5 +1,5 @@
 """What the PyTorch path measures inside model.generate without changing it: each token's probabilities under
-the model and under the processed distribution, the cache's size per step, main forward passes, draft tokens."""
+the model and under the processed distribution, the cache's size per step, main forward passes."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class TokenProbe:
 
 
 @contextmanager
-def _wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+def wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
     """obj.name replaced by wrap(original) on this instance only, for one generate() call (the runner's
     generation lock is held); the class's method is back afterwards."""
     setattr(obj, name, wrap(getattr(obj, name)))
@@ -137,7 +137,7 @@ def probing_processors(model: Any, probe: TokenProbe | None) -> Iterator[None]:
         return lambda *args, **kwargs: LogitsProcessorList([probe.first, *_staged(build(*args, **kwargs), probe),
                                                             probe.last])
 
-    with _wrapped(model, "_get_logits_processor", wrap):
+    with wrapped(model, "_get_logits_processor", wrap):
         yield
 
 
@@ -150,31 +150,6 @@ def count_forward_passes(module: torch.nn.Module) -> Iterator[list[int]]:
         yield count
     finally:
         handle.remove()
-
-
-@contextmanager
-def count_draft_tokens(model: Any) -> Iterator[list[int]]:
-    """Counts the draft tokens assisted generation proposes to the main model, at the source: transformers
-    builds its candidate generator inside generate(), so the factory is wrapped for the call."""
-    proposed = [0]
-
-    def wrap(build: Callable[..., Any]) -> Callable[..., Any]:
-        def counting_build(*args: Any, **kwargs: Any) -> Any:
-            generator = build(*args, **kwargs)
-            get_candidates = generator.get_candidates
-
-            def counting_get(input_ids: torch.Tensor, *a: Any, **k: Any) -> Any:
-                candidate_ids, logits = get_candidates(input_ids, *a, **k)
-                proposed[0] += candidate_ids.shape[1] - input_ids.shape[1]
-                return candidate_ids, logits
-
-            generator.get_candidates = counting_get
-            return generator
-
-        return counting_build
-
-    with _wrapped(model, "_get_candidate_generator", wrap):
-        yield proposed
 
 
 class CacheTrace(StoppingCriteria):
