@@ -10,7 +10,7 @@ import importlib.metadata
 import statistics
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from playground.backends.base import GenerationOutput
+from playground.backends.base import GenerationOutput, TokenInfo
 from playground.metrics import arrivals, percentile
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
@@ -45,6 +45,16 @@ class Metrics(TypedDict):
     compile_s_runs: NotRequired[list[float]]
 
 
+class Alternative(TypedDict):
+    """One of the model's most likely tokens at a step, with what became of it before the draw."""
+
+    id: int
+    text: str
+    p: float  # under the distribution the token was drawn from (0 when a filter removed it)
+    p_model: float  # under the model's own softmax at temperature 1
+    removed_by: str | None  # min_new_tokens, top_k, top_p or min_p: the first that removed it; None: it stayed
+
+
 class TokenRecord(TypedDict):
     """One generated token of the first sequence, with what the backend knew about it."""
 
@@ -56,6 +66,15 @@ class TokenRecord(TypedDict):
     entropy_model: float | None
     top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
+    alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
+
+
+class PrefixRecord(TypedDict):
+    """The forced tokens (RunSpec.prefix_ids) placed after the prompt: not generated, so not in `tokens`."""
+
+    ids: list[int]
+    text: str  # decoded together, as the output text starts
+    pieces: list[str]  # each token's own text, for the token view
 
 
 class BeamRecord(TypedDict):
@@ -111,6 +130,7 @@ class Result(TypedDict):
     assisted_steps: list[AssistRecord] | None  # assisted: per verification step, drafted and accepted
     attention_layers: AttentionLayers
     extra: dict[str, Any]
+    prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
 
 
 def versions() -> dict[str, str | None]:
@@ -200,8 +220,18 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "entropy_model": _round(known.get("entropy_model")),
             "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
             "draft": draft,
+            "alternatives": _alternatives(tokenizer, known),
         })
     return records
+
+
+def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:
+    top, cut = known.get("top"), known.get("top_cut")
+    if not top:
+        return None
+    removed = cut if cut is not None and len(cut) == len(top) else [None] * len(top)
+    return [{"id": int(i), "text": tokenizer.decode([i]), "p": round(p, 5), "p_model": round(q, 5), "removed_by": r}
+            for (i, p, q), r in zip(top, removed, strict=True)]
 
 
 def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output: GenerationOutput,
@@ -232,7 +262,16 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "assisted_steps": assist_records(tokenizer, output),
         "attention_layers": attention_layers(loaded.model),
         "extra": output.extra,
+        "prefix": prefix_record(tokenizer, spec.prefix_ids),
     }
+
+
+def prefix_record(tokenizer: Any, ids: tuple[int, ...]) -> PrefixRecord | None:
+    """What was forced, as text; None when the run was not branched."""
+    if not ids:
+        return None
+    return {"ids": list(ids), "text": tokenizer.decode(list(ids), skip_special_tokens=True),
+            "pieces": [tokenizer.decode([i]) for i in ids]}
 
 
 def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamRecord]] | None:

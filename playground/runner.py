@@ -23,7 +23,7 @@ from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
 from playground.models.shapes import check_head_split
 from playground.result import Result, build_result, combine_runs
-from playground.spec import RunSpec
+from playground.spec import RunSpec, check_vocabulary
 
 if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
@@ -61,13 +61,16 @@ def preflight(spec: RunSpec) -> None:
     check_available(spec.model)
     if spec.assistant is not None:
         check_available(spec.assistant)
-    config = saved_config(spec.model) if spec.backend == "jax" else None
+    config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
     if config is None:
-        return
-    check_architecture(config)
+        return  # the vocabulary is then checked once the model is loaded, before it runs
+    if spec.backend == "jax":
+        check_architecture(config)
     text = config.get("text_config") or config
-    if isinstance(text.get("num_attention_heads"), int):
+    if spec.backend == "jax" and isinstance(text.get("num_attention_heads"), int):
         check_head_split(text["num_attention_heads"], spec.devices)
+    if isinstance(text.get("vocab_size"), int):  # otherwise checked once the model is loaded, before it runs
+        check_vocabulary(spec.prefix_ids, text["vocab_size"], spec.model)
 
 
 def backend_for(name: str) -> Backend:
@@ -108,6 +111,16 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
         raise PlaygroundError(
             f"prompt is {ids.shape[1]} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
     return ids
+
+
+def with_prefix(loaded: LoadedModel, input_ids: Any, prefix_ids: tuple[int, ...]) -> Any:
+    """The prompt's ids (1, T) followed by the forced ones (1, T + P), which generation then continues from."""
+    if not prefix_ids:
+        return input_ids
+    import torch  # imported here: keeps torch out of page start-up
+
+    check_vocabulary(prefix_ids, loaded.model.config.get_text_config(decoder=True).vocab_size, loaded.name)
+    return torch.cat([input_ids, input_ids.new_tensor([list(prefix_ids)])], dim=1)
 
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
@@ -234,12 +247,13 @@ class _Job:
             with PeakRss() as rss:
                 loaded = self._load()
                 self.reports.put(loaded)
-                input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
                 reserve_backend_memory(loaded.model, self.spec)
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])
-            self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak, quality))
+            self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
 

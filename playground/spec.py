@@ -61,8 +61,12 @@ class RunSpec:
     chat: bool | None = None  # None: apply the chat template when the model has one
     devices: int = 1  # JAX path: shard over this many devices
     repeats: int = 1  # timed runs of the same generation; metrics report their median and every run
+    # forced first tokens after the prompt (branching at a token): generation continues from the last of them
+    prefix_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.prefix_ids, list):  # what JSON gives; stored as a tuple so the spec stays hashable
+            object.__setattr__(self, "prefix_ids", tuple(self.prefix_ids))
         _check_types(self)
         _check_ranges(self)
 
@@ -91,7 +95,8 @@ class RunSpec:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-ready: prefix_ids as a list, as it arrives."""
+        return {**dataclasses.asdict(self), "prefix_ids": list(self.prefix_ids)}
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -103,7 +108,7 @@ _FIELD_TYPES: dict[str, type] = {
     "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
     "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
     "assistant": str, "prompt_lookup": int, "cache_bits": int, "residual_length": int, "window": int,
-    "sink_tokens": int, "chat": bool, "devices": int, "repeats": int,
+    "sink_tokens": int, "chat": bool, "devices": int, "repeats": int, "prefix_ids": tuple,
 }
 _OPTIONAL = {"assistant", "chat"}
 
@@ -119,6 +124,14 @@ def _coerce(name: str, value: Any) -> Any:
         return float(value)
     if kind is str and name == "assistant" and value == "":
         return None
+    if kind is tuple and isinstance(value, list):
+        return tuple(_coerce_id(v) for v in value)
+    return value
+
+
+def _coerce_id(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
     return value
 
 
@@ -131,7 +144,8 @@ def _check_types(spec: RunSpec) -> None:
         if kind is float and ok and not math.isfinite(value):
             ok = False
         if not ok:
-            want = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[kind]
+            want = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false",
+                    tuple: "a list of token ids"}[kind]
             if name in _OPTIONAL:
                 want += " or null"
             raise PlaygroundError(f"{name} must be {want}, got {value!r}")
@@ -146,6 +160,25 @@ def _in_range(name: str, value: float, low: float, high: float, *, low_open: boo
     if value < low or value > high or (low_open and value == low):
         bracket = "(" if low_open else "["
         raise PlaygroundError(f"{name}={value} is out of range; allowed: {bracket}{low}, {high}]")
+
+
+def _check_prefix(ids: tuple[Any, ...]) -> None:
+    """Whole non-negative numbers, at most the token cap; the model's vocabulary is checked before it loads."""
+    cap = max_new_tokens_cap()
+    if len(ids) > cap:
+        raise PlaygroundError(f"prefix_ids has {len(ids)} tokens; allowed: at most {cap} (PLAYGROUND_MAX_NEW_TOKENS)")
+    for position, value in enumerate(ids):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise PlaygroundError(f"prefix_ids[{position}]={value!r} is not a token id; "
+                                  "allowed: whole numbers from 0 to the model's vocabulary size - 1")
+
+
+def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str) -> None:
+    """Every forced id must index the model's embedding table."""
+    for position, value in enumerate(ids):
+        if value >= vocab_size:
+            raise PlaygroundError(f"prefix_ids[{position}]={value} is outside {model}'s vocabulary; "
+                                  f"allowed: 0 to {vocab_size - 1}")
 
 
 def _check_ranges(spec: RunSpec) -> None:
@@ -175,6 +208,7 @@ def _check_ranges(spec: RunSpec) -> None:
     _in_range("sink_tokens", spec.sink_tokens, 0, 1024)
     _in_range("devices", spec.devices, 1, MAX_DEVICES)
     _in_range("repeats", spec.repeats, 1, MAX_REPEATS)
+    _check_prefix(spec.prefix_ids)
     if spec.strategy == "beam":
         _in_range("num_return_sequences", spec.num_return_sequences, 1, spec.num_beams)
     elif spec.num_return_sequences != 1:

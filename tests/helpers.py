@@ -85,6 +85,14 @@ def allowed_tiny_model(monkeypatch: pytest.MonkeyPatch, path: Path, seed: int = 
         loaded.LOADED.clear()
 
 
+@contextmanager
+def module_tiny_model(tmp_path_factory: pytest.TempPathFactory, seed: int = 0) -> Iterator[str]:
+    """allowed_tiny_model for a module-scoped fixture, which cannot take the function-scoped monkeypatch."""
+    with pytest.MonkeyPatch.context() as monkeypatch, \
+            allowed_tiny_model(monkeypatch, tmp_path_factory.mktemp("model") / "tiny", seed) as path:
+        yield path
+
+
 def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
     """The PyTorch path on `ids`, and the token ids it streamed; `draft` is the loaded assistant model, if any."""
     from playground.backends.torch import generate as torch_generate

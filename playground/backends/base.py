@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # type names only: importing this module must not import torc
 # How many alternatives each token record lists (both backends compute exactly this many).
 TOP_ALTERNATIVES = 5
 
+# What can remove a candidate before the draw, in the order they run: a processor, then the sampling filters.
+CUT_STAGES = (None, "min_new_tokens", "top_k", "top_p", "min_p")
+
 # Backends call this with each chunk of new token ids (first sequence) as soon as they exist.
 EmitTokens = Callable[[list[int]], None]
 # Backends poll this between steps/chunks; True means the user pressed stop or the request ran out of time.
@@ -31,6 +34,7 @@ class TokenInfo(TypedDict, total=False):
     p_model: float  # probability of the chosen token under the model's own softmax (temperature 1, no processor)
     entropy_model: float  # of the model's own distribution, in nats
     top: list[tuple[int, float, float]]  # the model's TOP_ALTERNATIVES most likely: (token id, p, p_model)
+    top_cut: list[str | None]  # per entry of `top`: what set it to -inf first (CUT_STAGES), None if it survived
 
 
 class BeamNode(TypedDict):

@@ -12,6 +12,7 @@ from playground import compatibility, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED, model_choices
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.ui.cut import PICK_TOKEN_JS
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
@@ -293,7 +294,7 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
                             interactive=False, buttons=["copy"])
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
                              elem_id=f"chat-{index}", feedback_options=None)
-        tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=None)
+        tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=PICK_TOKEN_JS)
         beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
                             js_on_load=None)
         cache_step = gr.Slider(1, 2, value=1, step=1, label="KV cache at step", elem_id=f"cache-step-{index}",

@@ -21,6 +21,7 @@ from playground.ui.columns import (
     build_output,
     build_settings,
 )
+from playground.ui.cut import NOTHING_PICKED, cut_html
 from playground.ui.export import (
     encode_url_state,
     settings_to_json,
@@ -55,6 +56,10 @@ class Page:
     colour_by: gr.Radio
     legend: gr.HTML
     diff: gr.Markdown
+    cut: gr.HTML
+    branch_choice: gr.Dropdown
+    branch: gr.Button
+    picked: gr.State
     metrics: gr.Dataframe
     process_memory: gr.Markdown
     speed_plot: gr.BarPlot
@@ -183,6 +188,19 @@ def _token_bar() -> dict[str, Any]:
     return {"colour_by": colour_by, "legend": legend, "diff": diff}
 
 
+def _sampling_cut() -> dict[str, Any]:
+    """The clicked token's sampling cut, and continuing every column from it with another candidate."""
+    with gr.Column(elem_classes=["cut-panel"]):
+        gr.Markdown("### Sampling cut and branching")
+        cut = gr.HTML(cut_html(None, None, ""), elem_id="sampling-cut", js_on_load=None)
+        with gr.Row(equal_height=True, elem_classes=["branch-row"]):
+            branch_choice = gr.Dropdown([], label="continue from here with", elem_id="branch-choice",
+                                        interactive=False, scale=2, min_width=200)
+            branch = gr.Button(f"↪ continue from here ({NOTHING_PICKED})", elem_id="branch-from-token",
+                               interactive=False, scale=1, min_width=200)
+    return {"cut": cut, "branch_choice": branch_choice, "branch": branch}
+
+
 def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
@@ -234,6 +252,6 @@ def build_page() -> Page:
     """Every component, in page order (call inside a gr.Blocks context)."""
     parts = _header()
     parts["columns"] = _build_columns()
-    parts |= _token_bar() | _comparison() | _sharing()
+    parts |= _token_bar() | _sampling_cut() | _comparison() | _sharing()
     return Page(**parts, visible=gr.State([i < START_COLUMNS for i in range(MAX_COLUMNS)]),
-                conversation=gr.State([]), results=gr.State(empty_outcome()))
+                conversation=gr.State([]), results=gr.State(empty_outcome()), picked=gr.State(None))

@@ -70,4 +70,37 @@ CSS = """
 """
 # a dot in each column's title, in the colour of its line in the plots
 CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n" for i, colour in enumerate(PALETTE))
+# the sampling cut (ui/cut.py) and the token views' forced (branch) and clicked tokens
+CSS += """
+.tok { cursor: pointer; }
+.tok.forced { background: repeating-linear-gradient(135deg, #e5e7eb 0 4px, #d1d5db 4px 8px); color: #111;
+              border: 1px dashed #6b7280; }
+.tok.picked { outline: 2px solid #4f46e5; outline-offset: 1px; }
+.cut { font-size: 0.9em; color: var(--body-text-color); }
+.cut.empty { color: var(--body-text-color-subdued); }
+.cut-head { margin-bottom: 2px; }
+.cut-filters { color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.cut-legend { font-size: 0.85em; color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.cut-key { display: inline-block; width: 14px; height: 8px; border-radius: 2px; margin: 0 4px 0 8px; }
+.cut-key.model, .cut-bar.model span { background: #94a3b8; }
+.cut-key.drawn, .cut-bar.drawn span { background: #4f46e5; }
+.cut-row { display: grid; grid-template-columns: minmax(64px, 10em) 1fr minmax(120px, auto); gap: 8px;
+           align-items: center; padding: 3px 6px; border-left: 3px solid transparent; border-radius: 4px; }
+.cut-row.drawn { border-left-color: #d97706; background: var(--background-fill-secondary); font-weight: 600; }
+.cut-row.removed .cut-token { text-decoration: line-through; opacity: 0.7; }
+.cut-token { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.cut-bars { display: grid; grid-template-columns: 1fr 4.2em; gap: 1px 6px; align-items: center; }
+.cut-bar { height: 8px; background: var(--background-fill-secondary); border-radius: 2px; overflow: hidden; }
+.cut-bar span { display: block; height: 100%; }
+.cut-num { font-variant-numeric: tabular-nums; font-size: 0.85em; text-align: right; }
+.cut-removed { color: #dc2626; }
+.cut-kept { color: var(--body-text-color-subdued); }
+.cut-drawn { color: #d97706; margin-left: 6px; }
+.cut-summary { margin-top: 4px; color: var(--body-text-color-subdued); }
+.branch-row { align-items: end; }
+@media (max-width: 600px) {
+  .cut-row { grid-template-columns: minmax(56px, 7em) 1fr; }
+  .cut-note { grid-column: 1 / -1; }
+}
+"""
 CSS += ASSIST_CSS + CACHE_CSS

@@ -18,7 +18,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import warmup
+from playground.ui import branch, warmup
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import wire
 from playground.ui.export import (
@@ -156,10 +156,12 @@ def _wire_run(page: Page) -> None:
         trigger(snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
                 api_visibility="private").then(
             None, page.url_token, None, js=WRITE_URL_JS).then(
+            lambda: branch.reset(page), None, _cut_outputs(page), queue=False, api_visibility="private").then(
             lambda: locked(True), None, lockable, queue=False, api_visibility="private").then(
             run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
             lambda: locked(False), None, lockable, queue=False, api_visibility="private").then(
             exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
+    _wire_branch(page, outputs, locked, exports)
     # the address always carries the current settings, so a copied link restores what is on the page
     changes = [knob.input for col in page.columns for knob in col.knobs.values()]
     changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
@@ -174,6 +176,34 @@ def _wire_run(page: Page) -> None:
 
     # outside the queue, so it is not stuck behind the run it is meant to stop
     page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
+
+
+def _cut_outputs(page: Page) -> list[Any]:
+    return [page.cut, page.branch_choice, page.branch, page.picked]
+
+
+def _wire_branch(page: Page, outputs: list[Any], locked: Any, exports: Any) -> None:
+    """A token's click opens its sampling cut (outside the queue); "continue from here" runs every column again
+    from that token with the chosen alternative forced, as a run does (settings locked, exports after)."""
+    for i, col in enumerate(page.columns):
+        def on_pick(outcome: Outcome, evt: gr.EventData, i: int = i) -> dict[Any, Any]:
+            return branch.pick(page, outcome, i, (evt._data or {}).get("position"))
+
+        col.tokens.click(on_pick, page.results, _cut_outputs(page), queue=False, api_visibility="private").then(
+            None, None, None, js="() => document.getElementById('sampling-cut')?.scrollIntoView("
+                                 "{block: 'nearest', behavior: 'smooth'})")
+
+    def branch_columns(outcome: Outcome, picked: branch.Picked | None, token: Any, colour_by: str,
+                       request: gr.Request, progress: gr.Progress = gr.Progress()  # noqa: B008 - Gradio idiom
+                       ) -> Iterator[dict[Any, Any]]:
+        yield from branch.branch_all(page, outcome, picked, token, colour_by, request, progress)
+
+    page.branch.click(lambda: locked(True), None, page.lockable(), queue=False, api_visibility="private").then(
+        branch_columns, [page.results, page.picked, page.branch_choice, page.colour_by], outputs,
+        api_visibility="private", show_progress_on=[page.status]).then(
+        lambda: locked(False), None, page.lockable(), queue=False, api_visibility="private").then(
+        lambda: branch.reset(page), None, _cut_outputs(page), queue=False, api_visibility="private").then(
+        exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
 
 
 def api_run(prompt: str, spec: str) -> Iterator[Result | None]:

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import torch
 
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
+from playground.backends.base import CUT_STAGES, EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
 from playground.backends.jax import kv_cache, sampling
 from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.engine import DecodeState, Engine, engine_for
@@ -225,8 +225,9 @@ def _records(info: sampling.StepInfo, count: int) -> list[TokenInfo]:
     """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
     rows = [row[:count] for row in info]
     return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
-             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True))}
-            for p, h, q, hq, ids, top_p, top_q in zip(*rows, strict=True)]
+             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True)),
+             "top_cut": [CUT_STAGES[c] for c in cut.tolist()]}
+            for p, h, q, hq, ids, top_p, top_q, cut in zip(*rows, strict=True)]
 
 
 def _extra(engine: Engine, reused: bool, bucket: int, lengths: list[int], calls: int) -> dict[str, Any]:
