@@ -53,7 +53,10 @@ def _tooltip(index: int, token: TokenRecord) -> str:
 
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None) -> str:
-    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined."""
+    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined.
+
+    Focusable, so a tap (no hover on a phone) opens the alternatives: the page's CSS shows the title on focus.
+    """
     if not tokens:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
     spans = []
@@ -67,7 +70,7 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token), quote=True)
         text = _shown(token["text"])
-        spans.append(f"<span class='{' '.join(classes)}'{style} title=\"{title}\">{text}</span>")
+        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' title=\"{title}\">{text}</span>")
     return "<div class='tokens'>" + "".join(spans) + "</div>"
 
 
