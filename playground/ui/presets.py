@@ -22,7 +22,7 @@ COPY_PROMPT = ("Repeat the passage below word for word.\n\n"
                "The cat sat by the window every morning, watching the birds in the garden. When the sun rose over "
                "the hills, the cat stretched, yawned and walked slowly to the kitchen, where a bowl of fresh milk "
                "was waiting.")
-SHOOT_OUT_WINDOW = 32  # tokens: prompt + 80 new tokens outgrow it, so sliding and sink evict and their texts drift
+SHOOT_OUT_WINDOW = 32  # tokens: prompt + 64 new tokens outgrow it, so sliding and sink evict and their texts drift
 SHOOT_OUT_CACHES = ("dynamic", "quantized", "sliding", "sink")  # the ones that behave differently over a run
 
 
@@ -59,10 +59,10 @@ def _cache_shoot_out() -> Preset:
         "sliding": {"window": SHOOT_OUT_WINDOW},
         "sink": {"window": SHOOT_OUT_WINDOW, "sink_tokens": 4},
     }
-    columns = tuple(_greedy(max_new_tokens=80, cache=cache, **knobs.get(cache, {})) for cache in SHOOT_OUT_CACHES)
+    columns = tuple(_greedy(max_new_tokens=64, cache=cache, **knobs.get(cache, {})) for cache in SHOOT_OUT_CACHES)
     left = [c for c in CACHES if c not in SHOOT_OUT_CACHES]
     return Preset(STORY_PROMPT, columns, (
-        f"Greedy, 80 tokens, on the caches that behave differently. Dynamic grows with every token; 4-bit "
+        f"Greedy, 64 tokens, on the caches that behave differently. Dynamic grows with every token; 4-bit "
         f"quantized keeps its newest 16 tokens in full precision and drops in size each time it packs them "
         f"(the sawtooth in the KV plot); sliding keeps the last {SHOOT_OUT_WINDOW} tokens and sink the first 4 plus "
         f"the most recent, so both stop growing and their text drifts from dynamic's once they evict. "

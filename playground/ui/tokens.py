@@ -80,7 +80,7 @@ def legend_html(by: str) -> str:
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
             "<span class='tok draft'>accepted draft</span> · <span class='tok diverge'>first divergence</span>"
-            " · hover a token for its top alternatives</div>")
+            " · hover or tap a token for its top alternatives</div>")
 
 
 def token_texts(result: Result | None) -> list[str]:

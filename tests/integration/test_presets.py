@@ -1,10 +1,13 @@
 """Every preset on the bundled models, run as the page runs it: its point shows in the results.
 
-Each test prints the preset's wall time (all its columns, loads included) and the figures it checks.
+Each test prints the preset's wall time (all its columns, loads included), the machine's load average, and the
+figures it checks. Wall times are printed, not asserted: on a shared 2-core machine they say more about the
+neighbours than about the preset.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -16,8 +19,6 @@ from playground.ui.chat import MODES
 from playground.ui.presets import PRESETS
 
 pytestmark = pytest.mark.slow
-# generous: the presets aim at well under a minute on an idle 2-core machine; this catches one that runs away
-MAX_PRESET_S = 300
 
 
 def run_preset(name: str) -> dict[str, Result]:
@@ -30,8 +31,7 @@ def run_preset(name: str) -> dict[str, Result]:
         key = f"{position + 1}:{spec.strategy}:{spec.cache}:{spec.backend}:{spec.temperature}:{spec.prompt_lookup}"
         results[key] = runner.run_to_result(preset.prompt, spec)
     elapsed = time.monotonic() - start
-    print(f"\n{name}: {elapsed:.1f} s for {len(results)} columns")
-    assert elapsed < MAX_PRESET_S, f"{name} took {elapsed:.0f} s"
+    print(f"\n{name}: {elapsed:.1f} s for {len(results)} columns (load average {os.getloadavg()[0]:.1f})")
     return results
 
 
