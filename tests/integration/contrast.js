@@ -1,4 +1,4 @@
-// Every visible text on the page against its effective background: [{text, ratio, color, background, id}].
+// Every visible text on the page against its effective background: [{text, ratio, color, background, id, token}].
 // The background is the element's own and its ancestors' background colours, composited until one is opaque
 // (over the page's root background). Disabled controls and text inside an element with opacity < 1 are left
 // out: WCAG exempts inactive components, and faded beam-tree nodes are faded on purpose.
@@ -60,7 +60,7 @@
     const [hi, lo] = [luminance(shown), luminance(bg)].sort((a, b) => b - a);
     found.push({text: text.textContent.trim().slice(0, 40), ratio: (hi + 0.05) / (lo + 0.05),
                 color: svg ? style.fill : style.color, background: `rgb(${bg.slice(0, 3).map(Math.round)})`,
-                id: element.closest('[id]')?.id || ''});
+                id: element.closest('[id]')?.id || '', token: element.classList.contains('tok')});
   }
   // textareas and inputs hold their text in a value, not a text node
   for (const field of document.querySelectorAll('textarea, input[type=text], input[type=number]')) {
