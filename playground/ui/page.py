@@ -94,6 +94,9 @@ class Page:
             updates[component] = {**updates.get(component, {}), **update}
         for col, column in zip(self.columns, settings["columns"], strict=False):
             updates |= col.updates_for(column)
+        # set here: the label's change listeners do not fire for updates made by an event outside the queue
+        flags = [i < count for i in range(MAX_COLUMNS)]
+        updates[self.run] = self.run_label(flags, *(updates.get(col.notice, "") for col in self.columns))
         return updates
 
     def chat_visibility(self, mode: str) -> dict[Any, Any]:
@@ -108,7 +111,7 @@ class Page:
 
     def apply_outputs(self) -> list[Any]:
         outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
-                              self.settings_json, self.url_token, self.status, self.clear_chat]
+                              self.settings_json, self.url_token, self.status, self.clear_chat, self.run]
         for col in self.columns:
             outputs += [col.settings_box, col.output_box, col.title, col.output, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]

@@ -55,10 +55,10 @@ def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | No
             for i, (label, r) in enumerate(zip(labels, results, strict=True))
             if label and metric_value(r, "tokens_per_s") is not None]
     # the empty slots stack a zero on a drawn bar, so they add a colour to the domain but no empty category
-    # (a NaN would make the whole stack NaN and hide the bar)
-    anchor = rows[0]["run"] if rows else ""
+    # (a NaN would make the whole stack NaN and hide the bar; with no bar at all, a zero would set the axis)
+    anchor, empty = (rows[0]["run"], 0.0) if rows else ("", math.nan)
     drawn = {row["column"] for row in rows}
-    rows += [{"column": slot_name(i), "run": anchor, "tokens/s": 0.0}
+    rows += [{"column": slot_name(i), "run": anchor, "tokens/s": empty}
              for i in range(len(results)) if slot_name(i) not in drawn]
     return _frame(rows, {"column": "str", "run": "str", "tokens/s": "float64"})
 

@@ -103,3 +103,4 @@ def test_applying_a_preset_puts_its_prompt_and_columns_on_the_page_and_keeps_the
     assert data[page.columns[0].knobs["max_new_tokens"]] == preset.columns[0]["max_new_tokens"]
     assert data[page.columns[1].knobs["draft_source"]] == "prompt lookup"
     assert preset.note in updates[page.status]
+    assert updates[page.run]["value"] == f"▶ Run all {len(preset.columns)} columns"  # the button counts them
