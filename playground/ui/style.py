@@ -55,13 +55,13 @@ CSS = """
 .out-card textarea { font-size: 0.95em; }
 .tokens { font-family: var(--font-mono); font-size: 0.86em; line-height: 1.9; max-height: 260px;
           overflow-y: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 8px;
-          background: var(--background-fill-primary); color: var(--body-text-color); position: relative; }
+          background: var(--background-fill-primary); color: var(--body-text-color); }
 .tokens.empty { color: var(--body-text-color-subdued); font-family: var(--font); }
 .tok { padding: 1px 1px; margin: 0 1px 0 0; border-radius: 3px; white-space: pre-wrap; cursor: help; color: inherit; }
 .tok[style*="background"] { color: #111; }
 .tok:focus { outline: 2px solid var(--color-accent); outline-offset: 1px; }
-.tokens .tok:focus::after { content: attr(title); position: absolute; left: 6px; right: 6px; z-index: 30;
-    display: block; margin-top: 1.7em; padding: 6px 8px; white-space: pre-wrap; line-height: 1.35;
+.tokens .tok:focus::after { content: attr(title); position: fixed; left: 8px; right: 8px; bottom: 8px; z-index: 30;
+    display: block; max-height: 45vh; overflow: hidden; padding: 8px 10px; white-space: pre-wrap; line-height: 1.35;
     background: var(--background-fill-primary); color: var(--body-text-color);
     border: 1px solid var(--border-color-primary); border-radius: 6px; box-shadow: var(--shadow-drop-lg); }
 .tok.draft { border-bottom: 3px solid #2563eb; }

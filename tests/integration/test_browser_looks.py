@@ -93,4 +93,9 @@ def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_setti
     token.tap()  # no hover on a phone: a tap opens the token's alternatives
     shown = page.evaluate("getComputedStyle(document.activeElement, '::after').content")
     assert shown.startswith('"#1 ') and "top tokens" in shown, shown
+    # the panel is on screen, above the page and outside the token view's scroll box: a point near the
+    # bottom of the viewport hits the tapped token (its ::after) and nothing else
+    hit = page.evaluate(f"document.elementFromPoint({PHONE['width'] // 2}, {PHONE['height'] - 20}) "
+                        "=== document.activeElement")
+    assert hit
     context.close()
