@@ -269,7 +269,8 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"])
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
-    with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["run-card"]) as box:
+    with gr.Column(visible=index < START_COLUMNS, min_width=250,
+                   elem_classes=["run-card", f"card-{index}"]) as box:
         with gr.Row(elem_classes=["card-head"]):
             title = gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
@@ -289,7 +290,8 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
 
 def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML, gr.Slider, gr.HTML]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
-    with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["out-card"]) as box:
+    with gr.Column(visible=index < START_COLUMNS, min_width=250,
+                   elem_classes=["out-card", f"card-{index}"]) as box:
         output = gr.Textbox(label=f"column {index + 1} output", lines=6, max_lines=14, elem_id=f"output-{index}",
                             interactive=False, buttons=["copy"])
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,

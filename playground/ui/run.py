@@ -66,8 +66,9 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     marks = divergence_from_first(results)
     updates: dict[Any, Any] = {
         page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
-        page.speed_plot: throughput_frame(results, labels),
-        page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),  # by slot: colour per column
+        # by slot, so each column keeps its card's colour; legends name only the columns that ran
+        page.speed_plot: throughput_frame(outcome["results"], outcome["labels"]),
+        page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),
         page.kv_plot: kv_frame(outcome["results"], outcome["labels"]),
         page.diff: divergence_report(results, labels),
         page.process_memory: process_memory_note(results),

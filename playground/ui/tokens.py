@@ -65,7 +65,10 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
                 steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None) -> str:
     """One span per token: background by `by`, title with the top alternatives, draft tokens underlined,
     (assisted) each step's rejected drafts struck through before the token that replaced them, and a branch's
-    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens."""
+    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens.
+
+    Focusable, so a tap (no hover on a phone) opens the alternatives: the page's CSS shows the title on focus.
+    """
     if not tokens and not prefix:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
     spans = _forced_spans(prefix)
@@ -83,8 +86,8 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token), quote=True)
         text = _shown(token["text"])
-        spans.append(f"<span class='{' '.join(classes)}'{style} data-pos='{offset + index}' title=\"{title}\">"
-                     f"{text}</span>")
+        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
+                     f"title=\"{title}\">{text}</span>")
     return "<div class='tokens'>" + "".join(spans) + "</div>"
 
 
