@@ -46,11 +46,6 @@ for _strategy in STRATEGIES:
                 f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
                 "or backend 'torch'"
             )
-        elif _cache != "static":
-            _REFUSED[("jax", _strategy, _cache)] = (
-                f"the JAX path decodes over a preallocated static cache (jit needs fixed shapes); "
-                f"cache '{_cache}' needs backend 'torch', or pick cache 'static'"
-            )
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:

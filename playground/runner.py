@@ -172,10 +172,16 @@ class _Job:
     def _progress(self, fraction: float, message: str) -> None:
         self.reports.put(ProgressEvent(fraction, message))
 
+    def _check_config(self, config: Any) -> None:
+        """The cache refusals that need the model's config, made before its weights load (both backends)."""
+        from playground.kv.factory import check_cache  # imported here: the page starts without torch
+
+        check_cache(self.spec, config)
+
     def _load(self) -> _Loaded:
         """The main model, then the draft (never evicting the main model for it); both count in load_s."""
         start = time.perf_counter()
-        model, _ = LOADED.get(self.spec.model, self.spec.weights, self._progress)
+        model, _ = LOADED.get(self.spec.model, self.spec.weights, self._progress, check=self._check_config)
         draft = None
         if self.spec.assistant is not None:
             draft, _ = LOADED.get(self.spec.assistant, self.spec.weights, self._progress, keep=[model])
