@@ -3,6 +3,7 @@ reference calls (PyTorch generate, the JAX decoder, the CLI) that several test m
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -108,6 +109,14 @@ def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> li
     from playground.backends.torch.generate import reference_greedy
 
     return reference_greedy(model, ids, new, cache, **kwargs)
+
+
+def run_script(script: str, env: dict[str, str]) -> dict:
+    """Run `script` in a fresh Python from the repo root; it prints one JSON object as its last line."""
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -7,6 +7,9 @@ groups of 64 are one token's head on the PyTorch side too). Each run crosses its
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 import pytest
 import torch
 
@@ -16,9 +19,11 @@ pytest.importorskip("jax")
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
+    ROOT,
     jax_run,
     jax_teacher_forced,
     mean_kl,
+    run_script,
     tiny_gemma,
     tiny_llama,
     tiny_loaded,
@@ -223,3 +228,43 @@ def test_sink_on_a_sliding_model_is_refused_before_its_weights_load(tmp_path, mo
         with pytest.raises(PlaygroundError, match="sliding"):
             runner.run_to_result("hi", RunSpec(model=str(path), backend=backend, cache="sink", chat=False))
     assert loads == [] and loaded_models.LOADED.keys() == []
+
+
+# -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
+
+SHARDED = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, os.environ["ROOT"])
+    import torch
+    from playground.backends.jax import decoder as jax_decoder
+    from playground.spec import RunSpec
+    from tests.helpers import tiny_gemma, tiny_llama, tiny_loaded
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 and 4 devices split them
+    runs = [("sliding", {"window": 8}, ("greedy",)),
+            ("sink", {"window": 8, "sink_tokens": 2}, ("greedy", "sampling")),
+            ("quantized", {"cache_bits": 4, "residual_length": 8}, ("greedy", "sampling"))]
+    report = {}
+    for cache, knobs, strategies in runs:
+        for strategy in strategies:
+            for n in (1, 2, 4) if strategy == "greedy" else (1, 2):
+                spec = RunSpec(backend="jax", cache=cache, strategy=strategy, seed=5, max_new_tokens=32,
+                               min_new_tokens=32, devices=n, **knobs)  # 5 + 32 tokens: four windows of 8
+                out = jax_decoder.generate(loaded, ids, spec, lambda c: None, lambda: False)
+                report[f"{cache}-{strategy}-{n}"] = out.sequences[0]
+                report[f"{cache}-{strategy}-{n}-kv-split"] = out.extra.get("kv_heads", "one device")
+    print(json.dumps(report))
+""")
+
+
+def test_sharded_decoding_matches_one_device_for_every_cache():
+    """Every cache array split by KV heads (quantization scales with their heads); the growing cache and the
+    model's own sliding layers are in test_jax_decoder's sharding test."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "ROOT": str(ROOT),
+           "JAX_PLATFORMS": "cpu"}
+    report = run_script(SHARDED, env)
+    tokens = {k: v for k, v in report.items() if not k.endswith("-kv-split")}
+    assert len(tokens) == 3 + 5 + 5
+    assert {v for k, v in report.items() if k.endswith("-kv-split") and "-1-" not in k} == {"split"}
+    for key, run in tokens.items():
+        assert run == tokens[key[: key.rindex("-")] + "-1"], key

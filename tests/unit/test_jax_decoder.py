@@ -11,8 +11,6 @@ import gc
 import json
 import math
 import os
-import subprocess
-import sys
 import textwrap
 import weakref
 
@@ -24,7 +22,16 @@ jax = pytest.importorskip("jax")
 
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import ROOT, jax_run, tiny_gemma, tiny_llama, tiny_loaded, torch_greedy, torch_run  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    ROOT,
+    jax_run,
+    run_script,
+    tiny_gemma,
+    tiny_llama,
+    tiny_loaded,
+    torch_greedy,
+    torch_run,
+)
 
 PROMPT = torch.tensor([[5, 17, 42, 99, 3]])  # 5 tokens: padded to the 16-token prefill bucket
 LONG_PROMPT = torch.arange(1, 21).unsqueeze(0) * 7 % 250  # 20 tokens: bucket 32
@@ -258,14 +265,6 @@ def test_refuses_what_it_cannot_run(llama):
 
 
 # -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
-
-def run_script(script: str, env: dict[str, str]) -> dict:
-    """Run `script` in a fresh Python from the repo root; it prints one JSON object as its last line."""
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
 
 SHARDED = textwrap.dedent("""
     import json, os, sys
