@@ -57,7 +57,7 @@ class BandwidthProbe:
         del self._data  # 1 GiB: not kept past the benchmark
 
 
-def _rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
+def rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
     """(tokens_per_s over the tokens after the first, ttft_s)."""
     if not times:
         return None, None
@@ -69,13 +69,13 @@ def _rates(start: float, times: list[float]) -> tuple[float | None, float | None
 def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: BandwidthProbe,
            compile_s: float = 0.0) -> dict[str, Any]:
     """Median tokens/s and TTFT over ROUNDS runs, the bandwidth sampled before each (warm-up done by the caller)."""
-    rates, ttfts = [], []
+    speeds, ttfts = [], []
     for _ in range(ROUNDS):
         probe.sample()
-        rate, ttft = _rates(*run_once())
-        rates.append(rate or 0.0)
+        rate, ttft = rates(*run_once())
+        speeds.append(rate or 0.0)
         ttfts.append(ttft or 0.0)
-    return {"name": name, "tokens_per_s": statistics.median(rates), "ttft_s": statistics.median(ttfts),
+    return {"name": name, "tokens_per_s": statistics.median(speeds), "ttft_s": statistics.median(ttfts),
             "compile_s": compile_s}
 
 

@@ -138,7 +138,7 @@ def test_quantized_bytes_follow_the_formula(llama64, bits):
                    min_new_tokens=80)
     out = jax_run(llama64, PROMPT, spec)[0]
     store = 128  # 5 + 80 positions, rounded up; the quantized store grows 64 -> 128 with the cache
-    per_position = 64 * bits // 8 + 4 * (1 if bits == 8 else 2)  # packed head + scale (and zero point) per group
+    per_position = 64 * bits // 8 + 2 * 4  # one head's codes, packed, + a scale and a zero point (one group)
     residual = 0 if bits == 8 else 16 * 64 * 4  # the newest 16 tokens in full precision
     layers_kv_heads_kv = 2 * 1 * 2
     assert out.kv_cache_bytes == layers_kv_heads_kv * (store * per_position + residual)
@@ -268,3 +268,37 @@ def test_sharded_decoding_matches_one_device_for_every_cache():
     assert {v for k, v in report.items() if k.endswith("-kv-split") and "-1-" not in k} == {"split"}
     for key, run in tokens.items():
         assert run == tokens[key[: key.rindex("-")] + "-1"], key
+
+
+def test_cache_bench_suite_reports_every_cache_on_both_backends(monkeypatch, llama64):
+    """(Head size 64: quanto's groups of 64 must divide what the PyTorch quantized cache holds.)"""
+    import json
+
+    from playground.models import loaded
+    from playground.tools import bench_caches
+
+    class FixedBandwidth:
+        def __init__(self):
+            self.samples = []
+
+        def sample(self):
+            self.samples.append(10.0)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (llama64, True))
+    monkeypatch.setattr(bench_caches, "BandwidthProbe", FixedBandwidth)
+    monkeypatch.setattr(bench_caches, "ROUNDS", 1)
+    caches = ("static", "sliding")  # two of them: each compiles its own programs
+    monkeypatch.setattr(bench_caches, "CACHES", caches)
+    monkeypatch.setattr(bench_caches, "CACHE_KNOBS", {**bench_caches.CACHE_KNOBS, "sliding": {"window": 8}})
+    result = bench_caches.run_cache_suite("tiny-llama", max_new_tokens=24, progress=lambda message: None)
+    assert [c["name"] for c in result["configs"]] == [f"{b}-{c}" for c in caches for b in ("torch", "jax")]
+    assert all(c["tokens_per_s"] > 0 and c["kv_cache_bytes"] > 0 for c in result["configs"])
+    assert set(result["ratios"]["jax_vs_torch"]) == set(caches)
+    assert result["ratios"]["jax_sliding_vs_jax_static"] > 0
+    by_name = {c["name"]: c for c in result["configs"]}
+    assert by_name["jax-sliding"]["kv_cache_bytes"] == 8 * kv_row_bytes(llama64.model.config)
+    assert "jax sliding / jax static" in bench_caches.format_table(result)
+    json.dumps(result)

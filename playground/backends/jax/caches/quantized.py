@@ -4,9 +4,9 @@ The meaning of `cache_bits` is the PyTorch path's (transformers' QuantizedCache)
 group of QUANT_GROUP channels of one token's head is quantized asymmetrically (min and scale, as quanto's
 MaxOptimizer does) and packed 4 or 2 to a byte, and the newest `residual` tokens are also kept in full
 precision in a ring; attention reads them from the ring and everything older from the quantized store.
-With 8 bits, int8 with one scale per group (finer than the PyTorch path's fp8 per tensor) and no residual.
-Every token is quantized once, when written; no full-precision copy of the store exists (the step
-dequantizes the store it reads inside the attention's fusion).
+With 8 bits, the same groups in one byte each (finer than the PyTorch path's fp8 per tensor) and, as there,
+no residual. Every token is quantized once, when written; no full-precision copy of the store is kept
+(each step dequantizes the store it reads, inside the jitted attention).
 """
 
 from __future__ import annotations
@@ -29,16 +29,12 @@ def group_size(head_dim: int) -> int:
     return math.gcd(QUANT_GROUP, head_dim)
 
 
-def quantize(x: jax.Array, bits: int, group: int) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-    """x (B, KV, T, D) -> (data (B, KV, T, D * bits / 8), scale (B, KV, T, D / group), zero or None)."""
+def quantize(x: jax.Array, bits: int, group: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """x (B, KV, T, D) -> (codes packed 8 / bits to a byte (B, KV, T, D * bits / 8), scale and zero point
+    (B, KV, T, D / group)): code = round((x - min) / scale) over each group's [min, max]."""
     grouped = x.reshape(*x.shape[:-1], x.shape[-1] // group, group).astype(jnp.float32)  # (B, KV, T, G, g)
-    tiny = jnp.finfo(jnp.float32).tiny
-    if bits == 8:  # symmetric: int8 in [-127, 127]
-        scale = jnp.maximum(jnp.abs(grouped).max(axis=-1), tiny) / 127.0  # (B, KV, T, G)
-        data = jnp.clip(jnp.round(grouped / scale[..., None]), -127, 127).astype(jnp.int8)
-        return data.reshape(x.shape), scale, None
     low, high = grouped.min(axis=-1), grouped.max(axis=-1)  # (B, KV, T, G)
-    scale = jnp.maximum((high - low) / (2**bits - 1), tiny)
+    scale = jnp.maximum((high - low) / (2**bits - 1), jnp.finfo(jnp.float32).tiny)
     codes = jnp.clip(jnp.round((grouped - low[..., None]) / scale[..., None]), 0, 2**bits - 1).astype(jnp.uint8)
     per_byte = 8 // bits
     codes = codes.reshape(*x.shape[:-1], x.shape[-1] // per_byte, per_byte)  # (B, KV, T, D / per_byte, per_byte)
@@ -47,18 +43,13 @@ def quantize(x: jax.Array, bits: int, group: int) -> tuple[jax.Array, jax.Array,
     return packed, scale, low
 
 
-def dequantize(data: jax.Array, scale: jax.Array, zero: jax.Array | None, bits: int, group: int) -> jax.Array:
+def dequantize(data: jax.Array, scale: jax.Array, zero: jax.Array, bits: int, group: int) -> jax.Array:
     """The inverse of quantize(), up to rounding: (B, KV, T, D) float32."""
-    if bits == 8:
-        values = data.astype(jnp.float32)
-    else:
-        per_byte = 8 // bits
-        shifts = (jnp.arange(per_byte, dtype=jnp.uint8) * bits).astype(jnp.uint8)
-        codes = jnp.bitwise_and(jnp.right_shift(data[..., None], shifts), 2**bits - 1)  # (..., D / per_byte, per_byte)
-        values = codes.reshape(*data.shape[:-1], -1).astype(jnp.float32)  # (B, KV, T, D)
-    grouped = values.reshape(*values.shape[:-1], -1, group) * scale[..., None]
-    if zero is not None:
-        grouped = grouped + zero[..., None]
+    per_byte = 8 // bits
+    shifts = (jnp.arange(per_byte, dtype=jnp.uint8) * bits).astype(jnp.uint8)
+    codes = jnp.bitwise_and(jnp.right_shift(data[..., None], shifts), 2**bits - 1)  # (..., D / per_byte, per_byte)
+    values = codes.reshape(*data.shape[:-1], -1).astype(jnp.float32)  # (B, KV, T, D)
+    grouped = values.reshape(*values.shape[:-1], -1, group) * scale[..., None] + zero[..., None]
     return grouped.reshape(values.shape)
 
 
@@ -79,13 +70,11 @@ class QuantLayout:
 
     def leaves(self) -> LeafShapes:
         groups = self.head_dim // group_size(self.head_dim)
-        data = ((self.heads, self.store, self.head_dim * self.bits // 8), jnp.int8 if self.bits == 8 else jnp.uint8)
+        data = ((self.heads, self.store, self.head_dim * self.bits // 8), jnp.uint8)
         scale = ((self.heads, self.store, groups), jnp.float32)
         leaves: LeafShapes = {}
         for kind in ("keys", "values"):
-            leaves[f"{kind}_data"], leaves[f"{kind}_scale"] = data, scale
-            if self.bits < 8:
-                leaves[f"{kind}_zero"] = scale
+            leaves[f"{kind}_data"], leaves[f"{kind}_scale"], leaves[f"{kind}_zero"] = data, scale, scale
             if self.slots:
                 leaves[kind] = ((self.heads, self.slots, self.head_dim), jnp.float32)
         return leaves
@@ -95,11 +84,10 @@ class QuantLayout:
 
     def _quantized(self, x: jax.Array, kind: str) -> Arrays:
         data, scale, zero = quantize(x, self.bits, group_size(self.head_dim))
-        out = {f"{kind}_data": data, f"{kind}_scale": scale}
-        return out if zero is None else out | {f"{kind}_zero": zero}
+        return {f"{kind}_data": data, f"{kind}_scale": scale, f"{kind}_zero": zero}
 
     def _read(self, arrays: Arrays, kind: str) -> jax.Array:
-        return dequantize(arrays[f"{kind}_data"], arrays[f"{kind}_scale"], arrays.get(f"{kind}_zero"), self.bits,
+        return dequantize(arrays[f"{kind}_data"], arrays[f"{kind}_scale"], arrays[f"{kind}_zero"], self.bits,
                           group_size(self.head_dim))
 
     def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:
