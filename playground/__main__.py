@@ -7,10 +7,12 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import NoReturn
 
+from playground import host
 from playground.errors import PlaygroundError
-from playground.models import catalog, paths
+from playground.models import catalog, paths, public
 from playground.spec import BACKENDS, CACHES, STRATEGIES, WEIGHTS, RunSpec
 
 
@@ -30,7 +32,9 @@ _CHOICES = {"strategy": STRATEGIES, "cache": CACHES, "backend": BACKENDS, "weigh
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m playground", description=__doc__)
+    # `playground` when run as the console script, else as the contract spells it
+    prog = "playground" if Path(sys.argv[0]).name == "playground" else "python -m playground"
+    parser = OneLineParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
@@ -116,11 +120,16 @@ def command_models(args: argparse.Namespace) -> None:
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
         print(f"{row['name']:<16} {row['kind']:<8} {state:<13} {row['description']}")
+    if public.is_public():
+        print(f"public deployment: also {', '.join(catalog.allowed_hub_models())} (PLAYGROUND_ALLOWED_MODELS)")
+        return
     print("any hub id org/name (needs hub access) or a local model directory under "
           f"{', '.join(map(str, paths.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The CLI (also the `playground` console script)."""
+    host.apply_thread_limits()  # before torch or jax start their thread pools
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "bench": command_bench, "models": command_models}[args.command]
     try:

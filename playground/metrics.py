@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import psutil
 
@@ -59,19 +60,32 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def per_token_latencies(token_times: list[float]) -> list[float]:
-    """Seconds per decoded token, after the first emission (which is prefill, reported as TTFT).
+@dataclass(frozen=True)
+class Arrivals:
+    """When tokens reached the host, grouped by arrival: one token at a time on the PyTorch path, a chunk per
+    call on the JAX path, accepted drafts plus one in assisted decoding. The first arrival (the prompt's
+    answer) is TTFT's; the rest are decode latencies, reported per arrival, never split into invented
+    per-token times."""
 
-    Tokens that arrive together (the JAX path emits chunks) share their chunk's interval evenly,
-    so a chunk of 8 tokens that took 80 ms counts as 8 tokens of 10 ms, not one of 80 and seven of 0.
-    """
+    ends: list[int]  # tokens received so far at each arrival after the first
+    ms_per_token: list[float]  # each of those arrivals' interval divided by its tokens
+    tokens: int  # tokens after the first arrival
+    seconds: float  # from the first arrival to the last
+
+
+def arrivals(token_times: list[float]) -> Arrivals:
+    """Group equal timestamps (tokens delivered together) into arrivals."""
     groups: list[tuple[float, int]] = []
     for t in token_times:
         if groups and groups[-1][0] == t:
             groups[-1] = (t, groups[-1][1] + 1)
         else:
             groups.append((t, 1))
-    latencies: list[float] = []
+    ends, per_token, received = [], [], groups[0][1] if groups else 0
     for (previous, _), (current, count) in zip(groups, groups[1:], strict=False):
-        latencies.extend([(current - previous) / count] * count)
-    return latencies
+        received += count
+        ends.append(received)
+        per_token.append(1000.0 * (current - previous) / count)
+    first = groups[0][1] if groups else 0
+    span = groups[-1][0] - groups[0][0] if groups else 0.0
+    return Arrivals(ends, per_token, len(token_times) - first, span)

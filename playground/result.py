@@ -7,10 +7,11 @@ read it. Every reader goes through these types, so a renamed key is a type error
 from __future__ import annotations
 
 import importlib.metadata
-from typing import TYPE_CHECKING, Any, TypedDict
+import statistics
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from playground.backends.base import GenerationOutput
-from playground.metrics import per_token_latencies, percentile
+from playground.metrics import arrivals, percentile
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
     from playground.models.loaded import LoadedModel
@@ -18,18 +19,30 @@ if TYPE_CHECKING:  # type names only: building a Result needs no model code
 
 
 class Metrics(TypedDict):
-    """Timings in seconds (ms where the key says so), sizes in bytes; None where a figure does not exist."""
+    """Timings in seconds (ms where the key says so), sizes in bytes; None where a figure does not exist.
 
-    load_s: float
-    compile_s: float
-    ttft_s: float | None
-    total_s: float
-    tokens_per_s: float | None
-    ms_per_token_p50: float | None
+    With repeats > 1 the timings are medians over the runs and every run's value is kept under `<key>_runs`.
+    """
+
+    load_s: float  # loading the models for this request (0 when they were already loaded)
+    compile_s: float  # tracing and compiling before the prompt ran (JAX; 0 when every program was cached)
+    ttft_s: float | None  # prompt in to first new token on the host, compile excluded
+    total_s: float  # the generation's wall time, compile included, load excluded
+    tokens_per_s: float | None  # decode rate: tokens after the first / their time
+    ms_per_token_p50: float | None  # over arrivals (a token, a JAX chunk, accepted drafts + 1): ms per token
     ms_per_token_p90: float | None
-    kv_cache_bytes: int
-    peak_rss_bytes: int | None
-    acceptance_rate: float | None
+    kv_cache_bytes: int  # held by the cache's tensors at the end of the run
+    weight_bytes: int  # the model's weights at the run's precision (+ the draft model's)
+    peak_rss_bytes: int | None  # the whole process, sampled during the run (not the column's own memory)
+    acceptance_rate: float | None  # assisted only
+    mean_logprob: float | None  # the output under the fp32 model with a dynamic cache: mean log-prob per token
+    greedy_divergence: int | None  # first token where that model's greedy choice differs; None: never
+    ttft_s_runs: NotRequired[list[float | None]]
+    tokens_per_s_runs: NotRequired[list[float | None]]
+    ms_per_token_p50_runs: NotRequired[list[float | None]]
+    ms_per_token_p90_runs: NotRequired[list[float | None]]
+    total_s_runs: NotRequired[list[float]]
+    compile_s_runs: NotRequired[list[float]]
 
 
 class TokenRecord(TypedDict):
@@ -37,14 +50,29 @@ class TokenRecord(TypedDict):
 
     id: int
     text: str
-    p: float | None
+    p: float | None  # under the distribution the token was drawn from (after every processor and filter)
     entropy: float | None
-    top: list[tuple[str, float | None]] | None  # (text, probability) of the top alternatives
+    p_model: float | None  # under the model's own softmax at temperature 1, before any processor
+    entropy_model: float | None
+    top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
 
 
+class BeamRecord(TypedDict):
+    """A beam-search candidate as the Result shows it (see backends.base.BeamNode)."""
+
+    parent: int | None
+    token: int
+    text: str
+    score: float
+    kept: bool
+    finished: bool
+    chosen: bool
+
+
 class Timeline(TypedDict):
-    token_ms: list[float]  # per decoded token after the first
+    token_ms: list[float]  # ms per token of each arrival after the first (a token, or a chunk of them)
+    token_steps: list[int]  # tokens received by each of those arrivals (x axis of token_ms)
     kv_cache_bytes: list[int]  # after each decoding step
 
 
@@ -62,6 +90,7 @@ class Result(TypedDict):
     scores: list[float] | None
     forward_passes: int | None
     stopped: bool
+    beam_tree: list[list[BeamRecord]] | None  # beam search: per step, every candidate weighed
     extra: dict[str, Any]
 
 
@@ -76,32 +105,63 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak_rss: int | None) -> Metrics:
-    """The metrics block; None where a figure does not exist for this run (e.g. per-token times of beam search)."""
+def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak_rss: int | None,
+                  weight_bytes: int = 0, quality: tuple[float | None, int | None] = (None, None)) -> Metrics:
+    """The metrics block of one run; None where a figure does not exist (e.g. per-token times of beam search)."""
     times = output.token_times
     new_tokens = len(output.sequences[0]) if output.sequences else 0
     total_s = end_time - output.start_time
-    latencies = per_token_latencies(times)
-    tokens_per_s: float | None
-    if latencies:
-        tokens_per_s = len(latencies) / sum(latencies) if sum(latencies) > 0 else None
-    elif new_tokens and total_s > 0:
+    timing = arrivals(times)
+    tokens_per_s: float | None = None
+    if timing.tokens and timing.seconds > 0:
+        tokens_per_s = timing.tokens / timing.seconds
+    elif not times and new_tokens and total_s > 0:
         tokens_per_s = new_tokens / total_s  # no per-token times (beam search): whole-run rate
-    else:
-        tokens_per_s = None
-    p50, p90 = percentile(latencies, 50), percentile(latencies, 90)
+    p50, p90 = percentile(timing.ms_per_token, 50), percentile(timing.ms_per_token, 90)
     return {
         "load_s": round(load_s, 4),
         "compile_s": round(output.compile_s, 4),
-        "ttft_s": round(times[0] - output.start_time, 4) if times else None,
+        "ttft_s": round(times[0] - output.start_time - output.compile_s, 4) if times else None,
         "total_s": round(total_s, 4),
         "tokens_per_s": round(tokens_per_s, 3) if tokens_per_s else None,
-        "ms_per_token_p50": round(p50 * 1000, 3) if p50 is not None else None,
-        "ms_per_token_p90": round(p90 * 1000, 3) if p90 is not None else None,
+        "ms_per_token_p50": round(p50, 3) if p50 is not None else None,
+        "ms_per_token_p90": round(p90, 3) if p90 is not None else None,
         "kv_cache_bytes": int(output.kv_cache_bytes),
+        "weight_bytes": int(weight_bytes),
         "peak_rss_bytes": None if peak_rss is None else int(peak_rss),
         "acceptance_rate": output.acceptance_rate,
+        "mean_logprob": quality[0],
+        "greedy_divergence": quality[1],
     }
+
+
+# Timings that vary from run to run: repeated runs report their median and keep every value.
+REPEATED_TIMINGS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90", "total_s", "compile_s")
+
+
+def _median(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 4) if present else None
+
+
+def combine_runs(results: list[Result]) -> Result:
+    """Repeated runs of one setting as one Result: the first run's tokens, text and timeline (seeded runs give
+    the same tokens), the median of each timing with every run's value under `<key>_runs`, and the compile
+    and load of the run that paid them."""
+    first = results[0]
+    if len(results) == 1:
+        return first
+    metrics: dict[str, Any] = dict(first["metrics"])
+    for key in REPEATED_TIMINGS:
+        runs = [r["metrics"][key] for r in results]  # type: ignore[literal-required]
+        metrics[f"{key}_runs"] = runs
+        metrics[key] = max(runs) if key == "compile_s" else _median(runs)
+    metrics["load_s"] = max(r["metrics"]["load_s"] for r in results)
+    peaks = [r["metrics"]["peak_rss_bytes"] for r in results if r["metrics"]["peak_rss_bytes"] is not None]
+    metrics["peak_rss_bytes"] = max(peaks) if peaks else None
+    combined: Result = {**first, "metrics": metrics}  # type: ignore[typeddict-item]
+    combined["spec"] = {**first["spec"], "repeats": len(results)}
+    return combined
 
 
 def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]:
@@ -117,18 +177,21 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "text": tokenizer.decode([token]),
             "p": _round(known.get("p")),
             "entropy": _round(known.get("entropy")),
-            "top": [(tokenizer.decode([i]), _round(p)) for i, p in top] if top else None,
+            "p_model": _round(known.get("p_model")),
+            "entropy_model": _round(known.get("entropy_model")),
+            "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
             "draft": draft,
         })
     return records
 
 
 def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output: GenerationOutput,
-                 end: float, load_s: float, peak_rss: int | None) -> Result:
+                 end: float, load_s: float, peak_rss: int | None, weight_bytes: int = 0,
+                 quality: tuple[float | None, int | None] = (None, None)) -> Result:
     """The Result of one run: texts decoded, metrics summarized, the spec normalized."""
     tokenizer = loaded.tokenizer
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in output.sequences]
-    latencies = per_token_latencies(output.token_times)
+    timing = arrivals(output.token_times)
     spec_dict = spec.to_dict()
     spec_dict["chat"] = loaded.instruct if spec.chat is None else spec.chat
     return {
@@ -138,15 +201,25 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "prompt_tokens": int(prompt_tokens),
         "new_tokens": len(output.sequences[0]) if output.sequences else 0,
         "token_ids": list(output.sequences[0]) if output.sequences else [],
-        "metrics": build_metrics(output, end, load_s, peak_rss),
+        "metrics": build_metrics(output, end, load_s, peak_rss, weight_bytes, quality),
         "versions": versions(),
         "tokens": token_records(tokenizer, output),
-        "timeline": {"token_ms": [round(x * 1000, 3) for x in latencies], "kv_cache_bytes": output.kv_trace},
+        "timeline": {"token_ms": [round(ms, 3) for ms in timing.ms_per_token], "token_steps": timing.ends,
+                     "kv_cache_bytes": output.kv_trace},
         "scores": output.scores,
         "forward_passes": output.forward_passes,
         "stopped": output.stopped,
+        "beam_tree": beam_records(tokenizer, output),
         "extra": output.extra,
     }
+
+
+def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamRecord]] | None:
+    """The beam tree with each candidate's text."""
+    if output.beam_tree is None:
+        return None
+    return [[{**node, "text": tokenizer.decode([node["token"]]), "score": round(node["score"], 5)}
+             for node in step] for step in output.beam_tree]
 
 
 def _round(value: float | None) -> float | None:

@@ -10,7 +10,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +18,10 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
 from playground.models import memory
-from playground.models.catalog import check_available
+from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
-from playground.result import Result, build_result
+from playground.models.shapes import check_head_split
+from playground.result import Result, build_result, combine_runs
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -49,6 +50,19 @@ def check_prompt(prompt: Any) -> str:
     if len(prompt) > MAX_PROMPT_CHARS:
         raise PlaygroundError(f"prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
     return prompt
+
+
+def preflight(spec: RunSpec) -> None:
+    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, or a
+    device count that does not divide the model's heads (when its config is on disk). RunSpec itself has
+    checked the ranges and the combination."""
+    check_available(spec.model)
+    if spec.assistant is not None:
+        check_available(spec.assistant)
+    config = saved_config(spec.model) if spec.backend == "jax" and spec.devices > 1 else None
+    text = (config or {}).get("text_config") or config or {}
+    if isinstance(text.get("num_attention_heads"), int):
+        check_head_split(text["num_attention_heads"], spec.devices)
 
 
 def backend_for(name: str) -> Backend:
@@ -92,19 +106,44 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
 
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
-    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's)."""
+    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's);
+    on the JAX path, the cache's arrays as its plan allocates them."""
     total = prompt_tokens + spec.max_new_tokens
     limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and total > limit:
         raise PlaygroundError(
             f"prompt ({prompt_tokens} tokens) + max_new_tokens ({spec.max_new_tokens}) = {total} exceeds "
             f"{loaded.name}'s context of {limit} tokens; lower max_new_tokens or shorten the prompt")
+    if spec.backend == "jax":
+        from playground.backends.jax.caches.plan import peak_bytes, plan_cache
+        from playground.backends.jax.decoder import STEPS_PER_CALL
+
+        # the layouts the JAX cache really allocates (bounded layers at their bound, quantized arrays at their
+        # bytes); while a growing cache doubles, its old and new arrays coexist
+        plan = plan_cache(spec, loaded.model.config.get_text_config(decoder=True), prompt_tokens, STEPS_PER_CALL)
+        need, growing = peak_bytes(plan)
+        what = f"the JAX {spec.cache} cache for {total} tokens" + (" (old and new arrays while it grows)"
+                                                                    if growing else "")
+        memory.check_fits(what, need, LOADED.resident_bytes(), hint="lower max_new_tokens")
+        return
     sequences = spec.num_beams if spec.strategy == "beam" else 1
     need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
     if draft is not None:
         need += memory.kv_bytes_estimate(draft.model.config, total)
     memory.check_fits(f"the KV cache for {total} tokens x {sequences} sequence(s)", need,
                       LOADED.resident_bytes())
+
+
+def reserve_backend_memory(loaded: LoadedModel, spec: RunSpec) -> None:
+    """What the backend will hold beside the torch weights, reserved in the budget before it allocates: the JAX
+    engine's device copy of the weights (once per model and device count; it lives as long as the model)."""
+    if spec.backend != "jax":
+        return
+    from playground.backends.jax.engine import device_bytes
+
+    what = f"the JAX engine's weights on {spec.devices} device{'s' if spec.devices > 1 else ''}"
+    LOADED.reserve(loaded, what, device_bytes(loaded.model, spec.devices),
+                   hint="use the torch backend, or unload other models")
 
 
 class IncrementalText:
@@ -142,12 +181,19 @@ class _Loaded:
 
 @dataclass
 class _Finished:
-    model: LoadedModel
+    loaded: _Loaded
     prompt_tokens: int
-    output: GenerationOutput
-    end: float
-    load_s: float
+    runs: list[tuple[GenerationOutput, float]]  # each timed run's output and when it ended
     peak_rss: int
+    quality: tuple[float | None, int | None]  # the first run's output under the fp32 model (see `_judge`)
+
+    def result(self, spec: RunSpec) -> Result:
+        """One Result; repeated runs combined (medians, every run kept)."""
+        model, draft = self.loaded.model, self.loaded.draft
+        weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
+        results = [build_result(spec, model, self.prompt_tokens, output, end, self.loaded.load_s if i == 0 else 0.0,
+                                self.peak_rss, weights, self.quality) for i, (output, end) in enumerate(self.runs)]
+        return combine_runs(results)
 
 
 class _Job:
@@ -193,15 +239,39 @@ class _Job:
                 loaded = self._load()
                 self.reports.put(loaded)
                 input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                reserve_backend_memory(loaded.model, self.spec)
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
-                backend = backend_for(self.spec.backend)
-                with GENERATION_LOCK:
-                    output = backend.generate(loaded.model, input_ids, self.spec, self.reports.put,
-                                              self.stop_requested, loaded.draft)
-                end = time.perf_counter()
-            self.reports.put(_Finished(loaded.model, input_ids.shape[1], output, end, loaded.load_s, rss.peak))
+                runs = self._generate(loaded, input_ids)
+                quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])
+            self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
+
+    def _generate(self, loaded: _Loaded, input_ids: Any) -> list[tuple[GenerationOutput, float]]:
+        """spec.repeats timed runs under the generation lock; the first one streams its tokens."""
+        backend = backend_for(self.spec.backend)
+        runs: list[tuple[GenerationOutput, float]] = []
+        for index in range(self.spec.repeats):
+            emit = self.reports.put if index == 0 else _ignore_tokens
+            with GENERATION_LOCK:
+                output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft)
+            runs.append((output, time.perf_counter()))
+            if output.stopped:
+                break
+        return runs
+
+    def _judge(self, loaded: _Loaded, input_ids: Any, new_ids: list[int]) -> tuple[float | None, int | None]:
+        """The output read by the full-precision model (the run's own when it is fp32): quality beside speed, so
+        the cost of int8 weights, a 2-bit cache or a short window is a number. Not timed."""
+        from playground.backends.torch.reference import judge  # imported here: keeps torch out of page start-up
+
+        reference = loaded.model
+        if self.spec.weights != "fp32":
+            keep = [loaded.model] + ([loaded.draft] if loaded.draft is not None else [])
+            reference, _ = LOADED.get(self.spec.model, "fp32", self._progress, keep=keep)
+        with GENERATION_LOCK:
+            verdict = judge(reference.model, input_ids, new_ids)
+        return verdict.mean_logprob, verdict.greedy_divergence
 
     def events(self) -> Iterator[Event]:
         """Reports turned into events: token ids into text deltas, the finish into the Result."""
@@ -222,27 +292,29 @@ class _Job:
                 tail = text.finish()
                 if tail:
                     yield TextEvent(tail, text.text, len(text.ids))
-                yield DoneEvent(build_result(self.spec, report.model, report.prompt_tokens, report.output,
-                                             report.end, report.load_s, report.peak_rss))
+                yield DoneEvent(report.result(self.spec))
                 return
 
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
-        history: History | None = None) -> Iterator[Event]:
+        history: History | None = None) -> Generator[Event, None, None]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
 
-    What can be refused without loading anything is refused first (the prompt, a draft model that cannot
-    load). Closing the iterator early (a client that went away) stops the generation at its next step.
+    What can be refused without loading anything is refused first (the prompt, see `preflight`). Closing the
+    iterator early (a client that went away) stops the generation at its next step.
     """
     check_prompt(prompt)
-    if spec.assistant is not None:
-        check_available(spec.assistant)
+    preflight(spec)
     job = _Job(prompt, spec, should_stop, history)
     job.start()
     try:
         yield from job.events()
     finally:
         job.cancelled.set()
+
+
+def _ignore_tokens(ids: list[int]) -> None:
+    """Repeated runs stream nothing: their tokens are the first run's."""
 
 
 def _user_error(exc: BaseException) -> BaseException:

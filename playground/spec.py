@@ -19,6 +19,7 @@ CACHE_BITS = (2, 4, 8)
 DEFAULT_MODEL = "smollm2-135m"
 MAX_BEAMS = 8
 MAX_DEVICES = 64
+MAX_REPEATS = 5
 
 
 def max_new_tokens_cap() -> int:
@@ -53,12 +54,13 @@ class RunSpec:
     assistant: str | None = None
     prompt_lookup: int = 0
     # cache knobs
-    cache_bits: int = 4  # quantized cache: 2 or 4 (quanto, per-channel groups) or 8 (fp8, per tensor)
+    cache_bits: int = 4  # quantized cache: 2 or 4 (groups + full-precision residual), 8 (torch fp8, jax 8-bit groups)
     residual_length: int = 128  # quantized cache: newest tokens kept in full precision before quantizing
     window: int = 256  # sliding/sink: attention window in tokens
     sink_tokens: int = 4  # sink: first tokens kept forever (the "attention sinks")
     chat: bool | None = None  # None: apply the chat template when the model has one
     devices: int = 1  # JAX path: shard over this many devices
+    repeats: int = 1  # timed runs of the same generation; metrics report their median and every run
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -101,7 +103,7 @@ _FIELD_TYPES: dict[str, type] = {
     "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
     "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
     "assistant": str, "prompt_lookup": int, "cache_bits": int, "residual_length": int, "window": int,
-    "sink_tokens": int, "chat": bool, "devices": int,
+    "sink_tokens": int, "chat": bool, "devices": int, "repeats": int,
 }
 _OPTIONAL = {"assistant", "chat"}
 
@@ -172,6 +174,7 @@ def _check_ranges(spec: RunSpec) -> None:
     _in_range("window", spec.window, 1, 1_000_000)
     _in_range("sink_tokens", spec.sink_tokens, 0, 1024)
     _in_range("devices", spec.devices, 1, MAX_DEVICES)
+    _in_range("repeats", spec.repeats, 1, MAX_REPEATS)
     if spec.strategy == "beam":
         _in_range("num_return_sequences", spec.num_return_sequences, 1, spec.num_beams)
     elif spec.num_return_sequences != 1:

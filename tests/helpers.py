@@ -104,9 +104,22 @@ def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = l
     return out, chunks
 
 
+def new_device_bytes(engine, model) -> int:
+    """What a JAX engine really allocated: its distinct arrays that do not alias one of the model's tensors."""
+    torch_ptrs = {t.data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+    arrays = {id(a): a for a in engine.weights.values()}.values()
+    total = 0
+    for array in arrays:
+        shards = array.addressable_shards
+        if len(shards) == 1 and array.unsafe_buffer_pointer() in torch_ptrs:
+            continue
+        total += sum(s.data.nbytes for s in shards)
+    return total
+
+
 def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> list[int]:
     """Exactly `new` greedy tokens from transformers' own generate: the reference the decoders must match."""
-    from playground.backends.torch.generate import reference_greedy
+    from playground.backends.torch.reference import reference_greedy
 
     return reference_greedy(model, ids, new, cache, **kwargs)
 

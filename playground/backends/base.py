@@ -22,11 +22,26 @@ ShouldStop = Callable[[], bool]
 
 
 class TokenInfo(TypedDict, total=False):
-    """What a backend knew about one generated token (ids; the Result turns them into text)."""
+    """What a backend knew about one generated token (ids; the Result turns them into text). Both backends
+    mean the same by each key."""
 
-    p: float  # probability of the chosen token under the distribution it was drawn from
+    p: float  # probability of the chosen token under the distribution it was drawn from: after repetition
+    #           penalty, min_new_tokens, temperature, top-k, top-p and min-p
     entropy: float  # of that distribution, in nats
-    top: list[tuple[int, float]]  # the TOP_ALTERNATIVES most likely (token id, probability)
+    p_model: float  # probability of the chosen token under the model's own softmax (temperature 1, no processor)
+    entropy_model: float  # of the model's own distribution, in nats
+    top: list[tuple[int, float, float]]  # the model's TOP_ALTERNATIVES most likely: (token id, p, p_model)
+
+
+class BeamNode(TypedDict):
+    """One candidate of one beam-search step (a token id; the Result adds its text)."""
+
+    parent: int | None  # index of the node it extends in the previous step; None at the first step
+    token: int
+    score: float  # cumulative log-probability of the hypothesis (before the length penalty)
+    kept: bool  # continues as one of the live beams
+    finished: bool  # ended here (EOS)
+    chosen: bool  # on the path of the best returned sequence
 
 
 @dataclass
@@ -48,6 +63,7 @@ class GenerationOutput:
     token_info: list[TokenInfo] | None = None  # per token of sequences[0]
     draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
     kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
+    beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -12,8 +13,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from playground.errors import PlaygroundError
+from playground.models import public
 from playground.models.convert import Progress, is_converted
-from playground.models.paths import cache_root, model_roots
+from playground.models.paths import cache_root, converted_dir, model_roots
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
@@ -108,11 +110,28 @@ def describe(name: str) -> str:
         "or a local model directory")
 
 
+def bundled_sources() -> tuple[str, ...]:
+    """The hub ids the bundled models come from where their packages are not installed (a Space)."""
+    return tuple(m.hub_id for m in BUNDLED.values() if m.hub_id)
+
+
+def allowed_hub_models() -> tuple[str, ...]:
+    """The hub ids a public deployment serves (PLAYGROUND_ALLOWED_MODELS, or the default list)."""
+    return public.allowed_models(bundled_sources())
+
+
+def model_choices() -> list[str]:
+    """What the page offers in its model box: the bundled models, and on a public deployment its allow-list."""
+    return list(BUNDLED) + (list(allowed_hub_models()) if public.is_public() else [])
+
+
 def check_available(name: str) -> str:
     """The model's kind, or a PlaygroundError when it cannot be loaded here (checked before anything loads):
-    an unknown name, a path outside the roots, a hub id while the hub is unreachable, a bundled model whose
+    an unknown name, a path outside the roots, on a public deployment a hub id off the allow-list or a local
+    directory (refused before any network access), a hub id while the hub is unreachable, a bundled model whose
     package is missing and that the hub cannot stand in for."""
     kind = describe(name)
+    public.check_allowed(name, kind, bundled_sources())
     if kind == "hub" and not hub_reachable():
         raise PlaygroundError(
             f"cannot reach the Hugging Face hub to fetch {name!r} (offline or blocked); use a bundled model "
@@ -122,6 +141,21 @@ def check_available(name: str) -> str:
             f"bundled model {name} needs the package {BUNDLED[name].package}; "
             "run the README's setup command (it installs the model packages)")
     return kind
+
+
+def saved_config(name: str) -> dict[str, Any] | None:
+    """The model's config.json when it is on disk already (a converted bundled model, a local directory), read
+    as plain JSON so that checks before a run import no model code; None when it is not there yet."""
+    kind = describe(name)
+    folder = converted_dir() / name if kind == "bundled" else local_dir(name) if kind == "local" else None
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def list_models() -> list[dict[str, Any]]:

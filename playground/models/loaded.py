@@ -9,13 +9,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from playground.errors import PlaygroundError
-from playground.models import memory
+from playground.models import memory, public
 from playground.models.catalog import BUNDLED, check_available, hub_reachable, local_dir
 from playground.models.convert import Progress, convert_gguf, no_progress
 
@@ -30,6 +30,9 @@ class LoadedModel:
     tokenizer: Any
     load_s: float
     instruct: bool
+    # what a backend holds for this model beside its torch weights (a JAX engine's device copies), by what it is;
+    # reserved through ModelLRU.reserve before the backend allocates it, freed with the model
+    held: dict[str, int] = field(default_factory=dict)
 
     @cached_property
     def weight_bytes(self) -> int:
@@ -42,6 +45,24 @@ class LoadedModel:
             seen.add(tensor.data_ptr())
             total += tensor.numel() * tensor.element_size()
         return total
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything the memory budget counts for this model: its weights and what backends hold for it."""
+        return self.weight_bytes + sum(self.held.values())
+
+
+# torch's CPU allocator starts tensors on 64-byte boundaries, which is what XLA needs to share them (DLPack)
+_ALIGNMENT = 64
+
+
+def _realign(model: Any) -> None:
+    """Weights read in place from a safetensors file sit at the file's offsets, which XLA cannot share: JAX
+    would copy every one of them. Copied once here into aligned memory, they are shared with a JAX engine
+    instead (no more memory than before: the file's mapped pages are dropped)."""
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if tensor.device.type == "cpu" and tensor.data_ptr() % _ALIGNMENT:
+            tensor.data = tensor.data.clone()
 
 
 # Called with a model's config before its weights load; raises a PlaygroundError to refuse the model for a run.
@@ -95,6 +116,8 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
         source = directory
     else:
         source = name
+    if public.is_public() and kind == "hub":  # a visitor's pick: its size is checked before anything downloads
+        make_room(f"model {name} ({weights})", public.hub_weight_bytes(name, weights))
     progress(0.9, f"loading {name} ({weights})")
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
@@ -105,6 +128,8 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
     except (OSError, ValueError) as exc:
         raise PlaygroundError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from None
     model.eval()
+    if weights in ("fp32", "bf16"):  # bitsandbytes' quantized parameters are not plain tensors: left as they are
+        _realign(model)
     if instruct is None:
         instruct = getattr(tokenizer, "chat_template", None) is not None
     progress(1.0, f"{name} ready")
@@ -139,18 +164,35 @@ class ModelLRU:
             self._models[key] = loaded
             return loaded, False
 
-    def _make_room(self, what: str, need: int, kept: set[tuple[str, str]]) -> None:
+    def reserve(self, loaded: LoadedModel, what: str, need: int, hint: str = memory.SMALLER_REQUEST) -> None:
+        """Count `need` more bytes held for `loaded` (a backend's copy of its weights) before they are allocated:
+        other models are evicted to make room, or a PlaygroundError says it cannot fit. Once per `what`."""
+        with self._lock:
+            if what in loaded.held:
+                return
+            key = (loaded.name, loaded.weights)
+            if key not in self._models:  # evicted by another request meanwhile, yet in use: so still held
+                self._models[key] = loaded
+            self._models.move_to_end(key)
+            self._make_room(f"{what} for {loaded.name}", need, {key}, hint, adding=False)
+            loaded.held[what] = need
+
+    def _make_room(self, what: str, need: int, kept: set[tuple[str, str]], hint: str = memory.SMALLER_REQUEST,
+                   adding: bool = True) -> None:
+        """Evict least recently used models (never `kept` ones) until `need` more bytes fit the budget; refuse
+        at once what could not fit even with everything else evicted. `adding`: a new model takes a slot."""
         budget = memory.budget_bytes()
-        pinned = sum(m.weight_bytes for k, m in self._models.items() if k in kept)
-        memory.check_fits(what, need, pinned, budget)  # could never fit, even with everything else evicted
+        pinned = sum(m.total_bytes for k, m in self._models.items() if k in kept)
+        memory.check_fits(what, need, pinned, budget, hint)
         evictable = [k for k in self._models if k not in kept]  # least recently used first
-        while evictable and (len(self._models) >= self.capacity or self.resident_bytes() + need > budget):
+        while evictable and ((adding and len(self._models) >= self.capacity)
+                             or self.resident_bytes() + need > budget):
             del self._models[evictable.pop(0)]
             gc.collect()
 
     def resident_bytes(self) -> int:
-        """Weight bytes of the models held now."""
-        return sum(m.weight_bytes for m in list(self._models.values()))
+        """Bytes the budget counts for the models held now: weights and what backends hold for them."""
+        return sum(m.total_bytes for m in list(self._models.values()))
 
     def keys(self) -> list[tuple[str, str]]:
         with self._lock:

@@ -6,19 +6,22 @@ import os
 import re
 from typing import Any
 
-import psutil
-
+from playground import host
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 
+# the rest is for what the budget does not count: the Python process, torch's and XLA's libraries and
+# workspaces, compiled programs, the page's server
+DEFAULT_BUDGET_SHARE = 0.6
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def budget_bytes() -> int:
-    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of this machine's RAM."""
+    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of the memory this process may use
+    (the container's cgroup limit, or physical RAM if that is smaller: see host.py)."""
     raw = os.environ.get("PLAYGROUND_MEMORY_BUDGET", "").strip().upper().removesuffix("B")
     if not raw:
-        return int(psutil.virtual_memory().total * 0.6)
+        return int(host.limits().memory_bytes * DEFAULT_BUDGET_SHARE)
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)I?", raw)
     if not match:
         raise PlaygroundError(f"PLAYGROUND_MEMORY_BUDGET={raw!r} is not a size; use bytes or e.g. 8G")
@@ -55,19 +58,25 @@ def weight_bytes_estimate(config: Any, weights: str) -> int:
     return int(linear * per_linear + other * per_other)
 
 
-def kv_bytes_estimate(config: Any, tokens: int, sequences: int = 1, element_bytes: int = 4) -> int:
-    """Upper bound of a full-precision cache holding `tokens` positions for `sequences` hypotheses."""
+def kv_bytes_estimate(config: Any, tokens: int, sequences: int = 1, element_bytes: int = 4,
+                      windowed: bool = True) -> int:
+    """Upper bound of a full-precision cache holding `tokens` positions for `sequences` hypotheses.
+
+    `windowed`: sliding layers hold at most their window (False: a cache that stores them at full length).
+    """
     shape = attention_shape(config)
-    window = shape.sliding_window or tokens
+    window = (shape.sliding_window if windowed else None) or tokens
     positions = sum(min(tokens, window) if kind == "sliding_attention" else tokens for kind in shape.layer_types)
     return 2 * shape.kv_heads * shape.head_dim * positions * sequences * element_bytes
 
 
-def check_fits(what: str, need: int, resident: int, budget: int | None = None) -> None:
-    """Refuse `need` more bytes when resident + need would pass the budget."""
+SMALLER_REQUEST = "lower max_new_tokens or num_beams, pick smaller weights (bf16, int8, nf4)"
+
+
+def check_fits(what: str, need: int, resident: int, budget: int | None = None, hint: str = SMALLER_REQUEST) -> None:
+    """Refuse `need` more bytes when resident + need would pass the budget; `hint` says what to change."""
     budget = budget_bytes() if budget is None else budget
     if resident + need > budget:
         raise PlaygroundError(
             f"{what} needs about {gib(need)} but only {gib(max(0, budget - resident))} of the "
-            f"{gib(budget)} memory budget is free; lower max_new_tokens or num_beams, pick smaller weights "
-            "(bf16, int8, nf4), or raise PLAYGROUND_MEMORY_BUDGET")
+            f"{gib(budget)} memory budget is free; {hint}, or raise PLAYGROUND_MEMORY_BUDGET")

@@ -5,9 +5,27 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# where hosts mount storage that survives a restart (a Hugging Face Space with persistent storage: /data)
+PERSISTENT_VOLUMES = (Path("/data"),)
+
+
+def persistent_volume() -> Path | None:
+    """A mounted, writable persistent volume, if the host has one (a plain folder of that name does not count:
+    it would be lost with the container like everything else)."""
+    for volume in PERSISTENT_VOLUMES:
+        if os.path.ismount(volume) and os.access(volume, os.W_OK):
+            return volume
+    return None
+
 
 def cache_root() -> Path:
-    return Path(os.environ.get("PLAYGROUND_CACHE", Path.home() / ".cache" / "playground")).expanduser()
+    """PLAYGROUND_CACHE; else a folder on the persistent volume, so converted weights and compiled programs
+    survive restarts; else the user's cache."""
+    configured = os.environ.get("PLAYGROUND_CACHE", "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    volume = persistent_volume()
+    return volume / "playground" if volume is not None else Path.home() / ".cache" / "playground"
 
 
 def converted_dir() -> Path:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from playground.errors import PlaygroundError
+
 
 @dataclass(frozen=True)
 class AttentionShape:
@@ -21,6 +23,15 @@ class AttentionShape:
     def groups(self) -> int:
         """Query heads per KV head."""
         return self.heads // self.kv_heads
+
+
+def check_head_split(heads: int, devices: int) -> None:
+    """Tensor parallelism splits query heads evenly: refuse a device count that does not divide them."""
+    if devices > 1 and heads % devices:
+        divisors = [d for d in range(2, heads + 1) if heads % d == 0]
+        raise PlaygroundError(
+            f"devices={devices} does not divide the model's {heads} attention heads; tensor parallelism splits "
+            f"heads evenly, so use devices in {', '.join(map(str, [1, *divisors]))}")
 
 
 def text_config(config: Any) -> Any:

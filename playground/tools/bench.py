@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from playground.backends.torch.generate import TimingStreamer, reference_greedy
+from playground.backends.torch.generate import TimingStreamer
+from playground.backends.torch.reference import reference_greedy
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 

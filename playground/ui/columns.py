@@ -8,13 +8,18 @@ from typing import Any
 
 import gradio as gr
 
-from playground import compatibility
+from playground import compatibility, runner
 from playground.errors import PlaygroundError
-from playground.models.catalog import BUNDLED
+from playground.models.catalog import BUNDLED, model_choices
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
 
 MAX_COLUMNS = 4
-START_COLUMNS = 2
+# The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
+START_SETTINGS = [
+    {"strategy": "greedy", "cache": "dynamic", "max_new_tokens": 48},
+    {"strategy": "sampling", "cache": "dynamic", "max_new_tokens": 48, "temperature": 0.9, "top_k": 50, "top_p": 0.95},
+]
+START_COLUMNS = len(START_SETTINGS)
 DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
 
 # Knobs shown only when they apply: the key is the choice that makes them matter.
@@ -111,10 +116,13 @@ def control_values(settings: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def problem(settings: Mapping[str, Any]) -> str:
-    """Why this column cannot run as set (RunSpec's own message, refusals included), or ''."""
+def problem(settings: Mapping[str, Any], check_sources: bool = True) -> str:
+    """Why this column cannot run as set, or '': RunSpec's own message (ranges, combinations), then what the
+    runner can refuse before loading (the model and draft exist and can be had here, devices divide heads)."""
     try:
-        RunSpec.from_dict(settings)
+        spec = RunSpec.from_dict(settings)
+        if check_sources:
+            runner.preflight(spec)
     except PlaygroundError as exc:
         return str(exc)
     return ""
@@ -125,9 +133,15 @@ def notice_text(settings: Mapping[str, Any]) -> str:
     return f"⚠ {reason}" if reason else ""  # RunSpec's messages already say what cannot run and what to pick
 
 
-def label(index: int, settings: Mapping[str, Any]) -> str:
-    """A short column name for tables and plots: number, strategy, cache, and backend when not the default."""
-    parts = [f"{index + 1}: {settings.get('strategy', 'greedy')}", settings.get("cache", "dynamic")]
+def label(position: int, settings: Mapping[str, Any]) -> str:
+    """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
+    and backend when not the default."""
+    strategy = settings.get("strategy", "greedy")
+    if strategy == "assisted":
+        lookup = settings.get("prompt_lookup")
+        source = f"prompt lookup n={lookup}" if lookup else f"draft {settings.get('assistant')}"
+        strategy += f" ({source})"
+    parts = [f"{position + 1}: {strategy}", settings.get("cache", "dynamic")]
     if settings.get("backend", "torch") != "torch":
         parts.append(settings["backend"])
     return " · ".join(parts)
@@ -142,11 +156,13 @@ class ColumnControls:
     output_box: gr.Column
     knobs: dict[str, Any]  # COLUMN_KEYS + "draft_source": Gradio input components, each with an .input event
     groups: dict[str, Any]  # keys of visibility(): blocks shown or hidden together
+    title: gr.Markdown  # "Column N": N is the position among the visible columns
     remove: gr.Button
     notice: gr.Markdown
     output: gr.Textbox
     chatbot: gr.Chatbot
     tokens: gr.HTML
+    beam_tree: gr.HTML  # beam columns: returned sequences with scores, and the search as a tree
 
     def updates_for(self, settings: Mapping[str, Any]) -> dict[Any, Any]:
         """Set every control from saved settings, with the matching groups, choice labels and notice."""
@@ -167,96 +183,106 @@ class ColumnControls:
         return updates
 
 
-def _slider(key: str, index: int, low: float, high: float, step: float, label: str, **kw: Any) -> gr.Slider:
-    return gr.Slider(low, high, value=UI_DEFAULTS[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
+def _slider(key: str, index: int, low: float, high: float, step: float, label: str, values: Mapping[str, Any],
+            **kw: Any) -> gr.Slider:
+    return gr.Slider(low, high, value=values[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
 
 
-def _choice_controls(index: int, knobs: dict[str, Any]) -> None:
+def _choice_controls(index: int, knobs: dict[str, Any], values: Mapping[str, Any]) -> None:
     """Model, weights, strategy, cache, backend and length: shown for every choice."""
     with gr.Row():
-        knobs["model"] = gr.Dropdown(list(BUNDLED), value=UI_DEFAULTS["model"], label="model", allow_custom_value=True,
-                                     elem_id=f"model-{index}", scale=3, min_width=120)
-        knobs["weights"] = gr.Dropdown(list(WEIGHTS), value="fp32", label="weights", elem_id=f"weights-{index}",
-                                       scale=2, min_width=80)
+        knobs["model"] = gr.Dropdown(model_choices(), value=values["model"], label="model",
+                                     allow_custom_value=True, elem_id=f"model-{index}", scale=3, min_width=120)
+        knobs["weights"] = gr.Dropdown(list(WEIGHTS), value=values["weights"], label="weights",
+                                       elem_id=f"weights-{index}", scale=2, min_width=80)
     with gr.Row():
-        knobs["strategy"] = gr.Dropdown(strategy_choices("torch", "dynamic"), value="greedy", label="strategy",
-                                        elem_id=f"strategy-{index}", min_width=110)
-        knobs["cache"] = gr.Dropdown(cache_choices("torch", "greedy"), value="dynamic", label="KV cache",
-                                     elem_id=f"cache-{index}", min_width=110)
-    knobs["backend"] = gr.Radio(offered(BACKENDS, 0), value="torch", label="backend", elem_id=f"backend-{index}")
-    knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens")
+        knobs["strategy"] = gr.Dropdown(strategy_choices(values["backend"], values["cache"]), value=values["strategy"],
+                                        label="strategy", elem_id=f"strategy-{index}", min_width=110)
+        knobs["cache"] = gr.Dropdown(cache_choices(values["backend"], values["strategy"]), value=values["cache"],
+                                     label="KV cache", elem_id=f"cache-{index}", min_width=110)
+    knobs["backend"] = gr.Radio(offered(BACKENDS, 0), value=values["backend"], label="backend",
+                                elem_id=f"backend-{index}")
+    knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens", values)
 
 
-def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any]) -> None:
+def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: Mapping[str, Any],
+                    shown: Mapping[str, bool]) -> None:
     """Sampling, beam and assisted knobs, each group shown only for its strategy."""
-    with gr.Group(visible=False) as groups["sampling"]:
+    with gr.Group(visible=shown["sampling"]) as groups["sampling"]:
         with gr.Row():
-            knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature")
-            knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)")
+            knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature", values)
+            knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)", values)
         with gr.Row():
-            knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)")
-            knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)")
-    with gr.Group(visible=False) as groups["beam"]:
+            knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)", values)
+            knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)", values)
+    with gr.Group(visible=shown["beam"]) as groups["beam"]:
         with gr.Row():
-            knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams")
+            knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams", values)
             knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
-                                                    "returned sequences")
+                                                    "returned sequences", values)
         with gr.Row():
-            knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty")
-            knobs["early_stopping"] = gr.Checkbox(False, label="early stopping", elem_id=f"early_stopping-{index}")
-    with gr.Group(visible=False) as groups["assisted"]:
-        knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=DRAFT_MODEL, label="draft tokens from",
-                                         elem_id=f"draft_source-{index}")
-        knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=UI_DEFAULTS["assistant"], label="draft model",
-                                         allow_custom_value=True, elem_id=f"assistant-{index}")
-        knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens",
-                                         visible=False)
+            knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty", values)
+            knobs["early_stopping"] = gr.Checkbox(values["early_stopping"], label="early stopping",
+                                                  elem_id=f"early_stopping-{index}")
+    with gr.Group(visible=shown["assisted"]) as groups["assisted"]:
+        knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=values["draft_source"],
+                                         label="draft tokens from", elem_id=f"draft_source-{index}")
+        knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=values["assistant"], label="draft model",
+                                         allow_custom_value=True, elem_id=f"assistant-{index}",
+                                         visible=shown["assistant"])
+        knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens", values,
+                                         visible=shown["prompt_lookup"])
         groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
 
 
-def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any]) -> None:
+def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: Mapping[str, Any],
+                 shown: Mapping[str, bool]) -> None:
     """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX."""
-    with gr.Group(visible=False) as groups["quantized"]:
+    with gr.Group(visible=shown["quantized"]) as groups["quantized"]:
         with gr.Row():
-            knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=UI_DEFAULTS["cache_bits"], label="cache bits",
+            knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=values["cache_bits"], label="cache bits",
                                            elem_id=f"cache_bits-{index}",
                                            info="2/4: + full-precision residual · 8: fp8 (torch), 8-bit groups (jax)")
-            knobs["residual_length"] = gr.Number(UI_DEFAULTS["residual_length"], precision=0, minimum=1,
+            knobs["residual_length"] = gr.Number(values["residual_length"], precision=0, minimum=1,
                                                  label="full-precision residual (tokens)",
                                                  elem_id=f"residual_length-{index}")
-    with gr.Row(visible=False) as groups["window_box"]:
-        knobs["window"] = gr.Number(UI_DEFAULTS["window"], precision=0, minimum=1, label="window (tokens)",
+    with gr.Row(visible=shown["window_box"]) as groups["window_box"]:
+        knobs["window"] = gr.Number(values["window"], precision=0, minimum=1, label="window (tokens)",
                                     elem_id=f"window-{index}")
-        knobs["sink_tokens"] = gr.Number(UI_DEFAULTS["sink_tokens"], precision=0, minimum=0, label="sink tokens",
-                                         elem_id=f"sink_tokens-{index}", visible=False)
+        knobs["sink_tokens"] = gr.Number(values["sink_tokens"], precision=0, minimum=0, label="sink tokens",
+                                         elem_id=f"sink_tokens-{index}", visible=shown["sink_tokens"])
         groups["sink_tokens"] = knobs["sink_tokens"]
-    knobs["devices"] = _slider("devices", index, 1, 8, 1, "devices (shards)", visible=False)
+    knobs["devices"] = _slider("devices", index, 1, 8, 1, "devices (shards)", values, visible=shown["devices"])
     groups["devices"] = knobs["devices"]
 
 
-def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Button, gr.Markdown]:
-    """The settings card: always-on choices first, then only the knobs the choice needs."""
+def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Markdown, gr.Button,
+                                        gr.Markdown]:
+    """The settings card: always-on choices first, then only the knobs the choice needs; the first columns start
+    from START_SETTINGS (set when the page is built, so nothing overwrites a user's first clicks)."""
+    values = control_values(START_SETTINGS[index] if index < len(START_SETTINGS) else {})
+    shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"])
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
     with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["run-card"]) as box:
         with gr.Row(elem_classes=["card-head"]):
-            gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
+            title = gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
                                elem_classes=["remove-btn"])
-        _choice_controls(index, knobs)
-        _strategy_knobs(index, knobs, groups)
-        _cache_knobs(index, knobs, groups)
+        _choice_controls(index, knobs, values)
+        _strategy_knobs(index, knobs, groups, values, shown)
+        _cache_knobs(index, knobs, groups, values, shown)
         with gr.Accordion("more: min tokens, repetition penalty", open=False):
             with gr.Row():
                 knobs["min_new_tokens"] = _slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
-                                                  "min new tokens")
+                                                  "min new tokens", values)
                 knobs["repetition_penalty"] = _slider("repetition_penalty", index, 0.5, 2.0, 0.05,
-                                                      "repetition penalty (1 = off)")
+                                                      "repetition penalty (1 = off)", values)
         notice = gr.Markdown("", elem_classes=["notice"], elem_id=f"notice-{index}")
-    return box, knobs, groups, remove, notice
+    return box, knobs, groups, title, remove, notice
 
 
-def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML]:
+def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
     with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["out-card"]) as box:
         output = gr.Textbox(label=f"column {index + 1} output", lines=6, max_lines=14, elem_id=f"output-{index}",
@@ -264,7 +290,9 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
                              elem_id=f"chat-{index}", feedback_options=None)
         tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=None)
-    return box, output, chatbot, tokens
+        beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
+                            js_on_load=None)
+    return box, output, chatbot, tokens, beam_tree
 
 
 def wire(col: ColumnControls) -> None:

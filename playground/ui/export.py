@@ -6,26 +6,37 @@ import base64
 import csv
 import io
 import json
+import os
+import platform
+import shutil
+import sys
 import tempfile
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from playground.errors import PlaygroundError
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
-from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem
+from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem, relevant_keys
 
 MAX_PROMPT_CHARS = 20_000  # what a shared link may carry; longer prompts are pasted, not linked
 MAX_TOKEN_CHARS = 16_000
 SETTINGS_VERSION = 1
+# how long an export (and Gradio's served copy of it, see build_ui's delete_cache) is kept
+EXPORT_MAX_AGE_S = 3600
 
 
-def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]],
+                  repeats: int = 1) -> dict[str, Any]:
+    """The page's settings: what every column shares (prompt, seed, format, timed repeats) and each column's own."""
     return {"version": SETTINGS_VERSION, "prompt": prompt, "seed": int(seed or 0), "mode": mode,
-            "columns": [dict(c) for c in columns]}
+            "repeats": int(repeats or 1), "columns": [dict(c) for c in columns]}
 
 
 def settings_to_json(settings: Mapping[str, Any]) -> str:
@@ -36,14 +47,15 @@ def parse_settings(data: Any) -> dict[str, Any]:
     """Validate pasted or linked settings before anything on the page changes; errors name the fix."""
     if not isinstance(data, Mapping):
         raise PlaygroundError('settings must be a JSON object like {"prompt": ..., "seed": 0, "columns": [{...}]}')
-    unknown = sorted(set(data) - {"version", "prompt", "seed", "mode", "columns"})
+    unknown = sorted(set(data) - {"version", "prompt", "seed", "mode", "repeats", "columns"})
     if unknown:
-        raise PlaygroundError(f"unknown settings key(s) {', '.join(unknown)}; allowed: prompt, seed, mode, columns")
+        raise PlaygroundError(f"unknown settings key(s) {', '.join(unknown)}; "
+                              "allowed: prompt, seed, mode, repeats, columns")
     prompt = data.get("prompt", "")
     if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
         raise PlaygroundError(f"prompt must be text of at most {MAX_PROMPT_CHARS} characters")
-    seed = data.get("seed", 0)
-    RunSpec(seed=seed)  # the same range and type check as a run
+    seed, repeats = data.get("seed", 0), data.get("repeats", 1)
+    RunSpec(seed=seed, repeats=repeats)  # the same range and type checks as a run
     mode = data.get("mode", "auto")
     if mode not in MODES:
         raise PlaygroundError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
@@ -57,12 +69,12 @@ def parse_settings(data: Any) -> dict[str, Any]:
         extra = sorted(set(column) - set(COLUMN_KEYS))
         if extra:
             raise PlaygroundError(f"column {number}: key(s) {', '.join(extra)} cannot be set per column "
-                                  f"(seed and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
-        reason = problem(column)
+                                  f"(seed, repeats and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
+        reason = problem(column, check_sources=False)  # the column notice says what this run cannot have
         if reason:
             raise PlaygroundError(f"column {number}: {reason}")
         cleaned.append(dict(column))
-    return page_settings(prompt, seed, mode, cleaned)
+    return page_settings(prompt, seed, mode, cleaned, repeats)
 
 
 def settings_from_json(text: str) -> dict[str, Any]:
@@ -93,8 +105,9 @@ def decode_url_state(token: str) -> dict[str, Any]:
         if inflater.unconsumed_tail:
             raise ValueError("too large")
         data = json.loads(raw)
-    except (ValueError, zlib.error) as exc:
-        raise PlaygroundError(f"the link's settings cannot be read ({exc})") from None
+    except (ValueError, zlib.error):
+        raise PlaygroundError("this link is damaged: its settings cannot be read (was it cut short when copied?); "
+                              "open the page without the ?s= part, or paste the settings as JSON") from None
     return parse_settings(data)
 
 
@@ -103,17 +116,40 @@ CSV_METRICS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90",
 CSV_SPEC = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "seed", "chat")
 
 
+PAGE_WIDE_KEYS = ("seed", "chat", "repeats")
+
+
+def applied_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Only the RunSpec keys that changed what this column computed, and the page-wide ones."""
+    keys = [*relevant_keys(spec["strategy"], spec["cache"], spec["backend"]), *PAGE_WIDE_KEYS]
+    if spec["strategy"] == "assisted":  # one source of drafts: the other key was unused
+        keys.remove("assistant" if spec.get("prompt_lookup") else "prompt_lookup")
+    return {k: spec[k] for k in keys if k in spec}
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures were measured: they mean little without the cores, the memory and the device."""
+    devices = ["cpu (PyTorch)"]
+    if "jax" in sys.modules:  # only after a JAX column ran: exporting never starts JAX
+        devices.append(f"{sys.modules['jax'].devices()[0].platform} (JAX)")
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "devices": devices}
+
+
 def results_json(settings: Mapping[str, Any], results: Sequence[Result | None]) -> str:
-    """The page settings plus every finished column's full Result JSON, versions included."""
-    done = [{"column": i + 1, **r} for i, r in enumerate(results) if r]
+    """The page settings (the prompt among them), the machine, and every finished column's Result with only the
+    knobs that applied to it."""
+    done = [{"column": i + 1, **r, "spec": applied_spec(r["spec"])} for i, r in enumerate(results) if r]
     versions = next((r["versions"] for r in results if r), None)
-    return json.dumps({"settings": settings, "versions": versions, "results": done}, indent=1, ensure_ascii=False)
+    return json.dumps({"settings": settings, "machine": machine(), "versions": versions, "results": done},
+                      indent=1, ensure_ascii=False)
 
 
 def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     """One row per finished column: settings, metrics, text and package versions (spreadsheet-friendly)."""
     done = [(i, label, r) for i, (label, r) in enumerate(zip(labels, results, strict=True)) if r]
-    spec_keys = list(CSV_SPEC) + sorted({k for _, _, r in done for k in r["spec"]} - set(CSV_SPEC))
+    applied = {i: applied_spec(r["spec"]) for i, _, r in done}
+    spec_keys = list(CSV_SPEC) + sorted({k for spec in applied.values() for k in spec} - set(CSV_SPEC))
     version_keys = sorted({k for _, _, r in done for k in r["versions"]})
     header = ["column", "label", *spec_keys, "prompt_tokens", "new_tokens", "forward_passes", "stopped",
               *CSV_METRICS, "text", *[f"version_{k}" for k in version_keys]]
@@ -121,7 +157,7 @@ def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
     for index, label, result in done:
-        spec, versions = result["spec"], result["versions"]
+        spec, versions = applied[index], result["versions"]
         metrics: Mapping[str, Any] = result["metrics"]
         writer.writerow([index + 1, label, *[_cell(spec.get(k)) for k in spec_keys], result["prompt_tokens"],
                          result["new_tokens"], _cell(result["forward_passes"]), result["stopped"],
@@ -134,12 +170,32 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+def export_root() -> Path:
+    return Path(tempfile.gettempdir()) / "playground-exports"
+
+
+def delete_old_exports(root: Path, max_age_s: float = EXPORT_MAX_AGE_S) -> None:
+    """Remove export folders older than `max_age_s`, so a long-lived Space does not collect one per run."""
+    cutoff = time.time() - max_age_s
+    for folder in root.glob("export-*"):
+        try:
+            if folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue  # removed meanwhile by another request
+
+
 def write_exports(settings: Mapping[str, Any], results: Sequence[Result | None],
                   labels: Sequence[str]) -> tuple[Path, Path]:
-    """Fresh files per export (Gradio serves them by path, so one user's download never shows another's)."""
-    folder = Path(tempfile.mkdtemp(prefix="playground-export-"))
-    json_path = folder / "decoding-playground-results.json"
-    csv_path = folder / "decoding-playground-results.csv"
+    """Fresh files per export (Gradio serves them by path, so one user's download never shows another's);
+    folders older than EXPORT_MAX_AGE_S go on each export (Gradio's copies go with the page's delete_cache)."""
+    root = export_root()
+    root.mkdir(parents=True, exist_ok=True)
+    delete_old_exports(root)
+    folder = Path(tempfile.mkdtemp(prefix="export-", dir=root))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    json_path = folder / f"decoding-playground-{stamp}.json"
+    csv_path = folder / f"decoding-playground-{stamp}.csv"
     json_path.write_text(results_json(settings, results), encoding="utf-8")
     csv_path.write_text(results_csv(results, labels), encoding="utf-8")
     return json_path, csv_path

@@ -17,9 +17,20 @@ class Outcome(TypedDict):
 def empty_outcome(settings: dict[str, Any] | None = None, active: list[int] | None = None) -> Outcome:
     """No results yet; the labels of the columns in `active` (slot indices, in the order of settings' columns)."""
     labels: list[str | None] = [None] * MAX_COLUMNS
-    for i, column in zip(active or [], (settings or {}).get("columns", []), strict=False):
-        labels[i] = label(i, column)
+    for position, (i, column) in enumerate(zip(active or [], (settings or {}).get("columns", []), strict=False)):
+        labels[i] = label(position, column)
     return {"settings": settings, "results": [None] * MAX_COLUMNS, "labels": labels}
+
+
+def without(outcome: Outcome, slot: int) -> Outcome:
+    """The outcome once a column is removed: its result leaves the table, the plots and the divergence note,
+    and the columns after it are renumbered as their cards are."""
+    results, labels = list(outcome["results"]), list(outcome["labels"])
+    results[slot], labels[slot] = None, None
+    named = [i for i, name in enumerate(labels) if name is not None]
+    for position, i in enumerate(named, start=1):
+        labels[i] = f"{position}:{str(labels[i]).split(':', 1)[1]}"
+    return {"settings": outcome["settings"], "results": results, "labels": labels}
 
 
 def finished(outcome: Outcome) -> tuple[list[Result], list[str]]:

@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from playground import compatibility
+from playground.spec import MAX_REPEATS
 from playground.ui.chat import MODE_LABELS
 from playground.ui.columns import (
     MAX_COLUMNS,
@@ -24,12 +25,14 @@ from playground.ui.export import (
     encode_url_state,
     settings_to_json,
 )
-from playground.ui.metrics import empty_metrics, kv_frame, latency_frame, slot_colours, throughput_frame
 from playground.ui.outcome import empty_outcome
+from playground.ui.plots import kv_frame, latency_frame, slot_colours, throughput_frame
 from playground.ui.presets import PRESETS
-from playground.ui.tokens import COLOUR_MODES, legend_html
+from playground.ui.table import STAR_RULE, empty_metrics
+from playground.ui.tokens import COLOUR_MODES, DEFAULT_COLOUR, legend_html
 
-DEFAULT_PROMPT = "What is the capital of France?"
+# open-ended, so that the start columns (greedy against sampling) differ
+DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Page:
 
     prompt: gr.Textbox
     seed: gr.Number
+    repeats: gr.Slider
     mode: gr.Radio
     run: gr.Button
     stop: gr.Button
@@ -52,6 +56,7 @@ class Page:
     legend: gr.HTML
     diff: gr.Markdown
     metrics: gr.Dataframe
+    process_memory: gr.Markdown
     speed_plot: gr.BarPlot
     latency_plot: gr.LinePlot
     kv_plot: gr.LinePlot
@@ -65,10 +70,15 @@ class Page:
     def layout(self, flags: list[bool]) -> dict[Any, Any]:
         """Show the columns whose flag is set; the last column cannot be removed, a fifth cannot be added."""
         updates: dict[Any, Any] = {self.visible: list(flags), self.add: gr.update(interactive=not all(flags))}
+        position = 0
         for flag, col in zip(flags, self.columns, strict=True):
             updates[col.settings_box] = gr.update(visible=flag)
             updates[col.output_box] = gr.update(visible=flag)
             updates[col.remove] = gr.update(visible=sum(flags) > 1)
+            if flag:  # numbered by position, so removing column 2 of 3 leaves columns 1 and 2
+                position += 1
+                updates[col.title] = f"### Column {position}"
+                updates[col.output] = gr.update(label=f"column {position} output")
         return updates
 
     def apply_settings(self, settings: Mapping[str, Any], note: str = "") -> dict[Any, Any]:
@@ -76,6 +86,7 @@ class Page:
         count = len(settings["columns"])
         updates = self.layout([i < count for i in range(MAX_COLUMNS)])
         updates |= {self.prompt: settings["prompt"], self.seed: settings["seed"], self.mode: settings["mode"],
+                    self.repeats: settings.get("repeats", 1),
                     self.settings_json: settings_to_json(settings), self.url_token: encode_url_state(settings),
                     self.status: note}
         updates |= self.chat_visibility(settings["mode"])
@@ -91,15 +102,31 @@ class Page:
         return updates
 
     def apply_outputs(self) -> list[Any]:
-        outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.mode, self.settings_json,
-                              self.url_token, self.status, self.clear_chat]
+        outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
+                              self.settings_json, self.url_token, self.status, self.clear_chat]
         for col in self.columns:
-            outputs += [col.settings_box, col.output_box, col.remove, col.notice, col.chatbot,
+            outputs += [col.settings_box, col.output_box, col.title, col.output, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]
         return list(dict.fromkeys(outputs))
 
+    def lockable(self) -> list[Any]:
+        """Every control that changes what a run computes, and the buttons that change the columns."""
+        controls: list[Any] = [self.prompt, self.seed, self.repeats, self.mode, self.add, self.apply,
+                               *self.presets.values()]
+        for col in self.columns:
+            controls += [col.remove, *col.knobs.values()]
+        return controls
+
+    def run_label(self, flags: list[bool], *notices: str) -> Any:
+        """The Run button says how many of the visible columns can run as set."""
+        shown = [notice for flag, notice in zip(flags, notices, strict=False) if flag]
+        refused = sum(1 for notice in shown if notice.startswith("⚠"))
+        if not refused:
+            return gr.update(value=f"▶ Run all {len(shown)} columns" if len(shown) > 1 else "▶ Run")
+        return gr.update(value=f"▶ Run {len(shown) - refused} of {len(shown)} columns ({refused} cannot run as set)")
+
     def setting_inputs(self) -> set[Any]:
-        inputs = {self.prompt, self.seed, self.mode, self.visible}
+        inputs = {self.prompt, self.seed, self.repeats, self.mode, self.visible}
         for col in self.columns:
             inputs.update(col.knobs.values())
         return inputs
@@ -112,9 +139,10 @@ def _build_columns() -> list[ColumnControls]:
     with gr.Row(equal_height=False, elem_classes=["cards"]):
         outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, remove, notice), (out_box, output, chatbot, tokens)) in enumerate(
+    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams)) in enumerate(
             zip(settings, outputs, strict=True)):
-        columns.append(ColumnControls(i, box, out_box, knobs, groups, remove, notice, output, chatbot, tokens))
+        columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
+                                      tokens, beams))
     return columns
 
 
@@ -127,9 +155,11 @@ def _header() -> dict[str, Any]:
         prompt = gr.Textbox(DEFAULT_PROMPT, label="prompt", lines=4, max_lines=12, elem_id="prompt", scale=5)
         with gr.Column(scale=2, min_width=220):
             mode = gr.Radio(MODE_LABELS, value="auto", label="prompt format", elem_id="mode")
-            seed = gr.Number(0, label="seed (all columns)", precision=0, minimum=0, elem_id="seed")
+            seed = gr.Number(0, label="seed (all columns)", precision=0, elem_id="seed")
+            repeats = gr.Slider(1, MAX_REPEATS, value=1, step=1, label="repeat timing N times", elem_id="repeats",
+                                info="runs interleaved across columns; the table shows medians and ranges")
     with gr.Row(elem_classes=["toolbar"]):
-        run = gr.Button("▶ Run all columns", variant="primary", elem_id="run", scale=2)
+        run = gr.Button(f"▶ Run all {START_COLUMNS} columns", variant="primary", elem_id="run", scale=2)
         stop = gr.Button("■ Stop", variant="stop", elem_id="stop", scale=1)
         add = gr.Button("+ Add column", elem_id="add-column", scale=1)
         clear_chat = gr.Button("Clear conversation", elem_id="clear-chat", scale=1, visible=False)
@@ -137,16 +167,17 @@ def _header() -> dict[str, Any]:
         gr.Markdown("**Presets**", elem_classes=["presets-label"])
         presets = {name: gr.Button(name, size="sm", elem_id=f"preset-{n}") for n, name in enumerate(PRESETS)}
     status = gr.Markdown("", elem_id="status", elem_classes=["status"])
-    return {"prompt": prompt, "mode": mode, "seed": seed, "run": run, "stop": stop, "add": add,
+    return {"prompt": prompt, "mode": mode, "seed": seed, "repeats": repeats, "run": run, "stop": stop, "add": add,
             "clear_chat": clear_chat, "presets": presets, "status": status}
 
 
 def _token_bar() -> dict[str, Any]:
     """How tokens are coloured, the legend, and where the columns' outputs diverge."""
     with gr.Row(elem_classes=["token-bar"]):
-        colour_by = gr.Radio(list(COLOUR_MODES), value="probability", label="colour tokens by", scale=0,
-                             min_width=260, elem_id="colour-by")
-        legend = gr.HTML(legend_html("probability"), js_on_load=None)
+        colour_by = gr.Radio(list(COLOUR_MODES), value=DEFAULT_COLOUR, label="colour tokens by", scale=0,
+                             min_width=420, elem_id="colour-by",
+                             info="as drawn: after penalty, temperature and filters · model: its own softmax")
+        legend = gr.HTML(legend_html(DEFAULT_COLOUR), js_on_load=None)
     diff = gr.Markdown("Run two or more columns to see where their outputs diverge.", elem_id="diff",
                        elem_classes=["diff"])
     return {"colour_by": colour_by, "legend": legend, "diff": diff}
@@ -156,8 +187,10 @@ def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
     with gr.Row(equal_height=False):
-        metrics = gr.Dataframe(value=empty_metrics(), label="metrics (★ best in row)", elem_id="metrics",
-                               interactive=False, datatype="markdown", scale=3, max_height=560, wrap=True)
+        with gr.Column(scale=3):
+            metrics = gr.Dataframe(value=empty_metrics(), label=f"metrics ({STAR_RULE})", elem_id="metrics",
+                                   interactive=False, datatype="markdown", max_height=560, wrap=True)
+            process_memory = gr.Markdown("", elem_id="process-memory", elem_classes=["process-memory"])
         with gr.Column(scale=2, min_width=300):
             speed_plot = gr.BarPlot(throughput_frame([], []), x="run", y="tokens/s", x_title="column",
                                     title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None])
@@ -169,15 +202,16 @@ def _comparison() -> dict[str, Any]:
     with gr.Row(equal_height=False):
         empty: list[Any] = [None] * MAX_COLUMNS
         colours = slot_colours(MAX_COLUMNS)
-        latency_plot = gr.LinePlot(latency_frame(empty, empty), x="step", y="ms/token", elem_id="latency-plot",
-                                   title="latency per token (ms; compile spikes show at the start)",
-                                   tooltip=["run", "step", "ms/token"], color="column", color_map=colours,
+        latency_plot = gr.LinePlot(latency_frame(empty, empty), x="token", y="ms/token", elem_id="latency-plot",
+                                   title="ms/token at each arrival (JAX: one point per chunk)",
+                                   tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
                                    height=260, y_lim=[0, None])
         kv_plot = gr.LinePlot(kv_frame(empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",
                               tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
                               color_map=colours, height=260, y_lim=[0, None])
-    return {"metrics": metrics, "speed_plot": speed_plot, "latency_plot": latency_plot, "kv_plot": kv_plot,
+    return {"metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
+            "latency_plot": latency_plot, "kv_plot": kv_plot,
             "download_json": download_json, "download_csv": download_csv}
 
 

@@ -14,14 +14,16 @@ import gradio as gr
 from playground import runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
-from playground.result import Result
+from playground.result import Result, combine_runs
 from playground.spec import RunSpec
+from playground.ui.beam_view import beam_html
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
 from playground.ui.columns import column_settings
 from playground.ui.export import page_settings
-from playground.ui.metrics import kv_frame, latency_frame, metrics_table, throughput_frame
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
+from playground.ui.plots import kv_frame, latency_frame, throughput_frame
+from playground.ui.table import empty_metrics, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
 
 logger = logging.getLogger(__name__)
@@ -36,8 +38,11 @@ def stop_flag(request: gr.Request) -> threading.Event:
 
 
 def forget_session(request: gr.Request) -> None:
-    """A closed tab's flag is dropped, so a long-lived Space does not collect one per visitor."""
-    _STOP_FLAGS.pop(request.session_hash or "", None)
+    """A closed tab stops its run (if one is going) and its flag is dropped, so a long-lived Space does not
+    collect one per visitor."""
+    flag = _STOP_FLAGS.pop(request.session_hash or "", None)
+    if flag is not None:
+        flag.set()
 
 
 def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], list[int]]:
@@ -47,26 +52,31 @@ def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], lis
     for i in active:
         knobs = page.columns[i].knobs
         columns.append(column_settings({name: data[c] for name, c in knobs.items()}))
-    return page_settings(data[page.prompt], data[page.seed], data[page.mode], columns), active
+    return page_settings(data[page.prompt], data[page.seed], data[page.mode], columns, data[page.repeats]), active
 
 
 def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     """Everything drawn from finished results: metrics, plots, token views and the divergence report."""
-    indices = [i for i, name in enumerate(outcome["labels"]) if name is not None]
-    results = [outcome["results"][i] for i in indices]
-    labels = [name for name in outcome["labels"] if name is not None]
+    # only columns with a result: a refused or removed column never gets a row of dashes that looks like one
+    indices = [i for i, r in enumerate(outcome["results"]) if r is not None and outcome["labels"][i] is not None]
+    results: list[Result | None] = [outcome["results"][i] for i in indices]
+    labels = [str(outcome["labels"][i]) for i in indices]
     marks = divergence_from_first(results)
     updates: dict[Any, Any] = {
-        page.metrics: metrics_table(results, labels) if indices else gr.skip(),
+        page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
         page.speed_plot: throughput_frame(results, labels),
         page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),  # by slot: colour per column
         page.kv_plot: kv_frame(outcome["results"], outcome["labels"]),
         page.diff: divergence_report(results, labels),
+        page.process_memory: process_memory_note(results),
         page.legend: legend_html(colour_by),
     }
     for i, result, mark in zip(indices, results, marks, strict=True):
         if result is not None:
             updates[page.columns[i].tokens] = tokens_html(result["tokens"], colour_by, mark)
+    for col, result in zip(page.columns, outcome["results"], strict=True):
+        tree = beam_html(result)
+        updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
     return updates
 
 
@@ -113,6 +123,11 @@ class _Run:
     stop: threading.Event
     replies: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # slot -> why it did not run (refusal or failure)
+    timed: dict[int, list[Result]] = field(default_factory=dict)  # slot -> its repeated runs so far
+
+    @property
+    def repeats(self) -> int:
+        return int(self.settings.get("repeats", 1))
 
     @property
     def chat(self) -> bool:
@@ -147,37 +162,44 @@ def _text_update(run: _Run, i: int, text: str) -> dict[Any, Any]:
 
 
 def _finish_column(run: _Run, i: int, result: Result) -> dict[Any, Any]:
-    run.outcome["results"][i] = result
-    run.replies[i] = result["text"]
+    """A run of the column is done: its results so far combined (medians over the timed runs), all redrawn."""
+    runs = run.timed.setdefault(i, [])
+    runs.append(result)
+    combined = combine_runs(runs)
+    run.outcome["results"][i] = combined
+    run.replies[i] = combined["text"]
     col = run.page.columns[i]
-    update = _text_update(run, i, result["text"]) | {col.notice: done_notice(result), run.page.results: run.outcome}
+    notice = done_notice(combined) + (f" · {len(runs)} of {run.repeats} timed runs" if run.repeats > 1 else "")
+    update = _text_update(run, i, combined["text"]) | {col.notice: notice, run.page.results: run.outcome}
     return update | render(run.page, run.outcome, run.colour_by)
 
 
-def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
-    """One column's run: progress while loading, coalesced text while generating, everything drawn at the end."""
+def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[dict[Any, Any]]:
+    """One run of a column: progress while loading, coalesced text while generating (first round only; later
+    rounds repeat the timing), everything drawn at the end."""
     col = run.page.columns[i]
     spec = RunSpec.from_dict({**run.settings["columns"][slot], "seed": run.settings["seed"],
                               "chat": MODES[run.settings["mode"]]})
-    yield {run.page.status: _waiting_status(run.active, slot), col.notice: "▶ running"}
+    running = "▶ running" if round_ == 0 else f"▶ timing run {round_ + 1} of {run.repeats}"
+    yield {run.page.status: _waiting_status(run.active, slot), col.notice: running}
     last_sent = 0.0
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
             progress(event.fraction, desc=f"column {i + 1}: {event.message}")
             yield {col.notice: f"loading: {event.message}"}
-        elif isinstance(event, TextEvent) and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
+        elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)
         elif isinstance(event, DoneEvent):
             yield _finish_column(run, i, event.result)
 
 
-def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[dict[Any, Any]]:
     """A column's stream; a refusal or a crash is shown on that column and never costs the others their run."""
     col = run.page.columns[i]
     try:
-        yield from _stream_column(run, slot, i, progress)
+        yield from _stream_column(run, slot, i, progress, round_)
     except PlaygroundError as exc:
         run.refused[i] = str(exc)
         yield {col.notice: f"⚠ {exc}"}
@@ -217,11 +239,13 @@ def run_all(page: Page, data: dict[Any, Any], request: gr.Request, progress: gr.
     run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
                empty_outcome(settings, active), data[page.colour_by], flag)
     yield _opening(run)
-    not_run = 0
-    for slot, i in enumerate(active):
-        if flag.is_set():
-            not_run = len(active) - slot
-            yield {page.columns[j].notice: "■ not run (stopped)" for j in active[slot:]}
-            break
-        yield from _run_column(run, slot, i, progress)
-    yield _closing(run, not_run)
+    for round_ in range(run.repeats):  # rounds interleave the columns, so drift on the machine hits them all
+        for slot, i in enumerate(active):
+            if flag.is_set():
+                break
+            if i not in run.refused:
+                yield from _run_column(run, slot, i, progress, round_)
+    not_run = [i for i in active if i not in run.timed and i not in run.refused]
+    if not_run:
+        yield {page.columns[j].notice: "■ not run (stopped)" for j in not_run}
+    yield _closing(run, len(not_run))

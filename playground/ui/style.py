@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.ui.metrics import PALETTE
+from playground.ui.plots import PALETTE
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
                        font=["system-ui", "Segoe UI", "Helvetica Neue", "Arial", "sans-serif"],
@@ -46,6 +46,25 @@ CSS = """
 .token-bar { align-items: center; }
 .diff { font-size: 0.92em; }
 #metrics table td, #metrics table th { font-variant-numeric: tabular-nums; }
+.beam-view { font-size: 0.86em; color: var(--body-text-color); }
+.beam-view ol { margin: 2px 0 4px 1.2em; padding: 0; }
+.beam-legend { color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.beam-legend .chosen { color: #b45309; font-weight: 600; }
+.beam-legend .pruned { opacity: 0.55; }
+.beam-scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--border-color-primary); border-radius: 8px;
+               background: var(--background-fill-primary); }
+.beam-svg text { font-family: var(--font-mono); font-size: 11px; fill: var(--body-text-color); }
+.beam-svg text.score { font-size: 9px; fill: var(--body-text-color-subdued); }
+.beam-svg rect { fill: var(--background-fill-secondary); stroke: var(--border-color-primary); }
+.beam-node.kept rect { stroke: var(--body-text-color-subdued); }
+.beam-node.pruned { opacity: 0.45; }
+.beam-node.finished rect { stroke-width: 2; stroke-dasharray: 3 2; }
+.beam-node.chosen rect { fill: #fde68a; stroke: #b45309; stroke-width: 2; }
+.beam-node.chosen text { fill: #111; }
+.beam-edge { stroke: var(--border-color-primary); stroke-width: 1; }
+.beam-edge.kept { stroke: var(--body-text-color-subdued); }
+.beam-edge.pruned { opacity: 0.45; }
+.beam-edge.chosen { stroke: #b45309; stroke-width: 2.5; }
 """
 # a dot in each column's title, in the colour of its line in the plots
 CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n" for i, colour in enumerate(PALETTE))

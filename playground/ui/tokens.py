@@ -7,17 +7,26 @@ from collections.abc import Sequence
 
 from playground.result import Result, TokenRecord
 
-COLOUR_MODES = ("probability", "entropy")
+# colour mode -> (token record key, kind): what the user colours tokens by
+COLOUR_MODES = {
+    "probability (as drawn)": ("p", "probability"),
+    "model probability": ("p_model", "probability"),
+    "entropy (as drawn)": ("entropy", "entropy"),
+    "model entropy": ("entropy_model", "entropy"),
+}
+DEFAULT_COLOUR = "probability (as drawn)"
 ENTROPY_SCALE = 4.0  # nats at which the colour saturates; SmolLM2's uncertain steps sit around 3-5 nats
 
 
 def _hue(token: TokenRecord, by: str) -> float | None:
     """0 (red, surprising) .. 120 (green, confident); None when the backend recorded nothing."""
-    if by == "entropy":
-        entropy = token["entropy"]
-        return None if entropy is None else 120.0 * (1.0 - min(max(entropy, 0.0) / ENTROPY_SCALE, 1.0))
-    p = token["p"]
-    return None if p is None else 120.0 * min(max(p, 0.0), 1.0)
+    key, kind = COLOUR_MODES.get(by, COLOUR_MODES[DEFAULT_COLOUR])
+    value = token.get(key)
+    if not isinstance(value, (int, float)):
+        return None
+    if kind == "entropy":
+        return 120.0 * (1.0 - min(max(value, 0.0) / ENTROPY_SCALE, 1.0))
+    return 120.0 * min(max(value, 0.0), 1.0)
 
 
 def _shown(text: str) -> str:
@@ -28,23 +37,22 @@ def _shown(text: str) -> str:
 
 def _tooltip(index: int, token: TokenRecord) -> str:
     lines = [f"#{index} {token['text']!r} (id {token['id']})"]
-    figures = []
-    if token["p"] is not None:
-        figures.append(f"p={token['p']:.3f}")
-    if token["entropy"] is not None:
-        figures.append(f"entropy={token['entropy']:.2f} nats")
-    if figures:
-        lines.append(", ".join(figures))
+    if token["p"] is not None and token["entropy"] is not None:
+        lines.append(f"as drawn: p={token['p']:.3f}, entropy={token['entropy']:.2f} nats")
+    if token["p_model"] is not None and token["entropy_model"] is not None:
+        lines.append(f"model: p={token['p_model']:.3f}, entropy={token['entropy_model']:.2f} nats")
     if token["draft"] is True:
         lines.append("accepted draft token")
     elif token["draft"] is False:
         lines.append("main-model token")
-    for text, p in token["top"] or []:
-        lines.append(f"  {text!r}: {p:.3f}" if p is not None else f"  {text!r}")
+    if token["top"]:
+        lines.append("model's top tokens (as drawn · model):")
+    for text, p, p_model in token["top"] or []:
+        lines.append(f"  {text!r}: {p:.3f} · {p_model:.3f}")
     return "\n".join(lines)
 
 
-def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = "probability", diverge_at: int | None = None) -> str:
+def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None) -> str:
     """One span per token: background by `by`, title with the top alternatives, draft tokens underlined."""
     if not tokens:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
@@ -64,7 +72,8 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = "probability", d
 
 
 def legend_html(by: str) -> str:
-    low, high = ("low p", "high p") if by == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
+    kind = COLOUR_MODES.get(by, COLOUR_MODES[DEFAULT_COLOUR])[1]
+    low, high = ("low p", "high p") if kind == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
             "<span class='tok draft'>accepted draft</span> · <span class='tok diverge'>first divergence</span>"

@@ -6,17 +6,22 @@ and models load on the first run, with progress.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import gradio as gr
 
 from playground import runner
 from playground.errors import PlaygroundError
+from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
+from playground.ui import warmup
 from playground.ui.columns import wire
 from playground.ui.export import (
+    EXPORT_MAX_AGE_S,
     decode_url_state,
     encode_url_state,
     page_settings,
@@ -25,17 +30,27 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui.outcome import Outcome, finished
+from playground.ui.outcome import Outcome, finished, without
 from playground.ui.page import Page, build_page
 from playground.ui.presets import PRESETS
-from playground.ui.run import forget_session, read_settings, recolour, run_all, stop_flag
+from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
 from playground.ui.style import WRITE_URL_JS
+
+HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a vanished client runs on
+
+
+def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> dict[Any, Any]:
+    """The column leaves the page, and its results leave the table, the plots and the divergence note."""
+    remaining = without(outcome, slot)
+    updates = page.layout([f and j != slot for j, f in enumerate(flags)])
+    return updates | {page.results: remaining} | render(page, remaining, colour_by)
 
 
 def _wire_layout(page: Page) -> None:
     """Layout events stay outside the queue, so a long generation never delays someone's clicks."""
-    layout_outputs = [page.visible, page.add] + [x for c in page.columns for x in (c.settings_box, c.output_box,
-                                                                                  c.remove)]
+    layout_outputs: list[Any] = [page.visible, page.add] + [x for c in page.columns
+                                                            for x in (c.settings_box, c.output_box, c.remove,
+                                                                      c.title, c.output)]
 
     def add_column(flags: list[bool]) -> dict[Any, Any]:
         flags = list(flags)
@@ -44,9 +59,13 @@ def _wire_layout(page: Page) -> None:
         return page.layout(flags)
 
     page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
+    rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
+                page.diff, page.legend] + [x for c in page.columns for x in (c.tokens, c.beam_tree)]
+
     for i, col in enumerate(page.columns):
-        col.remove.click(lambda flags, i=i: page.layout([f and j != i for j, f in enumerate(flags)]),
-                         page.visible, layout_outputs, queue=False, api_visibility="private")
+        col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
+                         [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
+                         api_visibility="private")
         wire(col)
     page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [c.chatbot for c in page.columns],
                     queue=False, api_visibility="private")
@@ -76,7 +95,7 @@ def _wire_settings(page: Page) -> Any:
     def restore(request: gr.Request) -> dict[Any, Any]:
         token = request.query_params.get("s") if request else None
         if not token:
-            return {page.status: gr.skip()}  # an empty dict would read as one value for 145 outputs
+            return {page.status: gr.skip()}  # an empty dict would read as one value for every output
         try:
             return page.apply_settings(decode_url_state(token), "✓ Settings restored from the link.")
         except PlaygroundError as exc:
@@ -87,7 +106,8 @@ def _wire_settings(page: Page) -> Any:
             current, _ = read_settings(page, data)
             columns, note = PRESETS[name](current["columns"][0])
             try:
-                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns))
+                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns,
+                                                        current["repeats"]))
             except PlaygroundError as exc:  # column 1's model or length, which presets keep, is not valid
                 return {page.status: f"⚠ **{name} not applied:** {exc}"}
             return page.apply_settings(settings, f"**{name}:** {note}")
@@ -101,10 +121,10 @@ def _wire_settings(page: Page) -> Any:
 
 def _wire_run(page: Page) -> None:
     inputs = page.setting_inputs() | {page.conversation, page.colour_by}
-    outputs = [page.status, page.results, page.metrics, page.speed_plot, page.latency_plot, page.kv_plot, page.diff,
-               page.legend, page.conversation, page.prompt]
+    outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
+               page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot]
+        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree]
 
     def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
         """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""
@@ -123,12 +143,27 @@ def _wire_run(page: Page) -> None:
         return {page.download_json: gr.update(value=str(json_path), interactive=True),
                 page.download_csv: gr.update(value=str(csv_path), interactive=True)}
 
+    lockable = page.lockable()
+
+    def locked(flag: bool) -> dict[Any, Any]:
+        """Settings cannot change under a running column: every control is locked until the run ends."""
+        return {component: gr.update(interactive=not flag) for component in lockable}
+
     for trigger in (page.run.click, page.prompt.submit):
         trigger(snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
                 api_visibility="private").then(
             None, page.url_token, None, js=WRITE_URL_JS).then(
+            lambda: locked(True), None, lockable, queue=False, api_visibility="private").then(
             run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
+            lambda: locked(False), None, lockable, queue=False, api_visibility="private").then(
             exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
+    # the address always carries the current settings, so a copied link restores what is on the page
+    changes = [knob.input for col in page.columns for knob in col.knobs.values()]
+    changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
+    gr.on(changes, snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
+          api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS)
+    gr.on([col.notice.change for col in page.columns] + [page.visible.change], page.run_label,
+          [page.visible, *(col.notice for col in page.columns)], page.run, queue=False, api_visibility="private")
 
     def request_stop(request: gr.Request) -> str:
         stop_flag(request).set()
@@ -138,17 +173,33 @@ def _wire_run(page: Page) -> None:
     page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
 
 
-def api_run(prompt: str, spec: str) -> Result:
-    """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults)."""
+def api_run(prompt: str, spec: str) -> Iterator[Result | None]:
+    """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults).
+
+    Streams null at most every HEARTBEAT_S while it generates and the Result last (gradio_client's predict
+    returns the last). Each yield is where Gradio notices a client that went away: it then closes this
+    generator, which closes the runner's event stream and so stops the generation at its next step.
+    """
     try:
-        return runner.run_to_result(prompt, RunSpec.from_json(spec))
+        with closing(runner.run(prompt, RunSpec.from_json(spec))) as events:
+            last = time.monotonic()
+            for event in events:
+                if isinstance(event, DoneEvent):
+                    yield event.result
+                    return
+                if time.monotonic() - last >= HEARTBEAT_S:
+                    last = time.monotonic()
+                    yield None
     except PlaygroundError as exc:
         raise gr.Error(str(exc)) from None
 
 
 def build_ui() -> gr.Blocks:
     """The whole page; app.py queues it (one generation at a time) and launches it with CSS and THEME."""
-    with gr.Blocks(title="Decoding Playground", fill_width=True) as demo:
+    # Gradio's copies of served files (the exports) are deleted hourly once an hour old, as are our own folders
+    with gr.Blocks(title="Decoding Playground", fill_width=True,
+                   delete_cache=(EXPORT_MAX_AGE_S, EXPORT_MAX_AGE_S)) as demo:
+        notice, poll = warmup.banner()  # above the page: shown only while a warm-up runs
         page = build_page()
         _wire_layout(page)
         restore = _wire_settings(page)
@@ -156,6 +207,7 @@ def build_ui() -> gr.Blocks:
         demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private")
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
+        warmup.wire(demo, notice, poll)
     demo.page = page  # for tests and scripts that drive handlers directly
     return demo
 

@@ -20,6 +20,7 @@ from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     ROOT,
+    allowed_tiny_model,
     jax_run,
     jax_teacher_forced,
     mean_kl,
@@ -128,6 +129,32 @@ def test_own_window_layers_are_rings_and_the_global_layer_grows(gemma):
     one_layer = kv_row_bytes(gemma.model.config, layers=1)
     rings = 2 * 8 * one_layer  # two sliding layers, 8 slots each
     assert out.kv_trace[0] == rings + 64 * one_layer and out.kv_cache_bytes == rings + 128 * one_layer
+
+
+def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_path, monkeypatch):
+    """Through the runner and the Result into the page's KV plot data: on both backends the sliding and sink
+    caches stop growing once their window is full, static is flat from the start, dynamic grows."""
+    from playground import runner
+    from playground.ui.plots import kv_frame, slot_name
+
+    caches = [{"cache": "sliding", "window": 16}, {"cache": "sink", "window": 16, "sink_tokens": 4},
+              {"cache": "static"}, {"cache": "dynamic"}]
+    with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as model:
+        for backend in ("torch", "jax"):
+            results = [runner.run_to_result("abc", RunSpec(model=model, backend=backend, chat=False, max_new_tokens=80,
+                                                           min_new_tokens=80, **knobs)) for knobs in caches]
+            frame = kv_frame(results, [c["cache"] for c in caches]).dropna()
+            sizes = {c["cache"]: frame[frame["column"] == slot_name(i)]["KV cache (MiB)"].tolist()
+                     for i, c in enumerate(caches)}
+            assert all(len(trace) == 80 for trace in sizes.values()), backend
+            for bounded in ("sliding", "sink"):  # the window (16) is full by step 14: three windows and more after
+                assert len(set(sizes[bounded][16:])) == 1, (backend, bounded)
+                assert sizes[bounded][-1] < sizes["static"][-1] / 4, (backend, bounded)
+            assert len(set(sizes["static"])) == 1, backend
+            assert sizes["dynamic"][-1] > sizes["dynamic"][0], backend
+            if backend == "jax":  # rings of the window from the start; growth by doubling, in steps
+                assert len(set(sizes["sliding"])) == len(set(sizes["sink"])) == 1
+                assert len(set(sizes["dynamic"])) == 2
 
 
 # -- quantized ---------------------------------------------------------------------------------------------------
@@ -268,6 +295,36 @@ def test_sharded_decoding_matches_one_device_for_every_cache():
     assert {v for k, v in report.items() if k.endswith("-kv-split") and "-1-" not in k} == {"split"}
     for key, run in tokens.items():
         assert run == tokens[key[: key.rindex("-")] + "-1"], key
+
+
+RESTART = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, os.environ["ROOT"])
+    import torch
+    from playground.backends.jax import decoder as jax_decoder
+    from playground.spec import RunSpec
+    from tests.helpers import tiny_llama, tiny_loaded
+    loaded = tiny_loaded("tiny", tiny_llama())
+    report = {}
+    for knobs in (dict(cache="dynamic"), dict(cache="sliding", window=8), dict(cache="sink", window=8, sink_tokens=2),
+                  dict(cache="quantized", cache_bits=4, residual_length=8), dict(cache="quantized", cache_bits=8)):
+        spec = RunSpec(backend="jax", max_new_tokens=40, min_new_tokens=40, **knobs)
+        out = jax_decoder.generate(loaded, torch.tensor([[5, 17, 42]]), spec, lambda c: None, lambda: False)
+        report[str(knobs)] = {"compile_s": out.compile_s, "tokens": out.sequences[0]}
+    print(json.dumps(report))
+""")
+
+
+def test_every_caches_programs_load_from_disk_in_a_restarted_process(tmp_path):
+    """The persistent compile cache for every cache type (the static cache's is in test_jax_decoder)."""
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    cold = run_script(RESTART, env)
+    entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
+    warm = run_script(RESTART, env)
+    assert sorted(p.name for p in (tmp_path / "jax").iterdir()) == entries  # every program came from disk
+    for cache, run in warm.items():
+        assert run["tokens"] == cold[cache]["tokens"], cache
+        assert run["compile_s"] < cold[cache]["compile_s"], cache  # what is left is tracing, not XLA
 
 
 def test_cache_bench_suite_reports_every_cache_on_both_backends(monkeypatch, llama64):

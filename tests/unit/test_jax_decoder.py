@@ -177,14 +177,14 @@ def test_token_probabilities_match_the_pytorch_probe(llama):
     for ours, theirs in zip(jax_out.token_info, torch_out.token_info, strict=True):
         assert ours["p"] == pytest.approx(theirs["p"], abs=1e-4)
         assert ours["entropy"] == pytest.approx(theirs["entropy"], abs=1e-3)
-        assert [i for i, _ in ours["top"]] == [i for i, _ in theirs["top"]]
+        assert [t[0] for t in ours["top"]] == [t[0] for t in theirs["top"]]
         assert ours["top"][0][1] == pytest.approx(ours["p"])  # greedy takes the most probable token
 
 
 def test_sampled_token_probabilities_are_those_of_the_filtered_distribution(llama):
     out, _ = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=3, temperature=1.5, seed=4))
     for token, record in zip(out.sequences[0], out.token_info, strict=True):
-        probs = dict(record["top"])
+        probs = {i: p for i, p, _ in record["top"]}
         assert probs[token] == pytest.approx(record["p"]) and record["p"] > 0  # drawn from the candidates
         assert sum(sorted(probs.values())[-3:]) == pytest.approx(1.0, abs=1e-5)  # top_k=3: all mass in 3
         assert record["entropy"] <= math.log(3) + 1e-5

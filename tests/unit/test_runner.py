@@ -12,7 +12,8 @@ from tests.helpers import allowed_tiny_model, save_tiny_model
 
 RESULT_KEYS = {"spec", "text", "sequences", "prompt_tokens", "new_tokens", "token_ids", "metrics", "versions"}
 METRIC_KEYS = {"load_s", "compile_s", "ttft_s", "total_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90",
-               "kv_cache_bytes", "peak_rss_bytes", "acceptance_rate"}
+               "kv_cache_bytes", "weight_bytes", "peak_rss_bytes", "acceptance_rate", "mean_logprob",
+               "greedy_divergence"}
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ def test_the_runner_loads_the_draft_at_the_runs_precision_and_counts_its_load_ti
         draft = save_tiny_model(tmp_path / "draft", seed=0)
         spec = RunSpec(model=main, weights="bf16", strategy="assisted", assistant=draft, max_new_tokens=8)
         events = list(runner.run("abc", spec))
-        assert set(loaded.LOADED.keys()) == {(main, "bf16"), (draft, "bf16")}
+        assert {(main, "bf16"), (draft, "bf16")} <= set(loaded.LOADED.keys())  # (+ fp32 main: the judge)
         assert any(f"loading {draft} (bf16)" in e.message for e in events if isinstance(e, ProgressEvent))
         result = events[-1].result
         assert result["metrics"]["load_s"] > 0 and result["metrics"]["acceptance_rate"] is not None
@@ -139,3 +140,32 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
     monkeypatch.setattr(runner, "backend_for", lambda name: Recording())
     runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=2))
     assert seen == [True]
+
+
+def test_repeats_time_the_same_generation_several_times_and_stream_it_once(local_model):
+    events = list(runner.run("abc", RunSpec(model=local_model, max_new_tokens=6, repeats=3)))
+    result = events[-1].result
+    assert len(result["metrics"]["tokens_per_s_runs"]) == 3 and len(result["metrics"]["total_s_runs"]) == 3
+    assert result["metrics"]["tokens_per_s"] == pytest.approx(sorted(result["metrics"]["tokens_per_s_runs"])[1])
+    assert result["spec"]["repeats"] == 3 and result["new_tokens"] == 6
+    assert "".join(e.delta for e in events if isinstance(e, TextEvent)) == result["text"]  # streamed once
+
+
+def test_memory_figures_are_the_columns_own_weights_and_cache(local_model):
+    result = runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=4))
+    model, _ = loaded.LOADED.get(local_model)
+    assert result["metrics"]["weight_bytes"] == model.weight_bytes > 0
+    assert result["metrics"]["kv_cache_bytes"] > 0
+
+
+def test_quality_is_the_output_read_by_the_fp32_model(local_model):
+    greedy = runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=8))
+    assert greedy["metrics"]["greedy_divergence"] is None  # greedy fp32 is its own reference
+    assert greedy["metrics"]["mean_logprob"] < 0
+    sampled = runner.run_to_result("abc", RunSpec(model=local_model, strategy="sampling", top_k=0, temperature=2.0,
+                                                  seed=1, max_new_tokens=8))
+    assert sampled["metrics"]["greedy_divergence"] is not None  # a hot sample leaves greedy somewhere
+    assert sampled["metrics"]["mean_logprob"] < greedy["metrics"]["mean_logprob"]  # and is less likely under fp32
+    bf16 = runner.run_to_result("abc", RunSpec(model=local_model, weights="bf16", max_new_tokens=8))
+    assert (local_model, "fp32") in loaded.LOADED.keys()  # judged by the full-precision model
+    assert bf16["metrics"]["mean_logprob"] is not None

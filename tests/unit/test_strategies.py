@@ -115,3 +115,19 @@ def test_assisted_decoding_over_a_sliding_window_equals_plain_greedy_over_it(tin
 def test_sink_cache_on_a_model_with_native_sliding_layers_is_refused_with_the_alternative():
     with pytest.raises(PlaygroundError, match="use cache 'sliding'"):
         generate(tiny_loaded(model=tiny_gemma()), RunSpec(cache="sink", window=12))
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.5])
+def test_beam_tree_records_what_beam_search_weighed_and_marks_the_returned_path(tiny, length_penalty):
+    spec = RunSpec(strategy="beam", num_beams=3, num_return_sequences=2, max_new_tokens=8,
+                   length_penalty=length_penalty)
+    out = generate(tiny, spec)
+    tree = out.beam_tree
+    assert len(tree) == 8 and all(len(step) == 6 for step in tree)  # 2 x num_beams candidates per step
+    assert all(sum(n["kept"] for n in step) <= 3 for step in tree)
+    for before, step in zip(tree, tree[1:], strict=False):  # every candidate extends a beam kept the step before
+        assert all(n["parent"] is not None and before[n["parent"]]["kept"] for n in step)
+    path = [next(n for n in step if n["chosen"]) for step in tree]
+    assert [n["token"] for n in path] == out.sequences[0]
+    assert path[-1]["score"] / len(path) ** length_penalty == pytest.approx(out.scores[0], abs=1e-4)
+    assert all(a["score"] >= b["score"] for step in tree for a, b in zip(step, step[1:], strict=False))

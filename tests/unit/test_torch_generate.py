@@ -1,5 +1,6 @@
 """PyTorch path on a tiny random model: cache parity, seeds, streaming, stop, and real cache sizes."""
 
+import pytest
 import torch
 
 from playground.spec import RunSpec
@@ -67,8 +68,8 @@ def test_greedy_token_probabilities_are_the_top_choice(tiny):
     out, _ = generate(tiny, RunSpec(max_new_tokens=15))
     assert len(out.token_info) == 15
     for token, record in zip(out.sequences[0], out.token_info, strict=True):
-        best_id, best_p = record["top"][0]
-        assert best_id == token and record["p"] == best_p
+        best_id, best_p, best_p_model = record["top"][0]
+        assert best_id == token and record["p"] == best_p == best_p_model == record["p_model"]  # no processor
         assert 0 < record["p"] <= 1 and record["entropy"] >= 0
 
 
@@ -76,7 +77,7 @@ def test_sampled_tokens_have_the_probability_they_were_drawn_with(tiny):
     out, _ = generate(tiny, RunSpec(strategy="sampling", top_k=3, max_new_tokens=20, seed=5))
     for token, record in zip(out.sequences[0], out.token_info, strict=True):
         assert record["p"] > 0  # top-k filtered tokens have probability 0 and can never be drawn
-        assert token in [i for i, _ in record["top"][:3]]
+        assert token in [i for i, _, _ in record["top"][:3]]
 
 
 def test_cache_trace_grows_for_dynamic_and_stays_flat_for_static(tiny):
@@ -84,3 +85,16 @@ def test_cache_trace_grows_for_dynamic_and_stays_flat_for_static(tiny):
     static, _ = generate(tiny, RunSpec(max_new_tokens=10, cache="static"))
     assert dynamic.kv_trace == sorted(dynamic.kv_trace) and dynamic.kv_trace[0] < dynamic.kv_trace[-1]
     assert len(set(static.kv_trace)) == 1 and static.kv_trace[0] == static.kv_cache_bytes
+
+
+@pytest.mark.parametrize(("top_k", "expected"), [(0, False), (7, True)])
+def test_top_k_0_turns_top_k_off_instead_of_taking_transformers_default(tiny, top_k, expected):
+    from transformers.generation.logits_process import TopKLogitsWarper
+
+    from playground.backends.torch.config import generation_config
+
+    config = generation_config(RunSpec(strategy="sampling", top_k=top_k), tiny.model)
+    processors = tiny.model._get_logits_processor(generation_config=tiny.model._prepare_generation_config(config)[0],
+                                                  input_ids_seq_length=3, encoder_input_ids=None,
+                                                  prefix_allowed_tokens_fn=None, logits_processor=None)
+    assert any(isinstance(p, TopKLogitsWarper) for p in processors) is expected

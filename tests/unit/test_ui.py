@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -33,15 +34,16 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui.metrics import format_number, kv_frame, latency_frame, metrics_table, throughput_frame
+from playground.ui.plots import kv_frame, latency_frame, throughput_frame
 from playground.ui.presets import PRESETS
+from playground.ui.table import format_number, metrics_table
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
 
 VERSIONS = {"torch": "2.13.0", "transformers": "5.23.0", "jax": None, "torchax": None, "gradio": "6.31.0"}
 
 
 def fake_result(ids: list[int], speed: float = 10.0, ttft: float = 0.5, acceptance: float | None = None,
-                strategy: str = "greedy") -> dict[str, Any]:
+                strategy: str = "greedy", runs: list[float] | None = None) -> dict[str, Any]:
     texts = [f"t{i}" for i in ids]
     return {
         "spec": {**RunSpec(strategy=strategy, prompt_lookup=10 if strategy == "assisted" else 0).to_dict(),
@@ -50,12 +52,16 @@ def fake_result(ids: list[int], speed: float = 10.0, ttft: float = 0.5, acceptan
         "prompt_tokens": 5, "new_tokens": len(ids), "token_ids": ids, "forward_passes": len(ids), "stopped": False,
         "metrics": {"load_s": 1.0, "compile_s": 0.0, "ttft_s": ttft, "total_s": 2.0, "tokens_per_s": float(speed),
                     "ms_per_token_p50": 1000 / speed, "ms_per_token_p90": 1200 / speed, "kv_cache_bytes": 2**20,
-                    "peak_rss_bytes": 900 * 2**20, "acceptance_rate": acceptance},
+                    "weight_bytes": 100 * 2**20, "peak_rss_bytes": 900 * 2**20, "acceptance_rate": acceptance,
+                    **({"tokens_per_s_runs": runs} if runs else {})},
         "versions": VERSIONS,
-        "tokens": [{"id": i, "text": t, "p": 0.9, "entropy": 0.3, "top": [[t, 0.9], ["x", 0.05]], "draft": None}
+        "tokens": [{"id": i, "text": t, "p": 0.9, "entropy": 0.3, "p_model": 0.8, "entropy_model": 0.4,
+                    "top": [[t, 0.9, 0.8], ["x", 0.05, 0.1]], "draft": None}
                    for i, t in zip(ids, texts, strict=True)],
-        "timeline": {"token_ms": [100.0, 90.0][: max(len(ids) - 1, 0)], "kv_cache_bytes": [2**19, 2**20]},
+        "timeline": {"token_ms": [100.0, 90.0][: max(len(ids) - 1, 0)], "token_steps": [2, 3][: max(len(ids) - 1, 0)],
+                     "kv_cache_bytes": [2**19, 2**20]},
         "scores": None,
+        "beam_tree": None,
         "extra": {},
     }
 
@@ -72,10 +78,33 @@ def test_metrics_table_marks_the_best_value_per_row_with_units_in_labels():
                           ["1: greedy", "2: sampling"])
     assert table["headers"] == ["metric", "1: greedy", "2: sampling"]
     assert row(table, "decode speed (tok/s)") == ["10.0", "**★ 20.0**"]  # higher is better
-    assert row(table, "TTFT (s)") == ["**★ 0.50**", "0.90"]  # lower is better
+    assert row(table, "TTFT") == ["**★ 0.50**", "0.90"]  # lower is better
     assert row(table, "KV cache (MiB)") == ["1.00", "1.00"]  # a tie marks nothing
+    assert row(table, "memory: weights + KV cache (MiB)") == ["101", "101"]  # the column's own, not the process's
     assert row(table, "new tokens") == ["2", "2"]  # counts are not ranked
-    assert not any(r[0].startswith("draft acceptance") for r in table["data"])  # no assisted column
+    assert row(table, "load") == ["1.00", "1.00"] and row(table, "compile") == ["0.00", "0.00"]  # order-dependent
+    assert not any(r[0].startswith(("draft acceptance", "peak RSS")) for r in table["data"])
+
+
+@pytest.mark.parametrize(("speeds", "marked"), [((10.0, 11.5), False), ((10.0, 12.5), True), ((10.0, 10.004), False)])
+def test_with_one_run_each_a_star_needs_a_20_percent_lead_and_a_visible_difference(speeds, marked):
+    table = metrics_table([fake_result([1], speed=speeds[0]), fake_result([2], speed=speeds[1])], ["a", "b"])
+    assert any("★" in cell for cell in row(table, "decode speed")) is marked
+
+
+def test_with_repeats_a_star_needs_a_lead_larger_than_the_spread_of_the_runs():
+    noisy = [fake_result([1], speed=10.0, runs=[7.0, 10.0, 13.0]),
+             fake_result([2], speed=12.0, runs=[11.0, 12.0, 13.0])]
+    assert not any("★" in cell for cell in row(metrics_table(noisy, ["a", "b"]), "decode speed"))
+    steady = [fake_result([1], speed=10.0, runs=[9.9, 10.0, 10.1]),
+              fake_result([2], speed=11.0, runs=[10.9, 11.0, 11.1])]
+    cells = row(metrics_table(steady, ["a", "b"]), "decode speed")
+    assert cells == ["10.0 (9.90–10.1)", "**★ 11.0 (10.9–11.1)**"]  # a 10% lead, steady runs: real
+
+
+def test_totals_are_compared_per_token_when_columns_generated_different_counts():
+    table = metrics_table([fake_result([1, 2]), fake_result([1, 2, 3, 4])], ["a", "b"])
+    assert row(table, "total per token (ms)") == ["1000", "**★ 500**"]
 
 
 def test_metrics_table_shows_acceptance_only_with_an_assisted_column_and_dashes_for_missing_runs():
@@ -95,7 +124,7 @@ def test_plot_frames_are_typed_and_name_every_column_slot():
     speed, latency, kv = throughput_frame(results, labels), latency_frame(results, labels), kv_frame(results, labels)
     assert list(speed["run"]) == ["1: greedy"] and speed["tokens/s"].dtype == float
     points = latency.dropna()
-    assert list(points["step"]) == [1, 2] and list(points["ms/token"]) == [100.0, 90.0]
+    assert list(points["token"]) == [2, 3] and list(points["ms/token"]) == [100.0, 90.0]
     assert set(points["run"]) == {"1: greedy"} and set(points["column"]) == {"column 1"}
     assert set(latency["column"]) == {"column 1", "column 2"}  # an empty slot still names its colour
     assert list(kv.dropna()["KV cache (MiB)"]) == [0.5, 1.0]
@@ -121,16 +150,21 @@ def test_divergence_report_compares_every_pair_of_finished_columns():
 
 
 def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hover():
-    tokens = [{"id": 1, "text": "<b>", "p": 1.0, "entropy": 0.0, "top": [["<b>", 1.0]], "draft": True},
-              {"id": 2, "text": " x", "p": 0.0, "entropy": 9.0, "top": None, "draft": False},
-              {"id": 3, "text": "\n", "p": None, "entropy": None, "top": None, "draft": None}]
-    by_p = tokens_html(tokens, "probability", diverge_at=1)
+    tokens = [{"id": 1, "text": "<b>", "p": 1.0, "entropy": 0.0, "p_model": 0.5, "entropy_model": 2.0,
+               "top": [["<b>", 1.0, 0.5]], "draft": True},
+              {"id": 2, "text": " x", "p": 0.0, "entropy": 9.0, "p_model": 0.0, "entropy_model": 9.0, "top": None,
+               "draft": False},
+              {"id": 3, "text": "\n", "p": None, "entropy": None, "p_model": None, "entropy_model": None,
+               "top": None, "draft": None}]
+    by_p = tokens_html(tokens, "probability (as drawn)", diverge_at=1)
     assert "hsl(120," in by_p and "hsl(0," in by_p
     assert "&lt;b&gt;" in by_p and "<b>" not in by_p  # model text is escaped, never markup
     assert "class='tok draft'" in by_p and "class='tok diverge'" in by_p
-    assert "&#x27;&lt;b&gt;&#x27;: 1.000" in by_p  # the top alternatives in the title attribute
+    assert "&#x27;&lt;b&gt;&#x27;: 1.000 · 0.500" in by_p  # the top alternatives, both probabilities, on hover
     assert "↵<br>" in by_p  # a newline token stays visible
-    by_entropy = tokens_html(tokens, "entropy")
+    by_model = tokens_html(tokens, "model probability")
+    assert "hsl(60," in by_model  # p_model 0.5: halfway
+    by_entropy = tokens_html(tokens, "entropy (as drawn)")
     assert by_entropy.index("hsl(120,") < by_entropy.index("hsl(0,")  # 0 nats green, 9 nats red
     assert "after a run" in tokens_html(None)
 
@@ -199,7 +233,7 @@ def test_settings_json_round_trips_and_bad_settings_name_the_problem():
         settings_from_json("{nope")
     with pytest.raises(PlaygroundError, match="column 2: temperature"):
         settings_from_json(json.dumps({**SETTINGS, "columns": [{}, {"temperature": -1.0}]}))
-    with pytest.raises(PlaygroundError, match="seed and chat are page-wide"):
+    with pytest.raises(PlaygroundError, match="seed, repeats and chat are page-wide"):
         settings_from_json(json.dumps({"columns": [{"seed": 3}]}))
     with pytest.raises(PlaygroundError, match="1 to 4"):
         settings_from_json(json.dumps({"columns": [{}] * 5}))
@@ -217,6 +251,9 @@ def test_url_state_round_trips_to_the_same_runs_and_rejects_garbage():
     for bad in ("", "!!!", "eJzLSM3JyQcABiwCFQ", "A" * 20_000):
         with pytest.raises(PlaygroundError):
             decode_url_state(bad)
+    with pytest.raises(PlaygroundError, match="this link is damaged") as refused:
+        decode_url_state(token[: len(token) // 2])  # a link cut short when copied
+    assert "zlib" not in str(refused.value) and "Error -" not in str(refused.value)
 
 
 def test_exports_carry_settings_results_and_versions(tmp_path):
@@ -230,6 +267,17 @@ def test_exports_carry_settings_results_and_versions(tmp_path):
     assert rows[1]["tokens_per_s"] == "20.0" and rows[0]["version_torch"] == "2.13.0" and rows[0]["text"] == "t1t2"
     json_path, csv_path = write_exports(SETTINGS, results, labels)
     assert json_path.exists() and csv_path.read_text().startswith("column,label,model")
+    assert re.fullmatch(r"decoding-playground-\d{8}-\d{6}\.json", json_path.name)  # timestamped
+
+
+def test_exports_name_the_machine_and_only_the_knobs_that_applied():
+    exported = json.loads(results_json(SETTINGS, [fake_result([1, 2]), fake_result([3], strategy="sampling")]))
+    machine = exported["machine"]
+    assert machine["cores"] >= 1 and machine["memory_bytes"] > 0 and machine["devices"]
+    greedy, sampling = (r["spec"] for r in exported["results"])
+    assert "temperature" not in greedy and "num_beams" not in greedy and "window" not in greedy
+    assert sampling["temperature"] == 1.0 and "top_p" in sampling and "num_beams" not in sampling
+    assert exported["settings"]["prompt"] == SETTINGS["prompt"]
 
 
 # chat
@@ -263,8 +311,9 @@ def test_page_has_the_element_ids_scripts_rely_on(demo):
 
 def page_data(page, changes: dict[Any, Any] | None = None) -> dict[Any, Any]:
     """The values the page would send: every component's current default, changed where asked."""
-    data = {page.prompt: "Hello", page.seed: 3, page.mode: "raw", page.visible: [True, True, False, False],
-            page.conversation: [], page.colour_by: "probability"}
+    data = {page.prompt: "Hello", page.seed: 3, page.repeats: 1, page.mode: "raw",
+            page.visible: [True, True, False, False],
+            page.conversation: [], page.colour_by: "probability (as drawn)"}
     for col in page.columns:
         for component in col.knobs.values():
             data[component] = component.value
@@ -283,7 +332,7 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, mon
         calls.append((prompt, spec.seed, spec.chat, spec.strategy))
         yield ProgressEvent(0.5, "loading")
         yield TextEvent("t1", "t1", 1)
-        yield DoneEvent(fake_result([1, 2], speed=10 + len(calls), strategy=spec.strategy))
+        yield DoneEvent(fake_result([1, 2], speed=10 * len(calls), strategy=spec.strategy))
 
     monkeypatch.setattr(runner, "run", fake_run)
     col1 = page.columns[1]
@@ -294,8 +343,32 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, mon
     assert updates[0][col1.notice] == "waiting: column 2 waits for column 1"
     assert any(u.get(page.columns[0].output) == "t1" for u in updates)  # streamed before the end
     table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
-    assert row(table, "decode speed") == ["11.0", "**★ 12.0**"]
+    assert row(table, "decode speed") == ["10.0", "**★ 20.0**"]
     assert updates[-1][page.status].startswith("✓ 2 columns ran")
+
+
+def test_repeated_timing_interleaves_the_columns_and_reports_medians_with_ranges(demo, monkeypatch):
+    from playground import runner
+    from playground.ui import run as ui_run
+
+    page = demo.page
+    order = []
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        order.append(spec.strategy)
+        yield TextEvent("t1", "t1", 1)
+        yield DoneEvent(fake_result([1, 2], speed=10.0 * len(order), strategy=spec.strategy))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    col1 = page.columns[1]
+    data = page_data(page, {col1.knobs["strategy"]: "sampling", page.repeats: 3})
+    request = type("Request", (), {"session_hash": "repeat-session"})()
+    updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
+    assert order == ["greedy", "sampling"] * 3  # round by round, not column by column
+    assert sum(1 for u in updates if u.get(page.columns[0].output) == "t1") == 1  # only the first round streams
+    table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
+    assert row(table, "decode speed") == ["30.0 (10.0–50.0)", "40.0 (20.0–60.0)"]  # within the spread: no star
+    assert "3 of 3 timed runs" in updates[-2][page.columns[1].notice]
 
 
 def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monkeypatch):
@@ -346,7 +419,7 @@ def test_colour_toggle_redraws_only_the_token_views(demo):
     page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "greedy"}]}, [0])
     outcome["results"][0] = fake_result([1, 2])
-    updates = recolour(page, outcome, "entropy")
+    updates = recolour(page, outcome, "entropy (as drawn)")
     assert set(updates) == {page.legend, page.columns[0].tokens}
     assert "nats" in updates[page.legend] and "class='tok'" in updates[page.columns[0].tokens]
 
@@ -380,3 +453,58 @@ def test_a_failing_column_does_not_cost_the_others_their_run(demo, monkeypatch):
     updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
     assert any("RuntimeError: backend broke" in u.get(page.columns[0].notice, "") for u in updates)
     assert any(u.get(page.columns[1].notice, "").startswith("✓ 1 token ·") for u in updates)
+
+
+def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(demo):
+    from playground.ui.outcome import empty_outcome
+    from playground.ui.wiring import remove_column
+
+    page = demo.page
+    outcome = empty_outcome({"columns": [{"strategy": "greedy"}, {"strategy": "sampling"}, {"strategy": "beam"}]},
+                            [0, 1, 2])
+    for slot, ids in ((0, [1, 2]), (1, [1, 3]), (2, [4])):
+        outcome["results"][slot] = fake_result(ids)
+    updates = remove_column(page, [True, True, True, False], outcome, "probability (as drawn)", 0)
+    remaining = updates[page.results]
+    assert remaining["results"][0] is None and remaining["labels"][0] is None
+    assert remaining["labels"][1:3] == ["1: sampling · dynamic", "2: beam · dynamic"]
+    assert updates[page.metrics]["headers"] == ["metric", "1: sampling · dynamic", "2: beam · dynamic"]
+    assert "greedy" not in updates[page.diff]
+    assert updates[page.columns[1].title] == "### Column 1" and updates[page.columns[2].title] == "### Column 2"
+
+
+def test_run_says_how_many_columns_can_run(demo):
+    page = demo.page
+    assert page.run_label([True, True, False, False], "", "", "", "")["value"] == "▶ Run all 2 columns"
+    label = page.run_label([True, True, True, False], "", "⚠ unknown model 'x'", "", "")["value"]
+    assert label == "▶ Run 2 of 3 columns (1 cannot run as set)"
+
+
+def test_every_control_is_locked_while_columns_run(demo):
+    page = demo.page
+    lockable = page.lockable()
+    assert page.prompt in lockable and page.columns[3].knobs["temperature"] in lockable and page.run not in lockable
+    assert page.stop not in lockable  # stopping stays possible
+
+
+@pytest.mark.parametrize(("settings", "fragment"), [
+    ({"model": "no-such-model"}, "unknown model 'no-such-model'"),
+    ({"model": "org/some-model"}, "cannot reach the Hugging Face hub"),
+    ({"strategy": "assisted", "assistant": "/etc"}, "outside the allowed roots"),
+])
+def test_a_column_shows_what_would_refuse_it_before_anything_runs(settings, fragment):
+    assert fragment in notice_text({"model": "smollm2-135m", **settings})
+
+
+def test_a_beam_column_shows_every_returned_sequence_and_the_search_tree():
+    from playground.ui.beam_view import beam_html
+
+    node = {"parent": None, "token": 1, "text": " a", "score": -1.0, "kept": True, "finished": False, "chosen": True}
+    child = {**node, "parent": 0, "text": "<b>", "score": -2.5, "chosen": False, "kept": False}
+    result = {**fake_result([1, 2]), "sequences": ["best", "second"], "scores": [-1.25, -1.5],
+              "beam_tree": [[node, {**node, "chosen": False, "kept": False}], [child, {**child, "chosen": True}]]}
+    view = beam_html(result)
+    assert "<b>-1.250</b> best" in view and "<b>-1.500</b> second" in view
+    assert view.count("beam-node chosen") == 2 and view.count("beam-edge") == 2
+    assert "&lt;b&gt;" in view  # token text is escaped
+    assert beam_html(fake_result([1])) == ""  # not a beam run: nothing drawn

@@ -202,9 +202,10 @@ def _output(request: _Request, run: _Run, start: float) -> GenerationOutput:
 
 def _records(info: sampling.StepInfo, count: int) -> list[TokenInfo]:
     """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
-    rows = zip(info.p[:count], info.entropy[:count], info.top_ids[:count], info.top_p[:count], strict=True)
-    return [{"p": float(p), "entropy": float(h), "top": list(zip(ids.tolist(), probs.tolist(), strict=True))}
-            for p, h, ids, probs in rows]
+    rows = [row[:count] for row in info]
+    return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
+             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True))}
+            for p, h, q, hq, ids, top_p, top_q in zip(*rows, strict=True)]
 
 
 def _engine_extra(engine: Engine, reused: bool, calls: int) -> dict[str, Any]:

@@ -205,10 +205,7 @@ class Engine:
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self._pin(s), out
 
-        top = sampling.TOP_ALTERNATIVES
-        out = Chunk(jnp.full((steps,), -1, jnp.int32),
-                    StepInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps, top), jnp.int32),
-                              jnp.zeros((steps, top))))
+        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 
@@ -264,6 +261,40 @@ class Engine:
             return fn.lower(self.weights, state, self.spec((), jnp.int32), self._knob_specs()).compile(COMPILER_OPTIONS)
 
         return self.program(("decode", batch, layouts, steps, mode, eos), build)
+
+
+# XLA's CPU buffers must start on a 64-byte boundary: DLPack shares a torch tensor's memory only then, and
+# copies it otherwise (weights read in place from a safetensors file sit at the file's offsets)
+DLPACK_ALIGNMENT = 64
+
+
+def _shareable(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.data_ptr() % DLPACK_ALIGNMENT == 0
+
+
+def device_bytes(model: PreTrainedModel, devices: int) -> int:
+    """Bytes an Engine for (model, devices) allocates beyond the model's own tensors, counted before it does
+    (the memory budget reserves them first). On one device fused q/k/v and gate/up matrices are new arrays and
+    the other weights are shared through DLPack when aligned; on a mesh every weight is copied to the devices,
+    split ones once in all and replicated ones once per device. Tied weights count once, as jax_weights()
+    places them once."""
+    config = model.config.get_text_config(decoder=True)
+    twin = traced.build_twin(model, fuse=devices == 1)
+    tensors = traced.model_tensors(model)
+    total, seen = 0, set()
+    for name, sources in twin.sources.items():
+        parts = [tensors[s] for s in sources]
+        key = tuple((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts)
+        if key in seen:
+            continue
+        seen.add(key)
+        size = sum(p.numel() * p.element_size() for p in parts)
+        if devices > 1:
+            split = any(tensor_parallel.weight_spec(name, parts[0].dim(), config, devices))
+            total += size if split else size * devices
+        elif len(parts) > 1 or not _shareable(parts[0]):
+            total += size
+    return total
 
 
 _ENGINES: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, Engine]] = weakref.WeakKeyDictionary()

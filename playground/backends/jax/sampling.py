@@ -100,20 +100,37 @@ def candidates(logits: jax.Array, mode: SamplingMode, knobs: Knobs[jax.Array]) -
 
 
 class StepInfo(NamedTuple):
-    """What the token view shows for one step, from the distribution the token was drawn from (after every
-    processor and filter, as playground.token_probe records it on the PyTorch path)."""
+    """What the token view shows for one step, meaning what the PyTorch probe's records mean: `p` under the
+    distribution the token was drawn from (after every processor and filter), `p_model` under the model's own
+    softmax at temperature 1; the alternatives are the model's most likely tokens."""
 
     p: jax.Array  # (B,) probability of the chosen token
     entropy: jax.Array  # (B,) nats
-    top_ids: jax.Array  # (B, TOP_ALTERNATIVES)
+    p_model: jax.Array  # (B,)
+    entropy_model: jax.Array  # (B,) nats
+    top_ids: jax.Array  # (B, TOP_ALTERNATIVES), by p_model
     top_p: jax.Array  # (B, TOP_ALTERNATIVES)
+    top_p_model: jax.Array  # (B, TOP_ALTERNATIVES)
 
 
-def token_info(probs: jax.Array, token: jax.Array) -> StepInfo:
-    """probs (B, V) over the whole vocabulary, token (B,)."""
-    top_p, top_ids = jax.lax.top_k(probs, TOP_ALTERNATIVES)
-    chosen = jnp.take_along_axis(probs, token[:, None], axis=-1)[:, 0]
-    return StepInfo(chosen, jax.scipy.special.entr(probs).sum(axis=-1), top_ids.astype(jnp.int32), top_p)
+def empty_info(steps: int) -> StepInfo:
+    """Rows for `steps` steps, filled as a decode call runs them."""
+    top = (steps, TOP_ALTERNATIVES)
+    return StepInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps,)),
+                    jnp.zeros(top, jnp.int32), jnp.zeros(top), jnp.zeros(top))
+
+
+def _chosen(probs: jax.Array, token: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(probs, token[:, None], axis=-1)[:, 0]
+
+
+def token_info(model: jax.Array, final: jax.Array, token: jax.Array) -> StepInfo:
+    """model and final probabilities (B, V) over the whole vocabulary, token (B,)."""
+    entropy = jax.scipy.special.entr
+    top_model, top_ids = jax.lax.top_k(model, TOP_ALTERNATIVES)
+    top_final = jnp.take_along_axis(final, top_ids, axis=-1)
+    return StepInfo(_chosen(final, token), entropy(final).sum(axis=-1), _chosen(model, token),
+                    entropy(model).sum(axis=-1), top_ids.astype(jnp.int32), top_final, top_model)
 
 
 def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Array, mode: SamplingMode,
@@ -123,6 +140,7 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Arr
     `produced` is how many tokens this request has generated so far (for min_new_tokens).
     """
     logits = logits.astype(jnp.float32)
+    model = jax.nn.softmax(logits, axis=-1)  # before any processor: the model's own distribution
     if mode.penalty:
         logits = _penalize(logits, seen, knobs.penalty)
     if eos_ids:  # MinNewTokensLengthLogitsProcessor: no EOS before min_new_tokens
@@ -130,7 +148,7 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Arr
         logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)
     if mode.greedy:
         token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        return token, key, token_info(jax.nn.softmax(logits, axis=-1), token)
+        return token, key, token_info(model, jax.nn.softmax(logits, axis=-1), token)
     key, draw = jax.random.split(key)
     values, indices = candidates(logits, mode, knobs)
     choice = jax.random.categorical(draw, values, axis=-1)  # (B,)
@@ -140,7 +158,7 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Arr
         rows = jnp.arange(probs.shape[0])[:, None]
         probs = jnp.zeros(logits.shape, probs.dtype).at[rows, indices].set(probs)  # back to (B, V)
     token = choice.astype(jnp.int32)
-    return token, key, token_info(probs, token)
+    return token, key, token_info(model, probs, token)
 
 
 def mark_seen(seen: jax.Array, token: jax.Array, mode: SamplingMode) -> jax.Array:

@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from playground.errors import PlaygroundError
-from playground.models.shapes import attention_shape
+from playground.models.shapes import attention_shape, check_head_split
 
 AXIS = "tp"
 # parameter name suffix -> (which dimension is split, which config count must divide by N)
@@ -50,12 +50,7 @@ def counts(config: Any) -> dict[str, int]:
 
 def check(config: Any, devices: int) -> None:
     """Query heads are what we split; refuse a device count that does not divide them."""
-    heads = counts(config)["heads"]
-    if devices > 1 and heads % devices:
-        divisors = [d for d in range(2, heads + 1) if heads % d == 0]
-        raise PlaygroundError(
-            f"devices={devices} does not divide the model's {heads} attention heads; tensor parallelism splits "
-            f"heads evenly, so use devices in {', '.join(map(str, [1, *divisors]))}")
+    check_head_split(counts(config)["heads"], devices)
 
 
 def weight_spec(name: str, ndim: int, config: Any, devices: int) -> PartitionSpec:

@@ -29,7 +29,8 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     if config.pad_token_id is None:
         config.pad_token_id = first_eos(config)
     if spec.strategy == "sampling":
-        config.update(do_sample=True, temperature=spec.temperature, top_k=spec.top_k or None,
+        # top_k=0 must be said: transformers fills an unset (None) top_k with its default of 50
+        config.update(do_sample=True, temperature=spec.temperature, top_k=spec.top_k,
                       top_p=spec.top_p if spec.top_p < 1.0 else None, min_p=spec.min_p or None)
     elif spec.strategy == "beam":
         config.update(num_beams=spec.num_beams, length_penalty=spec.length_penalty,

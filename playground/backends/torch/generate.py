@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
 from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.config import assistant_kwargs, generation_config
-from playground.backends.torch.probes import CacheTrace, TokenProbe
+from playground.backends.torch.probes import (
+    CacheTrace,
+    TokenProbe,
+    count_draft_tokens,
+    count_forward_passes,
+    probing_processors,
+)
 from playground.kv.factory import kv_bytes, make_cache
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -58,46 +63,6 @@ class StopWhen(StoppingCriteria):
         return cast(torch.BoolTensor, stop)
 
 
-@contextmanager
-def count_forward_passes(module: torch.nn.Module) -> Iterator[list[int]]:
-    """Counts calls of the main model's forward (the draft model is another module, so it is not counted)."""
-    count = [0]
-    handle = module.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-    try:
-        yield count
-    finally:
-        handle.remove()
-
-
-@contextmanager
-def count_draft_tokens(model: Any) -> Iterator[list[int]]:
-    """Counts the draft tokens assisted generation proposes to the main model.
-
-    transformers builds its candidate generator inside generate(); we wrap the factory on this instance for
-    the duration of one call (the runner's generation lock is held) and count each proposal's length at the source.
-    """
-    proposed = [0]
-    build = model._get_candidate_generator
-
-    def counting_build(*args: Any, **kwargs: Any) -> Any:
-        generator = build(*args, **kwargs)
-        get_candidates = generator.get_candidates
-
-        def counting_get(input_ids: torch.Tensor, *a: Any, **k: Any) -> Any:
-            candidate_ids, logits = get_candidates(input_ids, *a, **k)
-            proposed[0] += candidate_ids.shape[1] - input_ids.shape[1]
-            return candidate_ids, logits
-
-        generator.get_candidates = counting_get
-        return generator
-
-    model._get_candidate_generator = counting_build
-    try:
-        yield proposed
-    finally:
-        del model._get_candidate_generator  # back to the class's method
-
-
 def streams(spec: RunSpec) -> bool:
     """transformers refuses a streamer with beam search (several hypotheses, none final until the end)."""
     return spec.strategy != "beam"
@@ -136,6 +101,7 @@ class _Run:
     stop: StopWhen
     trace: CacheTrace
     probe: TokenProbe | None
+    beams: BeamRecorder | None
 
 
 @dataclass
@@ -163,13 +129,14 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         trace=CacheTrace(cache),
         # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
         probe=TokenProbe() if spec.strategy in ("greedy", "sampling") else None,
+        beams=BeamRecorder() if spec.strategy == "beam" else None,
     )
 
 
 def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run) -> tuple[Any, _Measured]:
     """model.generate, seeded and timed, counting main-model forward passes and proposed draft tokens."""
-    with torch.inference_mode(), count_forward_passes(model) as passes, \
-            count_draft_tokens(model) as proposed:
+    with torch.inference_mode(), count_forward_passes(model) as passes, count_draft_tokens(model) as proposed, \
+            probing_processors(model, run.probe), recording_beams(model, run.beams):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
         out = model.generate(
@@ -179,7 +146,6 @@ def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run
             past_key_values=run.cache,
             streamer=run.streamer,
             stopping_criteria=StoppingCriteriaList([run.stop, run.trace]),
-            logits_processor=LogitsProcessorList([run.probe] if run.probe else []),
             **run.assistant,
         )
         end = time.perf_counter()
@@ -191,17 +157,21 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
     first = sequences[0]
     token_times = run.streamer.token_times if run.streamer else []
     assisted = spec.strategy == "assisted"
+    # each main verification pass streams one chunk; counted there, since a draft that is the main model itself
+    # would trip the forward hook too
+    passes = len(run.streamer.chunk_sizes) if assisted and run.streamer else measured.forward_passes
     return GenerationOutput(
         sequences=sequences,
         start_time=measured.start,
         token_times=token_times[: len(first)],
         kv_cache_bytes=kv_bytes(run.cache),
         scores=_beam_scores(out),
-        acceptance_rate=_acceptance_rate(len(first), measured) if assisted else None,
+        acceptance_rate=_acceptance_rate(len(first), passes, measured.draft_tokens_proposed) if assisted else None,
         token_info=run.probe.finish(first[-1] if first else None)[: len(first)] if run.probe else None,
         draft_flags=_draft_flags(run.streamer, len(first)) if assisted else None,
         kv_trace=run.trace.bytes,
-        forward_passes=measured.forward_passes,
+        beam_tree=run.beams.tree(first) if run.beams else None,
+        forward_passes=passes,
         stopped=run.stop.triggered,
         extra={"generate_s": measured.end - measured.start,
                "draft_tokens_proposed": measured.draft_tokens_proposed if assisted else None},
@@ -214,13 +184,12 @@ def _beam_scores(out: Any) -> list[float] | None:
     return scores.tolist() if scores is not None else None
 
 
-def _acceptance_rate(new_tokens: int, measured: _Measured) -> float | None:
+def _acceptance_rate(new_tokens: int, forward_passes: int, proposed: int) -> float | None:
     """Assisted decoding: accepted draft tokens / proposed ones (None when nothing was proposed)."""
-    if not measured.draft_tokens_proposed:
+    if not proposed:
         return None
     # each main forward verifies one proposal and adds its accepted drafts plus one token of its own
-    accepted = new_tokens - measured.forward_passes
-    return max(0, accepted) / measured.draft_tokens_proposed
+    return max(0, new_tokens - forward_passes) / proposed
 
 
 def _draft_flags(streamer: TimingStreamer | None, new_tokens: int) -> list[bool] | None:
@@ -238,14 +207,3 @@ def _trim(ids: list[int], config: Any) -> list[int]:
         if token in stops:
             return ids[: i + 1]
     return ids
-
-
-def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache: str = "dynamic",
-                     streamer: BaseStreamer | None = None, **kwargs: Any) -> list[int]:
-    """Exactly `new_tokens` greedy tokens from plain transformers generate, none of our processors or caches:
-    the reference the other paths must match (tests) and are timed against (bench)."""
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, streamer=streamer, **extra, **kwargs)
-    return list(out[0, ids.shape[1]:].tolist())

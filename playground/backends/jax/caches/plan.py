@@ -126,6 +126,18 @@ def plan_bytes(layouts: Layouts, batch: int = 1) -> int:
     return sum(nbytes(layout, batch) for layout in layouts)
 
 
+def peak_bytes(plan: CachePlan, batch: int = 1) -> tuple[int, bool]:
+    """The most bytes the cache holds at once over a request, and whether that peak is a growth step (the old
+    layouts' arrays and the new ones' are both held while one is copied into the other)."""
+    schedule = plan.schedule()
+    peak, growing = plan_bytes(schedule[0], batch), False
+    for old, new in zip(schedule, schedule[1:], strict=False):
+        both = plan_bytes(old, batch) + plan_bytes(new, batch)
+        if both > peak:
+            peak, growing = both, True
+    return peak, growing
+
+
 def describe(layouts: Layouts) -> dict[str, int]:
     """How many layers have each layout, for the result's `extra`."""
     counts: dict[str, int] = {}

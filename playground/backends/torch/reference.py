@@ -1,0 +1,45 @@
+"""The full-precision reference: plain transformers generate (what the other paths must match) and a teacher-forced
+judgement of any output under the fp32 model (what a cheaper setting costs in quality)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers.generation.streamers import BaseStreamer
+
+
+def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache: str = "dynamic",
+                     streamer: BaseStreamer | None = None, **kwargs: Any) -> list[int]:
+    """Exactly `new_tokens` greedy tokens from plain transformers generate, none of our processors or caches:
+    the reference the other paths must match (tests) and are timed against (bench)."""
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, streamer=streamer, **extra, **kwargs)
+    return list(out[0, ids.shape[1]:].tolist())
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """An output read by the full-precision model with its dynamic cache."""
+
+    mean_logprob: float | None  # mean log-probability per generated token, in nats (None: nothing generated)
+    greedy_divergence: int | None  # first token where greedy decoding would have chosen otherwise; None: never
+
+
+def judge(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> Judgement:
+    """One forward pass over prompt + output. Up to the first token greedy would not have chosen, the output *is*
+    the greedy reference, so the first position whose token is not the argmax is where it leaves greedy."""
+    if not new_ids:
+        return Judgement(None, None)
+    ids = torch.cat([prompt_ids, torch.tensor([new_ids], dtype=prompt_ids.dtype)], dim=1)  # (1, T + N)
+    with torch.inference_mode():
+        out = model(ids, attention_mask=torch.ones_like(ids))
+    logits = out.logits[0, prompt_ids.shape[1] - 1: -1].float()  # (N, V): the distribution each new token came from
+    log_probs = torch.log_softmax(logits, dim=-1)
+    chosen = torch.tensor(new_ids)
+    mean = float(log_probs.gather(1, chosen[:, None]).mean())
+    differs = torch.nonzero(log_probs.argmax(dim=-1) != chosen)
+    return Judgement(round(mean, 5), int(differs[0, 0]) if len(differs) else None)

@@ -1,0 +1,70 @@
+"""Beam search you can watch: every returned sequence with its score, and the search as a tree (SVG).
+
+Each step is a column of the candidates beam search weighed, best first; a line joins each to the beam it
+extends. Kept candidates are solid, pruned ones faint, finished ones boxed, and the returned best path is
+highlighted, so the user sees where the winner was not the greedy choice.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from playground.result import BeamRecord, Result
+
+STEP_WIDTH = 92  # px per step
+ROW_HEIGHT = 30  # px per candidate
+NODE_WIDTH = 80
+NODE_HEIGHT = 22
+MAX_STEPS = 96  # longer searches are cut here, with a note, to keep the page light
+
+
+def _token(text: str) -> str:
+    shown = text.replace("\n", "↵") if text.strip() else text.replace(" ", "·") or "∅"
+    return html.escape(shown if len(shown) <= 9 else shown[:8] + "…")
+
+
+def _node(x: float, y: float, node: BeamRecord) -> str:
+    state = "chosen" if node["chosen"] else "finished" if node["finished"] else "kept" if node["kept"] else "pruned"
+    title = html.escape(f"{node['text']!r}: cumulative log-prob {node['score']:.3f} ({state})", quote=True)
+    return (f"<g class='beam-node {state}'><title>{title}</title>"
+            f"<rect x='{x:.0f}' y='{y:.0f}' width='{NODE_WIDTH}' height='{NODE_HEIGHT}' rx='4'/>"
+            f"<text x='{x + 4:.0f}' y='{y + 15:.0f}'>{_token(node['text'])}</text>"
+            f"<text class='score' x='{x + NODE_WIDTH - 3:.0f}' y='{y + 15:.0f}' text-anchor='end'>"
+            f"{node['score']:.1f}</text></g>")
+
+
+def tree_svg(steps: Sequence[Sequence[BeamRecord]]) -> str:
+    """The search as an SVG: columns of candidates, lines to their parents."""
+    shown = steps[:MAX_STEPS]
+    rows = max((len(step) for step in shown), default=0)
+    width, height = len(shown) * STEP_WIDTH + 8, rows * ROW_HEIGHT + 8
+    lines, nodes = [], []
+    for s, step in enumerate(shown):
+        for r, node in enumerate(step):
+            x, y = 4 + s * STEP_WIDTH, 4 + r * ROW_HEIGHT
+            if node["parent"] is not None and s:
+                px, py = 4 + (s - 1) * STEP_WIDTH + NODE_WIDTH, 4 + node["parent"] * ROW_HEIGHT + NODE_HEIGHT / 2
+                state = "chosen" if node["chosen"] else "kept" if node["kept"] or node["finished"] else "pruned"
+                lines.append(f"<line class='beam-edge {state}' x1='{px:.0f}' y1='{py:.0f}' x2='{x:.0f}' "
+                             f"y2='{y + NODE_HEIGHT / 2:.0f}'/>")
+            nodes.append(_node(x, y, node))
+    return (f"<svg class='beam-svg' width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
+            f"role='img' aria-label='beam search tree'>{''.join(lines)}{''.join(nodes)}</svg>")
+
+
+def beam_html(result: Result | None) -> str:
+    """Returned sequences with their scores, the legend and the tree; empty for a run without beam search."""
+    if not result or not result["beam_tree"]:
+        return ""
+    scores = result["scores"] or []
+    items = "".join(f"<li><b>{score:.3f}</b> {html.escape(text)}</li>"
+                    for text, score in zip(result["sequences"], scores, strict=False))
+    cut = len(result["beam_tree"]) > MAX_STEPS
+    note = f" Showing the first {MAX_STEPS} of {len(result['beam_tree'])} steps." if cut else ""
+    return ("<div class='beam-view'><div class='beam-head'>Returned sequences (score = log-probability / "
+            f"length<sup>length_penalty</sup>, best first):</div><ol>{items}</ol>"
+            "<div class='beam-legend'><span class='chosen'>returned best path</span> · <span class='kept'>kept"
+            "</span> · <span class='pruned'>pruned</span> · <span class='finished'>finished (EOS or length)"
+            f"</span> · numbers: cumulative log-probability.{note}</div>"
+            f"<div class='beam-scroll'>{tree_svg(result['beam_tree'])}</div></div>")

@@ -1,0 +1,170 @@
+"""The comparison table: one row per figure, one column per run, and a ★ only where a difference is real.
+
+A difference is real when the best value beats the next best by more than the spread of their repeated runs
+(max - min), or, with a single run each, by more than SINGLE_RUN_MARGIN: two runs of the same setting differ
+by tens of percent on a busy machine. Values that display the same are never told apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from playground.result import Result
+
+MIB = 2**20
+SINGLE_RUN_MARGIN = 0.20
+STAR_RULE = ("★ best in row, given only when it beats the next by more than the spread of repeated runs "
+             f"(with one run: by more than {SINGLE_RUN_MARGIN:.0%})")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A figure of the table: its label with unit, where a Result has it, and which way is better."""
+
+    label: str
+    key: str
+    lower_is_better: bool | None  # None: not ranked (it depends on what ran before, or on nothing to win)
+    runs_key: str | None = None  # where repeated runs keep every value, for the spread
+
+
+ROWS = (
+    Row("TTFT, compile excluded (s)", "ttft_s", True, "ttft_s_runs"),
+    Row("decode speed (tok/s)", "tokens_per_s", False, "tokens_per_s_runs"),
+    Row("ms/token p50 (ms)", "ms_per_token_p50", True, "ms_per_token_p50_runs"),
+    Row("ms/token p90 (ms)", "ms_per_token_p90", True, "ms_per_token_p90_runs"),
+    Row("compile (s, first time only)", "compile_s", None),
+    Row("load (s)", "load_s", None),
+    Row("total (s)", "total_s", True, "total_s_runs"),
+    Row("new tokens", "new_tokens", None),
+    Row("forward passes", "forward_passes", True),
+    Row("memory: weights + KV cache (MiB)", "memory_bytes", True),
+    Row("KV cache (MiB)", "kv_cache_bytes", True),
+    Row("draft acceptance (%)", "acceptance_rate", False),
+    Row("quality: mean log-prob per token under fp32 (nats)", "mean_logprob", False),
+    Row("leaves fp32 greedy at token", "greedy_divergence", None),
+)
+# when columns generated different numbers of tokens, totals are compared per token
+TOTAL_PER_TOKEN = Row("total per token (ms)", "total_ms_per_token", True, "total_ms_per_token_runs")
+
+
+def _scaled(key: str, value: Any) -> float | int | None:
+    if value is None:
+        return None
+    if key.endswith("_bytes"):
+        return float(value) / MIB
+    if key == "acceptance_rate":
+        return 100.0 * value
+    return value
+
+
+def metric_value(result: Result | None, key: str) -> float | int | None:
+    """A row's number for one run, in the row's unit; None when the run has no such figure."""
+    if not result:
+        return None
+    metrics: Mapping[str, Any] = result["metrics"]
+    if key == "new_tokens":
+        return result["new_tokens"]
+    if key == "forward_passes":
+        return result["forward_passes"]
+    if key == "memory_bytes":
+        return _scaled(key, metrics["weight_bytes"] + metrics["kv_cache_bytes"])
+    if key == "total_ms_per_token":
+        return 1000.0 * metrics["total_s"] / result["new_tokens"] if result["new_tokens"] else None
+    return _scaled(key, metrics.get(key))
+
+
+def metric_runs(result: Result | None, row: Row) -> list[float]:
+    """Every repeated run's value of a row (empty with one run)."""
+    if not result or row.runs_key is None:
+        return []
+    metrics: Mapping[str, Any] = result["metrics"]
+    if row.key == "total_ms_per_token":
+        totals = metrics.get("total_s_runs") or []
+        return [1000.0 * t / result["new_tokens"] for t in totals] if result["new_tokens"] else []
+    return [v for v in metrics.get(row.runs_key) or [] if v is not None]
+
+
+def format_number(value: float | int | None) -> str:
+    """Three significant figures without scientific notation: tables are read, not parsed."""
+    if value is None:
+        return "–"
+    if isinstance(value, int):
+        return str(value)
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 0.01 or magnitude == 0:
+        return f"{value:.2f}"
+    return f"{value:.2g}"
+
+
+def _spread(runs: Sequence[float]) -> float | None:
+    return max(runs) - min(runs) if len(runs) > 1 else None
+
+
+def best_index(values: Sequence[float | int | None], lower_better: bool | None,
+               runs: Sequence[Sequence[float]] | None = None) -> int | None:
+    """The column whose value is really the best in its row, or None.
+
+    Real: the best beats the next best by more than the spread of either's repeated runs, or by more than
+    SINGLE_RUN_MARGIN of the next best's value when neither was repeated; and the two display differently.
+    """
+    ranked = sorted((v, i) for i, v in enumerate(values) if v is not None)
+    if lower_better is None or len(ranked) < 2:
+        return None
+    if not lower_better:
+        ranked.reverse()
+    (best, index), (second, other) = ranked[0], ranked[1]
+    if format_number(best) == format_number(second):
+        return None
+    spreads = [s for s in (_spread(runs[index]), _spread(runs[other])) if s is not None] if runs else []
+    margin = max(spreads) if spreads else SINGLE_RUN_MARGIN * abs(second)
+    return index if abs(best - second) > margin else None
+
+
+def _rows(results: Sequence[Result | None]) -> list[Row]:
+    """The rows that apply: acceptance only with an assisted column, totals per token when counts differ."""
+    counts = {r["new_tokens"] for r in results if r}
+    rows = []
+    for row in ROWS:
+        if row.key == "acceptance_rate" and all(metric_value(r, row.key) is None for r in results):
+            continue
+        rows.append(TOTAL_PER_TOKEN if row.key == "total_s" and len(counts) > 1 else row)
+    return rows
+
+
+def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> dict[str, Any]:
+    """Rows are figures, columns are runs; a real best is bold with a ★, repeated runs show their spread."""
+    data = []
+    for row in _rows(results):
+        values = [metric_value(r, row.key) for r in results]
+        runs = [metric_runs(r, row) for r in results]
+        best = best_index(values, row.lower_is_better, runs)
+        cells = []
+        for i, (value, column_runs) in enumerate(zip(values, runs, strict=True)):
+            never = row.key == "greedy_divergence" and value is None and results[i] is not None
+            text = "never" if never else format_number(value)
+            if len(column_runs) > 1:  # the median, and the range of the repeated runs
+                text += f" ({format_number(min(column_runs))}–{format_number(max(column_runs))})"
+            cells.append(f"**★ {text}**" if i == best else text)
+        data.append([row.label] + cells)
+    return {"headers": ["metric"] + list(labels), "data": data}
+
+
+def empty_metrics() -> dict[str, Any]:
+    """The figures a run will fill in; no column heads until a column has a result."""
+    rows = [row.label for row in ROWS if row.key != "acceptance_rate"]
+    return {"headers": ["metric", "no results yet"], "data": [[label, ""] for label in rows]}
+
+
+def process_memory_note(results: Sequence[Result | None]) -> str:
+    """The process's peak resident memory: one figure for the page, since every column shares the process."""
+    peaks = [r["metrics"]["peak_rss_bytes"] for r in results if r and r["metrics"]["peak_rss_bytes"] is not None]
+    if not peaks:
+        return ""
+    return (f"Process peak resident memory during these runs: {max(peaks) / MIB:.0f} MiB (all columns share one "
+            "process and its loaded models; each column's own memory is in the table).")

@@ -1,0 +1,105 @@
+"""Optional warm-up after launch: load the default model and compile the JAX decoder's greedy programs in the
+background, so the first visitor does not pay ~30 s for them; the page shows a notice while it runs.
+
+PLAYGROUND_WARMUP=1 turns it on, =0 off; unset, it is on on a Hugging Face Space (SPACE_ID set) and off
+elsewhere. Runs that arrive meanwhile simply wait for the model and the generation lock it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gradio as gr
+
+from playground import runner
+from playground.events import ProgressEvent
+from playground.spec import RunSpec
+from playground.ui.page import DEFAULT_PROMPT
+
+logger = logging.getLogger(__name__)
+# JAX greedy runs of the page's default prompt. Programs are keyed by the prompt's bucket and each layer's cache
+# layout: the page's defaults (the growing cache, 64 new tokens: its lengths from 64 positions up) and the static
+# cache at the same length, which shares the growing cache's last programs.
+WARMUP_SPECS = (RunSpec(backend="jax"), RunSpec(backend="jax", cache="static"))
+POLL_S = 2.0
+
+
+@dataclass
+class WarmUpState:
+    phase: str = "off"  # off | running | done | failed
+    detail: str = ""
+    seconds: float = 0.0
+
+
+STATE = WarmUpState()
+_LOCK = threading.Lock()
+
+
+def enabled() -> bool:
+    raw = os.environ.get("PLAYGROUND_WARMUP", "").strip().lower()
+    if raw:
+        return raw in ("1", "true", "yes")
+    return bool(os.environ.get("SPACE_ID"))
+
+
+def start(prompt: str = DEFAULT_PROMPT, specs: tuple[RunSpec, ...] = WARMUP_SPECS) -> threading.Thread | None:
+    """Start the warm-up in a background thread when it is enabled (once); returns the thread."""
+    with _LOCK:
+        if not enabled() or STATE.phase != "off":
+            return None
+        STATE.phase, STATE.detail = "running", "starting"
+    thread = threading.Thread(target=_run, args=(prompt, specs), name="warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run(prompt: str, specs: tuple[RunSpec, ...]) -> None:
+    began = time.perf_counter()
+    try:
+        for spec in specs:
+            STATE.detail = "compiling the JAX decoder"
+            for event in runner.run(prompt, spec):
+                if isinstance(event, ProgressEvent) and event.fraction < 1.0:
+                    STATE.detail = event.message
+                elif isinstance(event, ProgressEvent):
+                    STATE.detail = "compiling the JAX decoder"
+        STATE.phase = "done"
+    except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs the first visitor the wait
+        logger.warning("warm-up failed: %s", exc)
+        STATE.phase, STATE.detail = "failed", str(exc)
+    STATE.seconds = round(time.perf_counter() - began, 2)
+
+
+def notice() -> str:
+    """The page's line while the warm-up runs; empty otherwise."""
+    if STATE.phase != "running":
+        return ""
+    return (f"⏳ **Warming up** ({STATE.detail}): the default model is loading and the JAX decoder compiling, "
+            "about 30 s after a restart. Runs started now begin when it is done.")
+
+
+def status() -> dict[str, Any]:
+    """The warm-up's phase, what it is doing and how long it took (an undocumented API for hosts and tests)."""
+    return asdict(STATE)
+
+
+def banner() -> tuple[gr.Markdown, gr.Timer]:
+    """The notice and the timer that refreshes it (build inside the Blocks, where the notice should show)."""
+    return (gr.Markdown(notice(), visible=bool(notice()), elem_id="warmup", elem_classes=["status"]),
+            gr.Timer(POLL_S, active=False))
+
+
+def wire(demo: gr.Blocks, markdown: gr.Markdown, timer: gr.Timer) -> None:
+    """Show the notice on page load, poll it while the warm-up runs, stop polling once it is done."""
+    def refresh() -> dict[Any, Any]:
+        text = notice()
+        return {markdown: gr.update(value=text, visible=bool(text)), timer: gr.Timer(active=bool(text))}
+
+    demo.load(refresh, None, [markdown, timer], queue=False, api_visibility="private")
+    timer.tick(refresh, None, [markdown, timer], queue=False, api_visibility="private")
+    gr.api(status, api_name="warmup", queue=False, api_visibility="undocumented")

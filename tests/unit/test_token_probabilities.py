@@ -1,0 +1,85 @@
+"""Token probabilities mean the same on both backends: `p`/`entropy` of the distribution the token was drawn from,
+`p_model`/`entropy_model` of the model's own softmax, the same alternatives.
+
+Sampled runs draw different tokens on the two backends (different random generators), so the PyTorch run is made
+to draw the JAX run's tokens (torch.multinomial answers with them); every processor and filter still runs, so
+each step's distributions are the ones PyTorch computes for that prefix.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torchax")
+pytest.importorskip("jax")
+
+from playground.spec import RunSpec  # noqa: E402
+from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run  # noqa: E402
+
+PROMPT = torch.tensor([[5, 17, 42, 99, 3, 17, 42]])
+NEW = 16
+TOLERANCE = 1e-3
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_loaded("tiny-llama", tiny_llama(seed=3))
+
+
+def torch_drawing(monkeypatch: pytest.MonkeyPatch, tokens: list[int]) -> None:
+    """torch.multinomial answers with `tokens`, one per call, after checking each could be drawn."""
+    queue = list(tokens)
+
+    def draw(probs: torch.Tensor, num_samples: int = 1, **kwargs: object) -> torch.Tensor:
+        token = queue.pop(0)
+        assert probs[0, token] > 0, "PyTorch's distribution cannot draw the token JAX drew"
+        return torch.tensor([[token]])
+
+    monkeypatch.setattr(torch, "multinomial", draw)
+
+
+def assert_same_records(ours: list[dict], theirs: list[dict]) -> None:
+    assert len(ours) == len(theirs) == NEW
+    for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        for key in ("p", "entropy", "p_model", "entropy_model"):
+            assert a[key] == pytest.approx(b[key], abs=TOLERANCE), f"step {step}: {key}"
+        assert [t[0] for t in a["top"]] == [t[0] for t in b["top"]], f"step {step}: alternatives"
+        for (_, p_a, q_a), (_, p_b, q_b) in zip(a["top"], b["top"], strict=True):
+            assert p_a == pytest.approx(p_b, abs=TOLERANCE) and q_a == pytest.approx(q_b, abs=TOLERANCE)
+
+
+def test_greedy_records_agree_with_a_penalty_and_a_minimum_length(llama):
+    knobs = {"max_new_tokens": NEW, "min_new_tokens": NEW, "repetition_penalty": 2.0}
+    jax_out, _ = jax_run(llama, PROMPT, RunSpec(backend="jax", cache="static", **knobs))
+    torch_out, _ = torch_run(llama, PROMPT, RunSpec(**knobs))
+    assert jax_out.sequences == torch_out.sequences
+    assert_same_records(jax_out.token_info, torch_out.token_info)
+    # the penalty moves the drawn distribution away from the model's own
+    assert any(abs(r["p"] / r["p_model"] - 1) > 0.01 for r in torch_out.token_info)
+
+
+@pytest.mark.parametrize("filters", [
+    {"temperature": 0.7, "top_k": 0},
+    {"temperature": 1.3, "top_k": 5},
+    {"top_k": 0, "top_p": 0.8},
+    {"top_k": 0, "min_p": 0.2},
+    {"temperature": 0.9, "top_k": 20, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.2},
+], ids=["temperature", "top_k", "top_p", "min_p", "all"])
+def test_sampled_records_agree_with_each_filter(llama, monkeypatch, filters):
+    knobs = {"strategy": "sampling", "seed": 11, "max_new_tokens": NEW, "min_new_tokens": NEW, **filters}
+    jax_out, _ = jax_run(llama, PROMPT, RunSpec(backend="jax", cache="static", **knobs))
+    torch_drawing(monkeypatch, jax_out.sequences[0])
+    torch_out, _ = torch_run(llama, PROMPT, RunSpec(**knobs))
+    assert torch_out.sequences == jax_out.sequences
+    assert_same_records(jax_out.token_info, torch_out.token_info)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_top_k_1_draws_with_probability_1_while_the_model_was_less_sure(llama, backend):
+    run = jax_run if backend == "jax" else torch_run
+    out, _ = run(llama, PROMPT, RunSpec(backend=backend, cache="static", strategy="sampling", top_k=1, temperature=0.7,
+                                        max_new_tokens=NEW, min_new_tokens=NEW))
+    assert all(r["p"] == pytest.approx(1.0) and r["entropy"] == pytest.approx(0.0, abs=1e-6)
+               for r in out.token_info)
+    assert all(r["p_model"] < 1.0 for r in out.token_info)  # a random model is never certain
