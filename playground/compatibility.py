@@ -41,11 +41,19 @@ for _cache, _why in (
     _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
 for _strategy in STRATEGIES:
     for _cache in CACHES:
-        if _strategy in ("beam", "assisted"):
+        if _strategy == "beam":
             _REFUSED[("jax", _strategy, _cache)] = (
                 f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
                 "or backend 'torch'"
             )
+# JAX assisted decoding rolls rejected drafts back by moving the cache position, exact only where every position
+# stays in full precision until overwritten (caches/extend.py)
+for _cache, _why in (
+    ("quantized", "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"),
+    ("sliding", "a verify pass writes past the window, overwriting positions a rejected draft would need back"),
+    ("sink", "a verify pass writes past the window, overwriting positions a rejected draft would need back"),
+):
+    _REFUSED[("jax", "assisted", _cache)] = f"{_why}; use cache 'dynamic' or 'static', or backend 'torch'"
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
@@ -65,6 +73,10 @@ def check_combination(spec: Combination) -> None:
             f"weights '{spec.weights}' are not supported on the JAX path (bitsandbytes layers only run in "
             "PyTorch, and XLA on CPU converts bf16 instead of fusing it); use fp32 or backend 'torch'"
         )
+    if spec.backend == "jax" and getattr(spec, "assistant", None) is not None:
+        raise PlaygroundError(
+            "assistant: a draft model is not available on the JAX path yet; use prompt_lookup (e.g. 10) for "
+            "assisted decoding on JAX, or backend 'torch' for a draft model")
     if spec.backend == "torch" and spec.devices != 1:
         raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
 

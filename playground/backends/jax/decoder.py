@@ -25,6 +25,8 @@ from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
 from playground.backends.jax.engine import DecodeState, Engine, engine_for
+from playground.backends.jax.programs import Compiled, run_prompt
+from playground.backends.jax.records import token_records as _records
 from playground.backends.jax.sampling import Knobs
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -39,6 +41,10 @@ class JaxBackend:
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+        if spec.strategy == "assisted":
+            from playground.backends.jax import assisted
+
+            return assisted.generate(loaded, input_ids, spec, emit, should_stop, draft)
         return generate(loaded, input_ids, spec, emit, should_stop)
 
 
@@ -57,13 +63,12 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     return _output(request, run, start)
 
 
-class _Programs:
-    """Every compiled program a request needs, fetched (or compiled) before the prompt runs: a cold
-    request's compile shows in its TTFT and in compile_s, never inside its decode rate."""
+class _Programs(Compiled):
+    """Every compiled program a request needs: prefill, first token, a decode loop and a growth step per layout."""
 
     def __init__(self, engine: Engine, bucket: int, schedule: list[Layouts], mode: sampling.SamplingMode,
                  eos: tuple[int, ...], batch: int, decode: bool) -> None:
-        self.compile_s = 0.0
+        super().__init__()
         self.prefill = self._add(engine.prefill_program(bucket, schedule[0], batch))
         self.first = self._add(engine.start_program(bucket, schedule[0], mode, eos, batch))
         self.decoders: dict[Layouts, Any] = {}
@@ -72,11 +77,6 @@ class _Programs:
             self.decoders[layouts] = self._add(engine.decode_program(layouts, STEPS_PER_CALL, mode, eos, batch))
             if i:
                 self.growers[layouts] = self._add(engine.grow_program(schedule[i - 1], layouts, mode, batch))
-
-    def _add(self, compiled: tuple[Any, float]) -> Any:
-        program, seconds = compiled
-        self.compile_s += seconds
-        return program
 
 
 @dataclass
@@ -123,17 +123,9 @@ def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec) -> _Request
 
 def _prefill(request: _Request, prompt: np.ndarray, spec: RunSpec) -> _Run:
     """The padded prompt into a new cache, and the first new token brought to the host."""
-    engine, programs = request.engine, request.programs
-    # right padding: causal masking keeps it out of the real tokens
-    padded = np.zeros((prompt.shape[0], request.bucket), np.int32)
-    padded[:, : request.prompt_len] = prompt
-    ids, true_len = engine.put(padded), engine.put(np.int32(request.prompt_len))
-    knobs = engine.put(sampling.knobs_for(spec))
-    logits, cache = programs.prefill(engine.weights, ids, true_len)
-    state, info = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
-    first, info = jax.device_get((state.token, info))
+    state, knobs, first, info = run_prompt(request.engine, request.programs, prompt, request.bucket, spec)
     length = request.plan.lengths[0]
-    return _Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length), tokens=[int(first[0])],
+    return _Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length), tokens=[first],
                 token_info=_records(info, 1), token_times=[time.perf_counter()],
                 kv_trace=[cache_bytes(state.cache)])
 
@@ -198,14 +190,6 @@ def _output(request: _Request, run: _Run, start: float) -> GenerationOutput:
                "cache_layers": cache_plan.describe(run.layouts),
                **_engine_extra(request.engine, request.reused, run.calls)},
     )
-
-
-def _records(info: sampling.StepInfo, count: int) -> list[TokenInfo]:
-    """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
-    rows = [row[:count] for row in info]
-    return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
-             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True))}
-            for p, h, q, hq, ids, top_p, top_q in zip(*rows, strict=True)]
 
 
 def _engine_extra(engine: Engine, reused: bool, calls: int) -> dict[str, Any]:

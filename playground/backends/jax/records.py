@@ -1,0 +1,14 @@
+"""Device StepInfo rows -> the backends' common TokenInfo records (the decode chunks' and the verify passes')."""
+
+from __future__ import annotations
+
+from playground.backends.base import TokenInfo
+from playground.backends.jax.sampling import StepInfo
+
+
+def token_records(info: StepInfo, count: int) -> list[TokenInfo]:
+    """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
+    rows = [row[:count] for row in info]
+    return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
+             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True))}
+            for p, h, q, hq, ids, top_p, top_q in zip(*rows, strict=True)]

@@ -1,0 +1,129 @@
+"""JAX assisted decoding: drafts verified in one pass give plain greedy's tokens, counted honestly, compiled once.
+
+Tiny random models never repeat themselves the way text does, so the prompts here are built to be found again:
+a prompt that repeats a phrase, and the tiny model's own greedy output fed back as the prompt (then every
+lookup draft is right until the text leaves what it has seen).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torchax")
+pytest.importorskip("jax")
+
+from playground.backends.jax import lookup as lookup_module  # noqa: E402
+from playground.backends.jax.decoder import JaxBackend  # noqa: E402
+from playground.errors import PlaygroundError  # noqa: E402
+from playground.spec import RunSpec  # noqa: E402
+from tests.helpers import jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+
+NEW = 40
+PROMPT = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_loaded("tiny-llama", tiny_llama())
+
+
+def spec(**overrides) -> RunSpec:
+    values = {"backend": "jax", "cache": "static", "strategy": "assisted", "prompt_lookup": 5,
+              "max_new_tokens": NEW, "min_new_tokens": NEW}
+    values.update(overrides)
+    return RunSpec(**values)
+
+
+def plain(loaded, prompt, **overrides) -> list[int]:
+    values = {"backend": "jax", "cache": "static", "max_new_tokens": NEW, "min_new_tokens": NEW, **overrides}
+    out, _ = jax_run(loaded, prompt, RunSpec(**values))
+    return out.sequences[0]
+
+
+def assisted(loaded, prompt, run_spec: RunSpec, draft=None):
+    chunks: list[list[int]] = []
+    out = JaxBackend().generate(loaded, prompt, run_spec, chunks.append, lambda: False, draft)
+    return out, chunks
+
+
+def grounded(loaded) -> torch.Tensor:
+    """A prompt the model will largely repeat: its own greedy continuation of PROMPT, then PROMPT again."""
+    own = plain(loaded, PROMPT, max_new_tokens=NEW, min_new_tokens=NEW)
+    return torch.tensor([PROMPT[0].tolist() + own + PROMPT[0].tolist()])
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_greedy_prompt_lookup_gives_plain_greedy_tokens(llama, cache):
+    for prompt in (PROMPT, grounded(llama)):
+        out, chunks = assisted(llama, prompt, spec(cache=cache))
+        assert out.sequences[0] == plain(llama, prompt, cache=cache)
+        assert [t for chunk in chunks for t in chunk] == out.sequences[0]
+
+
+def test_counts_are_what_was_drafted_and_kept(llama):
+    out, chunks = assisted(llama, grounded(llama), spec())
+    drafted, accepted = out.extra["draft_tokens_proposed"], out.extra["draft_tokens_accepted"]
+    assert drafted > 0 and 0 < accepted <= drafted
+    assert out.acceptance_rate == pytest.approx(accepted / drafted)
+    assert 0.0 <= out.acceptance_rate <= 1.0
+    assert sum(out.draft_flags) == accepted  # the page underlines exactly the kept drafts
+    assert len(out.draft_flags) == len(out.token_info) == len(out.sequences[0])
+    # the prefill's token, then one chunk per verify pass: kept drafts plus the main model's own token
+    assert out.forward_passes == len(chunks) == 1 + out.extra["verify_passes"]
+    assert out.forward_passes < len(out.sequences[0])  # fewer passes than tokens: drafts were kept
+    assert all(chunk_flags[-1] is False for chunk_flags in _split(out.draft_flags, chunks))
+
+
+def _split(flags: list[bool], chunks: list[list[int]]) -> list[list[bool]]:
+    parts, at = [], 0
+    for chunk in chunks:
+        parts.append(flags[at: at + len(chunk)])
+        at += len(chunk)
+    return parts
+
+
+def test_eos_inside_the_drafts_ends_the_run():
+    loaded = tiny_loaded("tiny-llama-eos", tiny_llama(seed=3))
+    reference = plain(loaded, PROMPT, max_new_tokens=60, min_new_tokens=0)
+    eos = reference[len(reference) // 2]  # make a mid-run token the stop token
+    loaded.model.generation_config.eos_token_id = eos
+    expected = plain(loaded, PROMPT, max_new_tokens=60, min_new_tokens=0)
+    out, _ = assisted(loaded, torch.tensor([PROMPT[0].tolist() + reference]), spec(max_new_tokens=60,
+                                                                                   min_new_tokens=0))
+    prompt_again = torch.tensor([PROMPT[0].tolist() + reference])
+    assert out.sequences[0] == plain(loaded, prompt_again, max_new_tokens=60, min_new_tokens=0)
+    assert out.sequences[0][-1] == eos and expected[-1] == eos
+
+
+def test_a_repeated_request_compiles_nothing(llama):
+    assisted(llama, PROMPT, spec(cache="dynamic"))
+    again, _ = assisted(llama, PROMPT, spec(cache="dynamic"))
+    assert again.compile_s == 0.0
+
+
+def test_lookup_matches_transformers_choice():
+    import numpy as np
+
+    history = np.array([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3])
+    assert lookup_module.lookup(history, 3).tolist() == [4, 9, 2]  # first match of the bigram (2, 3)
+    assert lookup_module.lookup(np.array([7, 1, 8, 1]), 2).tolist() == [8, 1]  # unigram fallback
+    assert lookup_module.lookup(np.array([1, 2, 3]), 4).tolist() == []
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"cache": "quantized"}, "use cache 'dynamic' or 'static'"),
+    ({"cache": "sliding"}, "use cache 'dynamic' or 'static'"),
+    ({"cache": "sink"}, "use cache 'dynamic' or 'static'"),
+    ({"prompt_lookup": 0, "assistant": "smollm2-135m"}, "use prompt_lookup"),
+    ({"assistant": "smollm2-135m"}, "exactly one source of draft tokens"),
+])
+def test_refused_before_anything_loads(overrides, message):
+    with pytest.raises(PlaygroundError, match=message):
+        spec(**overrides)
+
+
+def test_sliding_window_layers_are_refused_with_the_reason():
+    gemma = tiny_loaded("tiny-gemma", tiny_gemma(sliding_window=8))
+    with pytest.raises(PlaygroundError, match="sliding-window layers"):
+        assisted(gemma, PROMPT, spec())
