@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="apply the chat template (default: when the model is an instruct model)")
         elif field.name == "early_stopping":
             run.add_argument(flag, action="store_true", default=None, help="beam search: stop at num_beams finished")
+        elif field.name == "assisted_sampling":
+            run.add_argument(flag, action="store_true", default=None,
+                             help="assisted decoding: sample with the sampling knobs (speculative sampling)")
         elif field.name == "assistant":
             run.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
         else:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 pytest.importorskip("torchax")
-pytest.importorskip("jax")
+jax = pytest.importorskip("jax")
 
 from playground.backends.jax import lookup as lookup_module  # noqa: E402
 from playground.backends.jax.decoder import JaxBackend  # noqa: E402
@@ -127,3 +127,55 @@ def test_sliding_window_layers_are_refused_with_the_reason():
     gemma = tiny_loaded("tiny-gemma", tiny_gemma(sliding_window=8))
     with pytest.raises(PlaygroundError, match="sliding-window layers"):
         assisted(gemma, PROMPT, spec())
+
+
+# -- sampling ---------------------------------------------------------------------------------------------------
+
+def test_seeded_assisted_sampling_reproduces_and_top_k_1_is_greedy(llama):
+    prompt = grounded(llama)
+    sampled = spec(assisted_sampling=True, temperature=1.5, top_k=0, seed=7)
+    first, _ = assisted(llama, prompt, sampled)
+    again, _ = assisted(llama, prompt, sampled)
+    other, _ = assisted(llama, prompt, sampled.replace(seed=8))
+    assert first.sequences[0] == again.sequences[0] != other.sequences[0]
+    assert first.draft_flags == again.draft_flags
+    assert 0.0 <= first.acceptance_rate <= 1.0
+    one_hot, _ = assisted(llama, prompt, spec(assisted_sampling=True, top_k=1, seed=3))
+    assert one_hot.sequences[0] == plain(llama, prompt)
+
+
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_speculative_sampling_draws_from_the_main_distribution(one_hot):
+    """Draft d ~ q, kept with min(1, p(d) / q(d)), else a draw from norm(max(0, p - q)): the first token is ~ p."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from playground.backends.jax import speculative
+
+    p = jnp.array([0.5, 0.3, 0.15, 0.05])
+    q = jnp.array([0.1, 0.2, 0.3, 0.4])
+    draws = 40_000
+
+    def first_token(key):
+        draft_key, verify_key = jax.random.split(key)
+        draft = jax.random.categorical(draft_key, jnp.log(q)).astype(jnp.int32)
+        if one_hot:  # prompt lookup: q is one-hot at the draft, the draft itself still arrives as drafted
+            q_rows = None
+        else:
+            q_rows = q[None, None, :]
+        final = jnp.stack([p, p])[:, None, :]  # (W=2, B=1, V)
+        tokens, _, _ = speculative.sample(final, draft[None, None], jnp.int32(1), q_rows, verify_key)
+        return tokens[0]
+
+    firsts = jax.jit(jax.vmap(first_token))(jax.random.split(jax.random.PRNGKey(0), draws))
+    freq = np.bincount(np.asarray(firsts), minlength=4) / draws
+    assert np.abs(freq - np.asarray(p)).max() < 0.01
+
+
+def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
+    from playground.backends.torch.config import generation_config
+
+    config = generation_config(spec(backend="torch", cache="dynamic", assisted_sampling=True, top_k=20), llama.model)
+    assert config.do_sample and config.top_k == 20 and config.prompt_lookup_num_tokens == 5
+    with pytest.raises(PlaygroundError, match="only apply to strategy 'assisted'"):
+        RunSpec(assisted_sampling=True)

@@ -59,8 +59,10 @@ def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> Ca
 
 
 def assisted_mode(spec: RunSpec, vocab_size: int) -> sampling.SamplingMode:
-    """Greedy, or with the sampling knobs when the run samples (speculative sampling)."""
-    return sampling.mode_for(spec.replace(strategy="greedy", assistant=None, prompt_lookup=0), vocab_size)
+    """Greedy, or the sampling knobs' mode when the run samples (speculative sampling)."""
+    strategy = "sampling" if spec.assisted_sampling else "greedy"
+    return sampling.mode_for(spec.replace(strategy=strategy, assistant=None, prompt_lookup=0, assisted_sampling=False),
+                             vocab_size)
 
 
 class _Programs(Compiled):
