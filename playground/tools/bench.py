@@ -22,6 +22,7 @@ from playground.backends.torch.generate import TimingStreamer
 from playground.backends.torch.reference import reference_greedy
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
+from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
 BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
@@ -128,6 +129,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             configs.append(bench_torch(loaded, ids, max_new_tokens, cache, probe))
         progress(f"jax: compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
+        configs += bench_grounded(loaded, max_new_tokens, probe, progress, _timed)
     finally:
         probe.close()
     bandwidth = statistics.median(probe.samples)
@@ -146,6 +148,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         "ratios": {
             "jax_vs_torch_dynamic": round(jax_rate / dynamic_rate, 3) if dynamic_rate else None,
             "jax_vs_roofline": round(jax_rate / roofline, 3) if roofline else None,
+            **grounded_ratios(by_name),
         },
     }
 
@@ -171,4 +174,5 @@ def format_table(result: dict[str, Any]) -> str:
     ratios = result["ratios"]
     lines += ["", f"jax / torch-dynamic: {cell(ratios['jax_vs_torch_dynamic'], '.2f')}x   "
                   f"jax / roofline: {cell(ratios['jax_vs_roofline'], '.0%')}"]
+    lines += assisted_lines(result)
     return "\n".join(lines)

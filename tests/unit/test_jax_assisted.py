@@ -179,3 +179,31 @@ def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
     assert config.do_sample and config.top_k == 20 and config.prompt_lookup_num_tokens == 5
     with pytest.raises(PlaygroundError, match="only apply to strategy 'assisted'"):
         RunSpec(assisted_sampling=True)
+
+
+def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
+    from playground.models import loaded
+    from playground.tools import bench
+
+    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
+
+    class FixedBandwidth:
+        def __init__(self):
+            self.samples = []
+
+        def sample(self):
+            self.samples.append(10.0)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)
+    result = bench.run_bench("tiny-llama", max_new_tokens=12, progress=lambda message: None)
+    rows = {c["name"]: c for c in result["configs"]}
+    assert {"jax-grounded", "torch-prompt-lookup", "jax-prompt-lookup"} <= set(rows)
+    assert rows["jax-grounded"]["prompt_tokens"] >= 300
+    for name in ("torch-prompt-lookup", "jax-prompt-lookup"):
+        assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
+    assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
+    assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
+    assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
