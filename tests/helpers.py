@@ -189,3 +189,25 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> to
 def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
     """Mean over rows of KL(reference || other), both log-probabilities."""
     return float((reference.exp() * (reference - other)).sum(-1).mean())
+
+
+class FixedBandwidth:
+    """Stands in for the benchmark's bandwidth probe: every sample reads 10 GB/s, instantly."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    def sample(self) -> None:
+        self.samples.append(10.0)
+
+    def close(self) -> None:
+        pass
+
+
+def bench_with(monkeypatch: pytest.MonkeyPatch, loaded_model) -> None:
+    """Make `bench.run_bench` use `loaded_model` for any name and the fixed bandwidth (no 1 GiB sums)."""
+    from playground.models import loaded
+    from playground.tools import bench
+
+    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (loaded_model, True))
+    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)

@@ -17,7 +17,7 @@ from playground.backends.jax import lookup as lookup_module  # noqa: E402
 from playground.backends.jax.decoder import JaxBackend  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import bench_with, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
 
 NEW = 40
 PROMPT = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
@@ -182,22 +182,9 @@ def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
 
 
 def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
-    from playground.models import loaded
     from playground.tools import bench
 
-    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
-
-    class FixedBandwidth:
-        def __init__(self):
-            self.samples = []
-
-        def sample(self):
-            self.samples.append(10.0)
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)
+    bench_with(monkeypatch, llama)
     result = bench.run_bench("tiny-llama", max_new_tokens=12, progress=lambda message: None)
     rows = {c["name"]: c for c in result["configs"]}
     assert {"jax-grounded", "torch-prompt-lookup", "jax-prompt-lookup"} <= set(rows)

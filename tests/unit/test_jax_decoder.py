@@ -24,6 +24,7 @@ from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     ROOT,
+    bench_with,
     jax_run,
     run_script,
     tiny_gemma,
@@ -331,21 +332,9 @@ def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
 
 
 def test_bench_reports_the_documented_object(monkeypatch, llama):
-    from playground.models import loaded
     from playground.tools import bench
 
-    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
-    class FixedBandwidth:
-        def __init__(self):
-            self.samples = []
-
-        def sample(self):
-            self.samples.append(10.0)
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)
+    bench_with(monkeypatch, llama)
     result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
