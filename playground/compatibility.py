@@ -73,10 +73,6 @@ def check_combination(spec: Combination) -> None:
             f"weights '{spec.weights}' are not supported on the JAX path (bitsandbytes layers only run in "
             "PyTorch, and XLA on CPU converts bf16 instead of fusing it); use fp32 or backend 'torch'"
         )
-    if spec.backend == "jax" and getattr(spec, "assistant", None) is not None:
-        raise PlaygroundError(
-            "assistant: a draft model is not available on the JAX path yet; use prompt_lookup (e.g. 10) for "
-            "assisted decoding on JAX, or backend 'torch' for a draft model")
     if spec.backend == "torch" and spec.devices != 1:
         raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
 
@@ -103,3 +99,19 @@ def markdown_table() -> str:
         if any(row[c] == "yes" for c in CACHES):
             lines.append(f"| {row['backend']} | {row['strategy']} | " + " | ".join(row[c] for c in CACHES) + " |")
     return "\n".join(lines)
+
+
+def draft_vocabulary_refusal(assistant: str, draft_vocab: int, main_vocab: int) -> str:
+    """Why the JAX path refuses a draft model of another vocabulary (universal assisted decoding)."""
+    return (f"assistant {assistant!r} has a vocabulary of {draft_vocab} tokens against the main model's "
+            f"{main_vocab}: the JAX path verifies drafts of the same vocabulary only (token ids passed as they "
+            "are; universal assisted decoding re-tokenizes text between the two and cannot be made exact "
+            "here); use backend 'torch' for this pair, or prompt_lookup on JAX")
+
+
+def check_draft_vocabulary(assistant: str, main_config: dict | None, draft_config: dict | None) -> None:
+    """Refuse a JAX draft of another vocabulary from the configs on disk, before either model loads."""
+    sizes = [((c or {}).get("text_config") or c or {}).get("vocab_size") for c in (main_config, draft_config)]
+    main, draft = sizes
+    if isinstance(main, int) and isinstance(draft, int) and main != draft:
+        raise PlaygroundError(draft_vocabulary_refusal(assistant, draft, main))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from playground.compatibility import check_draft_vocabulary
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
@@ -59,6 +60,8 @@ def preflight(spec: RunSpec) -> None:
     check_available(spec.model)
     if spec.assistant is not None:
         check_available(spec.assistant)
+        if spec.backend == "jax":
+            check_draft_vocabulary(spec.assistant, saved_config(spec.model), saved_config(spec.assistant))
     config = saved_config(spec.model) if spec.backend == "jax" and spec.devices > 1 else None
     text = (config or {}).get("text_config") or config or {}
     if isinstance(text.get("num_attention_heads"), int):

@@ -115,7 +115,6 @@ def test_lookup_matches_transformers_choice():
     ({"cache": "quantized"}, "use cache 'dynamic' or 'static'"),
     ({"cache": "sliding"}, "use cache 'dynamic' or 'static'"),
     ({"cache": "sink"}, "use cache 'dynamic' or 'static'"),
-    ({"prompt_lookup": 0, "assistant": "smollm2-135m"}, "use prompt_lookup"),
     ({"assistant": "smollm2-135m"}, "exactly one source of draft tokens"),
 ])
 def test_refused_before_anything_loads(overrides, message):
@@ -194,3 +193,66 @@ def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
     assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
     assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
     assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
+
+
+# -- a draft model ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def drafts():
+    """A draft identical to the main model (another object, so another engine), and an unrelated smaller one."""
+    return {"same": tiny_loaded("tiny-llama-copy", tiny_llama()),
+            "other": tiny_loaded("tiny-llama-small", tiny_llama(seed=5, num_hidden_layers=1))}
+
+
+def draft_spec(**overrides) -> RunSpec:
+    return spec(prompt_lookup=0, assistant="tiny-draft", **overrides)
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("which", ["same", "other"])
+def test_greedy_with_a_draft_model_gives_plain_greedy_tokens(llama, drafts, cache, which):
+    out, chunks = assisted(llama, PROMPT, draft_spec(cache=cache), drafts[which])
+    assert out.sequences[0] == plain(llama, PROMPT, cache=cache)
+    assert [t for chunk in chunks for t in chunk] == out.sequences[0]
+    drafted, accepted = out.extra["draft_tokens_proposed"], out.extra["draft_tokens_accepted"]
+    assert out.acceptance_rate == pytest.approx(accepted / drafted) and sum(out.draft_flags) == accepted
+    if which == "same":
+        assert out.acceptance_rate == 1.0
+        # 16 drafts + 1 per pass after the prefill's token: ceil(39 / 17) passes
+        assert out.forward_passes == 1 + 3
+    else:
+        assert out.acceptance_rate < 0.5
+
+
+def test_the_draft_count_follows_transformers_schedule():
+    from playground.backends.jax.draft import MAX_DRAFTS, next_draft_count
+
+    assert next_draft_count(4, 4) == 6 and next_draft_count(4, 2) == 3 and next_draft_count(1, 0) == 1
+    assert next_draft_count(MAX_DRAFTS, MAX_DRAFTS) == MAX_DRAFTS
+
+
+def test_seeded_sampling_with_a_draft_model_reproduces(llama, drafts):
+    sampled = draft_spec(assisted_sampling=True, temperature=1.3, top_k=0, seed=11)
+    first, _ = assisted(llama, PROMPT, sampled, drafts["other"])
+    again, _ = assisted(llama, PROMPT, sampled, drafts["other"])
+    assert first.sequences[0] == again.sequences[0] and first.draft_flags == again.draft_flags
+    assert 0.0 <= first.acceptance_rate <= 1.0
+    same, _ = assisted(llama, PROMPT, sampled, drafts["same"])
+    assert same.acceptance_rate == 1.0  # q == p: min(1, p / q) = 1, every draft is kept
+
+
+def test_a_repeated_draft_model_request_compiles_nothing(llama, drafts):
+    assisted(llama, PROMPT, draft_spec(), drafts["other"])
+    again, _ = assisted(llama, PROMPT, draft_spec(), drafts["other"])
+    assert again.compile_s == 0.0
+
+
+def test_a_draft_of_another_vocabulary_is_refused(llama):
+    from playground.compatibility import check_draft_vocabulary
+
+    wide = tiny_loaded("tiny-llama-wide", tiny_llama(vocab_size=300))
+    with pytest.raises(PlaygroundError, match="use backend 'torch'"):
+        assisted(llama, PROMPT, draft_spec(), wide)
+    with pytest.raises(PlaygroundError, match="vocabulary of 262144 tokens against the main model's 49152"):
+        check_draft_vocabulary("gemma3-270m", {"vocab_size": 49152}, {"text_config": {"vocab_size": 262144}})
+    check_draft_vocabulary("smollm2-135m", {"vocab_size": 49152}, None)  # not on disk yet: checked once loaded

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import jax
 import numpy as np
@@ -20,16 +19,16 @@ import torch
 from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
 from playground.backends.jax import sampling
 from playground.backends.jax.caches import plan as cache_plan
-from playground.backends.jax.caches.extend import can_extend
+from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
+from playground.backends.jax.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, next_draft_count
 from playground.backends.jax.engine import DecodeState, Engine, engine_for
 from playground.backends.jax.lookup import lookup
 from playground.backends.jax.programs import Compiled, run_prompt
 from playground.backends.jax.records import token_records
 from playground.backends.jax.sampling import Knobs
 from playground.backends.jax.verify import verify_program
-from playground.errors import PlaygroundError
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -37,25 +36,6 @@ from playground.spec import RunSpec
 def draft_widths(drafts: int) -> tuple[int, ...]:
     """Verify widths compiled for up to `drafts` drafts: the last token plus that many."""
     return (drafts + 1,)
-
-
-def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> CachePlan:
-    """The plain plan's layouts with room for one verify pass past max_new_tokens (a pass writes all its
-    drafts before any is rejected); refuses layers whose rollback would not be exact."""
-    plain = cache_plan.plan_cache(spec, config, prompt_len, width)
-    total = spec.max_new_tokens + width
-    if spec.cache == "static":
-        lengths = [cache_plan.static_length(prompt_len, total)]
-    else:
-        lengths = cache_plan.growth_lengths(prompt_len, total, width)
-    plan = CachePlan(tuple(layer.resized(lengths[0]) for layer in plain.layers), tuple(lengths))
-    for length in lengths:
-        if not all(can_extend(layer, length) for layer in plan.at(length)):
-            raise PlaygroundError(
-                "strategy 'assisted' on the JAX path needs every layer to keep every position (rejected drafts "
-                "are rolled back by moving the cache position); this model's sliding-window layers overwrite "
-                "positions a rejected draft would need back: use backend 'torch' for assisted decoding here")
-    return plan
 
 
 def assisted_mode(spec: RunSpec, vocab_size: int) -> sampling.SamplingMode:
@@ -70,11 +50,11 @@ class _Programs(Compiled):
     steps between layouts."""
 
     def __init__(self, engine: Engine, bucket: int, schedule: list[Layouts], widths: tuple[int, ...],
-                 mode: sampling.SamplingMode, eos: tuple[int, ...]) -> None:
+                 mode: sampling.SamplingMode, eos: tuple[int, ...], with_q: bool) -> None:
         super().__init__()
         self.prefill = self._add(engine.prefill_program(bucket, schedule[0]))
         self.first = self._add(engine.start_program(bucket, schedule[0], mode, eos))
-        self.verifiers = {(layouts, width): self._add(verify_program(engine, layouts, width, mode, eos, False))
+        self.verifiers = {(layouts, width): self._add(verify_program(engine, layouts, width, mode, eos, with_q))
                           for layouts in schedule for width in widths}
         self.growers = {new: self._add(engine.grow_program(old, new, mode))
                         for old, new in zip(schedule, schedule[1:], strict=False)}
@@ -90,6 +70,7 @@ class _Request:
     eos: tuple[int, ...]
     widths: tuple[int, ...]
     programs: _Programs
+    drafter: Drafter | None  # the draft model's side, or None for prompt lookup
 
 
 @dataclass
@@ -111,17 +92,18 @@ class _Run:
     lookup_s: float = 0.0  # host time spent drafting
     stopped: bool = False
     counts: dict[int, jax.Array] = field(default_factory=dict)  # each draft count on the device, put once
+    next_drafts: int = min(FIRST_DRAFTS, MAX_DRAFTS)  # a draft model's next proposal size
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens, should_stop: ShouldStop,
              draft: LoadedModel | None = None) -> GenerationOutput:
     """Prefill, then verify passes until EOS, max_new_tokens or should_stop(), streaming each pass's tokens."""
-    if draft is not None:
-        raise PlaygroundError("a draft model is not supported on the JAX path; use prompt_lookup or backend torch")
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
-    request = _prepare(loaded, prompt, spec)
+    request = _prepare(loaded, prompt, spec, draft)
     run = _prefill(request, prompt, spec)
+    if request.drafter is not None:
+        request.drafter.start(prompt, request.bucket, spec, run.state)
     emit(run.tokens[:])
     done = run.tokens[-1] in request.eos
     while not done and len(run.tokens) < spec.max_new_tokens:
@@ -134,16 +116,21 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     return _output(request, run, start)
 
 
-def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec) -> _Request:
+def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec, draft: LoadedModel | None) -> _Request:
+    """Engines, cache plans and every program of the request (the draft's too), compiled now if new."""
     engine, reused = engine_for(loaded.model, spec.devices)
     batch, prompt_len = prompt.shape
-    widths = draft_widths(spec.prompt_lookup)
+    widths = draft_widths(spec.prompt_lookup) if draft is None else (MAX_DRAFTS + 1,)
     plan = assisted_plan(spec, engine.config, prompt_len, max(widths))
     bucket = cache_plan.prefill_bucket(prompt_len)
     mode = assisted_mode(spec, engine.vocab_size)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))
-    programs = _Programs(engine, bucket, plan.schedule(), widths, mode, eos)
-    return _Request(engine, reused, prompt[0], bucket, plan, eos, widths, programs)
+    drafter = None if draft is None else Drafter(draft, engine.vocab_size, spec, prompt_len, bucket, mode)
+    with_q = drafter is not None and not mode.greedy
+    programs = _Programs(engine, bucket, plan.schedule(), widths, mode, eos, with_q)
+    if drafter is not None:
+        programs.compile_s += drafter.programs.compile_s
+    return _Request(engine, reused, prompt[0], bucket, plan, eos, widths, programs, drafter)
 
 
 def _prefill(request: _Request, prompt: np.ndarray, spec: RunSpec) -> _Run:
@@ -154,34 +141,42 @@ def _prefill(request: _Request, prompt: np.ndarray, spec: RunSpec) -> _Run:
                 kv_trace=[cache_bytes(state.cache)], draft_flags=[False])
 
 
-def _drafts(request: _Request, run: _Run, spec: RunSpec) -> np.ndarray:
-    """Prompt-lookup drafts for the next pass, no more than the tokens still wanted after the main model's own."""
+def _drafts(request: _Request, run: _Run, spec: RunSpec) -> tuple[jax.Array, int, jax.Array | None]:
+    """The next pass's drafts (1, width - 1) on the device, how many are real, and the draft model's
+    distributions when it samples; never more than the tokens still wanted after the main model's own."""
+    room = spec.max_new_tokens - len(run.tokens) - 1
+    if request.drafter is not None:
+        count = min(run.next_drafts, room)
+        tokens, probs = request.drafter.drafts(count)
+        return tokens, count, probs
     began = time.perf_counter()
     history = np.concatenate([request.prompt, np.asarray(run.tokens, np.int32)])
-    room = spec.max_new_tokens - len(run.tokens) - 1
     found = lookup(history, min(spec.prompt_lookup, room))
     run.lookup_s += time.perf_counter() - began
-    return found
+    width = min(w for w in request.widths if w > len(found))
+    padded = np.zeros((1, width - 1), np.int32)
+    padded[0, : len(found)] = found
+    return request.engine.put(padded), len(found), None
 
 
 def _verify_pass(request: _Request, run: _Run, spec: RunSpec) -> list[int]:
     """One verify pass over the next drafts, recorded in `run`; returns its kept tokens."""
-    drafts = _drafts(request, run, spec)
-    width = min(w for w in request.widths if w > len(drafts))
+    drafts, drafted, probs = _drafts(request, run, spec)
+    width = drafts.shape[1] + 1
     _grow_to_fit(request, run, width)
-    padded = np.zeros((1, width - 1), np.int32)
-    padded[0, : len(drafts)] = drafts
-    if len(drafts) not in run.counts:
-        run.counts[len(drafts)] = request.engine.put(np.int32(len(drafts)))
+    if drafted not in run.counts:
+        run.counts[drafted] = request.engine.put(np.int32(drafted))
     verify = request.programs.verifiers[run.layouts, width]
-    run.state, verdict = verify(request.engine.weights, run.state, request.engine.put(padded),
-                                run.counts[len(drafts)], None, run.knobs)
+    run.state, verdict = verify(request.engine.weights, run.state, drafts, run.counts[drafted], probs, run.knobs)
+    if request.drafter is not None:
+        request.drafter.follow(run.state)
     verdict = jax.device_get(verdict)  # the one host sync of this pass
     now = time.perf_counter()
     count, accepted = int(verdict.kept_count), int(verdict.accepted)
     chunk = [int(t) for t in verdict.tokens[:count]]
+    run.next_drafts = next_draft_count(drafted, accepted) if drafted else run.next_drafts
     run.passes += 1
-    run.drafted += len(drafts)
+    run.drafted += drafted
     run.accepted += accepted
     run.tokens += chunk
     run.token_info += token_records(verdict.info, count)
@@ -222,6 +217,7 @@ def _output(request: _Request, run: _Run, start: float) -> GenerationOutput:
                "verify_widths": list(request.widths), "verify_passes": run.passes,
                "draft_tokens_proposed": run.drafted, "draft_tokens_accepted": run.accepted,
                "draft_lookup_s": round(run.lookup_s, 4),
+               "draft_kv_cache_bytes": request.drafter.cache_bytes() if request.drafter else None,
                "weights_moved_s": 0.0 if request.reused else round(engine.move_s, 3),
                "device_weight_bytes": engine.weight_bytes, "compiled_programs": len(engine.compiled),
                **engine.sharding_info},

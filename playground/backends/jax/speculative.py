@@ -29,7 +29,7 @@ class Verdict(NamedTuple):
     info: StepInfo  # (W, ...) rows, as the decode chunk's
 
 
-def _processed(logits: jax.Array, seen: jax.Array, produced: jax.Array, mode: SamplingMode, knobs: Knobs[jax.Array],
+def processed(logits: jax.Array, seen: jax.Array, produced: jax.Array, mode: SamplingMode, knobs: Knobs[jax.Array],
                eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
     """logits (B, V) -> (the model's softmax, the processed logits, the distribution a token is drawn from)."""
     logits = logits.astype(jnp.float32)
@@ -56,7 +56,7 @@ def rows(logits: jax.Array, drafts: jax.Array, seen: jax.Array, produced: jax.Ar
 
     def body(seen: jax.Array, row: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, tuple]:
         row_logits, draft, index = row
-        out = _processed(row_logits, seen, produced + index, mode, knobs, eos_ids)
+        out = processed(row_logits, seen, produced + index, mode, knobs, eos_ids)
         return sampling.mark_seen(seen, draft, mode), out
 
     width = logits.shape[1]

@@ -11,14 +11,37 @@ lose what a rejected draft overwrote (or quantized), so they are refused (compat
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from playground.backends.jax.attention import Segment, ring_positions
+from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.layout import Arrays, Attend, Layout, write_row
+from playground.backends.jax.caches.plan import CachePlan
 from playground.backends.jax.caches.ring import RingLayout
 from playground.errors import PlaygroundError
+from playground.spec import RunSpec
+
+
+def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> CachePlan:
+    """The plain plan's layouts with room for one verify pass past max_new_tokens (a pass writes all its
+    drafts before any is rejected); refuses layers whose rollback would not be exact."""
+    plain = cache_plan.plan_cache(spec, config, prompt_len, width)
+    total = spec.max_new_tokens + width
+    if spec.cache == "static":
+        lengths = [cache_plan.static_length(prompt_len, total)]
+    else:
+        lengths = cache_plan.growth_lengths(prompt_len, total, width)
+    plan = CachePlan(tuple(layer.resized(lengths[0]) for layer in plain.layers), tuple(lengths))
+    for length in lengths:
+        if not all(can_extend(layer, length) for layer in plan.at(length)):
+            raise PlaygroundError(
+                "strategy 'assisted' on the JAX path needs every layer to keep every position (rejected drafts "
+                "are rolled back by moving the cache position); this model's sliding-window layers overwrite "
+                "positions a rejected draft would need back: use backend 'torch' for assisted decoding here")
+    return plan
 
 
 def can_extend(layout: Layout, length: int) -> bool:
