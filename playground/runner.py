@@ -125,6 +125,9 @@ def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, dra
         # bytes); while a growing cache doubles, its old and new arrays coexist
         plan = plan_cache(spec, loaded.model.config.get_text_config(decoder=True), prompt_tokens, STEPS_PER_CALL)
         need, growing = peak_bytes(plan)
+        if draft is not None:  # the draft's cache is preallocated for the whole run
+            need += peak_bytes(plan_cache(spec.replace(cache="static"), draft.model.config.get_text_config(
+                decoder=True), prompt_tokens, STEPS_PER_CALL))[0]
         what = f"the JAX {spec.cache} cache for {total} tokens" + (" (old and new arrays while it grows)"
                                                                     if growing else "")
         memory.check_fits(what, need, LOADED.resident_bytes(), hint="lower max_new_tokens")
@@ -243,6 +246,8 @@ class _Job:
                 self.reports.put(loaded)
                 input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
                 reserve_backend_memory(loaded.model, self.spec)
+                if loaded.draft is not None:  # on JAX the draft model has an engine of its own
+                    reserve_backend_memory(loaded.draft, self.spec.replace(devices=1))
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])

@@ -57,9 +57,19 @@ def assisted(current: Mapping[str, Any]) -> tuple[Columns, str]:
         "stays the same, speed depends on the acceptance rate.")
 
 
+def assisted_torch_vs_jax(current: Mapping[str, Any]) -> tuple[Columns, str]:
+    base = {**_base(current), "strategy": "greedy", "weights": "fp32"}
+    lookup = {**base, "strategy": "assisted", "prompt_lookup": 10}
+    return [{**base, "backend": "jax", "cache": "static"}, lookup, {**lookup, "backend": "jax", "cache": "static"}], (
+        "Plain JAX greedy, then prompt lookup on PyTorch generate and on the JAX decoder (a verify pass checks "
+        "all drafts at once; the static cache rolls rejected drafts back by moving its position): the tokens "
+        "should be identical; prompt lookup pays on prompts the output repeats, such as edits of a passage.")
+
+
 PRESETS: dict[str, Callable[[Mapping[str, Any]], tuple[Columns, str]]] = {
     "Greedy vs sampling vs beam": strategies,
     "Cache shoot-out": cache_shoot_out,
     "PyTorch vs JAX": torch_vs_jax,
     "Assisted vs plain": assisted,
+    "Assisted on PyTorch vs JAX": assisted_torch_vs_jax,
 }

@@ -61,6 +61,14 @@ def test_greedy_prompt_lookup_gives_plain_greedy_tokens(llama, cache):
         assert [t for chunk in chunks for t in chunk] == out.sequences[0]
 
 
+def test_repetition_penalty_sees_the_drafts_before_each_row(llama):
+    """Each verified row is processed as if the drafts before it were already generated."""
+    prompt = grounded(llama)
+    out, _ = assisted(llama, prompt, spec(repetition_penalty=1.3, min_new_tokens=10))
+    assert out.sequences[0] == plain(llama, prompt, repetition_penalty=1.3, min_new_tokens=10)
+    assert out.extra["draft_tokens_accepted"] > 0
+
+
 def test_counts_are_what_was_drafted_and_kept(llama):
     out, chunks = assisted(llama, grounded(llama), spec())
     drafted, accepted = out.extra["draft_tokens_proposed"], out.extra["draft_tokens_accepted"]
