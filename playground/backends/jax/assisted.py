@@ -148,7 +148,8 @@ def _drafts(request: _Request, run: _Run, spec: RunSpec) -> tuple[jax.Array, int
     if request.drafter is not None:
         count = min(run.next_drafts, room)
         tokens, probs = request.drafter.drafts(count)
-        return tokens, count, probs
+        # the draft runs on one device: its arrays laid out as the main model's (replicated over its mesh)
+        return request.engine.put(tokens), count, None if probs is None else request.engine.put(probs)
     began = time.perf_counter()
     history = np.concatenate([request.prompt, np.asarray(run.tokens, np.int32)])
     found = lookup(history, min(spec.prompt_lookup, room))

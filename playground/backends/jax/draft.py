@@ -66,6 +66,11 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
     return state, tokens[None, : steps - 1], None if mode.greedy else probs[None, : steps - 1]
 
 
+def _local(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    """The main state's small arrays on the draft's one device (the main model may be split over a mesh)."""
+    return tuple(jax.device_put(arrays, jax.devices()[0]))
+
+
 class Drafter:
     """The draft model's engine, programs and decoding state for one request."""
 
@@ -119,7 +124,7 @@ class Drafter:
         """The prompt into the draft's cache; its next input is the main model's first token."""
         seeded = spec.replace(seed=(spec.seed + 1) % 2**32)  # its own random stream
         state, self.knobs, _, _ = run_prompt(self.engine, self.programs, prompt, bucket, seeded)
-        self.state = self.catch_up(state, first.token, first.position, state.produced)
+        self.state = self.catch_up(state, *_local((first.token, first.position)), state.produced)
 
     def drafts(self, count: int) -> tuple[jax.Array, jax.Array | None]:
         """`count` drafts (1, MAX_DRAFTS) on the device, and their distributions when sampling."""
@@ -130,7 +135,7 @@ class Drafter:
 
     def follow(self, main: DecodeState[jax.Array]) -> None:
         """After a verdict: the draft's cache cut back to the main model's position, the main model's token next."""
-        self.state = self.catch_up(self.state, main.token, main.position, main.produced)
+        self.state = self.catch_up(self.state, *_local((main.token, main.position, main.produced)))
 
     def cache_bytes(self) -> int:
         return cache_bytes(self.state.cache) if self.state is not None else 0
