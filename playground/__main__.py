@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="apply the chat template (default: when the model is an instruct model)")
         elif field.name == "early_stopping":
             run.add_argument(flag, action="store_true", default=None, help="beam search: stop at num_beams finished")
+        elif field.name == "assisted_sampling":
+            run.add_argument(flag, action="store_true", default=None,
+                             help="assisted decoding: sample with the sampling knobs (speculative sampling)")
         elif field.name == "assistant":
             run.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
         elif field.name == "prefix_ids":
@@ -59,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default="smollm2-135m")
-    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--suite", choices=("default", "caches"), default="default",
+                       help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
+                            "both backends over long runs")
+    bench.add_argument("--max-new-tokens", type=int, default=None,
+                       help="default: 128 (suite default), 1024 (suite caches)")
     bench.add_argument("--json", action="store_true")
 
     commands.add_parser("models", help="list the model catalog")
@@ -108,14 +115,19 @@ def command_run(args: argparse.Namespace) -> None:
 
 
 def command_bench(args: argparse.Namespace) -> None:
-    from playground.tools import bench  # imported here: it loads torch and jax
+    from playground.tools import bench, bench_caches  # imported here: they load torch and jax
 
-    if args.max_new_tokens < 2:
-        fail(f"--max-new-tokens={args.max_new_tokens} is too small; the benchmark needs at least 2")
+    new_tokens = args.max_new_tokens or (1024 if args.suite == "caches" else 128)
+    if new_tokens < 2:
+        fail(f"--max-new-tokens={new_tokens} is too small; the benchmark needs at least 2")
     def progress(message: str) -> None:
         print(message, file=sys.stderr)
 
-    result = bench.run_bench(args.model, args.max_new_tokens, progress=progress)
+    if args.suite == "caches":
+        result = bench_caches.run_cache_suite(args.model, new_tokens, progress=progress)
+        print(json.dumps(result) if args.json else bench_caches.format_table(result))
+        return
+    result = bench.run_bench(args.model, new_tokens, progress=progress)
     print(json.dumps(result) if args.json else bench.format_table(result))
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from playground.backends.jax.architectures import check_architecture
+from playground.compatibility import check_draft_vocabulary
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
@@ -61,6 +62,8 @@ def preflight(spec: RunSpec) -> None:
     check_available(spec.model)
     if spec.assistant is not None:
         check_available(spec.assistant)
+        if spec.backend == "jax":
+            check_draft_vocabulary(spec.assistant, saved_config(spec.model), saved_config(spec.assistant))
     config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
     if config is None:
         return  # the vocabulary is then checked once the model is loaded, before it runs
@@ -125,7 +128,7 @@ def with_prefix(loaded: LoadedModel, input_ids: Any, prefix_ids: tuple[int, ...]
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
     """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's);
-    on the JAX path, the static cache at the lengths it is allocated at."""
+    on the JAX path, the cache's arrays as its plan allocates them."""
     total = prompt_tokens + spec.max_new_tokens
     limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and total > limit:
@@ -133,13 +136,19 @@ def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, dra
             f"prompt ({prompt_tokens} tokens) + max_new_tokens ({spec.max_new_tokens}) = {total} exceeds "
             f"{loaded.name}'s context of {limit} tokens; lower max_new_tokens or shorten the prompt")
     if spec.backend == "jax":
-        from playground.backends.jax.decoder import cache_lengths
+        from playground.backends.jax.caches.plan import peak_bytes, plan_cache
+        from playground.backends.jax.decoder import STEPS_PER_CALL
 
-        # every layer at full length (sliding ones too); while the cache doubles, the old and new arrays coexist
-        positions = sum(cache_lengths(prompt_tokens, spec.max_new_tokens)[-2:])
-        need = memory.kv_bytes_estimate(loaded.model.config, positions, windowed=False)
-        memory.check_fits(f"the JAX static cache for {total} tokens ({positions} positions while it grows)", need,
-                          LOADED.resident_bytes(), hint="lower max_new_tokens")
+        # the layouts the JAX cache really allocates (bounded layers at their bound, quantized arrays at their
+        # bytes); while a growing cache doubles, its old and new arrays coexist
+        plan = plan_cache(spec, loaded.model.config.get_text_config(decoder=True), prompt_tokens, STEPS_PER_CALL)
+        need, growing = peak_bytes(plan)
+        if draft is not None:  # the draft's cache is preallocated for the whole run
+            need += peak_bytes(plan_cache(spec.replace(cache="static"), draft.model.config.get_text_config(
+                decoder=True), prompt_tokens, STEPS_PER_CALL))[0]
+        what = f"the JAX {spec.cache} cache for {total} tokens" + (" (old and new arrays while it grows)"
+                                                                    if growing else "")
+        memory.check_fits(what, need, LOADED.resident_bytes(), hint="lower max_new_tokens")
         return
     sequences = spec.num_beams if spec.strategy == "beam" else 1
     need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
@@ -233,10 +242,16 @@ class _Job:
     def _progress(self, fraction: float, message: str) -> None:
         self.reports.put(ProgressEvent(fraction, message))
 
+    def _check_config(self, config: Any) -> None:
+        """The cache refusals that need the model's config, made before its weights load (both backends)."""
+        from playground.kv.factory import check_cache  # imported here: the page starts without torch
+
+        check_cache(self.spec, config)
+
     def _load(self) -> _Loaded:
         """The main model, then the draft (never evicting the main model for it); both count in load_s."""
         start = time.perf_counter()
-        model, _ = LOADED.get(self.spec.model, self.spec.weights, self._progress)
+        model, _ = LOADED.get(self.spec.model, self.spec.weights, self._progress, check=self._check_config)
         draft = None
         if self.spec.assistant is not None:
             draft, _ = LOADED.get(self.spec.assistant, self.spec.weights, self._progress, keep=[model])
@@ -250,6 +265,8 @@ class _Job:
                 prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
                 input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
                 reserve_backend_memory(loaded.model, self.spec)
+                if loaded.draft is not None:  # on JAX the draft model has an engine of its own
+                    reserve_backend_memory(loaded.draft, self.spec.replace(devices=1))
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])

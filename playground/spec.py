@@ -38,7 +38,7 @@ class RunSpec:
     weights: str = "fp32"
     max_new_tokens: int = 64
     min_new_tokens: int = 0
-    # sampling knobs; inert unless strategy == "sampling"
+    # sampling knobs; inert unless strategy == "sampling" (or "assisted" with assisted_sampling)
     temperature: float = 1.0
     top_k: int = 50  # 0 disables top-k filtering
     top_p: float = 1.0  # 1.0 disables nucleus filtering
@@ -53,8 +53,9 @@ class RunSpec:
     # assisted decoding: a draft model, or n-gram lookup in the prompt (no draft model)
     assistant: str | None = None
     prompt_lookup: int = 0
+    assisted_sampling: bool = False  # draw with the sampling knobs (speculative sampling) instead of greedily
     # cache knobs
-    cache_bits: int = 4  # quantized cache: 2 or 4 (quanto, per-channel groups) or 8 (fp8, per tensor)
+    cache_bits: int = 4  # quantized cache: 2 or 4 (groups + full-precision residual), 8 (torch fp8, jax 8-bit groups)
     residual_length: int = 128  # quantized cache: newest tokens kept in full precision before quantizing
     window: int = 256  # sliding/sink: attention window in tokens
     sink_tokens: int = 4  # sink: first tokens kept forever (the "attention sinks")
@@ -107,8 +108,8 @@ _FIELD_TYPES: dict[str, type] = {
     "max_new_tokens": int, "min_new_tokens": int, "temperature": float, "top_k": int,
     "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
     "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
-    "assistant": str, "prompt_lookup": int, "cache_bits": int, "residual_length": int, "window": int,
-    "sink_tokens": int, "chat": bool, "devices": int, "repeats": int, "prefix_ids": tuple,
+    "assistant": str, "prompt_lookup": int, "assisted_sampling": bool, "cache_bits": int, "residual_length": int,
+    "window": int, "sink_tokens": int, "chat": bool, "devices": int, "repeats": int, "prefix_ids": tuple,
 }
 _OPTIONAL = {"assistant", "chat"}
 
@@ -225,6 +226,6 @@ def _check_ranges(spec: RunSpec) -> None:
         raise PlaygroundError(
             "strategy 'assisted' needs exactly one source of draft tokens: an assistant model "
             "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
-    if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup):
-        raise PlaygroundError("assistant and prompt_lookup only apply to strategy 'assisted'")
+    if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup or spec.assisted_sampling):
+        raise PlaygroundError("assistant, prompt_lookup and assisted_sampling only apply to strategy 'assisted'")
     check_combination(spec)

@@ -3,6 +3,7 @@ reference calls (PyTorch generate, the JAX decoder, the CLI) that several test m
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -131,7 +132,90 @@ def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> li
     return reference_greedy(model, ids, new, cache, **kwargs)
 
 
+def run_script(script: str, env: dict[str, str]) -> dict:
+    """Run `script` in a fresh Python from the repo root; it prints one JSON object as its last line."""
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """`python -m playground ARGS` from the repo root, its output captured as text."""
     return subprocess.run([sys.executable, "-m", "playground", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def torch_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> torch.Tensor:
+    """Log-probabilities (len(forced), V) of the token after the prompt and after each forced token but the
+    last, with the PyTorch path's cache for `spec`."""
+    from playground.kv.factory import make_cache
+
+    cache = make_cache(spec, loaded.model, ids.shape[1])
+    rows = []
+    with torch.inference_mode():
+        logits = loaded.model(ids, past_key_values=cache).logits[0, -1]
+        for token in forced:
+            rows.append(torch.log_softmax(logits.float(), dim=-1))
+            logits = loaded.model(torch.tensor([[token]]), past_key_values=cache).logits[0, -1]
+    return torch.stack(rows)
+
+
+def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> torch.Tensor:
+    """The same figures from the JAX decoder's cache for `spec` (laid out at its final length), stepping the
+    traced model through the forced tokens in one jitted scan."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from playground.backends.jax.caches.plan import plan_cache, prefill_bucket
+    from playground.backends.jax.engine import engine_for
+
+    engine, _ = engine_for(loaded.model, spec.devices)
+    prompt_len = ids.shape[1]
+    plan = plan_cache(spec, engine.config, prompt_len, 1)
+    prefill, _ = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))
+    padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
+    padded[:, :prompt_len] = ids.numpy()
+    first, cache = prefill(engine.weights, jnp.asarray(padded), jnp.int32(prompt_len))
+
+    @jax.jit
+    def steps(weights, cache, tokens):
+        def body(cache, xs):
+            token, position = xs
+            logits, cache = engine._forward(weights, cache, token[None, None], position[None, None], 1)
+            return cache, logits[0, -1]
+
+        positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
+        return jax.lax.scan(body, cache, (tokens, positions))[1]
+
+    rest = steps(engine.weights, cache, jnp.asarray(forced[:-1], jnp.int32))
+    logits = np.concatenate([np.asarray(first), np.asarray(rest)])
+    return torch.log_softmax(torch.from_numpy(logits).float(), dim=-1)
+
+
+def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """Mean over rows of KL(reference || other), both log-probabilities."""
+    return float((reference.exp() * (reference - other)).sum(-1).mean())
+
+
+class FixedBandwidth:
+    """Stands in for the benchmark's bandwidth probe: every sample reads 10 GB/s, instantly."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    def sample(self) -> None:
+        self.samples.append(10.0)
+
+    def close(self) -> None:
+        pass
+
+
+def bench_with(monkeypatch: pytest.MonkeyPatch, loaded_model) -> None:
+    """Make `bench.run_bench` use `loaded_model` for any name and the fixed bandwidth (no 1 GiB sums)."""
+    from playground.models import loaded
+    from playground.tools import bench
+
+    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (loaded_model, True))
+    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)

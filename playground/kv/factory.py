@@ -14,13 +14,28 @@ from transformers.cache_utils import (
 )
 
 from playground.errors import PlaygroundError
-from playground.kv.sink import SinkCache
-from playground.kv.sliding import make_sliding_cache
+from playground.kv.sink import SinkCache, check_supported
+from playground.kv.sliding import check_imposable, make_sliding_cache
 from playground.spec import RunSpec
+
+
+def check_cache(spec: RunSpec, config: Any) -> None:
+    """Refuse, from the model's config alone (so before its weights load), a cache this model cannot have;
+    both backends refuse with these words."""
+    text_config = config.get_text_config(decoder=True)
+    layer_types, _ = get_layer_types_and_kwargs(text_config)
+    try:
+        if spec.cache == "sink":
+            check_supported(text_config)
+        elif spec.cache == "sliding" and "sliding_attention" not in layer_types:
+            check_imposable(text_config, layer_types)
+    except ValueError as exc:
+        raise PlaygroundError(str(exc)) from None
 
 
 def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     """A fresh cache for one run; the caller keeps it so its size can be read afterwards."""
+    check_cache(spec, model.config)
     config = model.config.get_text_config(decoder=True)
     if spec.cache == "dynamic":
         return DynamicCache(config=config)
@@ -33,10 +48,7 @@ def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
         # the model's own window where it has sliding layers (Gemma3: 512), spec.window imposed where it has none
         return make_sliding_cache(model, spec.window)
     if spec.cache == "sink":
-        try:
-            return SinkCache(config, window_length=spec.window, num_sink_tokens=spec.sink_tokens)
-        except ValueError as exc:
-            raise PlaygroundError(str(exc)) from None
+        return SinkCache(config, window_length=spec.window, num_sink_tokens=spec.sink_tokens)
     raise ValueError(f"cache {spec.cache!r} has no builder yet")  # compatibility.py refuses these first
 
 

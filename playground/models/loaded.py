@@ -65,6 +65,14 @@ def _realign(model: Any) -> None:
             tensor.data = tensor.data.clone()
 
 
+# Called with a model's config before its weights load; raises a PlaygroundError to refuse the model for a run.
+CheckConfig = Callable[[Any], None]
+
+
+def _accept(config: Any) -> None:
+    pass
+
+
 def _load_kwargs(weights: str) -> dict[str, Any]:
     import torch
 
@@ -82,8 +90,10 @@ def _load_kwargs(weights: str) -> dict[str, Any]:
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)}
 
 
-def _load_uncached(name: str, weights: str, progress: Progress, make_room: Callable[[str, int], None]) -> LoadedModel:
-    """Resolve the source, reserve memory for the weights (make_room may evict or refuse), then load."""
+def _load_uncached(name: str, weights: str, progress: Progress, make_room: Callable[[str, int], None],
+                   check: CheckConfig) -> LoadedModel:
+    """Resolve the source, check its config (`check` may refuse), reserve memory for the weights (make_room may
+    evict or refuse), then load."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -111,6 +121,7 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
     progress(0.9, f"loading {name} ({weights})")
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        check(config)
         make_room(f"model {name} ({weights})", memory.weight_bytes_estimate(config, weights))
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False, **_load_kwargs(weights))
@@ -134,19 +145,22 @@ class ModelLRU:
         self._lock = threading.Lock()
 
     def get(self, name: str, weights: str = "fp32", progress: Progress = no_progress,
-            keep: Collection[LoadedModel] = ()) -> tuple[LoadedModel, bool]:
+            keep: Collection[LoadedModel] = (), check: CheckConfig = _accept) -> tuple[LoadedModel, bool]:
         """The loaded model and whether it was already in memory.
 
         `keep`: models the caller is using (a run's main model while its draft loads); they are never evicted
-        to make room, so what the budget counts is what is really held.
+        to make room, so what the budget counts is what is really held. `check(config)` may refuse the model
+        for this run; it sees the config before any weights load.
         """
         key = (name, weights)
         with self._lock:
             if key in self._models:
+                check(self._models[key].model.config)
                 self._models.move_to_end(key)
                 return self._models[key], True
             kept = {(m.name, m.weights) for m in keep}
-            loaded = _load_uncached(name, weights, progress, lambda what, need: self._make_room(what, need, kept))
+            loaded = _load_uncached(name, weights, progress, lambda what, need: self._make_room(what, need, kept),
+                                    check)
             self._models[key] = loaded
             return loaded, False
 

@@ -22,6 +22,7 @@ from playground.backends.torch.generate import TimingStreamer
 from playground.backends.torch.reference import reference_greedy
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
+from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
 BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
@@ -58,7 +59,7 @@ class BandwidthProbe:
         del self._data  # 1 GiB: not kept past the benchmark
 
 
-def _rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
+def rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
     """(tokens_per_s over the tokens after the first, ttft_s)."""
     if not times:
         return None, None
@@ -70,13 +71,13 @@ def _rates(start: float, times: list[float]) -> tuple[float | None, float | None
 def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: BandwidthProbe,
            compile_s: float = 0.0) -> dict[str, Any]:
     """Median tokens/s and TTFT over ROUNDS runs, the bandwidth sampled before each (warm-up done by the caller)."""
-    rates, ttfts = [], []
+    speeds, ttfts = [], []
     for _ in range(ROUNDS):
         probe.sample()
-        rate, ttft = _rates(*run_once())
-        rates.append(rate or 0.0)
+        rate, ttft = rates(*run_once())
+        speeds.append(rate or 0.0)
         ttfts.append(ttft or 0.0)
-    return {"name": name, "tokens_per_s": statistics.median(rates), "ttft_s": statistics.median(ttfts),
+    return {"name": name, "tokens_per_s": statistics.median(speeds), "ttft_s": statistics.median(ttfts),
             "compile_s": compile_s}
 
 
@@ -128,6 +129,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             configs.append(bench_torch(loaded, ids, max_new_tokens, cache, probe))
         progress(f"jax: compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
+        configs += bench_grounded(loaded, max_new_tokens, probe, progress, _timed)
     finally:
         probe.close()
     bandwidth = statistics.median(probe.samples)
@@ -146,6 +148,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         "ratios": {
             "jax_vs_torch_dynamic": round(jax_rate / dynamic_rate, 3) if dynamic_rate else None,
             "jax_vs_roofline": round(jax_rate / roofline, 3) if roofline else None,
+            **grounded_ratios(by_name),
         },
     }
 
@@ -171,4 +174,5 @@ def format_table(result: dict[str, Any]) -> str:
     ratios = result["ratios"]
     lines += ["", f"jax / torch-dynamic: {cell(ratios['jax_vs_torch_dynamic'], '.2f')}x   "
                   f"jax / roofline: {cell(ratios['jax_vs_roofline'], '.0%')}"]
+    lines += assisted_lines(result)
     return "\n".join(lines)

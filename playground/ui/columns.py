@@ -247,7 +247,8 @@ def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], valu
     with gr.Group(visible=shown["quantized"]) as groups["quantized"]:
         with gr.Row():
             knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=values["cache_bits"], label="cache bits",
-                                           elem_id=f"cache_bits-{index}", info="2/4: quanto · 8: fp8")
+                                           elem_id=f"cache_bits-{index}",
+                                           info="2/4: + full-precision residual · 8: fp8 (torch), 8-bit groups (jax)")
             knobs["residual_length"] = gr.Number(values["residual_length"], precision=0, minimum=1,
                                                  label="full-precision residual (tokens)",
                                                  elem_id=f"residual_length-{index}")

@@ -22,10 +22,10 @@ from playground.spec import RunSpec
 from playground.ui.page import DEFAULT_PROMPT
 
 logger = logging.getLogger(__name__)
-# JAX greedy runs of the page's default prompt. Programs are keyed by the prompt's bucket and the cache's
-# length (the smallest power of two holding prompt + max_new_tokens, up to 256 positions, doubling past it):
-# the page's defaults (64 new tokens: a 128-position cache), then a 256-position one for longer requests.
-WARMUP_SPECS = (RunSpec(backend="jax", cache="static"), RunSpec(backend="jax", cache="static", max_new_tokens=192))
+# JAX greedy runs of the page's default prompt. Programs are keyed by the prompt's bucket and each layer's cache
+# layout: the page's defaults (the growing cache, 64 new tokens: its lengths from 64 positions up) and the static
+# cache at the same length, which shares the growing cache's last programs.
+WARMUP_SPECS = (RunSpec(backend="jax"), RunSpec(backend="jax", cache="static"))
 POLL_S = 2.0
 
 

@@ -39,7 +39,10 @@ def test_a_jax_run_whose_cache_would_pass_800m_is_refused_before_it_runs(budget_
     runner.run_to_result(PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=8))
     with pytest.raises(PlaygroundError, match=r"the JAX static cache for .* needs about .* of the 0.78 GiB memory "
                                               r"budget is free; lower max_new_tokens"):
-        runner.run_to_result(PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=400))
+        runner.run_to_result(PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=600))
+    # the same length in a bounded cache fits: a ring of 256 positions per layer
+    sliding = RunSpec(backend="jax", cache="sliding", window=256, max_new_tokens=600)
+    runner.check_cache_fits(loaded.LOADED.get("smollm2-135m")[0], sliding, 40)
 
 
 def test_without_the_realignment_the_engine_would_copy_everything_and_is_refused(budget_800m, monkeypatch):

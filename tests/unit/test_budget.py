@@ -134,9 +134,15 @@ def test_a_jax_cache_is_counted_at_the_lengths_it_is_allocated_at(two_models, mo
     monkeypatch.setenv("PLAYGROUND_MEMORY_BUDGET", str(fits_256 + 100))
     spec = RunSpec(model=two_models[0], backend="jax", cache="static", max_new_tokens=4, chat=False)
     runner.run_to_result("abc", spec)  # a 64-position cache
-    with pytest.raises(PlaygroundError, match=r"the JAX static cache for 303 tokens \(768 positions while it grows\)"
-                                              r".* lower max_new_tokens"):
-        runner.run_to_result("abc", spec.replace(max_new_tokens=300))  # grows 256 -> 512: both held at once
+    runner.run_to_result("abc", spec.replace(max_new_tokens=180))  # static: 3 + 180 -> 192 positions, preallocated
+    with pytest.raises(PlaygroundError, match=r"the JAX static cache for 303 tokens needs about .* lower "
+                                              r"max_new_tokens"):
+        runner.run_to_result("abc", spec.replace(max_new_tokens=300))  # 320 positions
+    with pytest.raises(PlaygroundError, match=r"the JAX dynamic cache for 253 tokens \(old and new arrays while it "
+                                              r"grows\) .* lower max_new_tokens"):
+        runner.run_to_result("abc", spec.replace(cache="dynamic", max_new_tokens=250))  # 128 and 256 at once
+    # a bounded cache is counted at its bound: a window of 64 fits however long the run
+    runner.run_to_result("abc", spec.replace(cache="sliding", window=64, max_new_tokens=300, min_new_tokens=300))
 
 
 def test_a_draft_model_counts_in_the_budget(tmp_path, monkeypatch):

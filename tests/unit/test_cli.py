@@ -19,9 +19,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--model", "no such model!"], "unknown model 'no such model!'"),
     (["--model", "org/name"], "cannot reach the Hugging Face hub"),
     (["--top-p", "abc"], "invalid float value: 'abc'"),
-    (["--backend", "jax", "--cache", "dynamic"], "pick cache 'static'"),
     (["--prefix-ids", "1,x"], "prefix ids must be whole numbers separated by commas"),
     (["--prefix-ids=-4"], "prefix_ids[0]=-4 is not a token id"),
+    (["--backend", "jax", "--strategy", "beam"], "use 'greedy' or 'sampling'"),
 ])
 def test_bad_input_exits_2_with_one_error_line(args, fragment):
     done = cli("run", "--prompt", "hi", *args)

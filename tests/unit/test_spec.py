@@ -27,7 +27,7 @@ def test_defaults_are_valid_and_round_trip():
     ({"colour": "red"}, "unknown spec key(s) colour"),
     ({"num_return_sequences": 2}, "needs strategy 'beam'"),
     ({"model": " "}, "model must not be empty"),
-    ({"backend": "jax", "cache": "dynamic"}, "pick cache 'static'"),
+    ({"backend": "jax", "strategy": "beam"}, "use 'greedy' or 'sampling'"),
 ])
 def test_bad_values_are_refused_with_a_one_line_message(data, fragment):
     with pytest.raises(PlaygroundError) as info:

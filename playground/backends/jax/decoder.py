@@ -1,12 +1,12 @@
-"""JAX path: a torchax-traced HF model, jitted prefill and a multi-step decode loop over a static cache.
+"""JAX path: a torchax-traced HF model, jitted prefill and a multi-step decode loop over a fixed-shape cache.
 
 generate() is the backend entry the runner calls. The prompt is padded on the right to a power-of-two
 bucket (causal attention keeps padding out of the real positions, and decoding starts at the true length,
 overwriting it), so a new prompt length rarely compiles. Each decode call runs up to STEPS_PER_CALL steps
 in a lax.while_loop that stops at EOS, then hands that chunk of tokens to the host: one host sync per
-chunk, not per token. Attention reads the whole static cache, so a long run does not start with a cache
-sized for its end: it starts at a power-of-two length (at least GROWTH_FLOOR) that holds the prompt and
-grows, doubling (one copy each time), as decoding fills it; each length compiles its decode program once.
+chunk, not per token. The cache's layout per layer (caches/plan.py) is decided once per request; a growing
+cache steps through its lengths by doubling (one copy each time) and each layout compiles its decode program
+once, so a ring buffer that has reached its window never grows or recompiles again.
 """
 
 from __future__ import annotations
@@ -19,46 +19,20 @@ import jax
 import numpy as np
 import torch
 
-from playground.backends.base import CUT_STAGES, EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
-from playground.backends.jax import kv_cache, sampling
+from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
+from playground.backends.jax import sampling
 from playground.backends.jax.architectures import check_architecture
+from playground.backends.jax.caches import plan as cache_plan
+from playground.backends.jax.caches.plan import CachePlan, Layouts
+from playground.backends.jax.caches.pytree import cache_bytes
 from playground.backends.jax.engine import DecodeState, Engine, engine_for
+from playground.backends.jax.programs import Compiled, run_prompt
+from playground.backends.jax.records import token_records as _records
 from playground.backends.jax.sampling import Knobs
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
 STEPS_PER_CALL = 8  # tokens per decode call: the streaming chunk, and the Python overhead divisor
-MIN_PREFILL_BUCKET = 16
-MIN_CACHE_LENGTH = 64
-# Caches start at least this long: below it attention is cheap next to the weights, and every extra length
-# is one more decode program to trace and compile; past it, growing as decoding fills the cache pays (a
-# 512-token run decodes ~14% faster than over a cache sized for its end from the start).
-GROWTH_FLOOR = 256
-
-def _next_power_of_two(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def prefill_bucket(prompt_len: int) -> int:
-    """Padded prompt length: a power of two, at least MIN_PREFILL_BUCKET."""
-    return max(MIN_PREFILL_BUCKET, _next_power_of_two(prompt_len))
-
-
-def cache_length(prompt_len: int, max_new_tokens: int) -> int:
-    """Static cache length: room for the padded prompt and every new token, rounded up to a power of two."""
-    needed = max(prefill_bucket(prompt_len), prompt_len + max_new_tokens)
-    return max(MIN_CACHE_LENGTH, _next_power_of_two(needed))
-
-
-def cache_lengths(prompt_len: int, max_new_tokens: int) -> list[int]:
-    """The cache lengths a request steps through: doubling from the smallest that holds the padded prompt
-    and the first chunk (at least GROWTH_FLOOR), up to cache_length(). Attention reads the whole cache."""
-    final = cache_length(prompt_len, max_new_tokens)
-    first = max(GROWTH_FLOOR, _next_power_of_two(max(prefill_bucket(prompt_len), prompt_len + STEPS_PER_CALL)))
-    lengths = [min(first, final)]
-    while lengths[-1] < final:
-        lengths.append(lengths[-1] * 2)
-    return lengths
 
 
 class JaxBackend:
@@ -68,6 +42,10 @@ class JaxBackend:
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+        if spec.strategy == "assisted":
+            from playground.backends.jax import assisted
+
+            return assisted.generate(loaded, input_ids, spec, emit, should_stop, draft)
         return generate(loaded, input_ids, spec, emit, should_stop)
 
 
@@ -87,37 +65,31 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     return _output(request, run, start)
 
 
-class _Programs:
-    """Every compiled program a request needs, fetched (or compiled) before the prompt runs: a cold
-    request's compile shows in its TTFT and in compile_s, never inside its decode rate."""
+class _Programs(Compiled):
+    """Every compiled program a request needs: prefill, first token, a decode loop and a growth step per layout."""
 
-    def __init__(self, engine: Engine, bucket: int, lengths: list[int], mode: sampling.SamplingMode,
+    def __init__(self, engine: Engine, bucket: int, schedule: list[Layouts], mode: sampling.SamplingMode,
                  eos: tuple[int, ...], batch: int, decode: bool) -> None:
-        self.compile_s = 0.0
-        self.prefill = self._add(engine.prefill_program(bucket, lengths[0], batch))
-        self.first = self._add(engine.start_program(bucket, lengths[0], mode, eos, batch))
-        self.decoders: dict[int, Any] = {}
-        self.growers: dict[int, Any] = {}
-        for i, length in enumerate(lengths if decode else []):
-            self.decoders[length] = self._add(engine.decode_program(length, STEPS_PER_CALL, mode, eos, batch))
+        super().__init__()
+        self.prefill = self._add(engine.prefill_program(bucket, schedule[0], batch))
+        self.first = self._add(engine.start_program(bucket, schedule[0], mode, eos, batch))
+        self.decoders: dict[Layouts, Any] = {}
+        self.growers: dict[Layouts, Any] = {}
+        for i, layouts in enumerate(schedule if decode else []):
+            self.decoders[layouts] = self._add(engine.decode_program(layouts, STEPS_PER_CALL, mode, eos, batch))
             if i:
-                self.growers[length] = self._add(engine.grow_program(lengths[i - 1], length, mode, batch))
-
-    def _add(self, compiled: tuple[Any, float]) -> Any:
-        program, seconds = compiled
-        self.compile_s += seconds
-        return program
+                self.growers[layouts] = self._add(engine.grow_program(schedule[i - 1], layouts, mode, batch))
 
 
 @dataclass
 class _Request:
-    """What a request fixes before it runs: its engine, prompt layout, stop tokens and compiled programs."""
+    """What a request fixes before it runs: its engine, prompt layout, cache plan, stop tokens and programs."""
 
     engine: Engine
     reused: bool  # the engine (its device weights) existed already
     prompt_len: int
     bucket: int  # the padded prompt length
-    lengths: list[int]  # the cache lengths decoding may step through
+    plan: CachePlan  # each layer's layout, and the cache lengths decoding may step through
     eos: tuple[int, ...]
     programs: _Programs
 
@@ -129,6 +101,7 @@ class _Run:
     state: DecodeState[jax.Array]
     knobs: Knobs[jax.Array]  # on the device
     length: int  # the cache's length now
+    layouts: Layouts  # the cache's layouts at that length
     tokens: list[int]
     token_info: list[TokenInfo]
     token_times: list[float]  # when each token reached the host
@@ -139,32 +112,24 @@ class _Run:
 
 
 def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec) -> _Request:
-    """The model's engine and every program this request runs, compiled now if they are new."""
+    """The model's engine, the cache plan and every program this request runs, compiled now if they are new."""
     engine, reused = engine_for(loaded.model, spec.devices)
     batch, prompt_len = prompt.shape
-    bucket = prefill_bucket(prompt_len)
-    lengths = cache_lengths(prompt_len, spec.max_new_tokens)
+    bucket = cache_plan.prefill_bucket(prompt_len)
+    plan = cache_plan.plan_cache(spec, engine.config, prompt_len, STEPS_PER_CALL)
     mode = sampling.mode_for(spec, engine.vocab_size)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
-    programs = _Programs(engine, bucket, lengths, mode, eos, batch, decode=spec.max_new_tokens > 1)
-    return _Request(engine, reused, prompt_len, bucket, lengths, eos, programs)
+    programs = _Programs(engine, bucket, plan.schedule(), mode, eos, batch, decode=spec.max_new_tokens > 1)
+    return _Request(engine, reused, prompt_len, bucket, plan, eos, programs)
 
 
 def _prefill(request: _Request, prompt: np.ndarray, spec: RunSpec) -> _Run:
-    """The padded prompt through a fresh cache, and the first new token brought to the host."""
-    engine, programs = request.engine, request.programs
-    # right padding: causal masking keeps it out of the real tokens
-    padded = np.zeros((prompt.shape[0], request.bucket), np.int32)
-    padded[:, : request.prompt_len] = prompt
-    ids, true_len = engine.put(padded), engine.put(np.int32(request.prompt_len))
-    knobs = engine.put(sampling.knobs_for(spec))
-    cache = engine.new_cache(request.lengths[0])
-    logits, cache = programs.prefill(engine.weights, cache, ids, true_len)
-    state, info = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
-    first, info = jax.device_get((state.token, info))
-    return _Run(state=state, knobs=knobs, length=request.lengths[0], tokens=[int(first[0])],
+    """The padded prompt into a new cache, and the first new token brought to the host."""
+    state, knobs, first, info = run_prompt(request.engine, request.programs, prompt, request.bucket, spec)
+    length = request.plan.lengths[0]
+    return _Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length), tokens=[first],
                 token_info=_records(info, 1), token_times=[time.perf_counter()],
-                kv_trace=[kv_cache.cache_bytes(state.cache)])
+                kv_trace=[cache_bytes(state.cache)])
 
 
 def _decode_chunks(request: _Request, run: _Run, spec: RunSpec, emit: EmitTokens, should_stop: ShouldStop) -> None:
@@ -184,7 +149,7 @@ def _decode_chunk(request: _Request, run: _Run, limit: int) -> list[int]:
     _grow_to_fit(request, run, limit)
     if limit not in run.limits:
         run.limits[limit] = request.engine.put(np.int32(limit))
-    decode = request.programs.decoders[run.length]
+    decode = request.programs.decoders[run.layouts]
     run.state, out, count = decode(request.engine.weights, run.state, run.limits[limit], run.knobs)
     out, count = jax.device_get((out, count))  # the one host sync of this chunk
     now = time.perf_counter()
@@ -193,48 +158,44 @@ def _decode_chunk(request: _Request, run: _Run, limit: int) -> list[int]:
     run.calls += 1
     run.tokens += chunk
     run.token_times += [now] * len(chunk)
-    run.kv_trace += [kv_cache.cache_bytes(run.state.cache)] * len(chunk)
+    run.kv_trace += [cache_bytes(run.state.cache)] * len(chunk)
     return chunk
 
 
 def _grow_to_fit(request: _Request, run: _Run, limit: int) -> None:
-    """Double the cache until the next `limit` tokens fit in it (one copy each time)."""
-    while request.prompt_len + len(run.tokens) - 1 + limit > run.length:
-        run.length *= 2
-        run.state = request.programs.growers[run.length](run.state)
+    """Step through the plan's lengths until the next `limit` tokens fit; layers whose layout changes are
+    copied into their larger arrays (bounded ones stop changing once they hold their window)."""
+    lengths = request.plan.lengths
+    while request.prompt_len + len(run.tokens) - 1 + limit > run.length and run.length < lengths[-1]:
+        run.length = lengths[lengths.index(run.length) + 1]
+        layouts = request.plan.at(run.length)
+        if layouts != run.layouts:
+            run.state = request.programs.growers[layouts](run.state)
+            run.layouts = layouts
 
 
 def _output(request: _Request, run: _Run, start: float) -> GenerationOutput:
     """The backends' common output, with this path's figures (buckets, cache lengths, calls) in `extra`."""
+    lengths = list(request.plan.lengths)
     return GenerationOutput(
         sequences=[run.tokens],
         start_time=start,
         token_times=run.token_times,
-        kv_cache_bytes=kv_cache.cache_bytes(run.state.cache),
+        kv_cache_bytes=cache_bytes(run.state.cache),
         compile_s=request.programs.compile_s,
         forward_passes=len(run.tokens),  # the prefill gave the first token, one decode step each of the rest
         stopped=run.stopped,
         kv_trace=run.kv_trace,
         token_info=run.token_info,
-        extra=_extra(request.engine, request.reused, request.bucket,
-                     request.lengths[: request.lengths.index(run.length) + 1], run.calls),
+        extra={"prefill_bucket": request.bucket, "cache_length": run.length,
+               "cache_lengths": lengths[: lengths.index(run.length) + 1],
+               "cache_layers": cache_plan.describe(run.layouts),
+               **_engine_extra(request.engine, request.reused, run.calls)},
     )
 
 
-def _records(info: sampling.StepInfo, count: int) -> list[TokenInfo]:
-    """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
-    rows = [row[:count] for row in info]
-    return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
-             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True)),
-             "top_cut": [CUT_STAGES[c] for c in cut.tolist()]}
-            for p, h, q, hq, ids, top_p, top_q, cut in zip(*rows, strict=True)]
-
-
-def _extra(engine: Engine, reused: bool, bucket: int, lengths: list[int], calls: int) -> dict[str, Any]:
+def _engine_extra(engine: Engine, reused: bool, calls: int) -> dict[str, Any]:
     return {
-        "prefill_bucket": bucket,
-        "cache_length": lengths[-1],
-        "cache_lengths": lengths,
         "steps_per_call": STEPS_PER_CALL,
         "decode_calls": calls,
         "weights_moved_s": 0.0 if reused else round(engine.move_s, 3),

@@ -27,7 +27,10 @@ from jax.stages import CompilerOptions
 from torchax import interop
 from transformers import PreTrainedModel
 
-from playground.backends.jax import kv_cache, sampling, tensor_parallel, traced
+from playground.backends.jax import sampling, tensor_parallel, traced
+from playground.backends.jax.caches import pytree
+from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.pytree import JaxCache
 from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo
 from playground.models.paths import cache_root
 
@@ -54,7 +57,7 @@ def enable_persistent_cache() -> None:
 class DecodeState(Generic[Leaf]):
     """Everything a decode call carries over to the next (all device arrays; shape structs when lowering)."""
 
-    cache: Any  # transformers StaticCache with JAX leaves
+    cache: JaxCache
     token: Leaf  # (B,) last token, not yet in the cache
     position: Leaf  # () its position
     key: Leaf  # PRNG key
@@ -89,7 +92,6 @@ class Engine:
         self.twin = traced.build_twin(model, fuse=self.mesh is None)
         place = tensor_parallel.placer(self.mesh, config) if self.mesh is not None else None
         self.weights = traced.jax_weights(model, self.twin, place)
-        self.layout = kv_cache.cache_layout(model)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.weight_bytes = traced.weight_bytes(self.weights)
         self.sharding_info = tensor_parallel.describe(self.mesh, config)
@@ -110,21 +112,22 @@ class Engine:
         sharding = self._replicated()
         return jax.device_put(value, sharding) if sharding is not None else jax.device_put(value)
 
-    def new_cache(self, length: int, abstract: bool = False) -> Any:
-        return kv_cache.make_cache(self.layout, length, sharding=self._cache_sharding(), abstract=abstract)
+    def abstract_cache(self, layouts: Layouts, batch: int) -> JaxCache:
+        return pytree.abstract_cache(layouts, batch, self._cache_sharding(), self._replicated())
 
     def spec(self, shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
         """An abstract argument for lowering, laid out as put() lays out the real one."""
         return jax.ShapeDtypeStruct(shape, dtype, sharding=self._replicated())
 
-    def _constrain(self, cache: Any) -> Any:
-        """Keep the cache's layout across calls, so the next call (compiled for it) accepts it as is."""
+    def _constrain(self, cache: JaxCache) -> JaxCache:
+        """Keep the cache's layout across calls, so the next call (compiled for it) accepts it as is: every
+        array split by KV heads (scales too, so each device dequantizes its own heads), counters replicated."""
         if self.mesh is None:
             return cache
-        sharding = self._cache_sharding()
-        for layer in cache.layers:
-            layer.keys = jax.lax.with_sharding_constraint(layer.keys, sharding)
-            layer.values = jax.lax.with_sharding_constraint(layer.values, sharding)
+        split, replicated = self._cache_sharding(), self._replicated()
+        for layer in cache.jax_layers:
+            layer.arrays = {name: jax.lax.with_sharding_constraint(a, split) for name, a in layer.arrays.items()}
+            layer.cumulative_length = jax.lax.with_sharding_constraint(layer.cumulative_length, replicated)
         return cache
 
     def _pin(self, state: DecodeState[jax.Array]) -> DecodeState[jax.Array]:
@@ -140,32 +143,35 @@ class Engine:
         return Knobs(f32, f32, f32, f32, i32)
 
     # -- traced functions (pure JAX outside, the HF model inside) ---------------------------------------------
-    def _forward(self, weights: dict, cache: Any, ids: jax.Array, positions: jax.Array,
-                 keep: jax.Array | int) -> tuple[jax.Array, Any]:
-        """The HF model via functional_call on the twin; returns logits (B, kept, V) and the updated cache."""
-        w, c, i, p, k = interop.torch_view((weights, cache, ids, positions, keep))
+    def _forward(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
+                 keep: jax.Array | int) -> tuple[jax.Array, JaxCache]:
+        """The HF model via functional_call on the twin; returns logits (B, kept, V) and the updated cache.
+
+        The cache goes in as is (its layers work on JAX arrays and update them in place on the object)."""
+        w, i, p, k = interop.torch_view((weights, ids, positions, keep))
         with self.env:
             out = torch.func.functional_call(
                 self.twin.module, w, (i,),
-                {"position_ids": p, "past_key_values": c, "use_cache": True, "logits_to_keep": k},
+                {"position_ids": p, "past_key_values": cache, "use_cache": True, "logits_to_keep": k},
                 tie_weights=False)
             logits = out.logits
         self.twin.clear()
-        return interop.jax_view(logits), interop.jax_view(c)
+        return interop.jax_view(logits), cache
 
-    def _prefill(self, weights: dict, cache: Any, ids: jax.Array, length: jax.Array) -> tuple[jax.Array, Any]:
-        """Prompt padded on the right to its bucket; returns the logits at the last real position."""
+    def _prefill(self, weights: dict, ids: jax.Array, length: jax.Array, *,
+                 layouts: Layouts) -> tuple[jax.Array, JaxCache]:
+        """Prompt padded on the right to its bucket, into a new cache; returns the logits at the last real
+        position. Decoding continues at the true length, overwriting what the padding left."""
         positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]  # (1, P)
+        cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
         logits, cache = self._forward(weights, cache, ids, positions, (length - 1)[None])
-        for layer in cache.layers:  # decoding continues at the true length, overwriting the padding
-            layer.cumulative_length = length.astype(layer.cumulative_length.dtype)
         logits = logits[:, -1]  # (B, V)
         if self.mesh is not None:
             logits = jax.lax.with_sharding_constraint(logits, self._replicated())
         return logits, self._constrain(cache)
 
     def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
-               knobs: Knobs[jax.Array], cache: Any, *, mode: SamplingMode,
+               knobs: Knobs[jax.Array], cache: JaxCache, *, mode: SamplingMode,
                eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], StepInfo]:
         """The first new token from the prefill logits, the state decoding carries from there, and the token's
         probability, entropy and alternatives."""
@@ -203,14 +209,9 @@ class Engine:
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 
-    def _grow(self, state: DecodeState[jax.Array], *, length: int) -> DecodeState[jax.Array]:
-        """The same state over a longer cache: the arrays padded with empty positions at the end."""
-        cache = state.cache
-        for layer in cache.layers:
-            pad = ((0, 0), (0, 0), (0, length - layer.keys.shape[2]), (0, 0))
-            layer.keys, layer.values = jnp.pad(layer.keys, pad), jnp.pad(layer.values, pad)
-            layer.max_cache_len = length  # static: the masks are sized by it
-        return self._pin(dataclasses.replace(state, cache=cache))
+    def _grow(self, state: DecodeState[jax.Array], *, layouts: Layouts) -> DecodeState[jax.Array]:
+        """The same state over a larger cache: the arrays padded with empty slots at the end."""
+        return self._pin(dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
 
     # -- compile registry --------------------------------------------------------------------------------------
     def program(self, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
@@ -221,47 +222,45 @@ class Engine:
         self.compiled[key] = build()
         return self.compiled[key], time.perf_counter() - start
 
-    def prefill_program(self, bucket: int, cache_len: int, batch: int = 1) -> tuple[Any, float]:
+    def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
-            fn = jax.jit(self._prefill, donate_argnames=("cache",))
-            cache = self.new_cache(cache_len, abstract=True)
-            return fn.lower(self.weights, cache, self.spec((batch, bucket), jnp.int32),
+            fn = jax.jit(partial(self._prefill, layouts=layouts))
+            return fn.lower(self.weights, self.spec((batch, bucket), jnp.int32),
                             self.spec((), jnp.int32)).compile(COMPILER_OPTIONS)
 
-        return self.program(("prefill", batch, bucket, cache_len), build)
+        return self.program(("prefill", batch, bucket, layouts), build)
 
-    def start_program(self, bucket: int, cache_len: int, mode: SamplingMode, eos: tuple[int, ...],
+    def start_program(self, bucket: int, layouts: Layouts, mode: SamplingMode, eos: tuple[int, ...],
                       batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
             fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
             return fn.lower(self.spec((batch, self.vocab_size), jnp.float32), self.spec((batch, bucket), jnp.int32),
                             self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self._knob_specs(),
-                            self.new_cache(cache_len, abstract=True)).compile(COMPILER_OPTIONS)
+                            self.abstract_cache(layouts, batch)).compile(COMPILER_OPTIONS)
 
-        return self.program(("start", batch, bucket, cache_len, mode, eos), build)
+        return self.program(("start", batch, bucket, layouts, mode, eos), build)
 
-    def _abstract_state(self, cache_len: int, mode: SamplingMode,
-                        batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
+    def _abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
         seen = (batch, self.vocab_size if mode.penalty else 1)
-        return DecodeState(self.new_cache(cache_len, abstract=True), self.spec((batch,), jnp.int32),
+        return DecodeState(self.abstract_cache(layouts, batch), self.spec((batch,), jnp.int32),
                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.spec(seen, jnp.bool_),
                            self.spec((), jnp.bool_), self.spec((), jnp.int32))
 
-    def grow_program(self, old_len: int, new_len: int, mode: SamplingMode, batch: int = 1) -> tuple[Any, float]:
+    def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
-            fn = jax.jit(partial(self._grow, length=new_len))
-            return fn.lower(self._abstract_state(old_len, mode, batch)).compile(COMPILER_OPTIONS)
+            fn = jax.jit(partial(self._grow, layouts=new))  # new, larger buffers: nothing to donate
+            return fn.lower(self._abstract_state(old, mode, batch)).compile(COMPILER_OPTIONS)
 
-        return self.program(("grow", batch, old_len, new_len, mode.penalty), build)
+        return self.program(("grow", batch, old, new, mode.penalty), build)
 
-    def decode_program(self, cache_len: int, steps: int, mode: SamplingMode, eos: tuple[int, ...],
+    def decode_program(self, layouts: Layouts, steps: int, mode: SamplingMode, eos: tuple[int, ...],
                        batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
             fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
-            state = self._abstract_state(cache_len, mode, batch)
+            state = self._abstract_state(layouts, mode, batch)
             return fn.lower(self.weights, state, self.spec((), jnp.int32), self._knob_specs()).compile(COMPILER_OPTIONS)
 
-        return self.program(("decode", batch, cache_len, steps, mode, eos), build)
+        return self.program(("decode", batch, layouts, steps, mode, eos), build)
 
 
 # XLA's CPU buffers must start on a 64-byte boundary: DLPack shares a torch tensor's memory only then, and

@@ -6,7 +6,7 @@ On one device, q/k/v and gate/up projections are fused into one matrix each: dec
 reads, and XLA's CPU matrix-vector product reads few large matrices closer to memory bandwidth than many
 small ones (a 30-layer chain of SmolLM2's products went from 82% to ~100% of a jitted sum's bandwidth).
 The twin's attention is our own (registered with transformers' AttentionInterface) so that the KV cache is
-read in its own layout and updated in place; see the functions below for the XLA details.
+read in its own layout and updated in place (attention.py and caches/).
 """
 
 from __future__ import annotations
@@ -22,93 +22,36 @@ import torch
 from torch import nn
 from torchax import interop
 from transformers import AttentionInterface, PreTrainedModel
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from playground.backends.jax.kv_cache import PENDING
+from playground.backends.jax.attention import prompt_attention
+from playground.backends.jax.caches.pytree import PENDING
 
 ATTENTION = "playground_jax"
 FUSE_GROUPS = (("qkv_fused", ("q_proj", "k_proj", "v_proj")), ("gate_up_fused", ("gate_proj", "up_proj")))
 
 
-def _softcapped(scores: jax.Array, softcap: float | None) -> jax.Array:
-    return scores if softcap is None else jnp.tanh(scores / softcap) * softcap
-
-
-def _attention_jax(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None, scaling: float,
-                   softcap: float | None) -> jax.Array:
-    """Grouped-query attention straight off the cache layout (B, KV, S, D), without repeating K/V (prefill)."""
-    batch, heads, q_len, dim = query.shape  # (B, H, Q, D)
-    kv_heads, size = key.shape[1], key.shape[2]
-    groups = heads // kv_heads  # query head h reads kv head h // groups, as repeat_kv does
-    rows = query.reshape(batch, kv_heads, groups * q_len, dim)  # (B, KV, M, D), m = g * Q + q
-    scores = _softcapped(jnp.einsum("bkmd,bksd->bkms", rows, key) * scaling, softcap)  # (B, KV, M, S)
-    if mask is None:  # plain causal over a cache that starts at position 0
-        mask = jnp.tril(jnp.ones((q_len, size), bool))[None, None]
-    mask = jnp.tile(mask, (1, 1, groups, 1))  # (B, 1, Q, S) -> (B, 1, M, S)
-    if mask.dtype != jnp.bool_:  # an additive float mask (a model's own 4-D mask)
-        scores, mask = scores + mask.astype(scores.dtype), jnp.ones(mask.shape, bool)
-    probs = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
-    out = jnp.einsum("bkms,bksd->bkmd", probs, value).reshape(batch, heads, q_len, dim)
-    return out.transpose(0, 2, 1, 3)  # (B, Q, H, D), as sdpa returns it
-
-
-def _decode_attention_jax(query: jax.Array, old_keys: jax.Array, old_values: jax.Array, mask: jax.Array,
-                          scaling: float, softcap: float | None, new_key: jax.Array, new_value: jax.Array,
-                          position: jax.Array) -> jax.Array:
-    """Attention of one new token: the cache arrays as they were *before* it was written, plus its own row.
-
-    Reading the updated arrays instead makes XLA copy every cache array on every step (the in-place write
-    and the attention's product would share a buffer); this way the write is the arrays' last use. Each
-    query group is its own chain of matrix-vector products: XLA runs those at bandwidth and side by side on
-    the cores, where one small batched matrix product per layer runs on one core, far slower.
-    """
-    batch, heads, _, dim = query.shape  # (B, H, 1, D)
-    kv_heads, size = old_keys.shape[1], old_keys.shape[2]
-    groups = heads // kv_heads
-    rows = query.reshape(batch, kv_heads, groups, dim)  # (B, KV, G, D)
-    allowed = mask[:, :, 0, :] & (jnp.arange(size) != position)  # (B, 1, S); slot `position` is stale here
-    outs = []
-    for g in range(groups):
-        q = rows[:, :, g]  # (B, KV, D)
-        scores = _softcapped(jnp.einsum("bksd,bkd->bks", old_keys, q) * scaling, softcap)  # (B, KV, S)
-        scores = jnp.where(allowed, scores, -jnp.inf)
-        fresh = _softcapped(jnp.einsum("bkd,bkd->bk", new_key[:, :, 0], q) * scaling, softcap)[..., None]
-        top = jnp.maximum(scores.max(axis=-1, keepdims=True), fresh)  # softmax over S + 1 scores
-        weights, fresh_weight = jnp.exp(scores - top), jnp.exp(fresh - top)
-        total = weights.sum(axis=-1, keepdims=True) + fresh_weight
-        mixed = jnp.einsum("bks,bksd->bkd", weights, old_values) + fresh_weight * new_value[:, :, 0]
-        outs.append(mixed / total)  # (B, KV, D)
-    out = jnp.stack(outs, axis=2).reshape(batch, heads, 1, dim)
-    return out.transpose(0, 2, 1, 3)  # (B, 1, H, D)
-
-
 def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers attention interface entry; runs under torchax, so it can hand the work to JAX directly."""
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    """transformers attention interface entry; runs under torchax, so it can hand the work to JAX directly.
+
+    The cache layer's update left a callback on the keys that attends the way its layout needs (see
+    caches/); without a cache, the keys are the whole causal context.
+    """
+    scale = float(scaling if scaling is not None else query.shape[-1] ** -0.5)
     softcap = kwargs.get("softcap")
     softcap = None if softcap is None else float(softcap)
-    pending = getattr(key, PENDING, None)  # set by the cache layer on a one-token update
-    # (a model's own additive float mask takes the general path, over the updated cache)
-    if pending is not None and query.shape[2] == 1 and attention_mask is not None \
-            and attention_mask.dtype == torch.bool:
-        old_keys, old_values, new_key, new_value, position = pending
-        out = interop.call_jax(_decode_attention_jax, query, old_keys, old_values, attention_mask, float(scale),
-                               softcap, new_key, new_value, position)
+    attend = getattr(key, PENDING, None)
+    if attend is None:
+        out = interop.call_jax(prompt_attention, query, key, value, None, scale, softcap)
     else:
-        out = interop.call_jax(_attention_jax, query, key, value, attention_mask, float(scale), softcap)
+        out = interop.call_jax(attend, query, scaling=scale, softcap=softcap)
     return out, None
 
 
-def _mask(*args: Any, **kwargs: Any) -> Any:
-    """sdpa's boolean mask, always materialized: a skipped (None) mask would lose the cache offset."""
-    kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(*args, **kwargs)
-
-
+# No mask function is registered for our attention: transformers then builds no mask at all (a ring
+# buffer's slots are not in position order, so its masks are the layouts' own).
 AttentionInterface.register(ATTENTION, attention_forward)
-ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, _mask)
 
 
 class FusedLinear(nn.Module):

@@ -1,0 +1,96 @@
+"""Attention in JAX over our cache layouts: the prompt over its own keys, one new token over cache segments.
+
+Masks are computed here from absolute positions and each layer's layout (a window, a ring, sinks, a
+quantized store), never from transformers' mask functions: a ring buffer's slots are not in position order,
+so the only mask that is right for every layout is the one that knows which position each slot holds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Segment(NamedTuple):
+    """Cached keys and values one new token attends over, and which of their slots it may see."""
+
+    keys: jax.Array  # (B, KV, N, D)
+    values: jax.Array  # (B, KV, N, D)
+    allowed: jax.Array  # (N,) bool
+
+
+def _softcapped(scores: jax.Array, softcap: float | None) -> jax.Array:
+    return scores if softcap is None else jnp.tanh(scores / softcap) * softcap
+
+
+def band_mask(length: int, window: int | None) -> jax.Array:
+    """(T, T) query x key: causal, and within `window` positions (itself and the window - 1 before it)."""
+    query, key = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
+    mask = key <= query
+    return mask if window is None else mask & (query - key < window)
+
+
+def prompt_attention(query: jax.Array, key: jax.Array, value: jax.Array, window: int | None, scaling: float,
+                     softcap: float | None) -> jax.Array:
+    """The prompt over its own keys (B, KV, T, D), grouped-query, without repeating K/V; returns (B, T, H, D)."""
+    batch, heads, q_len, dim = query.shape  # (B, H, T, D)
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads  # query head h reads kv head h // groups, as repeat_kv does
+    rows = query.reshape(batch, kv_heads, groups * q_len, dim)  # (B, KV, M, D), m = g * T + t
+    scores = _softcapped(jnp.einsum("bkmd,bksd->bkms", rows, key) * scaling, softcap)  # (B, KV, M, T)
+    mask = jnp.tile(band_mask(q_len, window), (groups, 1))  # (M, T)
+    probs = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
+    out = jnp.einsum("bkms,bksd->bkmd", probs, value).reshape(batch, heads, q_len, dim)
+    return out.transpose(0, 2, 1, 3)  # (B, T, H, D), as sdpa returns it
+
+
+def step_attention(query: jax.Array, segments: list[Segment], new_key: jax.Array, new_value: jax.Array,
+                   scaling: float, softcap: float | None) -> jax.Array:
+    """One new token over cache segments read as they were *before* its write, plus its own key and value.
+
+    Reading the updated arrays instead makes XLA copy every cache array on every step (the in-place write
+    and the attention's product would share a buffer); this way the write is the arrays' last use. Each
+    query group is its own chain of matrix-vector products: XLA runs those at bandwidth and side by side on
+    the cores, where one small batched matrix product per layer runs on one core, far slower. The softmax
+    runs over every segment's scores and the new token's at once (one running maximum).
+    """
+    batch, heads, _, dim = query.shape  # (B, H, 1, D)
+    kv_heads = new_key.shape[1]
+    groups = heads // kv_heads
+    rows = query.reshape(batch, kv_heads, groups, dim)  # (B, KV, G, D)
+    outs = []
+    for g in range(groups):
+        q = rows[:, :, g]  # (B, KV, D)
+        scores = [jnp.where(s.allowed, _softcapped(jnp.einsum("bksd,bkd->bks", s.keys, q) * scaling, softcap),
+                            -jnp.inf) for s in segments]  # (B, KV, N) each
+        fresh = _softcapped(jnp.einsum("bkd,bkd->bk", new_key[:, :, 0], q) * scaling, softcap)[..., None]
+        top = fresh
+        for s in scores:
+            top = jnp.maximum(top, s.max(axis=-1, keepdims=True))
+        fresh_weight = jnp.exp(fresh - top)  # (B, KV, 1)
+        total = fresh_weight
+        mixed = fresh_weight * new_value[:, :, 0]  # (B, KV, D)
+        for s, segment in zip(scores, segments, strict=True):
+            weights = jnp.exp(s - top)
+            total = total + weights.sum(axis=-1, keepdims=True)
+            mixed = mixed + jnp.einsum("bks,bksd->bkd", weights, segment.values)
+        outs.append(mixed / total)  # (B, KV, D)
+    out = jnp.stack(outs, axis=2).reshape(batch, heads, 1, dim)
+    return out.transpose(0, 2, 1, 3)  # (B, 1, H, D)
+
+
+def ring_positions(slots: int, position: jax.Array) -> jax.Array:
+    """(N,) the absolute position each slot of a ring of `slots` holds once `position` is written there at
+    `position % slots`: the latest position <= `position` congruent to the slot; negative when never written."""
+    return position - jnp.mod(position - jnp.arange(slots), slots)
+
+
+def gather_ring(chunk: jax.Array, length: jax.Array, slots: int, first: int = 0) -> jax.Array:
+    """The ring (B, KV, slots, D) a prompt chunk (B, KV, T, D) of true length `length` leaves behind, for a ring
+    holding positions >= `first` at slot (p - first) % slots. Slots no position reached hold any finite value
+    (their positions are negative, or below `first`, so every mask keeps them out)."""
+    held = first + ring_positions(slots, length - 1 - first)  # (slots,)
+    index = jnp.clip(held, 0, chunk.shape[2] - 1)
+    return jnp.take(chunk, index, axis=2)

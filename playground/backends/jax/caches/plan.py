@@ -1,0 +1,149 @@
+"""The cache a request decodes over: each layer's layout, decided once from the spec and the model config,
+and the cache lengths decoding steps through.
+
+| cache     | global layers                            | the model's own sliding layers |
+| --------- | ---------------------------------------- | ------------------------------ |
+| static    | ring that never wraps, prompt + new long | ring of the model's window     |
+| dynamic   | the same, growing by doubling            | ring of the model's window     |
+| sliding   | grow (model with sliding layers), else a ring of spec.window (imposed) | ring of the window |
+| sink      | sinks + recent ring, spec.window in all  | refused (RoPE re-rotation)     |
+| quantized | quantized store + full-precision residual ring | ring of the model's window |
+
+Every ring stops at its bound, so bounded layers stop growing while the cache length keeps doubling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transformers.cache_utils import get_layer_types_and_kwargs
+
+from playground.backends.jax.caches.layout import Layout, nbytes
+from playground.backends.jax.caches.quantized import QuantLayout
+from playground.backends.jax.caches.ring import RingLayout
+from playground.backends.jax.caches.sink import SinkLayout, ring_room
+from playground.errors import PlaygroundError
+from playground.kv.factory import check_cache
+from playground.kv.sink import rope_inv_freq
+from playground.models.shapes import attention_shape
+from playground.spec import RunSpec
+
+MIN_PREFILL_BUCKET = 16
+# A growing cache starts at least this long; each length it steps through compiles its decode program once.
+GROWTH_FLOOR = 64
+# A preallocated cache is prompt + max_new_tokens rounded up to this, so nearby requests share programs.
+STATIC_GRANULE = 64
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def prefill_bucket(prompt_len: int) -> int:
+    """Padded prompt length: a power of two, at least MIN_PREFILL_BUCKET."""
+    return max(MIN_PREFILL_BUCKET, _next_power_of_two(prompt_len))
+
+
+def static_length(prompt_len: int, max_new_tokens: int) -> int:
+    """Positions for the prompt and every new token, rounded up to STATIC_GRANULE."""
+    return -(-(prompt_len + max_new_tokens) // STATIC_GRANULE) * STATIC_GRANULE
+
+
+def growth_lengths(prompt_len: int, max_new_tokens: int, first_chunk: int) -> list[int]:
+    """The lengths a growing cache steps through: from the smallest power of two (at least GROWTH_FLOOR) that
+    holds the prompt and the first decode chunk, doubling, up to static_length()."""
+    final = static_length(prompt_len, max_new_tokens)
+    length = max(GROWTH_FLOOR, _next_power_of_two(prompt_len + first_chunk))
+    lengths = [min(length, final)]
+    while lengths[-1] < final:
+        lengths.append(min(lengths[-1] * 2, final))
+    return lengths
+
+
+Layouts = tuple[Layout, ...]
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """The layers' layouts (sized for lengths[0]) and the cache lengths decoding may step through."""
+
+    layers: Layouts
+    lengths: tuple[int, ...]
+
+    def at(self, length: int) -> Layouts:
+        return tuple(layer.resized(length) for layer in self.layers)
+
+    def schedule(self) -> list[Layouts]:
+        """The distinct layouts decoding steps through, in order (bounded layers stop changing)."""
+        steps: list[Layouts] = []
+        for length in self.lengths:
+            layouts = self.at(length)
+            if not steps or layouts != steps[-1]:
+                steps.append(layouts)
+        return steps
+
+
+def _global_layer(spec: RunSpec, config: Any, native: bool, length: int) -> Layout:
+    shape = attention_shape(config)
+    heads, dim = shape.kv_heads, shape.head_dim
+    if spec.cache == "sliding" and not native:  # imposed on every layer, in the cache and in the mask
+        return RingLayout(heads, dim, slots=min(spec.window, length), window=spec.window)
+    if spec.cache == "sink":
+        inv_freq = tuple(float(f) for f in rope_inv_freq(config).double())
+        return SinkLayout(heads, dim, spec.sink_tokens, spec.window, ring_room(spec.sink_tokens, spec.window, length),
+                          inv_freq)
+    if spec.cache == "quantized":
+        residual = 0 if spec.cache_bits == 8 else spec.residual_length
+        return QuantLayout(heads, dim, spec.cache_bits, store=length, residual=residual, slots=min(residual, length))
+    return RingLayout(heads, dim, slots=length)
+
+
+def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) -> CachePlan:
+    """The layouts for `spec` on a model with this text config; refuses what cannot be laid out."""
+    layer_types, _ = get_layer_types_and_kwargs(config)
+    unknown = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise PlaygroundError(f"the JAX decoder does not support {', '.join(unknown)} layers (only full and "
+                              "sliding-window attention); use backend torch")
+    native = "sliding_attention" in layer_types
+    check_cache(spec, config)  # the PyTorch path's refusals, in its words
+    if spec.cache == "static":
+        lengths = [static_length(prompt_len, spec.max_new_tokens)]
+    else:
+        lengths = growth_lengths(prompt_len, spec.max_new_tokens, first_chunk)
+    shape = attention_shape(config)
+    layers = tuple(
+        RingLayout(shape.kv_heads, shape.head_dim, slots=min(int(config.sliding_window), lengths[0]),
+                   window=int(config.sliding_window)) if kind == "sliding_attention"
+        else _global_layer(spec, config, native, lengths[0])
+        for kind in layer_types)
+    return CachePlan(layers, tuple(lengths))
+
+
+def plan_bytes(layouts: Layouts, batch: int = 1) -> int:
+    """Bytes of every array a cache with these layouts holds."""
+    return sum(nbytes(layout, batch) for layout in layouts)
+
+
+def peak_bytes(plan: CachePlan, batch: int = 1) -> tuple[int, bool]:
+    """The most bytes the cache holds at once over a request, and whether that peak is a growth step (the old
+    layouts' arrays and the new ones' are both held while one is copied into the other)."""
+    schedule = plan.schedule()
+    peak, growing = plan_bytes(schedule[0], batch), False
+    for old, new in zip(schedule, schedule[1:], strict=False):
+        both = plan_bytes(old, batch) + plan_bytes(new, batch)
+        if both > peak:
+            peak, growing = both, True
+    return peak, growing
+
+
+def describe(layouts: Layouts) -> dict[str, int]:
+    """How many layers have each layout, for the result's `extra`."""
+    counts: dict[str, int] = {}
+    for layout in layouts:
+        name = type(layout).__name__.removesuffix("Layout").lower()
+        details = {k: v for k, v in vars(layout).items() if k not in ("heads", "head_dim", "inv_freq")}
+        key = f"{name}({', '.join(f'{k}={v}' for k, v in details.items())})"
+        counts[key] = counts.get(key, 0) + 1
+    return counts

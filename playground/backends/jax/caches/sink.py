@@ -1,0 +1,87 @@
+"""StreamingLLM attention sinks in fixed shapes: `sinks` slots for the first tokens, a ring for the recent ones.
+
+The rule is playground.kv.sink's (the PyTorch sink cache), so both backends give the same tokens: the cache
+keeps the first `sinks` tokens plus the most recent `window - sinks` (the new one included); the prompt
+attends over all of itself causally; and once tokens have been evicted, the sink keys, stored as first seen,
+are rotated forward by the number of evicted tokens, so the kept keys form one contiguous run of RoPE
+positions ending at the query (the distances StreamingLLM's positions-within-the-cache give). Position
+p < sinks lives in sink slot p; position p >= sinks in ring slot (p - sinks) % slots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from playground.backends.jax.attention import Segment, gather_ring, prompt_attention, ring_positions, step_attention
+from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
+
+
+def rotate_keys(keys: jax.Array, shift: jax.Array, inv_freq: tuple[float, ...]) -> jax.Array:
+    """RoPE-rotated keys (B, KV, S, D) moved by `shift` positions (HF's rotate-half layout), R(a) R(b) = R(a + b)."""
+    angles = shift.astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # (D/2,)
+    emb = jnp.concatenate([angles, angles])  # (D,)
+    half = keys.shape[-1] // 2
+    rotated_half = jnp.concatenate([-keys[..., half:], keys[..., :half]], axis=-1)
+    return keys * jnp.cos(emb) + rotated_half * jnp.sin(emb)
+
+
+def ring_room(sinks: int, window: int, length: int) -> int:
+    """Ring slots for a cache of `length` positions: the recent room, or less while the cache is shorter."""
+    return max(1, min(window - sinks, length - sinks))
+
+
+@dataclass(frozen=True)
+class SinkLayout:
+    """sink_keys / sink_values (B, KV, sinks, D) as first seen, keys / values (B, KV, slots, D) the recent ring."""
+
+    heads: int
+    head_dim: int
+    sinks: int
+    cache_window: int  # sinks + recent tokens kept
+    slots: int
+    inv_freq: tuple[float, ...]  # the model's RoPE inverse frequencies (D/2,)
+
+    @property
+    def window(self) -> int | None:
+        return None  # the window is kept by eviction; attention within it is global
+
+    def leaves(self) -> LeafShapes:
+        ring = (self.heads, self.slots, self.head_dim)
+        sink = (self.heads, self.sinks, self.head_dim)
+        leaves: LeafShapes = {"keys": (ring, jnp.float32), "values": (ring, jnp.float32)}
+        if self.sinks:
+            leaves |= {"sink_keys": (sink, jnp.float32), "sink_values": (sink, jnp.float32)}
+        return leaves
+
+    def resized(self, length: int) -> SinkLayout:
+        return dataclasses.replace(self, slots=ring_room(self.sinks, self.cache_window, length))
+
+    def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:
+        arrays = {"keys": gather_ring(keys, length, self.slots, first=self.sinks),
+                  "values": gather_ring(values, length, self.slots, first=self.sinks)}
+        if self.sinks:
+            first = jnp.clip(jnp.arange(self.sinks), 0, keys.shape[2] - 1)  # slots past the prompt stay masked
+            arrays |= {"sink_keys": jnp.take(keys, first, axis=2), "sink_values": jnp.take(values, first, axis=2)}
+        # the prompt attends over all of itself, causally, as the PyTorch sink cache lets a long first chunk do
+        return arrays, partial(prompt_attention, key=keys, value=values, window=None)
+
+    def step(self, arrays: Arrays, key: jax.Array, value: jax.Array,
+             position: jax.Array) -> tuple[Arrays, Attend]:
+        held = self.sinks + ring_positions(self.slots, position - self.sinks)  # (slots,)
+        segments = [Segment(arrays["keys"], arrays["values"], (held >= self.sinks) & (held < position))]
+        slot = jnp.mod(position - self.sinks, self.slots)  # a sink token's write here stays masked until reused
+        written = {"keys": write_row(arrays["keys"], key, slot), "values": write_row(arrays["values"], value, slot)}
+        if self.sinks:
+            evicted = jnp.maximum(position + 1 - self.cache_window, 0)
+            moved = rotate_keys(arrays["sink_keys"], evicted, self.inv_freq)  # (B, KV, S, D)
+            segments.insert(0, Segment(moved, arrays["sink_values"], jnp.arange(self.sinks) < position))
+            is_sink = position < self.sinks
+            index = jnp.minimum(position, self.sinks - 1)
+            for name, row in (("sink_keys", key), ("sink_values", value)):
+                written[name] = jnp.where(is_sink, write_row(arrays[name], row, index), arrays[name])
+        return written, partial(step_attention, segments=segments, new_key=key, new_value=value)
