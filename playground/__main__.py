@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "both backends over long runs")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches)")
+    bench.add_argument("--rounds", type=int, default=None,
+                       help="suite caches: timed rounds of every configuration (default 3; the median is reported)")
     bench.add_argument("--json", action="store_true")
 
     commands.add_parser("models", help="list the model catalog")
@@ -124,7 +126,7 @@ def command_bench(args: argparse.Namespace) -> None:
         print(message, file=sys.stderr)
 
     if args.suite == "caches":
-        result = bench_caches.run_cache_suite(args.model, new_tokens, progress=progress)
+        result = bench_caches.run_cache_suite(args.model, new_tokens, progress=progress, rounds=args.rounds)
         print(json.dumps(result) if args.json else bench_caches.format_table(result))
         return
     result = bench.run_bench(args.model, new_tokens, progress=progress)

@@ -3,13 +3,15 @@
 Each cache decodes the same prompt for the same number of tokens (min_new_tokens pins the length) on the
 PyTorch path and on the JAX path, as a request through either backend runs it (probes and token records
 included on both). Every configuration runs once to warm up (the JAX path compiles then; PyTorch warms up
-on a short run), then ROUNDS rounds run every configuration once each, in turn, so that a drift of the
-shared machine's speed touches all of them alike; rates are medians. What it reports per cache: tokens/s
+on a short run), then `rounds` rounds (default ROUNDS) run every configuration once each, in turn, so that a
+drift of the shared machine's speed touches all of them alike; rates are medians. The machine's load average
+is recorded at the start and the end (other processes share the cores). What it reports per cache: tokens/s
 (after the first token), TTFT, compile time, the final KV bytes, and the JAX / PyTorch ratio.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +44,8 @@ class _Config:
         self.runs: list[float] = []
         self.ttfts: list[float] = []
 
-    def run(self, ids: Any, spec: RunSpec | None = None) -> Any:
-        out = backend_for(self.backend).generate(self.loaded, ids, spec or self.spec, lambda _: None, lambda: False)
+    def run(self, ids: Any, spec: RunSpec | None = None, should_stop: Callable[[], bool] = lambda: False) -> Any:
+        out = backend_for(self.backend).generate(self.loaded, ids, spec or self.spec, lambda _: None, should_stop)
         if spec is None:
             rate, ttft = rates(out.start_time, out.token_times)
             self.runs.append(rate or 0.0)
@@ -52,9 +54,10 @@ class _Config:
         return out
 
     def warm_up(self, ids: Any) -> None:
-        """The JAX path's full run compiles every program of the request (its compile_s is reported)."""
+        """The JAX path compiles every program of the request before its prompt runs (its compile_s is reported),
+        so a run stopped after its first token warms it up."""
         if self.backend == "jax":
-            out = self.run(ids, self.spec)
+            out = self.run(ids, self.spec, should_stop=lambda: True)
             self.row["compile_s"] = round(out.compile_s, 3)
         else:
             short = self.spec.replace(max_new_tokens=TORCH_WARM_UP_TOKENS, min_new_tokens=TORCH_WARM_UP_TOKENS)
@@ -104,26 +107,29 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_cache_suite(model: str = "smollm2-135m", max_new_tokens: int = 1024,
-                    progress: Callable[[str], Any] = print) -> dict[str, Any]:
+                    progress: Callable[[str], Any] = print, rounds: int | None = None) -> dict[str, Any]:
     """Every cache on both backends in this process; returns the suite's JSON object."""
     from playground.backends.jax.engine import enable_persistent_cache
 
     enable_persistent_cache()
+    start_load = os.getloadavg()
     progress(f"loading {model}")
     loaded, _ = LOADED.get(model, "fp32")
     ids = encode_prompt(loaded, BENCH_PROMPT, None)
     configs, refused = _configs(loaded, ids, max_new_tokens, progress)
+    rounds = rounds or ROUNDS
     probe = BandwidthProbe()
     try:
-        for round_index in range(ROUNDS):
+        for round_index in range(rounds):
             probe.sample()
             for config in configs:
-                progress(f"round {round_index + 1}/{ROUNDS}: {config.row['name']}, {max_new_tokens} tokens")
+                progress(f"round {round_index + 1}/{rounds}: {config.row['name']}, {max_new_tokens} tokens")
                 config.run(ids)
     finally:
         probe.close()
     rows = [c.result() for c in configs]
     return {"suite": "caches", "model": model, "prompt_tokens": int(ids.shape[1]), "new_tokens": max_new_tokens,
+            "rounds": rounds, "load_average": [start_load, os.getloadavg()],
             "bandwidth_gbs": round(statistics.median(probe.samples), 2), "weight_bytes": loaded.weight_bytes,
             "configs": rows + refused, "ratios": _ratios(rows)}
 
@@ -136,7 +142,9 @@ def format_table(result: dict[str, Any]) -> str:
 
     by_name = {r["name"]: r for r in result["configs"]}
     lines = [f"model {result['model']}, prompt {result['prompt_tokens']} + {result['new_tokens']} new tokens, "
-             f"read bandwidth {result['bandwidth_gbs']:.1f} GB/s (median)", "",
+             f"read bandwidth {result['bandwidth_gbs']:.1f} GB/s (median), {result['rounds']} round(s), load "
+             f"average {result['load_average'][0][0]:.1f} at the start, {result['load_average'][1][0]:.1f} at the end",
+             "",
              f"{'cache':<11}{'torch tok/s':>12}{'jax tok/s':>11}{'jax/torch':>11}{'torch KV MB':>13}"
              f"{'jax KV MB':>11}{'jax compile s':>15}"]
     for cache in CACHES:

@@ -52,6 +52,7 @@ def test_smollm2_bounded_caches_match_pytorch_over_three_windows(knobs):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 1000 tokens of Gemma3 on both backends: ~3 min here when the machine is quiet
 def test_gemma3_own_window_matches_pytorch_over_three_windows():
     """Its sliding layers are rings of 512 slots: a 600-token prompt and 1000 new tokens wrap them twice."""
     loaded = bundled("gemma3-270m")
