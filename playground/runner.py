@@ -281,7 +281,8 @@ class _Job:
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             with GENERATION_LOCK:
-                output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft)
+                output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
+                                          progress=self._progress)
             runs.append((output, time.perf_counter()))
             if output.stopped:
                 break

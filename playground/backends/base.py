@@ -22,6 +22,8 @@ CUT_STAGES = (None, "min_new_tokens", "top_k", "top_p", "min_p")
 EmitTokens = Callable[[list[int]], None]
 # Backends poll this between steps/chunks; True means the user pressed stop or the request ran out of time.
 ShouldStop = Callable[[], bool]
+# (fraction, message) while a backend prepares a run, e.g. compiles for it; the runner shows it on the column
+ReportProgress = Callable[[float, str], None]
 
 
 class TokenInfo(TypedDict, total=False):
@@ -86,8 +88,10 @@ class Backend(Protocol):
     name: str
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
-        """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any."""
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any;
+        `progress` hears of long preparations before the first token (a compile)."""
         ...
 
 

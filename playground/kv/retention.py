@@ -14,6 +14,10 @@ Rules, as the caches implement them:
   new tokens gather in a full-precision residual that is quantized with everything else when it reaches
   `residual_length`, so the newest (written - prompt) mod R tokens are full precision. 8 bits (fp8) quantizes
   everything as it arrives. On a model with sliding layers those keep their bounded full-precision window.
+  The JAX path (backends/jax/caches/quantized.py) quantizes every token as it is written and also keeps the
+  newest `residual_length` in a full-precision ring that attention reads instead, so there the newest
+  min(written, R) tokens are full precision (none with 8 bits). Its sliding and sink caches keep what the
+  PyTorch ones keep (their tokens are tested equal).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class CacheSettings:
     residual_length: int = 128
     layer_types: tuple[str, ...] = ("full_attention",)
     model_window: int | None = None  # the model's own sliding window, when it has sliding layers
+    backend: str = "torch"  # the quantized caches differ in which tokens stay full precision
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,10 @@ def _sink(total: int, n: int, sinks: int, window: int) -> tuple[State, ...]:
                  for i in range(total))
 
 
-def _quantized(total: int, n: int, prompt_tokens: int, bits: int, residual: int) -> tuple[State, ...]:
-    full = 0 if bits == 8 else (n - prompt_tokens) % residual
+def _quantized(total: int, n: int, prompt_tokens: int, settings: CacheSettings) -> tuple[State, ...]:
+    bits, residual = settings.cache_bits, settings.residual_length
+    ring = settings.backend == "jax"
+    full = 0 if bits == 8 else min(n, residual) if ring else (n - prompt_tokens) % residual
     return tuple("unwritten" if i >= n else "kept" if i >= n - full else "quantized" for i in range(total))
 
 
@@ -95,7 +102,7 @@ def retention(settings: CacheSettings, prompt_tokens: int, new_tokens: int, step
                              _window(total, n, _slid(settings.model_window, n))))
     if settings.cache == "quantized":
         what = _count(full, "global " if sliding else "") + f" ({settings.cache_bits}-bit)"
-        rows.append(CacheRow(what, _quantized(total, n, prompt_tokens, settings.cache_bits, settings.residual_length)))
+        rows.append(CacheRow(what, _quantized(total, n, prompt_tokens, settings)))
     elif sliding:
         rows.append(CacheRow(_count(full, "global ") + " (no window)", _window(total, n, n)))
     else:
@@ -114,4 +121,4 @@ def settings_for(spec: dict[str, object], layer_types: Sequence[str], model_wind
     return CacheSettings(cache=str(spec.get("cache")), window=number("window", 256),
                          sink_tokens=number("sink_tokens", 4), cache_bits=number("cache_bits", 4),
                          residual_length=number("residual_length", 128), layer_types=tuple(layer_types),
-                         model_window=model_window)
+                         model_window=model_window, backend=str(spec.get("backend", "torch")))

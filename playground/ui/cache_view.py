@@ -40,11 +40,11 @@ CACHE_CSS = """
 
 
 def strip_applies(result: Result | None) -> bool:
-    """A strip is drawn for torch columns whose cache keeps less than everything at full precision."""
+    """A strip is drawn for columns whose cache keeps less than everything at full precision (either backend)."""
     if not result or result["new_tokens"] < 1 or "attention_layers" not in result:
         return False
     spec = result["spec"]
-    return spec.get("cache") in RETAINING_CACHES and spec.get("backend", "torch") == "torch"
+    return spec.get("cache") in RETAINING_CACHES
 
 
 def rows_at(result: Result, step: int) -> list[CacheRow]:

@@ -1,4 +1,4 @@
-"""The cache strip on the page: drawn for sliding, sink and quantized torch columns, moved by its step slider."""
+"""The cache strip on the page: drawn for sliding, sink and quantized columns, moved by its step slider."""
 
 from __future__ import annotations
 
@@ -49,9 +49,16 @@ def test_gemma3_gets_a_row_per_layer_type():
     assert html.count("class='cache-row'") == 2
 
 
-@pytest.mark.parametrize("r", [result("dynamic"), result("static"), {**result("sliding"), "spec": {
-    **RunSpec(cache="static", backend="jax").to_dict(), "cache": "sliding"}}, None])
-def test_no_strip_where_the_cache_keeps_everything_or_runs_elsewhere(r):
+def test_a_jax_column_draws_what_its_cache_holds():
+    assert cache_strip_html(result("sliding", window=8, backend="jax"), 20) == cache_strip_html(
+        result("sliding", window=8), 20)  # the JAX ring keeps the PyTorch cache's tokens (their outputs are equal)
+    # the JAX quantized cache keeps the newest residual_length tokens in a full-precision ring at every step
+    quantized = cache_strip_html(result("quantized", cache_bits=4, residual_length=8, backend="jax"), 12)
+    assert runs(quantized, "quantized") == [(0, 9), (10, 12)] and runs(quantized, "kept") == [(13, 20)]
+
+
+@pytest.mark.parametrize("r", [result("dynamic"), result("static"), result("static", backend="jax"), None])
+def test_no_strip_where_the_cache_keeps_everything(r):
     assert cache_strip_html(r, 1) == ""
     hidden = strip_updates("slider", "strip", r)
     assert hidden["slider"]["visible"] is False and hidden["strip"]["visible"] is False

@@ -12,6 +12,7 @@ once, so a ring buffer that has reached its window never grows or recompiles aga
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +20,13 @@ import jax
 import numpy as np
 import torch
 
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
+from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, TokenInfo, eos_ids
 from playground.backends.jax import sampling
 from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.engine import DecodeState, Engine, engine_for
+from playground.backends.jax.engine import DecodeState, Engine, compile_notices, engine_for
 from playground.backends.jax.programs import Compiled, run_prompt
 from playground.backends.jax.records import token_records as _records
 from playground.backends.jax.sampling import Knobs
@@ -41,12 +42,30 @@ class JaxBackend:
     name = "jax"
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
-        if spec.strategy == "assisted":
-            from playground.backends.jax import assisted
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        check_architecture(loaded.model.config)
+        with compile_notices(_announce_once(progress)):
+            if spec.strategy == "assisted":
+                from playground.backends.jax import assisted
 
-            return assisted.generate(loaded, input_ids, spec, emit, should_stop, draft)
-        return generate(loaded, input_ids, spec, emit, should_stop)
+                return assisted.generate(loaded, input_ids, spec, emit, should_stop, draft)
+            return generate(loaded, input_ids, spec, emit, should_stop)
+
+
+COMPILING = "compiling for this prompt length, first time only; cached afterwards"
+
+
+def _announce_once(progress: ReportProgress | None) -> Callable[[], None]:
+    """Say so when the request's first program starts compiling; a cached request says nothing."""
+    said = False
+
+    def announce() -> None:
+        nonlocal said
+        if progress is not None and not said:
+            said = True
+            progress(0.0, COMPILING)
+    return announce
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
@@ -56,7 +75,6 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
     start = time.perf_counter()
-    check_architecture(loaded.model.config)
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     request = _prepare(loaded, prompt, spec)
     run = _prefill(request, prompt, spec)

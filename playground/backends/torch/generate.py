@@ -11,7 +11,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, eos_ids
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.config import assistant_kwargs, generation_config
@@ -74,7 +74,9 @@ class TorchBackend:
     name = "torch"
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        # nothing is compiled on this path: generation starts at once, so there is no preparation to report
         return generate(loaded, input_ids, spec, emit, should_stop, draft)
 
 
