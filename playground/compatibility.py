@@ -41,7 +41,7 @@ for _cache, _why in (
     _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
 for _strategy in STRATEGIES:
     for _cache in CACHES:
-        if _strategy in ("beam", "assisted"):
+        if _strategy == "assisted":
             _REFUSED[("jax", _strategy, _cache)] = (
                 f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
                 "or backend 'torch'"

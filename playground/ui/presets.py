@@ -47,6 +47,14 @@ def torch_vs_jax(current: Mapping[str, Any]) -> tuple[Columns, str]:
         "the tokens should be identical, the JAX column shows its compile time (0 once compiled).")
 
 
+def beam_torch_vs_jax(current: Mapping[str, Any]) -> tuple[Columns, str]:
+    base = {**_base(current), "strategy": "beam", "num_beams": 4, "num_return_sequences": 2, "weights": "fp32",
+            "cache": "static"}
+    return [base, {**base, "backend": "jax"}], (
+        "Beam search, 4 beams, fp32: transformers' beam search against the same search as one jitted batch on "
+        "JAX; the returned sequences, their scores and the beam trees should match, the JAX column is faster.")
+
+
 def assisted(current: Mapping[str, Any]) -> tuple[Columns, str]:
     base = {**_base(current), "model": "gemma3-270m", "strategy": "greedy"}
     return [
@@ -61,5 +69,6 @@ PRESETS: dict[str, Callable[[Mapping[str, Any]], tuple[Columns, str]]] = {
     "Greedy vs sampling vs beam": strategies,
     "Cache shoot-out": cache_shoot_out,
     "PyTorch vs JAX": torch_vs_jax,
+    "Beam on PyTorch vs JAX": beam_torch_vs_jax,
     "Assisted vs plain": assisted,
 }

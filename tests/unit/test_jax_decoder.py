@@ -349,9 +349,11 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
-    assert [c["name"] for c in result["configs"]] == ["torch-dynamic", "torch-static", "jax"]
+    assert [c["name"] for c in result["configs"]] == ["torch-dynamic", "torch-static", "jax", "torch-beam4",
+                                                      "jax-beam4"]
     assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"])
-    assert set(result["ratios"]) == {"jax_vs_torch_dynamic", "jax_vs_roofline"}
+    assert set(result["ratios"]) == {"jax_vs_torch_dynamic", "jax_vs_roofline", "jax_beam4_vs_torch_beam4"}
+    assert result["ratios"]["jax_beam4_vs_torch_beam4"] > 0
     assert result["roofline_tokens_per_s"] == round(10.0e9 / llama.weight_bytes, 2)
     table = bench.format_table(result)
     assert "torch-dynamic" in table and "jax" in table and "roofline" in table
