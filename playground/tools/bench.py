@@ -1,4 +1,5 @@
-"""In-process benchmark: memory-bandwidth roofline, generate (dynamic and static cache) and the JAX decoder.
+"""In-process benchmark: memory-bandwidth roofline, generate (dynamic and static cache) and the JAX decoder,
+and beam search with 4 beams on both backends (bench_beam.py).
 
 Decoding one token reads every weight once, so the ceiling on this machine is measured read bandwidth
 divided by the model's weight bytes. Each configuration decodes the same prompt for the same number of
