@@ -39,13 +39,6 @@ for _cache, _why in (
     ("sink", "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"),
 ):
     _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
-for _strategy in STRATEGIES:
-    for _cache in CACHES:
-        if _strategy == "beam":
-            _REFUSED[("jax", _strategy, _cache)] = (
-                f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
-                "or backend 'torch'"
-            )
 # JAX assisted decoding rolls rejected drafts back by moving the cache position, exact only where every position
 # stays in full precision until overwritten (caches/extend.py)
 for _cache, _why in (

@@ -142,12 +142,13 @@ def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, dra
         # the layouts the JAX cache really allocates (bounded layers at their bound, quantized arrays at their
         # bytes); while a growing cache doubles, its old and new arrays coexist
         plan = plan_cache(spec, loaded.model.config.get_text_config(decoder=True), prompt_tokens, STEPS_PER_CALL)
-        need, growing = peak_bytes(plan)
+        beams = spec.num_beams if spec.strategy == "beam" else 1  # a beam search's cache holds a row per beam
+        need, growing = peak_bytes(plan, beams)
         if draft is not None:  # the draft's cache is preallocated for the whole run
             need += peak_bytes(plan_cache(spec.replace(cache="static"), draft.model.config.get_text_config(
                 decoder=True), prompt_tokens, STEPS_PER_CALL))[0]
-        what = f"the JAX {spec.cache} cache for {total} tokens" + (" (old and new arrays while it grows)"
-                                                                    if growing else "")
+        what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {beams} beams" if beams > 1 else "") + (
+            " (old and new arrays while it grows)" if growing else "")
         memory.check_fits(what, need, LOADED.resident_bytes(), hint="lower max_new_tokens")
         return
     sequences = spec.num_beams if spec.strategy == "beam" else 1

@@ -182,6 +182,18 @@ def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str) -> None:
                                   f"allowed: 0 to {vocab_size - 1}")
 
 
+def _check_beams(spec: RunSpec) -> None:
+    """Beam search needs two beams at least (one is greedy search) and returns at most its beams."""
+    if spec.num_beams < 2:
+        raise PlaygroundError(f"num_beams={spec.num_beams} with strategy 'beam' is greedy search; "
+                              f"use num_beams 2-{MAX_BEAMS}, or strategy 'greedy'")
+    _in_range("num_return_sequences", spec.num_return_sequences, 1, MAX_BEAMS)
+    if spec.num_return_sequences > spec.num_beams:
+        raise PlaygroundError(
+            f"num_return_sequences={spec.num_return_sequences} exceeds num_beams={spec.num_beams} (beam search "
+            "returns at most its beams); raise num_beams or lower num_return_sequences")
+
+
 def _check_ranges(spec: RunSpec) -> None:
     _one_of("strategy", spec.strategy, STRATEGIES)
     _one_of("cache", spec.cache, CACHES)
@@ -211,7 +223,7 @@ def _check_ranges(spec: RunSpec) -> None:
     _in_range("repeats", spec.repeats, 1, MAX_REPEATS)
     _check_prefix(spec.prefix_ids)
     if spec.strategy == "beam":
-        _in_range("num_return_sequences", spec.num_return_sequences, 1, spec.num_beams)
+        _check_beams(spec)
     elif spec.num_return_sequences != 1:
         raise PlaygroundError(
             f"num_return_sequences={spec.num_return_sequences} needs strategy 'beam' "

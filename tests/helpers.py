@@ -104,11 +104,11 @@ def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] =
 
 
 def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False):
-    """The JAX decoder on `ids`, and the chunks of token ids it streamed."""
-    from playground.backends.jax import decoder as jax_decoder
+    """The JAX backend on `ids` as the runner calls it, and the chunks of token ids it streamed."""
+    from playground.backends.jax.decoder import JaxBackend
 
     chunks: list[list[int]] = []
-    out = jax_decoder.generate(loaded, ids, spec, chunks.append, should_stop)
+    out = JaxBackend().generate(loaded, ids, spec, chunks.append, should_stop)
     return out, chunks
 
 

@@ -223,7 +223,7 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
             knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)", values)
     with gr.Group(visible=shown["beam"]) as groups["beam"]:
         with gr.Row():
-            knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams", values)
+            knobs["num_beams"] = _slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
             knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
                                                     "returned sequences", values)
         with gr.Row():

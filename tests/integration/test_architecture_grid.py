@@ -14,11 +14,12 @@ from tests.helpers import jax_run, tiny_loaded, torch_greedy
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("name", sorted(GRID))
-def test_parity_or_refusal(name):
+def test_parity_or_refusal(name, cache):
     model = build(name)
     expected = torch_greedy(model, PROMPT, 16, "dynamic")
-    spec = RunSpec(max_new_tokens=16, backend="jax", cache="static")
+    spec = RunSpec(max_new_tokens=16, backend="jax", cache=cache)
     if model_type(model.config) not in VERIFIED:
         with pytest.raises(PlaygroundError, match="backend 'torch'"):
             jax_run(tiny_loaded(name, model), PROMPT, spec)

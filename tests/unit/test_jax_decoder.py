@@ -341,6 +341,10 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     assert [c["name"] for c in result["configs"]][:3] == ["torch-dynamic", "torch-static", "jax"]
     assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"][:3])
     assert {"jax_vs_torch_dynamic", "jax_vs_roofline"} <= set(result["ratios"])
+    names = [c["name"] for c in result["configs"]]
+    assert names[-2:] == ["torch-beam4", "jax-beam4"]
+    assert {"jax_beam4_vs_torch_beam4", "jax_prompt_lookup_vs_jax"} <= set(result["ratios"])
+    assert result["ratios"]["jax_beam4_vs_torch_beam4"] > 0
     assert result["roofline_tokens_per_s"] == round(10.0e9 / llama.weight_bytes, 2)
     table = bench.format_table(result)
     assert "torch-dynamic" in table and "jax" in table and "roofline" in table

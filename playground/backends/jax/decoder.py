@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, TokenInfo, eos_ids
-from playground.backends.jax import sampling
+from playground.backends.jax import beam, sampling
 from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
@@ -74,6 +74,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
+    if spec.strategy == "beam":
+        return beam.generate(loaded, input_ids, spec, emit, should_stop)
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     request = _prepare(loaded, prompt, spec)
