@@ -113,7 +113,8 @@ CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n
 # the sampling cut (ui/cut.py) and the token views' forced (branch) and clicked tokens
 CSS += """
 .tok { cursor: pointer; }
-.tok.forced { background: repeating-linear-gradient(135deg, #e5e7eb 0 4px, #d1d5db 4px 8px); color: #111;
+.tok.forced { background-color: #e5e7eb; color: #111;
+              background-image: repeating-linear-gradient(135deg, #e5e7eb 0 4px, #d1d5db 4px 8px);
               border: 1px dashed #6b7280; }
 .tok.picked { outline: 2px solid #4f46e5; outline-offset: 1px; }
 .cut { font-size: 0.9em; color: var(--body-text-color); }
@@ -134,6 +135,7 @@ CSS += """
 .cut-bar span { display: block; height: 100%; }
 .cut-num { font-variant-numeric: tabular-nums; font-size: 0.85em; text-align: right; }
 .cut-removed { color: #dc2626; }
+.dark .cut-removed { color: #f87171; }  /* the light theme's red is below 4.5:1 on the dark page */
 .cut-kept { color: var(--body-text-color-subdued); }
 .cut-drawn { color: #d97706; margin-left: 6px; }
 .cut-summary { margin-top: 4px; color: var(--body-text-color-subdued); }
