@@ -46,8 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
                              help="apply the chat template (default: when the model is an instruct model)")
         elif field.name == "early_stopping":
             run.add_argument(flag, action="store_true", default=None, help="beam search: stop at num_beams finished")
+        elif field.name == "assisted_sampling":
+            run.add_argument(flag, action="store_true", default=None,
+                             help="assisted decoding: sample with the sampling knobs (speculative sampling)")
         elif field.name == "assistant":
             run.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
+        elif field.name == "prefix_ids":
+            run.add_argument(flag, type=_token_ids, default=None, metavar="ID,ID,...",
+                             help="token ids forced after the prompt; generation continues from the last of them")
         else:
             kind = {"int": int, "float": float}.get(str(field.type), str)
             run.add_argument(flag, type=kind, default=None, choices=_CHOICES.get(field.name),
@@ -67,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("models", help="list the model catalog")
     return parser
+
+
+def _token_ids(text: str) -> list[int]:
+    """Comma-separated token ids, as `--prefix-ids 3,17,42` gives them."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"prefix ids must be whole numbers separated by commas, got {text!r}") from None
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:

@@ -39,13 +39,14 @@ for _cache, _why in (
     ("sink", "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"),
 ):
     _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
-for _strategy in STRATEGIES:
-    for _cache in CACHES:
-        if _strategy in ("beam", "assisted"):
-            _REFUSED[("jax", _strategy, _cache)] = (
-                f"strategy '{_strategy}' is not available on the JAX path; use 'greedy' or 'sampling', "
-                "or backend 'torch'"
-            )
+# JAX assisted decoding rolls rejected drafts back by moving the cache position, exact only where every position
+# stays in full precision until overwritten (caches/extend.py)
+for _cache, _why in (
+    ("quantized", "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"),
+    ("sliding", "a verify pass writes past the window, overwriting positions a rejected draft would need back"),
+    ("sink", "a verify pass writes past the window, overwriting positions a rejected draft would need back"),
+):
+    _REFUSED[("jax", "assisted", _cache)] = f"{_why}; use cache 'dynamic' or 'static', or backend 'torch'"
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
@@ -91,3 +92,19 @@ def markdown_table() -> str:
         if any(row[c] == "yes" for c in CACHES):
             lines.append(f"| {row['backend']} | {row['strategy']} | " + " | ".join(row[c] for c in CACHES) + " |")
     return "\n".join(lines)
+
+
+def draft_vocabulary_refusal(assistant: str, draft_vocab: int, main_vocab: int) -> str:
+    """Why the JAX path refuses a draft model of another vocabulary (universal assisted decoding)."""
+    return (f"assistant {assistant!r} has a vocabulary of {draft_vocab} tokens against the main model's "
+            f"{main_vocab}: the JAX path verifies drafts of the same vocabulary only (token ids passed as they "
+            "are; universal assisted decoding re-tokenizes text between the two and cannot be made exact "
+            "here); use backend 'torch' for this pair, or prompt_lookup on JAX")
+
+
+def check_draft_vocabulary(assistant: str, main_config: dict | None, draft_config: dict | None) -> None:
+    """Refuse a JAX draft of another vocabulary from the configs on disk, before either model loads."""
+    sizes = [((c or {}).get("text_config") or c or {}).get("vocab_size") for c in (main_config, draft_config)]
+    main, draft = sizes
+    if isinstance(main, int) and isinstance(draft, int) and main != draft:
+        raise PlaygroundError(draft_vocabulary_refusal(assistant, draft, main))

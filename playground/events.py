@@ -9,10 +9,11 @@ from playground.result import Result
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """Model loading, conversion or compilation under way."""
+    """Model loading, conversion or compilation under way; repeated while a long stage runs, with its age."""
 
     fraction: float
     message: str
+    elapsed_s: float = 0.0  # seconds since this stage began (0 when it is first reported)
 
 
 @dataclass(frozen=True)

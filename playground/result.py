@@ -10,7 +10,7 @@ import importlib.metadata
 import statistics
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from playground.backends.base import GenerationOutput
+from playground.backends.base import GenerationOutput, TokenInfo
 from playground.metrics import arrivals, percentile
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
@@ -45,6 +45,16 @@ class Metrics(TypedDict):
     compile_s_runs: NotRequired[list[float]]
 
 
+class Alternative(TypedDict):
+    """One of the model's most likely tokens at a step, with what became of it before the draw."""
+
+    id: int
+    text: str
+    p: float  # under the distribution the token was drawn from (0 when a filter removed it)
+    p_model: float  # under the model's own softmax at temperature 1
+    removed_by: str | None  # min_new_tokens, top_k, top_p or min_p: the first that removed it; None: it stayed
+
+
 class TokenRecord(TypedDict):
     """One generated token of the first sequence, with what the backend knew about it."""
 
@@ -56,6 +66,15 @@ class TokenRecord(TypedDict):
     entropy_model: float | None
     top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
+    alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
+
+
+class PrefixRecord(TypedDict):
+    """The forced tokens (RunSpec.prefix_ids) placed after the prompt: not generated, so not in `tokens`."""
+
+    ids: list[int]
+    text: str  # decoded together, as the output text starts
+    pieces: list[str]  # each token's own text, for the token view
 
 
 class BeamRecord(TypedDict):
@@ -68,6 +87,23 @@ class BeamRecord(TypedDict):
     kept: bool
     finished: bool
     chosen: bool
+
+
+class AssistRecord(TypedDict):
+    """One verification step of assisted decoding: drafted token ids (main vocabulary), their texts, and how
+    many of them, from the first, the main model accepted."""
+
+    drafted: list[int]
+    drafted_text: list[str]
+    accepted: int
+
+
+class AttentionLayers(TypedDict):
+    """The model's attention layout, which decides what a cache keeps: each layer's type ("full_attention",
+    "sliding_attention", ...) and the model's own sliding window (None when it has none)."""
+
+    layer_types: list[str]
+    sliding_window: int | None
 
 
 class Timeline(TypedDict):
@@ -91,7 +127,10 @@ class Result(TypedDict):
     forward_passes: int | None
     stopped: bool
     beam_tree: list[list[BeamRecord]] | None  # beam search: per step, every candidate weighed
+    assisted_steps: list[AssistRecord] | None  # assisted: per verification step, drafted and accepted
+    attention_layers: AttentionLayers
     extra: dict[str, Any]
+    prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
 
 
 def versions() -> dict[str, str | None]:
@@ -181,8 +220,18 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "entropy_model": _round(known.get("entropy_model")),
             "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
             "draft": draft,
+            "alternatives": _alternatives(tokenizer, known),
         })
     return records
+
+
+def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:
+    top, cut = known.get("top"), known.get("top_cut")
+    if not top:
+        return None
+    removed = cut if cut is not None and len(cut) == len(top) else [None] * len(top)
+    return [{"id": int(i), "text": tokenizer.decode([i]), "p": round(p, 5), "p_model": round(q, 5), "removed_by": r}
+            for (i, p, q), r in zip(top, removed, strict=True)]
 
 
 def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output: GenerationOutput,
@@ -210,8 +259,19 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "forward_passes": output.forward_passes,
         "stopped": output.stopped,
         "beam_tree": beam_records(tokenizer, output),
+        "assisted_steps": assist_records(tokenizer, output),
+        "attention_layers": attention_layers(loaded.model),
         "extra": output.extra,
+        "prefix": prefix_record(tokenizer, spec.prefix_ids),
     }
+
+
+def prefix_record(tokenizer: Any, ids: tuple[int, ...]) -> PrefixRecord | None:
+    """What was forced, as text; None when the run was not branched."""
+    if not ids:
+        return None
+    return {"ids": list(ids), "text": tokenizer.decode(list(ids), skip_special_tokens=True),
+            "pieces": [tokenizer.decode([i]) for i in ids]}
 
 
 def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamRecord]] | None:
@@ -220,6 +280,24 @@ def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamReco
         return None
     return [[{**node, "text": tokenizer.decode([node["token"]]), "score": round(node["score"], 5)}
              for node in step] for step in output.beam_tree]
+
+
+def assist_records(tokenizer: Any, output: GenerationOutput) -> list[AssistRecord] | None:
+    """The assisted steps with each drafted token's text (a rejected draft is shown by its text)."""
+    if output.assisted_steps is None:
+        return None
+    return [{"drafted": list(step["drafted"]), "drafted_text": [tokenizer.decode([i]) for i in step["drafted"]],
+             "accepted": step["accepted"]} for step in output.assisted_steps]
+
+
+def attention_layers(model: Any) -> AttentionLayers:
+    """Each layer's attention type and the model's own window, as transformers' caches read them from the config."""
+    from transformers.cache_utils import get_layer_types_and_kwargs  # the runner has loaded transformers already
+
+    types, per_layer = get_layer_types_and_kwargs(model.config.get_text_config(decoder=True))
+    windows = [kwargs.get("sliding_window") for kind, kwargs in zip(types, per_layer, strict=True)
+               if kind == "sliding_attention"]
+    return {"layer_types": list(types), "sliding_window": int(windows[0]) if windows and windows[0] else None}
 
 
 def _round(value: float | None) -> float | None:

@@ -11,9 +11,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from playground.backends.jax.architectures import check_architecture
+from playground.compatibility import check_draft_vocabulary
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.metrics import PeakRss
@@ -22,12 +24,13 @@ from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
 from playground.models.shapes import check_head_split
 from playground.result import Result, build_result, combine_runs
-from playground.spec import RunSpec
+from playground.spec import RunSpec, check_vocabulary
 
 if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
 MAX_PROMPT_CHARS = 100_000
+TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
 # One generation at a time per process, whichever backend: on 2 vCPUs two concurrent runs only slow each other
 # and falsify both timings, and torch's global RNG makes seeds reproducible only when runs do not interleave.
 GENERATION_LOCK = threading.Lock()
@@ -53,16 +56,24 @@ def check_prompt(prompt: Any) -> str:
 
 
 def preflight(spec: RunSpec) -> None:
-    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, or a
-    device count that does not divide the model's heads (when its config is on disk). RunSpec itself has
-    checked the ranges and the combination."""
+    """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, and
+    on the JAX path an architecture it does not run or a device count that does not divide the model's heads
+    (when its config is on disk). RunSpec itself has checked the ranges and the combination."""
     check_available(spec.model)
     if spec.assistant is not None:
         check_available(spec.assistant)
-    config = saved_config(spec.model) if spec.backend == "jax" and spec.devices > 1 else None
-    text = (config or {}).get("text_config") or config or {}
-    if isinstance(text.get("num_attention_heads"), int):
+        if spec.backend == "jax":
+            check_draft_vocabulary(spec.assistant, saved_config(spec.model), saved_config(spec.assistant))
+    config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
+    if config is None:
+        return  # the vocabulary is then checked once the model is loaded, before it runs
+    if spec.backend == "jax":
+        check_architecture(config)
+    text = config.get("text_config") or config
+    if spec.backend == "jax" and isinstance(text.get("num_attention_heads"), int):
         check_head_split(text["num_attention_heads"], spec.devices)
+    if isinstance(text.get("vocab_size"), int):  # otherwise checked once the model is loaded, before it runs
+        check_vocabulary(spec.prefix_ids, text["vocab_size"], spec.model)
 
 
 def backend_for(name: str) -> Backend:
@@ -105,6 +116,16 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
     return ids
 
 
+def with_prefix(loaded: LoadedModel, input_ids: Any, prefix_ids: tuple[int, ...]) -> Any:
+    """The prompt's ids (1, T) followed by the forced ones (1, T + P), which generation then continues from."""
+    if not prefix_ids:
+        return input_ids
+    import torch  # imported here: keeps torch out of page start-up
+
+    check_vocabulary(prefix_ids, loaded.model.config.get_text_config(decoder=True).vocab_size, loaded.name)
+    return torch.cat([input_ids, input_ids.new_tensor([list(prefix_ids)])], dim=1)
+
+
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
     """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's);
     on the JAX path, the cache's arrays as its plan allocates them."""
@@ -121,9 +142,13 @@ def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, dra
         # the layouts the JAX cache really allocates (bounded layers at their bound, quantized arrays at their
         # bytes); while a growing cache doubles, its old and new arrays coexist
         plan = plan_cache(spec, loaded.model.config.get_text_config(decoder=True), prompt_tokens, STEPS_PER_CALL)
-        need, growing = peak_bytes(plan)
-        what = f"the JAX {spec.cache} cache for {total} tokens" + (" (old and new arrays while it grows)"
-                                                                    if growing else "")
+        beams = spec.num_beams if spec.strategy == "beam" else 1  # a beam search's cache holds a row per beam
+        need, growing = peak_bytes(plan, beams)
+        if draft is not None:  # the draft's cache is preallocated for the whole run
+            need += peak_bytes(plan_cache(spec.replace(cache="static"), draft.model.config.get_text_config(
+                decoder=True), prompt_tokens, STEPS_PER_CALL))[0]
+        what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {beams} beams" if beams > 1 else "") + (
+            " (old and new arrays while it grows)" if growing else "")
         memory.check_fits(what, need, LOADED.resident_bytes(), hint="lower max_new_tokens")
         return
     sequences = spec.num_beams if spec.strategy == "beam" else 1
@@ -238,12 +263,15 @@ class _Job:
             with PeakRss() as rss:
                 loaded = self._load()
                 self.reports.put(loaded)
-                input_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
                 reserve_backend_memory(loaded.model, self.spec)
+                if loaded.draft is not None:  # on JAX the draft model has an engine of its own
+                    reserve_backend_memory(loaded.draft, self.spec.replace(devices=1))
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])
-            self.reports.put(_Finished(loaded, input_ids.shape[1], runs, rss.peak, quality))
+            self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
 
@@ -254,7 +282,8 @@ class _Job:
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             with GENERATION_LOCK:
-                output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft)
+                output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
+                                          progress=self._progress)
             runs.append((output, time.perf_counter()))
             if output.stopped:
                 break
@@ -273,11 +302,27 @@ class _Job:
             verdict = judge(reference.model, input_ids, new_ids)
         return verdict.mean_logprob, verdict.greedy_divergence
 
+    def _reports(self) -> Iterator[object]:
+        """The worker's reports; while a stage (a load, a compile) runs with nothing new to say, its progress
+        again every TICK_S with the time it has taken so far, so a long silent stage is never mistaken for a hang."""
+        stage: tuple[ProgressEvent, float] | None = None
+        while True:
+            try:
+                report = self.reports.get(timeout=TICK_S)
+            except queue.Empty:
+                if stage is not None:
+                    yield replace(stage[0], elapsed_s=time.monotonic() - stage[1])
+                continue
+            if isinstance(report, ProgressEvent):
+                stage = (report, time.monotonic()) if report.fraction < 1.0 else None
+            else:
+                stage = None
+            yield report
+
     def events(self) -> Iterator[Event]:
         """Reports turned into events: token ids into text deltas, the finish into the Result."""
         text = IncrementalText(None)  # replaced once the model (and its tokenizer) is loaded
-        while True:
-            report = self.reports.get()
+        for report in self._reports():
             if isinstance(report, ProgressEvent):
                 yield report
             elif isinstance(report, _Loaded):

@@ -38,7 +38,7 @@ class RunSpec:
     weights: str = "fp32"
     max_new_tokens: int = 64
     min_new_tokens: int = 0
-    # sampling knobs; inert unless strategy == "sampling"
+    # sampling knobs; inert unless strategy == "sampling" (or "assisted" with assisted_sampling)
     temperature: float = 1.0
     top_k: int = 50  # 0 disables top-k filtering
     top_p: float = 1.0  # 1.0 disables nucleus filtering
@@ -53,6 +53,7 @@ class RunSpec:
     # assisted decoding: a draft model, or n-gram lookup in the prompt (no draft model)
     assistant: str | None = None
     prompt_lookup: int = 0
+    assisted_sampling: bool = False  # draw with the sampling knobs (speculative sampling) instead of greedily
     # cache knobs
     cache_bits: int = 4  # quantized cache: 2 or 4 (groups + full-precision residual), 8 (torch fp8, jax 8-bit groups)
     residual_length: int = 128  # quantized cache: newest tokens kept in full precision before quantizing
@@ -61,8 +62,12 @@ class RunSpec:
     chat: bool | None = None  # None: apply the chat template when the model has one
     devices: int = 1  # JAX path: shard over this many devices
     repeats: int = 1  # timed runs of the same generation; metrics report their median and every run
+    # forced first tokens after the prompt (branching at a token): generation continues from the last of them
+    prefix_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.prefix_ids, list):  # what JSON gives; stored as a tuple so the spec stays hashable
+            object.__setattr__(self, "prefix_ids", tuple(self.prefix_ids))
         _check_types(self)
         _check_ranges(self)
 
@@ -91,7 +96,8 @@ class RunSpec:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-ready: prefix_ids as a list, as it arrives."""
+        return {**dataclasses.asdict(self), "prefix_ids": list(self.prefix_ids)}
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -102,8 +108,8 @@ _FIELD_TYPES: dict[str, type] = {
     "max_new_tokens": int, "min_new_tokens": int, "temperature": float, "top_k": int,
     "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
     "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
-    "assistant": str, "prompt_lookup": int, "cache_bits": int, "residual_length": int, "window": int,
-    "sink_tokens": int, "chat": bool, "devices": int, "repeats": int,
+    "assistant": str, "prompt_lookup": int, "assisted_sampling": bool, "cache_bits": int, "residual_length": int,
+    "window": int, "sink_tokens": int, "chat": bool, "devices": int, "repeats": int, "prefix_ids": tuple,
 }
 _OPTIONAL = {"assistant", "chat"}
 
@@ -119,6 +125,14 @@ def _coerce(name: str, value: Any) -> Any:
         return float(value)
     if kind is str and name == "assistant" and value == "":
         return None
+    if kind is tuple and isinstance(value, list):
+        return tuple(_coerce_id(v) for v in value)
+    return value
+
+
+def _coerce_id(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
     return value
 
 
@@ -131,7 +145,8 @@ def _check_types(spec: RunSpec) -> None:
         if kind is float and ok and not math.isfinite(value):
             ok = False
         if not ok:
-            want = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[kind]
+            want = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false",
+                    tuple: "a list of token ids"}[kind]
             if name in _OPTIONAL:
                 want += " or null"
             raise PlaygroundError(f"{name} must be {want}, got {value!r}")
@@ -146,6 +161,37 @@ def _in_range(name: str, value: float, low: float, high: float, *, low_open: boo
     if value < low or value > high or (low_open and value == low):
         bracket = "(" if low_open else "["
         raise PlaygroundError(f"{name}={value} is out of range; allowed: {bracket}{low}, {high}]")
+
+
+def _check_prefix(ids: tuple[Any, ...]) -> None:
+    """Whole non-negative numbers, at most the token cap; the model's vocabulary is checked before it loads."""
+    cap = max_new_tokens_cap()
+    if len(ids) > cap:
+        raise PlaygroundError(f"prefix_ids has {len(ids)} tokens; allowed: at most {cap} (PLAYGROUND_MAX_NEW_TOKENS)")
+    for position, value in enumerate(ids):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise PlaygroundError(f"prefix_ids[{position}]={value!r} is not a token id; "
+                                  "allowed: whole numbers from 0 to the model's vocabulary size - 1")
+
+
+def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str) -> None:
+    """Every forced id must index the model's embedding table."""
+    for position, value in enumerate(ids):
+        if value >= vocab_size:
+            raise PlaygroundError(f"prefix_ids[{position}]={value} is outside {model}'s vocabulary; "
+                                  f"allowed: 0 to {vocab_size - 1}")
+
+
+def _check_beams(spec: RunSpec) -> None:
+    """Beam search needs two beams at least (one is greedy search) and returns at most its beams."""
+    if spec.num_beams < 2:
+        raise PlaygroundError(f"num_beams={spec.num_beams} with strategy 'beam' is greedy search; "
+                              f"use num_beams 2-{MAX_BEAMS}, or strategy 'greedy'")
+    _in_range("num_return_sequences", spec.num_return_sequences, 1, MAX_BEAMS)
+    if spec.num_return_sequences > spec.num_beams:
+        raise PlaygroundError(
+            f"num_return_sequences={spec.num_return_sequences} exceeds num_beams={spec.num_beams} (beam search "
+            "returns at most its beams); raise num_beams or lower num_return_sequences")
 
 
 def _check_ranges(spec: RunSpec) -> None:
@@ -175,8 +221,9 @@ def _check_ranges(spec: RunSpec) -> None:
     _in_range("sink_tokens", spec.sink_tokens, 0, 1024)
     _in_range("devices", spec.devices, 1, MAX_DEVICES)
     _in_range("repeats", spec.repeats, 1, MAX_REPEATS)
+    _check_prefix(spec.prefix_ids)
     if spec.strategy == "beam":
-        _in_range("num_return_sequences", spec.num_return_sequences, 1, spec.num_beams)
+        _check_beams(spec)
     elif spec.num_return_sequences != 1:
         raise PlaygroundError(
             f"num_return_sequences={spec.num_return_sequences} needs strategy 'beam' "
@@ -191,6 +238,6 @@ def _check_ranges(spec: RunSpec) -> None:
         raise PlaygroundError(
             "strategy 'assisted' needs exactly one source of draft tokens: an assistant model "
             "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
-    if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup):
-        raise PlaygroundError("assistant and prompt_lookup only apply to strategy 'assisted'")
+    if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup or spec.assisted_sampling):
+        raise PlaygroundError("assistant, prompt_lookup and assisted_sampling only apply to strategy 'assisted'")
     check_combination(spec)

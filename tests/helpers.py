@@ -86,6 +86,14 @@ def allowed_tiny_model(monkeypatch: pytest.MonkeyPatch, path: Path, seed: int = 
         loaded.LOADED.clear()
 
 
+@contextmanager
+def module_tiny_model(tmp_path_factory: pytest.TempPathFactory, seed: int = 0) -> Iterator[str]:
+    """allowed_tiny_model for a module-scoped fixture, which cannot take the function-scoped monkeypatch."""
+    with pytest.MonkeyPatch.context() as monkeypatch, \
+            allowed_tiny_model(monkeypatch, tmp_path_factory.mktemp("model") / "tiny", seed) as path:
+        yield path
+
+
 def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
     """The PyTorch path on `ids`, and the token ids it streamed; `draft` is the loaded assistant model, if any."""
     from playground.backends.torch import generate as torch_generate
@@ -96,11 +104,11 @@ def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] =
 
 
 def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False):
-    """The JAX decoder on `ids`, and the chunks of token ids it streamed."""
-    from playground.backends.jax import decoder as jax_decoder
+    """The JAX backend on `ids` as the runner calls it, and the chunks of token ids it streamed."""
+    from playground.backends.jax.decoder import JaxBackend
 
     chunks: list[list[int]] = []
-    out = jax_decoder.generate(loaded, ids, spec, chunks.append, should_stop)
+    out = JaxBackend().generate(loaded, ids, spec, chunks.append, should_stop)
     return out, chunks
 
 
@@ -189,3 +197,25 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> to
 def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
     """Mean over rows of KL(reference || other), both log-probabilities."""
     return float((reference.exp() * (reference - other)).sum(-1).mean())
+
+
+class FixedBandwidth:
+    """Stands in for the benchmark's bandwidth probe: every sample reads 10 GB/s, instantly."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    def sample(self) -> None:
+        self.samples.append(10.0)
+
+    def close(self) -> None:
+        pass
+
+
+def bench_with(monkeypatch: pytest.MonkeyPatch, loaded_model) -> None:
+    """Make `bench.run_bench` use `loaded_model` for any name and the fixed bandwidth (no 1 GiB sums)."""
+    from playground.models import loaded
+    from playground.tools import bench
+
+    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (loaded_model, True))
+    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)

@@ -15,10 +15,15 @@ if TYPE_CHECKING:  # type names only: importing this module must not import torc
 # How many alternatives each token record lists (both backends compute exactly this many).
 TOP_ALTERNATIVES = 5
 
+# What can remove a candidate before the draw, in the order they run: a processor, then the sampling filters.
+CUT_STAGES = (None, "min_new_tokens", "top_k", "top_p", "min_p")
+
 # Backends call this with each chunk of new token ids (first sequence) as soon as they exist.
 EmitTokens = Callable[[list[int]], None]
 # Backends poll this between steps/chunks; True means the user pressed stop or the request ran out of time.
 ShouldStop = Callable[[], bool]
+# (fraction, message) while a backend prepares a run, e.g. compiles for it; the runner shows it on the column
+ReportProgress = Callable[[float, str], None]
 
 
 class TokenInfo(TypedDict, total=False):
@@ -31,6 +36,7 @@ class TokenInfo(TypedDict, total=False):
     p_model: float  # probability of the chosen token under the model's own softmax (temperature 1, no processor)
     entropy_model: float  # of the model's own distribution, in nats
     top: list[tuple[int, float, float]]  # the model's TOP_ALTERNATIVES most likely: (token id, p, p_model)
+    top_cut: list[str | None]  # per entry of `top`: what set it to -inf first (CUT_STAGES), None if it survived
 
 
 class BeamNode(TypedDict):
@@ -42,6 +48,13 @@ class BeamNode(TypedDict):
     kept: bool  # continues as one of the live beams
     finished: bool  # ended here (EOS)
     chosen: bool  # on the path of the best returned sequence
+
+
+class AssistStep(TypedDict):
+    """One verification step of assisted decoding (token ids in the main model's vocabulary)."""
+
+    drafted: list[int]  # what the draft proposed (may be empty: prompt lookup found no match)
+    accepted: int  # how many of them, from the first, the main model kept; the rest were rejected
 
 
 @dataclass
@@ -64,6 +77,7 @@ class GenerationOutput:
     draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
     kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
     beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
+    assisted_steps: list[AssistStep] | None = None  # assisted: per verification step, drafted and accepted
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
 
 
@@ -74,8 +88,10 @@ class Backend(Protocol):
     name: str
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
-        """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any."""
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any;
+        `progress` hears of long preparations before the first token (a compile)."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""In-process benchmark: memory-bandwidth roofline, generate (dynamic and static cache) and the JAX decoder.
+"""In-process benchmark: memory-bandwidth roofline, generate (dynamic and static cache) and the JAX decoder,
+and beam search with 4 beams on both backends (bench_beam.py).
 
 Decoding one token reads every weight once, so the ceiling on this machine is measured read bandwidth
 divided by the model's weight bytes. Each configuration decodes the same prompt for the same number of
@@ -22,6 +23,8 @@ from playground.backends.torch.generate import TimingStreamer
 from playground.backends.torch.reference import reference_greedy
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
+from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
+from playground.tools.bench_beam import BEAMS, bench_beam
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
 BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
@@ -128,6 +131,10 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             configs.append(bench_torch(loaded, ids, max_new_tokens, cache, probe))
         progress(f"jax: compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
+        configs += bench_grounded(loaded, max_new_tokens, probe, progress, _timed)
+        for backend in ("torch", "jax"):
+            progress(f"{backend}-beam{BEAMS}: {BEAMS} beams, {max_new_tokens} tokens, warm-up + {ROUNDS} timed")
+            configs.append(bench_beam(loaded, ids, max_new_tokens, backend, probe, ROUNDS))
     finally:
         probe.close()
     bandwidth = statistics.median(probe.samples)
@@ -146,8 +153,15 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         "ratios": {
             "jax_vs_torch_dynamic": round(jax_rate / dynamic_rate, 3) if dynamic_rate else None,
             "jax_vs_roofline": round(jax_rate / roofline, 3) if roofline else None,
+            **grounded_ratios(by_name),
+            "jax_beam4_vs_torch_beam4": _ratio(by_name, f"jax-beam{BEAMS}", f"torch-beam{BEAMS}"),
         },
     }
+
+
+def _ratio(by_name: dict[str, dict[str, Any]], numerator: str, denominator: str) -> float | None:
+    top, bottom = by_name[numerator]["tokens_per_s"], by_name[denominator]["tokens_per_s"]
+    return round(top / bottom, 3) if top and bottom else None
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -171,4 +185,8 @@ def format_table(result: dict[str, Any]) -> str:
     ratios = result["ratios"]
     lines += ["", f"jax / torch-dynamic: {cell(ratios['jax_vs_torch_dynamic'], '.2f')}x   "
                   f"jax / roofline: {cell(ratios['jax_vs_roofline'], '.0%')}"]
+    lines += assisted_lines(result)
+    if "jax_beam4_vs_torch_beam4" in ratios:
+        lines.append(f"jax-beam4 / torch-beam4: {cell(ratios['jax_beam4_vs_torch_beam4'], '.2f')}x "
+                     "(beam: whole-run rates, prefill included)")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from playground import compatibility, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED, model_choices
 from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.ui.cut import PICK_TOKEN_JS
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
@@ -163,12 +164,17 @@ class ColumnControls:
     chatbot: gr.Chatbot
     tokens: gr.HTML
     beam_tree: gr.HTML  # beam columns: returned sequences with scores, and the search as a tree
+    cache_step: gr.Slider  # sliding / sink / quantized columns: the step the cache strip shows
+    cache_strip: gr.HTML  # which positions the cache keeps, evicts or quantizes at that step
 
     def updates_for(self, settings: Mapping[str, Any]) -> dict[Any, Any]:
         """Set every control from saved settings, with the matching groups, choice labels and notice."""
         values = control_values(settings)
         updates: dict[Any, Any] = {self.knobs[k]: gr.update(value=v) for k, v in values.items()}
-        updates.update(self.structure(values))
+        for component, update in self.structure(values).items():
+            # some knobs are their own group (prompt lookup, draft model, sink tokens): keep their value too
+            earlier = updates.get(component)
+            updates[component] = {**earlier, **update} if isinstance(earlier, dict) else update
         updates[self.knobs["strategy"]] = gr.update(value=values["strategy"],
                                                     choices=strategy_choices(values["backend"], values["cache"]))
         updates[self.knobs["cache"]] = gr.update(value=values["cache"],
@@ -217,7 +223,7 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
             knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)", values)
     with gr.Group(visible=shown["beam"]) as groups["beam"]:
         with gr.Row():
-            knobs["num_beams"] = _slider("num_beams", index, 1, MAX_BEAMS, 1, "beams", values)
+            knobs["num_beams"] = _slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
             knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
                                                     "returned sequences", values)
         with gr.Row():
@@ -264,7 +270,8 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"])
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
-    with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["run-card"]) as box:
+    with gr.Column(visible=index < START_COLUMNS, min_width=250,
+                   elem_classes=["run-card", f"card-{index}"]) as box:
         with gr.Row(elem_classes=["card-head"]):
             title = gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
@@ -282,17 +289,21 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     return box, knobs, groups, title, remove, notice
 
 
-def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML]:
+def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML, gr.Slider, gr.HTML]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
-    with gr.Column(visible=index < START_COLUMNS, min_width=250, elem_classes=["out-card"]) as box:
+    with gr.Column(visible=index < START_COLUMNS, min_width=250,
+                   elem_classes=["out-card", f"card-{index}"]) as box:
         output = gr.Textbox(label=f"column {index + 1} output", lines=6, max_lines=14, elem_id=f"output-{index}",
                             interactive=False, buttons=["copy"])
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
                              elem_id=f"chat-{index}", feedback_options=None)
-        tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=None)
+        tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=PICK_TOKEN_JS)
         beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
                             js_on_load=None)
-    return box, output, chatbot, tokens, beam_tree
+        cache_step = gr.Slider(1, 2, value=1, step=1, label="KV cache at step", elem_id=f"cache-step-{index}",
+                               visible=False, info="what a sliding, sink or quantized cache holds at that step")
+        cache_strip = gr.HTML("", elem_id=f"cache-strip-{index}", visible=False, js_on_load=None)
+    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip
 
 
 def wire(col: ColumnControls) -> None:

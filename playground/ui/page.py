@@ -21,13 +21,15 @@ from playground.ui.columns import (
     build_output,
     build_settings,
 )
+from playground.ui.cut import NOTHING_PICKED, cut_html
 from playground.ui.export import (
     encode_url_state,
     settings_to_json,
 )
 from playground.ui.outcome import empty_outcome
-from playground.ui.plots import kv_frame, latency_frame, slot_colours, throughput_frame
+from playground.ui.plots import MIN_STEP_SPAN, STEP_FORMAT, kv_frame, latency_frame, slot_colours, throughput_frame
 from playground.ui.presets import PRESETS
+from playground.ui.style import RUN_SHORTCUT
 from playground.ui.table import STAR_RULE, empty_metrics
 from playground.ui.tokens import COLOUR_MODES, DEFAULT_COLOUR, legend_html
 
@@ -55,6 +57,10 @@ class Page:
     colour_by: gr.Radio
     legend: gr.HTML
     diff: gr.Markdown
+    cut: gr.HTML
+    branch_choice: gr.Dropdown
+    branch: gr.Button
+    picked: gr.State
     metrics: gr.Dataframe
     process_memory: gr.Markdown
     speed_plot: gr.BarPlot
@@ -89,21 +95,28 @@ class Page:
                     self.repeats: settings.get("repeats", 1),
                     self.settings_json: settings_to_json(settings), self.url_token: encode_url_state(settings),
                     self.status: note}
-        updates |= self.chat_visibility(settings["mode"])
+        for component, update in self.chat_visibility(settings["mode"]).items():  # merged: layout relabels outputs
+            updates[component] = {**updates.get(component, {}), **update}
         for col, column in zip(self.columns, settings["columns"], strict=False):
             updates |= col.updates_for(column)
+        # set here: the label's change listeners do not fire for updates made by an event outside the queue
+        flags = [i < count for i in range(MAX_COLUMNS)]
+        updates[self.run] = self.run_label(flags, *(updates.get(col.notice, "") for col in self.columns))
         return updates
 
     def chat_visibility(self, mode: str) -> dict[Any, Any]:
+        """In chat mode the transcript shows each reply, so the plain output box steps aside (kept in the page,
+        hidden, for scripts that read `output-N`) rather than showing every reply a second time."""
         chat = mode == "chat"
         updates: dict[Any, Any] = {self.clear_chat: gr.update(visible=chat)}
         for col in self.columns:
             updates[col.chatbot] = gr.update(visible=chat)
+            updates[col.output] = gr.update(visible="hidden" if chat else True)
         return updates
 
     def apply_outputs(self) -> list[Any]:
         outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
-                              self.settings_json, self.url_token, self.status, self.clear_chat]
+                              self.settings_json, self.url_token, self.status, self.clear_chat, self.run]
         for col in self.columns:
             outputs += [col.settings_box, col.output_box, col.title, col.output, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]
@@ -134,15 +147,16 @@ class Page:
 
 def _build_columns() -> list[ColumnControls]:
     """Settings cards in one row and output cards in the next, so outputs line up whatever the knobs' height."""
-    with gr.Row(equal_height=False, elem_classes=["cards"]):
-        settings = [build_settings(i) for i in range(MAX_COLUMNS)]
-    with gr.Row(equal_height=False, elem_classes=["cards"]):
-        outputs = [build_output(i) for i in range(MAX_COLUMNS)]
+    with gr.Column(elem_classes=["columns-area"]):  # on a phone the cards interleave: settings, then output
+        with gr.Row(equal_height=False, elem_classes=["cards"]):
+            settings = [build_settings(i) for i in range(MAX_COLUMNS)]
+        with gr.Row(equal_height=False, elem_classes=["cards"]):
+            outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams)) in enumerate(
-            zip(settings, outputs, strict=True)):
+    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams, step, strip)) in \
+            enumerate(zip(settings, outputs, strict=True)):
         columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
-                                      tokens, beams))
+                                      tokens, beams, step, strip))
     return columns
 
 
@@ -152,7 +166,8 @@ def _header() -> dict[str, Any]:
                 "produce, how fast, and how much KV cache they hold. Models load on first use.",
                 elem_classes=["intro"])
     with gr.Row(equal_height=False):
-        prompt = gr.Textbox(DEFAULT_PROMPT, label="prompt", lines=4, max_lines=12, elem_id="prompt", scale=5)
+        prompt = gr.Textbox(DEFAULT_PROMPT, label="prompt", lines=4, max_lines=12, elem_id="prompt", scale=5,
+                            info=f"{RUN_SHORTCUT} runs all columns")
         with gr.Column(scale=2, min_width=220):
             mode = gr.Radio(MODE_LABELS, value="auto", label="prompt format", elem_id="mode")
             seed = gr.Number(0, label="seed (all columns)", precision=0, elem_id="seed")
@@ -183,33 +198,49 @@ def _token_bar() -> dict[str, Any]:
     return {"colour_by": colour_by, "legend": legend, "diff": diff}
 
 
+def _sampling_cut() -> dict[str, Any]:
+    """The clicked token's sampling cut, and continuing every column from it with another candidate."""
+    with gr.Column(elem_classes=["cut-panel"]):
+        gr.Markdown("### Sampling cut and branching")
+        cut = gr.HTML(cut_html(None, None, ""), elem_id="sampling-cut", js_on_load=None)
+        with gr.Row(equal_height=True, elem_classes=["branch-row"]):
+            branch_choice = gr.Dropdown([], label="continue from here with", elem_id="branch-choice",
+                                        interactive=False, scale=2, min_width=200)
+            branch = gr.Button(f"↪ continue from here ({NOTHING_PICKED})", elem_id="branch-from-token",
+                               interactive=False, scale=1, min_width=200)
+    return {"cut": cut, "branch_choice": branch_choice, "branch": branch}
+
+
 def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
+    empty: list[Any] = [None] * MAX_COLUMNS
+    colours = slot_colours(MAX_COLUMNS)  # every slot named from the first draw, which fixes the colour domain
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             metrics = gr.Dataframe(value=empty_metrics(), label=f"metrics ({STAR_RULE})", elem_id="metrics",
                                    interactive=False, datatype="markdown", max_height=560, wrap=True)
             process_memory = gr.Markdown("", elem_id="process-memory", elem_classes=["process-memory"])
         with gr.Column(scale=2, min_width=300):
-            speed_plot = gr.BarPlot(throughput_frame([], []), x="run", y="tokens/s", x_title="column",
-                                    title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None])
+            speed_plot = gr.BarPlot(throughput_frame(empty, empty), x="run", y="tokens/s", x_title="column",
+                                    title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None],
+                                    color="column", color_map=colours, colors_in_legend=[])  # the x axis names them
             with gr.Row():
                 download_json = gr.DownloadButton("⬇ results JSON", interactive=False, size="sm",
                                                   elem_id="download-json")
                 download_csv = gr.DownloadButton("⬇ results CSV", interactive=False, size="sm",
                                                  elem_id="download-csv")
     with gr.Row(equal_height=False):
-        empty: list[Any] = [None] * MAX_COLUMNS
-        colours = slot_colours(MAX_COLUMNS)
         latency_plot = gr.LinePlot(latency_frame(empty, empty), x="token", y="ms/token", elem_id="latency-plot",
-                                   title="ms/token at each arrival (JAX: one point per chunk)",
+                                   title="ms/token per arrival (JAX: per chunk)",
                                    tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
-                                   height=260, y_lim=[0, None])
+                                   colors_in_legend=[], height=260, y_lim=[0, None], x_lim=[1, MIN_STEP_SPAN],
+                                   x_axis_format=STEP_FORMAT)
         kv_plot = gr.LinePlot(kv_frame(empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",
                               tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
-                              color_map=colours, height=260, y_lim=[0, None])
+                              color_map=colours, colors_in_legend=[], height=260, y_lim=[0, None],
+                              x_lim=[1, MIN_STEP_SPAN], x_axis_format=STEP_FORMAT)
     return {"metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
             "latency_plot": latency_plot, "kv_plot": kv_plot,
             "download_json": download_json, "download_csv": download_csv}
@@ -234,6 +265,6 @@ def build_page() -> Page:
     """Every component, in page order (call inside a gr.Blocks context)."""
     parts = _header()
     parts["columns"] = _build_columns()
-    parts |= _token_bar() | _comparison() | _sharing()
+    parts |= _token_bar() | _sampling_cut() | _comparison() | _sharing()
     return Page(**parts, visible=gr.State([i < START_COLUMNS for i in range(MAX_COLUMNS)]),
-                conversation=gr.State([]), results=gr.State(empty_outcome()))
+                conversation=gr.State([]), results=gr.State(empty_outcome()), picked=gr.State(None))

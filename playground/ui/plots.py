@@ -11,7 +11,9 @@ import pandas as pd
 from playground.result import Result
 from playground.ui.table import MIB, metric_value
 
-PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column slot, the same in every plot
+PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column slot: cards, lines and bars
+MIN_STEP_SPAN = 24  # a step axis spans at least this many steps, so its ticks fall on whole steps (1, 2, 5, ...)
+STEP_FORMAT = "d"  # step axes count tokens: whole numbers only
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
     """Typed even when empty: the plot fixes its axis types (numeric or categorical) from the first frame it gets."""
@@ -36,10 +38,29 @@ def _placeholders(count: int, x: str, y: str) -> list[dict[str, Any]]:
     return [{"column": slot_name(i), "run": "", x: 1, y: math.nan} for i in range(count)]
 
 
+def step_axes(slots: Sequence[int], max_new_tokens: Sequence[int]) -> dict[str, Any]:
+    """Legend and step range of the line plots for the columns about to run.
+
+    Set before a run, never together with new data: Gradio redraws a plot whose legend or limits change, and a
+    redraw that coincides with a data update can drop that update. The step axis runs to the longest column's
+    max_new_tokens and at least MIN_STEP_SPAN steps, since Vega puts a tick about every 40 px, which over a
+    short run means ticks at half steps.
+    """
+    return {"colors_in_legend": [slot_name(i) for i in slots], "x_lim": [1, max([*max_new_tokens, MIN_STEP_SPAN])]}
+
+
 def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
-    rows = [{"run": label, "tokens/s": metric_value(r, "tokens_per_s")}
-            for label, r in zip(labels, results, strict=True) if metric_value(r, "tokens_per_s") is not None]
-    return _frame(rows, {"run": "str", "tokens/s": "float64"})
+    """Decode speed per column slot, coloured like its card and lines; empty slots are named but not drawn."""
+    rows = [{"column": slot_name(i), "run": label, "tokens/s": metric_value(r, "tokens_per_s")}
+            for i, (label, r) in enumerate(zip(labels, results, strict=True))
+            if label and metric_value(r, "tokens_per_s") is not None]
+    # the empty slots stack a zero on a drawn bar, so they add a colour to the domain but no empty category
+    # (a NaN would make the whole stack NaN and hide the bar; with no bar at all, a zero would set the axis)
+    anchor, empty = (rows[0]["run"], 0.0) if rows else ("", math.nan)
+    drawn = {row["column"] for row in rows}
+    rows += [{"column": slot_name(i), "run": anchor, "tokens/s": empty}
+             for i in range(len(results)) if slot_name(i) not in drawn]
+    return _frame(rows, {"column": "str", "run": "str", "tokens/s": "float64"})
 
 
 def latency_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:

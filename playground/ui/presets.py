@@ -1,65 +1,118 @@
-"""One-click column sets for the comparisons people ask for most."""
+"""One-click comparisons, each with the prompt, length and knobs that make its difference show on the bundled models.
+
+A preset sets the whole comparison (prompt, prompt format, every column) rather than adjusting the user's
+columns: a cache only evicts when the run outgrows its window, prompt lookup only pays off on a prompt the
+output copies from, and a preset that keeps a 16-token run or a chit-chat prompt would show no difference at all.
+Each is sized to finish in well under a minute on a 2-core CPU.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from playground.spec import CACHES
-from playground.ui.columns import MAX_COLUMNS
+from playground.ui.columns import MAX_COLUMNS, START_SETTINGS
 
-Columns = list[dict[str, Any]]
-SHOOT_OUT_ORDER = ("dynamic", "static", "quantized", "sink", "sliding")  # most instructive first; 4 columns max
-
-
-def _base(current: Mapping[str, Any]) -> dict[str, Any]:
-    """What a preset keeps from column 1: the model, its weights and the length of the run."""
-    return {"model": current.get("model", "smollm2-135m"), "weights": current.get("weights", "fp32"),
-            "max_new_tokens": current.get("max_new_tokens", 64), "backend": "torch", "cache": "dynamic"}
-
-
-def strategies(current: Mapping[str, Any]) -> tuple[Columns, str]:
-    base = _base(current)
-    return [
-        {**base, "strategy": "greedy"},
-        {**base, "strategy": "sampling", "temperature": 0.7, "top_k": 50, "top_p": 0.9},
-        {**base, "strategy": "beam", "num_beams": 4},
-    ], "Same model and seed: the most likely token, a sample, and the best of 4 beams."
+Column = dict[str, Any]
+STORY_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+# a passage the answer must repeat with one edit: most output tokens already sit in the prompt, so drafts
+# (looked up in the prompt, or proposed by a small model) are accepted in runs
+COPY_PROMPT = ("Repeat the passage below word for word.\n\n"
+               "The cat sat by the window every morning, watching the birds in the garden. When the sun rose over "
+               "the hills, the cat stretched, yawned and walked slowly to the kitchen, where a bowl of fresh milk "
+               "was waiting.")
+SHOOT_OUT_WINDOW = 32  # tokens: prompt + 64 new tokens outgrow it, so sliding and sink evict and their texts drift
+SHOOT_OUT_CACHES = ("dynamic", "quantized", "sliding", "sink")  # the ones that behave differently over a run
 
 
-def cache_shoot_out(current: Mapping[str, Any]) -> tuple[Columns, str]:
-    base = {**_base(current), "strategy": "greedy"}
-    shown = SHOOT_OUT_ORDER[:MAX_COLUMNS]
-    knobs = {"quantized": {"cache_bits": 4}, "sink": {"window": 256, "sink_tokens": 4}, "sliding": {"window": 256}}
-    columns = [{**base, "cache": cache, **knobs.get(cache, {})} for cache in shown]
-    left = [c for c in CACHES if c not in shown]
-    note = "Greedy on every cache: the text should match; speed and KV-cache size differ."
-    if left:
-        note += f" Not shown ({MAX_COLUMNS} columns at most): {', '.join(left)}."
-    return columns, note
+@dataclass(frozen=True)
+class Preset:
+    """What one click puts on the page, and the sentence that says what to look for."""
+
+    prompt: str
+    columns: tuple[Column, ...]
+    note: str
+    mode: str = "auto"  # page prompt format: the chat template for instruct models, raw text for base models
 
 
-def torch_vs_jax(current: Mapping[str, Any]) -> tuple[Columns, str]:
-    base = {**_base(current), "strategy": "greedy", "weights": "fp32"}
-    torch_static = {**base, "cache": "static"}
-    return [{**base, "cache": "dynamic"}, torch_static, {**torch_static, "backend": "jax"}], (
-        "Greedy, fp32: PyTorch generate (dynamic and static cache) against the jitted JAX decoder; "
-        "the tokens should be identical, the JAX column shows its compile time (0 once compiled).")
+def _greedy(model: str = "smollm2-135m", max_new_tokens: int = 64, **knobs: Any) -> Column:
+    return {"model": model, "weights": "fp32", "backend": "torch", "strategy": "greedy", "cache": "dynamic",
+            "max_new_tokens": max_new_tokens, **knobs}
 
 
-def assisted(current: Mapping[str, Any]) -> tuple[Columns, str]:
-    base = {**_base(current), "model": "gemma3-270m", "strategy": "greedy"}
-    return [
-        base,
-        {**base, "strategy": "assisted", "assistant": "smollm2-135m"},
-        {**base, "strategy": "assisted", "prompt_lookup": 10},
-    ], ("Gemma-3-270M alone, with SmolLM2-135M drafting tokens, and with prompt-lookup drafts: greedy output "
-        "stays the same, speed depends on the acceptance rate.")
+def _strategies() -> Preset:
+    start_sampling = START_SETTINGS[1]
+    return Preset(STORY_PROMPT, (
+        _greedy(max_new_tokens=48),
+        _greedy(max_new_tokens=48, strategy="sampling", temperature=0.7, top_k=50, top_p=0.9),
+        _greedy(max_new_tokens=48, strategy="sampling", temperature=start_sampling["temperature"], top_k=50,
+                top_p=start_sampling["top_p"]),
+        _greedy(max_new_tokens=48, strategy="beam", num_beams=4),
+    ), "An open-ended prompt: greedy takes the most likely token, the two samples (temperature 0.7 and 0.9, "
+       "same seed) wander off it and from each other, beam search keeps the best of 4 running continuations.")
 
 
-PRESETS: dict[str, Callable[[Mapping[str, Any]], tuple[Columns, str]]] = {
-    "Greedy vs sampling vs beam": strategies,
-    "Cache shoot-out": cache_shoot_out,
-    "PyTorch vs JAX": torch_vs_jax,
-    "Assisted vs plain": assisted,
+def _cache_shoot_out() -> Preset:
+    knobs: dict[str, Column] = {
+        "quantized": {"cache_bits": 4, "residual_length": 16},
+        "sliding": {"window": SHOOT_OUT_WINDOW},
+        "sink": {"window": SHOOT_OUT_WINDOW, "sink_tokens": 4},
+    }
+    columns = tuple(_greedy(max_new_tokens=64, cache=cache, **knobs.get(cache, {})) for cache in SHOOT_OUT_CACHES)
+    left = [c for c in CACHES if c not in SHOOT_OUT_CACHES]
+    return Preset(STORY_PROMPT, columns, (
+        f"Greedy, 64 tokens, on the caches that behave differently. Dynamic grows with every token; 4-bit "
+        f"quantized keeps its newest 16 tokens in full precision and drops in size each time it packs them "
+        f"(the sawtooth in the KV plot); sliding keeps the last {SHOOT_OUT_WINDOW} tokens and sink the first 4 plus "
+        f"the most recent, so both stop growing and their text drifts from dynamic's once they evict. "
+        f"Not shown ({MAX_COLUMNS} columns at most): {', '.join(left)} (sized for the whole run from the start)."))
+
+
+def _torch_vs_jax() -> Preset:
+    torch_static = _greedy(cache="static")
+    return Preset("Explain in a few sentences why the sky is blue.", (
+        _greedy(), torch_static, {**torch_static, "backend": "jax"},
+    ), "Greedy, fp32, 64 tokens: PyTorch generate (dynamic and static cache) against the jitted JAX decoder. The "
+       "text is the same token for token; decode speed differs, and the JAX column shows its compile time "
+       "(0 once compiled).")
+
+
+def _assisted() -> Preset:
+    # no draft-model column: the only bundled pair (SmolLM2 drafting for Gemma-3, different tokenizers) re-tokenizes
+    # every draft, and on a 2-core CPU it ran slower than Gemma-3 alone
+    return Preset(COPY_PROMPT, (
+        _greedy(max_new_tokens=56),
+        _greedy(max_new_tokens=56, strategy="assisted", prompt_lookup=10),
+        _greedy(max_new_tokens=56, strategy="assisted", prompt_lookup=3),
+    ), "A passage to repeat, so most output tokens are already in the prompt: greedy alone, then with drafts looked "
+       "up in the prompt (10 or 3 tokens at a time). The text stays the same; the share of drafts accepted and the "
+       "forward passes (table) set the speed-up.")
+
+
+def _beam_torch_vs_jax() -> Preset:
+    beam = _greedy(max_new_tokens=32, strategy="beam", num_beams=4, num_return_sequences=2, cache="static")
+    return Preset("Explain in a few sentences why the sky is blue.", (beam, {**beam, "backend": "jax"}), (
+        "Beam search, 4 beams, fp32, 32 tokens: transformers' beam search against the same search as one jitted "
+        "batch on JAX. The returned sequences, their scores and the beam trees match; the JAX column is faster "
+        "once compiled."))
+
+
+def _assisted_torch_vs_jax() -> Preset:
+    lookup = _greedy(max_new_tokens=56, strategy="assisted", prompt_lookup=10)
+    return Preset(COPY_PROMPT, (
+        _greedy(max_new_tokens=56, backend="jax", cache="static"), lookup,
+        {**lookup, "backend": "jax", "cache": "static"},
+    ), "Plain JAX greedy, then prompt lookup on PyTorch generate and on the JAX decoder, which checks all drafts in "
+       "one jitted pass and rolls rejected ones back by moving the static cache's position. The tokens are the "
+       "same in all three; compare tokens per forward pass and decode speed in the table.")
+
+
+PRESETS: dict[str, Preset] = {
+    "Greedy vs sampling vs beam": _strategies(),
+    "Cache shoot-out": _cache_shoot_out(),
+    "PyTorch vs JAX": _torch_vs_jax(),
+    "Beam on PyTorch vs JAX": _beam_torch_vs_jax(),
+    "Assisted vs plain": _assisted(),
+    "Assisted on PyTorch vs JAX": _assisted_torch_vs_jax(),
 }

@@ -16,7 +16,9 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
+from playground.ui.assist_view import assist_strip_html
 from playground.ui.beam_view import beam_html
+from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
 from playground.ui.columns import column_settings
 from playground.ui.export import page_settings
@@ -64,8 +66,9 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     marks = divergence_from_first(results)
     updates: dict[Any, Any] = {
         page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
-        page.speed_plot: throughput_frame(results, labels),
-        page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),  # by slot: colour per column
+        # by slot, so each column keeps its card's colour; legends name only the columns that ran
+        page.speed_plot: throughput_frame(outcome["results"], outcome["labels"]),
+        page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),
         page.kv_plot: kv_frame(outcome["results"], outcome["labels"]),
         page.diff: divergence_report(results, labels),
         page.process_memory: process_memory_note(results),
@@ -73,10 +76,13 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     }
     for i, result, mark in zip(indices, results, marks, strict=True):
         if result is not None:
-            updates[page.columns[i].tokens] = tokens_html(result["tokens"], colour_by, mark)
+            steps = result.get("assisted_steps")
+            updates[page.columns[i].tokens] = assist_strip_html(steps) + tokens_html(
+                result["tokens"], colour_by, mark, steps, result.get("prefix"))
     for col, result in zip(page.columns, outcome["results"], strict=True):
         tree = beam_html(result)
         updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
+        updates |= strip_updates(col.cache_step, col.cache_strip, result)
     return updates
 
 
@@ -124,6 +130,9 @@ class _Run:
     replies: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # slot -> why it did not run (refusal or failure)
     timed: dict[int, list[Result]] = field(default_factory=dict)  # slot -> its repeated runs so far
+    specs: dict[int, dict[str, Any]] = field(default_factory=dict)  # slot -> its RunSpec as given (a branch run)
+    prefix_text: str = ""  # a branch run: the forced tokens' text, which each output starts with
+    note: str = ""  # said after the summary (what a branch run forced)
 
     @property
     def repeats(self) -> int:
@@ -144,10 +153,10 @@ def _opening(run: _Run) -> dict[Any, Any]:
     updates: dict[Any, Any] = {page.status: _waiting_status(active, 0), page.results: run.outcome}
     for slot, i in enumerate(active):
         col = page.columns[i]
-        updates[col.output] = ""
+        updates[col.output] = "" if i in run.refused else run.prefix_text
         updates[col.tokens] = ""
         waits = f"waiting: column {i + 1} waits for column {active[slot - 1] + 1}" if slot else "▶ starting"
-        updates[col.notice] = waits
+        updates[col.notice] = f"⚠ {run.refused[i]}" if i in run.refused else waits
         if run.chat:
             updates[col.chatbot] = messages(run.conversation, i, run.prompt)
     return updates | render(page, run.outcome, run.colour_by)
@@ -155,6 +164,7 @@ def _opening(run: _Run) -> dict[Any, Any]:
 
 def _text_update(run: _Run, i: int, text: str) -> dict[Any, Any]:
     col = run.page.columns[i]
+    text = run.prefix_text + text
     update: dict[Any, Any] = {col.output: text}
     if run.chat:
         update[col.chatbot] = messages(run.conversation, i, run.prompt, text)
@@ -178,16 +188,17 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     """One run of a column: progress while loading, coalesced text while generating (first round only; later
     rounds repeat the timing), everything drawn at the end."""
     col = run.page.columns[i]
-    spec = RunSpec.from_dict({**run.settings["columns"][slot], "seed": run.settings["seed"],
-                              "chat": MODES[run.settings["mode"]]})
+    spec = RunSpec.from_dict(run.specs.get(i) or {**run.settings["columns"][slot], "seed": run.settings["seed"],
+                                                  "chat": MODES[run.settings["mode"]]})
     running = "▶ running" if round_ == 0 else f"▶ timing run {round_ + 1} of {run.repeats}"
     yield {run.page.status: _waiting_status(run.active, slot), col.notice: running}
     last_sent = 0.0
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
-            progress(event.fraction, desc=f"column {i + 1}: {event.message}")
-            yield {col.notice: f"loading: {event.message}"}
+            desc = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else "")
+            progress(event.fraction, desc=f"column {i + 1}: {desc}")
+            yield {col.notice: f"⏳ {desc}"}
         elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)
@@ -224,7 +235,7 @@ def summary(ran: int, refused: dict[int, str], not_run: int, seed: int) -> str:
 
 def _closing(run: _Run, not_run: int) -> dict[Any, Any]:
     ran = sum(r is not None for r in run.outcome["results"])
-    final: dict[Any, Any] = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"]))}
+    final: dict[Any, Any] = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note}
     if run.chat and run.replies:
         final[run.page.conversation] = record_turn(run.conversation, run.prompt, run.replies)
         final[run.page.prompt] = ""
@@ -238,14 +249,35 @@ def run_all(page: Page, data: dict[Any, Any], request: gr.Request, progress: gr.
     settings, active = read_settings(page, data)
     run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
                empty_outcome(settings, active), data[page.colour_by], flag)
+    yield from run_rounds(run, progress)
+
+
+def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], refused: dict[int, str],
+              prefix_text: str, note: str, colour_by: str, request: gr.Request,
+              progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+    """The columns of a finished run again, each with the RunSpec given for its slot (a branch at a token), on the
+    same prompt; the slots in `refused` are shown with their reason and skipped."""
+    flag = stop_flag(request)
+    flag.clear()
+    settings = outcome["settings"] or {}
+    active = [i for i, name in enumerate(outcome["labels"]) if name is not None]
+    fresh: Outcome = {"settings": settings, "results": [None] * len(outcome["results"]),
+                      "labels": list(outcome["labels"])}
+    run = _Run(page, settings, active, [], fresh, colour_by, flag, refused=dict(refused), specs=specs,
+               prefix_text=prefix_text, note=note)
+    yield from run_rounds(run, progress)
+
+
+def run_rounds(run: _Run, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+    """The columns in turn, round by round (rounds interleave them, so drift on the machine hits them all)."""
     yield _opening(run)
-    for round_ in range(run.repeats):  # rounds interleave the columns, so drift on the machine hits them all
-        for slot, i in enumerate(active):
-            if flag.is_set():
+    for round_ in range(run.repeats):
+        for slot, i in enumerate(run.active):
+            if run.stop.is_set():
                 break
             if i not in run.refused:
                 yield from _run_column(run, slot, i, progress, round_)
-    not_run = [i for i in active if i not in run.timed and i not in run.refused]
+    not_run = [i for i in run.active if i not in run.timed and i not in run.refused]
     if not_run:
-        yield {page.columns[j].notice: "■ not run (stopped)" for j in not_run}
+        yield {run.page.columns[j].notice: "■ not run (stopped)" for j in not_run}
     yield _closing(run, len(not_run))

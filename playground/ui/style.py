@@ -4,18 +4,38 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.ui.assist_view import ASSIST_CSS
+from playground.ui.cache_view import CACHE_CSS
 from playground.ui.plots import PALETTE
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
                        font=["system-ui", "Segoe UI", "Helvetica Neue", "Arial", "sans-serif"],
                        font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"]).set(
-    block_padding="8px 10px", layout_gap="10px", form_gap_width="6px")
+    block_padding="8px 10px", layout_gap="10px", form_gap_width="6px",
+    # text at 4.5:1 or more against its background, light and dark (the defaults give hints 2.6:1 on white)
+    body_text_color_subdued="*neutral_500", body_text_color_subdued_dark="*neutral_400",
+    button_primary_background_fill="*primary_600", button_primary_background_fill_hover="*primary_700",
+    button_cancel_background_fill="#dc2626", button_cancel_background_fill_hover="#b91c1c",
+    button_cancel_background_fill_dark="#b91c1c", button_cancel_background_fill_hover_dark="#991b1b")
 
 # history.replaceState: the address changes without a reload or a new history entry, so Back still leaves
 WRITE_URL_JS = """(token) => {
   const url = new URL(window.location.href);
   if (token) { url.searchParams.set('s', token); } else { url.searchParams.delete('s'); }
   window.history.replaceState(null, '', url);
+}"""
+
+RUN_SHORTCUT = "Ctrl+Enter (⌘+Enter on a Mac)"
+# Gradio's multi-line textbox leaves Ctrl/Cmd+Enter alone; the listener is installed once per page, in the
+# capture phase so it runs before the textarea's own handlers
+SHORTCUT_JS = """() => {
+  if (window.__playgroundShortcut) { return; }
+  window.__playgroundShortcut = true;
+  document.addEventListener('keydown', (event) => {
+    if (event.key !== 'Enter' || !(event.ctrlKey || event.metaKey) || !event.target.closest('#prompt')) { return; }
+    const run = document.querySelector('#run');
+    if (run && !run.disabled) { event.preventDefault(); run.click(); }
+  }, true);
 }"""
 
 CSS = """
@@ -37,19 +57,37 @@ CSS = """
 .out-card textarea { font-size: 0.95em; }
 .tokens { font-family: var(--font-mono); font-size: 0.86em; line-height: 1.9; max-height: 260px;
           overflow-y: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 8px;
-          background: var(--background-fill-primary); color: #111; }
+          background: var(--background-fill-primary); color: var(--body-text-color); }
 .tokens.empty { color: var(--body-text-color-subdued); font-family: var(--font); }
-.tok { padding: 1px 1px; margin: 0 1px 0 0; border-radius: 3px; white-space: pre-wrap; cursor: help; color: #111; }
+.tok { padding: 1px 1px; margin: 0 1px 0 0; border-radius: 3px; white-space: pre-wrap; cursor: help; color: inherit; }
+.tok[style*="background"] { color: #111; }
+.tok:focus { outline: 2px solid var(--color-accent); outline-offset: 1px; }
+.tokens .tok:focus::after { content: attr(title); position: fixed; left: 8px; right: 8px; bottom: 8px; z-index: 30;
+    display: block; max-height: 45vh; overflow: hidden; padding: 8px 10px; white-space: pre-wrap; line-height: 1.35;
+    background: var(--background-fill-primary); color: var(--body-text-color);
+    border: 1px solid var(--border-color-primary); border-radius: 6px; box-shadow: var(--shadow-drop-lg); }
 .tok.draft { border-bottom: 3px solid #2563eb; }
 .tok.diverge { outline: 2px solid #dc2626; outline-offset: 1px; }
 .tok-legend { font-size: 0.85em; padding-top: 18px; }
 .token-bar { align-items: center; }
 .diff { font-size: 0.92em; }
 #metrics table td, #metrics table th { font-variant-numeric: tabular-nums; }
+#metrics { max-width: 100%; overflow-x: auto; }
+.tok.draft { border-bottom-color: #2563eb; }
+.dark .tok.draft { border-bottom-color: #60a5fa; }
+@media (max-width: 640px) {
+  .gradio-container { padding-left: 6px !important; padding-right: 6px !important; }
+  .columns-area { display: flex; flex-direction: column; }
+  .columns-area > .cards { display: contents; }
+  .token-bar { flex-wrap: wrap; }
+  .token-bar > * { flex: 1 1 100% !important; min-width: 0 !important; }
+  .presets button { white-space: normal; }
+}
 .beam-view { font-size: 0.86em; color: var(--body-text-color); }
 .beam-view ol { margin: 2px 0 4px 1.2em; padding: 0; }
 .beam-legend { color: var(--body-text-color-subdued); margin-bottom: 4px; }
 .beam-legend .chosen { color: #b45309; font-weight: 600; }
+.dark .beam-legend .chosen { color: #fbbf24; }
 .beam-legend .pruned { opacity: 0.55; }
 .beam-scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--border-color-primary); border-radius: 8px;
                background: var(--background-fill-primary); }
@@ -66,5 +104,43 @@ CSS = """
 .beam-edge.pruned { opacity: 0.45; }
 .beam-edge.chosen { stroke: #b45309; stroke-width: 2.5; }
 """
-# a dot in each column's title, in the colour of its line in the plots
-CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n" for i, colour in enumerate(PALETTE))
+# a dot in each column's title and a stripe on its output card, in the colour of its line and bar in the plots;
+# on a phone each column's output card follows its settings card
+CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n"
+               f".out-card.card-{i} {{ border-top: 3px solid {colour}; border-radius: 6px; }}\n"
+               f"@media (max-width: 640px) {{ .run-card.card-{i} {{ order: {2 * i}; }} "
+               f".out-card.card-{i} {{ order: {2 * i + 1}; }} }}\n" for i, colour in enumerate(PALETTE))
+# the sampling cut (ui/cut.py) and the token views' forced (branch) and clicked tokens
+CSS += """
+.tok { cursor: pointer; }
+.tok.forced { background: repeating-linear-gradient(135deg, #e5e7eb 0 4px, #d1d5db 4px 8px); color: #111;
+              border: 1px dashed #6b7280; }
+.tok.picked { outline: 2px solid #4f46e5; outline-offset: 1px; }
+.cut { font-size: 0.9em; color: var(--body-text-color); }
+.cut.empty { color: var(--body-text-color-subdued); }
+.cut-head { margin-bottom: 2px; }
+.cut-filters { color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.cut-legend { font-size: 0.85em; color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.cut-key { display: inline-block; width: 14px; height: 8px; border-radius: 2px; margin: 0 4px 0 8px; }
+.cut-key.model, .cut-bar.model span { background: #94a3b8; }
+.cut-key.drawn, .cut-bar.drawn span { background: #4f46e5; }
+.cut-row { display: grid; grid-template-columns: minmax(64px, 10em) 1fr minmax(120px, auto); gap: 8px;
+           align-items: center; padding: 3px 6px; border-left: 3px solid transparent; border-radius: 4px; }
+.cut-row.drawn { border-left-color: #d97706; background: var(--background-fill-secondary); font-weight: 600; }
+.cut-row.removed .cut-token { text-decoration: line-through; opacity: 0.7; }
+.cut-token { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.cut-bars { display: grid; grid-template-columns: 1fr 4.2em; gap: 1px 6px; align-items: center; }
+.cut-bar { height: 8px; background: var(--background-fill-secondary); border-radius: 2px; overflow: hidden; }
+.cut-bar span { display: block; height: 100%; }
+.cut-num { font-variant-numeric: tabular-nums; font-size: 0.85em; text-align: right; }
+.cut-removed { color: #dc2626; }
+.cut-kept { color: var(--body-text-color-subdued); }
+.cut-drawn { color: #d97706; margin-left: 6px; }
+.cut-summary { margin-top: 4px; color: var(--body-text-color-subdued); }
+.branch-row { align-items: end; }
+@media (max-width: 600px) {
+  .cut-row { grid-template-columns: minmax(56px, 7em) 1fr; }
+  .cut-note { grid-column: 1 / -1; }
+}
+"""
+CSS += ASSIST_CSS + CACHE_CSS

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from playground.result import Result, TokenRecord
+from playground.result import AssistRecord, PrefixRecord, Result, TokenRecord
+from playground.ui.assist_view import rejected_at, rejected_span
 
 # colour mode -> (token record key, kind): what the user colours tokens by
 COLOUR_MODES = {
@@ -52,12 +53,30 @@ def _tooltip(index: int, token: TokenRecord) -> str:
     return "\n".join(lines)
 
 
-def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None) -> str:
-    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined."""
-    if not tokens:
+def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
+    """A branch's forced tokens, set apart from what was generated; positions count from the first of them."""
+    if not prefix:
+        return []
+    return [f"<span class='tok forced' data-pos='{index}' title=\"#{index} {html.escape(repr(piece), quote=True)}: "
+            f"forced (the branch's prefix)\">{_shown(piece)}</span>" for index, piece in enumerate(prefix["pieces"])]
+
+
+def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
+                steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None) -> str:
+    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined,
+    (assisted) each step's rejected drafts struck through before the token that replaced them, and a branch's
+    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens.
+
+    Focusable, so a tap (no hover on a phone) opens the alternatives: the page's CSS shows the title on focus.
+    """
+    if not tokens and not prefix:
         return "<div class='tokens empty'>tokens appear here after a run</div>"
-    spans = []
-    for index, token in enumerate(tokens):
+    spans = _forced_spans(prefix)
+    offset = len(spans)
+    rejected = rejected_at(steps)
+    for index, token in enumerate(tokens or []):
+        if index in rejected:
+            spans.append(rejected_span(rejected[index], _shown("".join(rejected[index]))))
         classes = ["tok"]
         if token["draft"] is True:
             classes.append("draft")
@@ -67,7 +86,8 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token), quote=True)
         text = _shown(token["text"])
-        spans.append(f"<span class='{' '.join(classes)}'{style} title=\"{title}\">{text}</span>")
+        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
+                     f"title=\"{title}\">{text}</span>")
     return "<div class='tokens'>" + "".join(spans) + "</div>"
 
 
@@ -76,8 +96,9 @@ def legend_html(by: str) -> str:
     low, high = ("low p", "high p") if kind == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
-            "<span class='tok draft'>accepted draft</span> · <span class='tok diverge'>first divergence</span>"
-            " · hover a token for its top alternatives</div>")
+            "<span class='tok draft'>accepted draft</span> · <span class='tok rejected'>rejected draft</span> · "
+            "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span>"
+            " · hover a token for its top alternatives, click or tap it for its sampling cut</div>")
 
 
 def token_texts(result: Result | None) -> list[str]:

@@ -18,7 +18,8 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import warmup
+from playground.ui import branch, warmup
+from playground.ui.cache_view import wire_strip
 from playground.ui.columns import wire
 from playground.ui.export import (
     EXPORT_MAX_AGE_S,
@@ -32,9 +33,10 @@ from playground.ui.export import (
 )
 from playground.ui.outcome import Outcome, finished, without
 from playground.ui.page import Page, build_page
+from playground.ui.plots import step_axes
 from playground.ui.presets import PRESETS
 from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
-from playground.ui.style import WRITE_URL_JS
+from playground.ui.style import SHORTCUT_JS, WRITE_URL_JS
 
 HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a vanished client runs on
 
@@ -44,6 +46,18 @@ def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: st
     remaining = without(outcome, slot)
     updates = page.layout([f and j != slot for j, f in enumerate(flags)])
     return updates | {page.results: remaining} | render(page, remaining, colour_by)
+
+
+def apply_preset(page: Page, name: str, data: dict[Any, Any]) -> dict[Any, Any]:
+    """The preset's prompt, format and columns on the page; the seed and the repeat count stay the user's."""
+    preset = PRESETS[name]
+    current, _ = read_settings(page, data)
+    try:
+        settings = parse_settings(page_settings(preset.prompt, current["seed"], preset.mode, list(preset.columns),
+                                                current["repeats"]))
+    except PlaygroundError as exc:  # a seed or repeat count the page let through but settings refuse
+        return {page.status: f"⚠ **{name} not applied:** {exc}"}
+    return page.apply_settings(settings, f"**{name}:** {preset.note}")
 
 
 def _wire_layout(page: Page) -> None:
@@ -60,14 +74,17 @@ def _wire_layout(page: Page) -> None:
 
     page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
     rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
-                page.diff, page.legend] + [x for c in page.columns for x in (c.tokens, c.beam_tree)]
+                page.diff, page.legend] + [x for c in page.columns
+                                                   for x in (c.tokens, c.beam_tree, c.cache_step, c.cache_strip)]
 
     for i, col in enumerate(page.columns):
         col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
                          [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
                          api_visibility="private")
         wire(col)
-    page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [c.chatbot for c in page.columns],
+        wire_strip(i, col.cache_step, col.cache_strip, page.results)
+    page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [x for c in page.columns
+                                                                           for x in (c.chatbot, c.output)],
                     queue=False, api_visibility="private")
 
     def clear_conversation() -> dict[Any, Any]:
@@ -102,18 +119,8 @@ def _wire_settings(page: Page) -> Any:
             return {page.status: f"⚠ **the link's settings were not applied:** {exc}"}
 
     for name, button in page.presets.items():
-        def apply_preset(data: dict[Any, Any], name: str = name) -> dict[Any, Any]:
-            current, _ = read_settings(page, data)
-            columns, note = PRESETS[name](current["columns"][0])
-            try:
-                settings = parse_settings(page_settings(current["prompt"], current["seed"], current["mode"], columns,
-                                                        current["repeats"]))
-            except PlaygroundError as exc:  # column 1's model or length, which presets keep, is not valid
-                return {page.status: f"⚠ **{name} not applied:** {exc}"}
-            return page.apply_settings(settings, f"**{name}:** {note}")
-
-        button.click(apply_preset, page.setting_inputs(), outputs, queue=False, api_visibility="private").then(
-            None, page.url_token, None, js=WRITE_URL_JS)
+        button.click(lambda data, name=name: apply_preset(page, name, data), page.setting_inputs(), outputs,
+                     queue=False, api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS)
     page.apply.click(apply_json, page.settings_json, outputs, queue=False, api_visibility="private").then(
         None, page.url_token, None, js=WRITE_URL_JS)
     return restore
@@ -124,12 +131,18 @@ def _wire_run(page: Page) -> None:
     outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
                page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree]
+        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree, col.cache_step, col.cache_strip]
 
     def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
         """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""
         settings, _ = read_settings(page, data)
         return {page.settings_json: settings_to_json(settings), page.url_token: encode_url_state(settings)}
+
+    def before_run(data: dict[Any, Any]) -> dict[Any, Any]:
+        """The snapshot, and the step plots' legend and range for the columns about to run."""
+        settings, active = read_settings(page, data)
+        axes = step_axes(active, [int(c["max_new_tokens"]) for c in settings["columns"]])
+        return snapshot(data) | {page.latency_plot: gr.update(**axes), page.kv_plot: gr.update(**axes)}
 
     def run_columns(data: dict[Any, Any], request: gr.Request,
                     progress: gr.Progress = gr.Progress()) -> Iterator[dict[Any, Any]]:  # noqa: B008 - Gradio idiom
@@ -150,13 +163,15 @@ def _wire_run(page: Page) -> None:
         return {component: gr.update(interactive=not flag) for component in lockable}
 
     for trigger in (page.run.click, page.prompt.submit):
-        trigger(snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
-                api_visibility="private").then(
+        trigger(before_run, page.setting_inputs(), [page.settings_json, page.url_token, page.latency_plot,
+                                                    page.kv_plot], queue=False, api_visibility="private").then(
             None, page.url_token, None, js=WRITE_URL_JS).then(
+            lambda: branch.reset(page), None, _cut_outputs(page), queue=False, api_visibility="private").then(
             lambda: locked(True), None, lockable, queue=False, api_visibility="private").then(
             run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
             lambda: locked(False), None, lockable, queue=False, api_visibility="private").then(
             exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
+    _wire_branch(page, outputs, locked, exports)
     # the address always carries the current settings, so a copied link restores what is on the page
     changes = [knob.input for col in page.columns for knob in col.knobs.values()]
     changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
@@ -171,6 +186,34 @@ def _wire_run(page: Page) -> None:
 
     # outside the queue, so it is not stuck behind the run it is meant to stop
     page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
+
+
+def _cut_outputs(page: Page) -> list[Any]:
+    return [page.cut, page.branch_choice, page.branch, page.picked]
+
+
+def _wire_branch(page: Page, outputs: list[Any], locked: Any, exports: Any) -> None:
+    """A token's click opens its sampling cut (outside the queue); "continue from here" runs every column again
+    from that token with the chosen alternative forced, as a run does (settings locked, exports after)."""
+    for i, col in enumerate(page.columns):
+        def on_pick(outcome: Outcome, evt: gr.EventData, i: int = i) -> dict[Any, Any]:
+            return branch.pick(page, outcome, i, (evt._data or {}).get("position"))
+
+        col.tokens.click(on_pick, page.results, _cut_outputs(page), queue=False, api_visibility="private").then(
+            None, None, None, js="() => document.getElementById('sampling-cut')?.scrollIntoView("
+                                 "{block: 'nearest', behavior: 'smooth'})")
+
+    def branch_columns(outcome: Outcome, picked: branch.Picked | None, token: Any, colour_by: str,
+                       request: gr.Request, progress: gr.Progress = gr.Progress()  # noqa: B008 - Gradio idiom
+                       ) -> Iterator[dict[Any, Any]]:
+        yield from branch.branch_all(page, outcome, picked, token, colour_by, request, progress)
+
+    page.branch.click(lambda: locked(True), None, page.lockable(), queue=False, api_visibility="private").then(
+        branch_columns, [page.results, page.picked, page.branch_choice, page.colour_by], outputs,
+        api_visibility="private", show_progress_on=[page.status]).then(
+        lambda: locked(False), None, page.lockable(), queue=False, api_visibility="private").then(
+        lambda: branch.reset(page), None, _cut_outputs(page), queue=False, api_visibility="private").then(
+        exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
 
 
 def api_run(prompt: str, spec: str) -> Iterator[Result | None]:
@@ -205,6 +248,7 @@ def build_ui() -> gr.Blocks:
         restore = _wire_settings(page)
         _wire_run(page)
         demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private")
+        demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
         warmup.wire(demo, notice, poll)
@@ -212,4 +256,4 @@ def build_ui() -> gr.Blocks:
     return demo
 
 
-__all__ = ["Page", "api_run", "build_ui"]
+__all__ = ["Page", "api_run", "apply_preset", "build_ui"]

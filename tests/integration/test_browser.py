@@ -6,6 +6,7 @@ own browser download is not used. Skipped when either is missing.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import time
@@ -143,3 +144,49 @@ def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(ap
     compile_cells = _metrics_row(page, "compile")
     assert len(compile_cells) == 3 and NUMBER.search(compile_cells[2]), compile_cells
     assert not errors, errors
+
+
+FORCED_TITLE = re.compile(r"^#\d+ (.*): forced")
+
+
+@pytest.mark.parametrize("device", ["desktop", "phone"])
+def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_url, browser, device):
+    """Click (or tap, on a phone) a sampled token: its cut appears with the drawn token marked; continuing with
+    another candidate runs both columns again, and each output starts with the forced tokens."""
+    phone = device == "phone"
+    context = browser.new_context(viewport={"width": 390, "height": 844} if phone else {"width": 1440, "height": 1000},
+                                  has_touch=phone, is_mobile=phone)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(app_url)
+    page.wait_for_selector("#run", timeout=30_000)
+    for column in (0, 1):
+        _set_slider(page, f"max_new_tokens-{column}", 12)
+    page.locator("#prompt textarea").fill("Name three colours.")
+    page.locator("#run").click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
+                           timeout=180_000)
+
+    token = page.locator("#tokens-1 .tok[data-pos='2']")
+    token.tap() if phone else token.click()
+    page.wait_for_selector("#sampling-cut .cut-row", timeout=10_000)
+    assert page.locator("#sampling-cut .cut-row.drawn").count() == 1
+    assert "◀ drawn" in page.locator("#sampling-cut .cut-row.drawn").inner_text()
+    assert "top-k 50" in page.locator("#sampling-cut .cut-filters").inner_text()  # the column's own filters
+
+    chosen = page.locator("#branch-choice input").input_value()  # the first candidate that was not drawn
+    assert chosen and "(as drawn)" not in chosen
+    button = page.locator("#branch-from-token")
+    button.tap() if phone else button.click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('↪ Continued from token 2')",
+                           timeout=180_000)
+    for column in (0, 1):
+        forced = page.locator(f"#tokens-{column} .tok.forced")
+        assert forced.count() == 3
+        pieces = [FORCED_TITLE.match(forced.nth(i).get_attribute("title")).group(1) for i in range(3)]
+        texts = [ast.literal_eval(piece) for piece in pieces]
+        assert chosen.startswith(pieces[2])  # the chosen candidate is the last forced token
+        assert page.locator(f"#output-{column} textarea").input_value().startswith("".join(texts))
+    assert not errors, errors
+    context.close()

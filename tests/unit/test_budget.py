@@ -141,6 +141,10 @@ def test_a_jax_cache_is_counted_at_the_lengths_it_is_allocated_at(two_models, mo
     with pytest.raises(PlaygroundError, match=r"the JAX dynamic cache for 253 tokens \(old and new arrays while it "
                                               r"grows\) .* lower max_new_tokens"):
         runner.run_to_result("abc", spec.replace(cache="dynamic", max_new_tokens=250))  # 128 and 256 at once
+    # a beam search's cache holds a row per beam: 4 x 64 positions fit, 8 x 64 do not
+    runner.run_to_result("abc", spec.replace(strategy="beam", num_beams=4))
+    with pytest.raises(PlaygroundError, match=r"the JAX static cache for 7 tokens x 8 beams needs about"):
+        runner.run_to_result("abc", spec.replace(strategy="beam", num_beams=8))
     # a bounded cache is counted at its bound: a window of 64 fits however long the run
     runner.run_to_result("abc", spec.replace(cache="sliding", window=64, max_new_tokens=300, min_new_tokens=300))
 

@@ -19,7 +19,12 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--model", "no such model!"], "unknown model 'no such model!'"),
     (["--model", "org/name"], "cannot reach the Hugging Face hub"),
     (["--top-p", "abc"], "invalid float value: 'abc'"),
-    (["--backend", "jax", "--strategy", "beam"], "use 'greedy' or 'sampling'"),
+    (["--prefix-ids", "1,x"], "prefix ids must be whole numbers separated by commas"),
+    (["--prefix-ids=-4"], "prefix_ids[0]=-4 is not a token id"),
+    (["--backend", "jax", "--strategy", "assisted", "--prompt-lookup", "3", "--cache", "sliding"],
+     "use cache 'dynamic' or 'static', or backend 'torch'"),
+    (["--backend", "jax", "--strategy", "beam", "--num-beams", "2", "--num-return-sequences", "3"],
+     "raise num_beams or lower num_return_sequences"),
 ])
 def test_bad_input_exits_2_with_one_error_line(args, fragment):
     done = cli("run", "--prompt", "hi", *args)

@@ -24,6 +24,7 @@ from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     ROOT,
+    bench_with,
     jax_run,
     run_script,
     tiny_gemma,
@@ -151,7 +152,7 @@ def test_filters_keep_what_transformers_keeps(knobs):
         warpers.append(MinPLogitsWarper(run_spec.min_p))
     expected = set(torch.nonzero(torch.isfinite(warpers(None, logits.clone()))[0]).flatten().tolist())
     mode = jax_sampling.mode_for(run_spec, 300)
-    values, indices = jax_sampling.candidates(jnp.asarray(logits.numpy()), mode, jax_sampling.knobs_for(run_spec))
+    values, indices, _ = jax_sampling.candidates(jnp.asarray(logits.numpy()), mode, jax_sampling.knobs_for(run_spec))
     kept = {int(i) for i, v in zip(indices[0], values[0], strict=True) if bool(jnp.isfinite(v))}
     assert kept == expected
 
@@ -331,27 +332,19 @@ def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
 
 
 def test_bench_reports_the_documented_object(monkeypatch, llama):
-    from playground.models import loaded
     from playground.tools import bench
 
-    monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (llama, True))
-    class FixedBandwidth:
-        def __init__(self):
-            self.samples = []
-
-        def sample(self):
-            self.samples.append(10.0)
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)
+    bench_with(monkeypatch, llama)
     result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
-    assert [c["name"] for c in result["configs"]] == ["torch-dynamic", "torch-static", "jax"]
-    assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"])
-    assert set(result["ratios"]) == {"jax_vs_torch_dynamic", "jax_vs_roofline"}
+    assert [c["name"] for c in result["configs"]][:3] == ["torch-dynamic", "torch-static", "jax"]
+    assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"][:3])
+    assert {"jax_vs_torch_dynamic", "jax_vs_roofline"} <= set(result["ratios"])
+    names = [c["name"] for c in result["configs"]]
+    assert names[-2:] == ["torch-beam4", "jax-beam4"]
+    assert {"jax_beam4_vs_torch_beam4", "jax_prompt_lookup_vs_jax"} <= set(result["ratios"])
+    assert result["ratios"]["jax_beam4_vs_torch_beam4"] > 0
     assert result["roofline_tokens_per_s"] == round(10.0e9 / llama.weight_bytes, 2)
     table = bench.format_table(result)
     assert "torch-dynamic" in table and "jax" in table and "roofline" in table

@@ -131,7 +131,7 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
     class Recording:
         name = "torch"
 
-        def generate(self, model, input_ids, spec, emit, should_stop, draft=None):
+        def generate(self, model, input_ids, spec, emit, should_stop, draft=None, progress=None):
             seen.append(runner.GENERATION_LOCK.locked())
             from playground.backends.torch.generate import generate
 
@@ -169,3 +169,38 @@ def test_quality_is_the_output_read_by_the_fp32_model(local_model):
     bf16 = runner.run_to_result("abc", RunSpec(model=local_model, weights="bf16", max_new_tokens=8))
     assert (local_model, "fp32") in loaded.LOADED.keys()  # judged by the full-precision model
     assert bf16["metrics"]["mean_logprob"] is not None
+
+
+def test_a_long_silent_stage_repeats_its_progress_with_the_time_it_has_taken(monkeypatch):
+    monkeypatch.setattr(runner, "TICK_S", 0.05)
+    job = runner._Job("hello", RunSpec(), None, None)
+    job.reports.put(ProgressEvent(0.1, "compiling for this prompt length"))
+    reports = job._reports()
+    assert next(reports) == ProgressEvent(0.1, "compiling for this prompt length")
+    ticks = [next(reports) for _ in range(3)]
+    assert all(t.message == "compiling for this prompt length" and t.fraction == 0.1 for t in ticks)
+    assert 0 < ticks[0].elapsed_s < ticks[1].elapsed_s < ticks[2].elapsed_s
+    job.reports.put([5, 6])  # tokens: the stage is over, nothing repeats it any more
+    job.reports.put(ProgressEvent(1.0, "ready"))
+    job.reports.put([7])
+    assert next(reports) == [5, 6]
+    assert next(reports) == ProgressEvent(1.0, "ready")
+    assert next(reports) == [7]
+
+
+def test_a_jax_column_says_it_is_compiling_and_a_repeat_does_not(local_model):
+    from playground.backends.jax.decoder import COMPILING
+
+    spec = RunSpec(model=local_model, backend="jax", cache="static", max_new_tokens=4)
+
+    def events():
+        out = list(runner.run("hello", spec))
+        compiling = [i for i, e in enumerate(out) if isinstance(e, ProgressEvent) and e.message == COMPILING]
+        first_text = next(i for i, e in enumerate(out) if isinstance(e, TextEvent))
+        return compiling, first_text, out[-1].result
+
+    compiling, first_text, result = events()
+    assert compiling and compiling[-1] < first_text  # said before the first token, while compiling
+    assert result["metrics"]["compile_s"] > 0
+    compiling, _, result = events()
+    assert compiling == [] and result["metrics"]["compile_s"] == 0.0

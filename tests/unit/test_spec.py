@@ -27,7 +27,11 @@ def test_defaults_are_valid_and_round_trip():
     ({"colour": "red"}, "unknown spec key(s) colour"),
     ({"num_return_sequences": 2}, "needs strategy 'beam'"),
     ({"model": " "}, "model must not be empty"),
-    ({"backend": "jax", "strategy": "beam"}, "use 'greedy' or 'sampling'"),
+    ({"num_beams": 9}, "num_beams=9 is out of range; allowed: [1, 8]"),
+    ({"strategy": "beam", "num_beams": 1}, "is greedy search; use num_beams 2-8, or strategy 'greedy'"),
+    ({"strategy": "beam", "num_beams": 2, "num_return_sequences": 3}, "exceeds num_beams=2 (beam search returns at "
+                                                                      "most its beams); raise num_beams"),
+    ({"strategy": "beam", "num_return_sequences": 0}, "num_return_sequences=0 is out of range"),
 ])
 def test_bad_values_are_refused_with_a_one_line_message(data, fragment):
     with pytest.raises(PlaygroundError) as info:

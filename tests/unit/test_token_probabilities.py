@@ -47,6 +47,7 @@ def assert_same_records(ours: list[dict], theirs: list[dict]) -> None:
         assert [t[0] for t in a["top"]] == [t[0] for t in b["top"]], f"step {step}: alternatives"
         for (_, p_a, q_a), (_, p_b, q_b) in zip(a["top"], b["top"], strict=True):
             assert p_a == pytest.approx(p_b, abs=TOLERANCE) and q_a == pytest.approx(q_b, abs=TOLERANCE)
+        assert a["top_cut"] == b["top_cut"], f"step {step}: what removed each alternative"
 
 
 def test_greedy_records_agree_with_a_penalty_and_a_minimum_length(llama):
@@ -83,3 +84,23 @@ def test_top_k_1_draws_with_probability_1_while_the_model_was_less_sure(llama, b
     assert all(r["p"] == pytest.approx(1.0) and r["entropy"] == pytest.approx(0.0, abs=1e-6)
                for r in out.token_info)
     assert all(r["p_model"] < 1.0 for r in out.token_info)  # a random model is never certain
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_each_alternative_records_the_filter_that_removed_it(llama, backend):
+    """temperature 0.1, top_k=2, top_p=0.7: the third and later alternatives fall to top-k; of the two left, the
+    second falls to top-p exactly when the first already holds 0.7 of their mass after temperature; EOS, held back
+    by min_new_tokens, is recorded as that whenever it is among the alternatives."""
+    run = jax_run if backend == "jax" else torch_run
+    out, _ = run(llama, PROMPT, RunSpec(backend=backend, cache="static", strategy="sampling", temperature=0.1,
+                                        top_k=2, top_p=0.7, max_new_tokens=NEW, min_new_tokens=NEW))
+    outcomes = set()
+    for record in out.token_info:
+        (first, _, q1), (second, _, q2), *rest = record["top"]
+        cuts = dict(zip([i for i, _, _ in record["top"]], record["top_cut"], strict=True))
+        assert all(cuts[i] == ("min_new_tokens" if i == 256 else "top_k") for i, _, _ in rest)
+        assert cuts[first] is None
+        expected = "top_p" if 1 / (1 + (q2 / q1) ** 10) >= 0.7 else None
+        assert cuts[second] == ("min_new_tokens" if second == 256 else expected)
+        outcomes.add(cuts[second])
+    assert {None, "top_p"} <= outcomes

@@ -35,7 +35,6 @@ from playground.ui.export import (
     write_exports,
 )
 from playground.ui.plots import kv_frame, latency_frame, throughput_frame
-from playground.ui.presets import PRESETS
 from playground.ui.table import format_number, metrics_table
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
 
@@ -122,13 +121,25 @@ def test_numbers_are_short_and_never_scientific(value, text):
 def test_plot_frames_are_typed_and_name_every_column_slot():
     results, labels = [fake_result([1, 2, 3]), None], ["1: greedy", None]
     speed, latency, kv = throughput_frame(results, labels), latency_frame(results, labels), kv_frame(results, labels)
-    assert list(speed["run"]) == ["1: greedy"] and speed["tokens/s"].dtype == float
+    bars = speed[speed["tokens/s"] > 0]
+    assert list(bars["run"]) == ["1: greedy"] and list(bars["column"]) == ["column 1"]
+    assert speed["tokens/s"].dtype == float and set(speed["run"]) == {"1: greedy"}  # no empty category
+    assert set(speed["column"]) == {"column 1", "column 2"}  # every slot in the colour domain, as in the lines
     points = latency.dropna()
     assert list(points["token"]) == [2, 3] and list(points["ms/token"]) == [100.0, 90.0]
     assert set(points["run"]) == {"1: greedy"} and set(points["column"]) == {"column 1"}
     assert set(latency["column"]) == {"column 1", "column 2"}  # an empty slot still names its colour
     assert list(kv.dropna()["KV cache (MiB)"]) == [0.5, 1.0]
     assert throughput_frame([], [])["tokens/s"].dtype == float  # typed when empty: the plot keeps its axis type
+
+
+def test_step_plots_name_only_the_running_columns_and_span_whole_steps():
+    from playground.ui.plots import MIN_STEP_SPAN, PALETTE, slot_colours, step_axes
+
+    axes = step_axes([0, 2], [8, 80])
+    assert axes == {"colors_in_legend": ["column 1", "column 3"], "x_lim": [1, 80]}
+    assert step_axes([1], [4])["x_lim"] == [1, MIN_STEP_SPAN]  # a short run still gets whole-step ticks
+    assert list(slot_colours(4).values()) == list(PALETTE)  # one palette: cards, lines and bars
 
 
 # token view and divergence
@@ -205,17 +216,6 @@ def test_refused_combinations_are_flagged_with_the_reason():
     text = notice_text({"backend": backend, "strategy": strategy, "cache": cache, "assistant": "smollm2-135m"})
     assert "cannot run" in text and compatibility.refusal(backend, strategy, cache) in text
     assert label(1, {"strategy": "beam", "cache": "static", "backend": "jax"}) == "2: beam · static · jax"
-
-
-def test_every_preset_fills_at_most_four_runnable_columns():
-    for name, preset in PRESETS.items():
-        columns, note = preset({"model": "smollm2-135m", "max_new_tokens": 24})
-        assert 1 <= len(columns) <= 4 and note, name
-        for column in columns:
-            assert problem(column) == "", (name, column)
-            assert column["max_new_tokens"] == 24
-    caches = [c["cache"] for c in PRESETS["Cache shoot-out"]({})[0]]
-    assert caches[0] == "dynamic" and len(set(caches)) == len(caches)
 
 
 # reproducibility: settings JSON, links, exports
@@ -508,3 +508,12 @@ def test_a_beam_column_shows_every_returned_sequence_and_the_search_tree():
     assert view.count("beam-node chosen") == 2 and view.count("beam-edge") == 2
     assert "&lt;b&gt;" in view  # token text is escaped
     assert beam_html(fake_result([1])) == ""  # not a beam run: nothing drawn
+
+
+def test_applied_settings_keep_the_values_of_knobs_that_are_their_own_group(demo):
+    page = demo.page
+    columns = [{"strategy": "assisted", "prompt_lookup": 3}, {"strategy": "greedy", "cache": "sink", "sink_tokens": 2}]
+    updates = page.apply_settings(page_settings("p", 0, "auto", columns), "applied")
+    lookup = updates[page.columns[0].knobs["prompt_lookup"]]
+    assert lookup["value"] == 3 and lookup["visible"] is True
+    assert updates[page.columns[1].knobs["sink_tokens"]]["value"] == 2

@@ -12,6 +12,7 @@ once, so a ring buffer that has reached its window never grows or recompiles aga
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,15 @@ import jax
 import numpy as np
 import torch
 
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, TokenInfo, eos_ids
-from playground.backends.jax import sampling
+from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, TokenInfo, eos_ids
+from playground.backends.jax import beam, sampling
+from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.engine import DecodeState, Engine, engine_for
+from playground.backends.jax.engine import DecodeState, Engine, compile_notices, engine_for
+from playground.backends.jax.programs import Compiled, run_prompt
+from playground.backends.jax.records import token_records as _records
 from playground.backends.jax.sampling import Knobs
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -38,8 +42,30 @@ class JaxBackend:
     name = "jax"
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
-        return generate(loaded, input_ids, spec, emit, should_stop)
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        check_architecture(loaded.model.config)
+        with compile_notices(_announce_once(progress)):
+            if spec.strategy == "assisted":
+                from playground.backends.jax import assisted
+
+                return assisted.generate(loaded, input_ids, spec, emit, should_stop, draft)
+            return generate(loaded, input_ids, spec, emit, should_stop)
+
+
+COMPILING = "compiling for this prompt length, first time only; cached afterwards"
+
+
+def _announce_once(progress: ReportProgress | None) -> Callable[[], None]:
+    """Say so when the request's first program starts compiling; a cached request says nothing."""
+    said = False
+
+    def announce() -> None:
+        nonlocal said
+        if progress is not None and not said:
+            said = True
+            progress(0.0, COMPILING)
+    return announce
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
@@ -48,6 +74,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
+    if spec.strategy == "beam":
+        return beam.generate(loaded, input_ids, spec, emit, should_stop)
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     request = _prepare(loaded, prompt, spec)
@@ -57,13 +85,12 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     return _output(request, run, start)
 
 
-class _Programs:
-    """Every compiled program a request needs, fetched (or compiled) before the prompt runs: a cold
-    request's compile shows in its TTFT and in compile_s, never inside its decode rate."""
+class _Programs(Compiled):
+    """Every compiled program a request needs: prefill, first token, a decode loop and a growth step per layout."""
 
     def __init__(self, engine: Engine, bucket: int, schedule: list[Layouts], mode: sampling.SamplingMode,
                  eos: tuple[int, ...], batch: int, decode: bool) -> None:
-        self.compile_s = 0.0
+        super().__init__()
         self.prefill = self._add(engine.prefill_program(bucket, schedule[0], batch))
         self.first = self._add(engine.start_program(bucket, schedule[0], mode, eos, batch))
         self.decoders: dict[Layouts, Any] = {}
@@ -72,11 +99,6 @@ class _Programs:
             self.decoders[layouts] = self._add(engine.decode_program(layouts, STEPS_PER_CALL, mode, eos, batch))
             if i:
                 self.growers[layouts] = self._add(engine.grow_program(schedule[i - 1], layouts, mode, batch))
-
-    def _add(self, compiled: tuple[Any, float]) -> Any:
-        program, seconds = compiled
-        self.compile_s += seconds
-        return program
 
 
 @dataclass
@@ -123,17 +145,9 @@ def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec) -> _Request
 
 def _prefill(request: _Request, prompt: np.ndarray, spec: RunSpec) -> _Run:
     """The padded prompt into a new cache, and the first new token brought to the host."""
-    engine, programs = request.engine, request.programs
-    # right padding: causal masking keeps it out of the real tokens
-    padded = np.zeros((prompt.shape[0], request.bucket), np.int32)
-    padded[:, : request.prompt_len] = prompt
-    ids, true_len = engine.put(padded), engine.put(np.int32(request.prompt_len))
-    knobs = engine.put(sampling.knobs_for(spec))
-    logits, cache = programs.prefill(engine.weights, ids, true_len)
-    state, info = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
-    first, info = jax.device_get((state.token, info))
+    state, knobs, first, info = run_prompt(request.engine, request.programs, prompt, request.bucket, spec)
     length = request.plan.lengths[0]
-    return _Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length), tokens=[int(first[0])],
+    return _Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length), tokens=[first],
                 token_info=_records(info, 1), token_times=[time.perf_counter()],
                 kv_trace=[cache_bytes(state.cache)])
 
@@ -198,14 +212,6 @@ def _output(request: _Request, run: _Run, start: float) -> GenerationOutput:
                "cache_layers": cache_plan.describe(run.layouts),
                **_engine_extra(request.engine, request.reused, run.calls)},
     )
-
-
-def _records(info: sampling.StepInfo, count: int) -> list[TokenInfo]:
-    """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
-    rows = [row[:count] for row in info]
-    return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
-             "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True))}
-            for p, h, q, hq, ids, top_p, top_q in zip(*rows, strict=True)]
 
 
 def _engine_extra(engine: Engine, reused: bool, calls: int) -> dict[str, Any]:

@@ -13,7 +13,9 @@ import dataclasses
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, NamedTuple
@@ -75,6 +77,24 @@ class Chunk(NamedTuple):
 
     tokens: jax.Array  # (steps,) int32, -1 past the last step run
     info: StepInfo  # fields with a leading (steps,) axis
+
+
+def _nothing() -> None:
+    """No one is listening for compiles."""
+
+
+# called before a program compiles; set per request by the backend (the request runs in one worker thread)
+_COMPILE_NOTICE: ContextVar[Callable[[], None]] = ContextVar("compile_notice", default=_nothing)
+
+
+@contextmanager
+def compile_notices(notify: Callable[[], None]) -> Iterator[None]:
+    """Within the block, `notify()` runs before any program compiles (on this thread), so the page can say so."""
+    token = _COMPILE_NOTICE.set(notify)
+    try:
+        yield
+    finally:
+        _COMPILE_NOTICE.reset(token)
 
 
 class Engine:
@@ -218,6 +238,7 @@ class Engine:
         """The compiled program for `key`, and the seconds spent tracing and compiling it now (0.0 if cached)."""
         if key in self.compiled:
             return self.compiled[key], 0.0
+        _COMPILE_NOTICE.get()()
         start = time.perf_counter()
         self.compiled[key] = build()
         return self.compiled[key], time.perf_counter() - start

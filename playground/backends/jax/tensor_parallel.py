@@ -45,7 +45,8 @@ def make_mesh(devices: int) -> Mesh | None:
 def counts(config: Any) -> dict[str, int]:
     """The sizes the rules split, by the names the rules use."""
     shape = attention_shape(config)
-    return {"heads": shape.heads, "kv_heads": shape.kv_heads, "mlp": config.intermediate_size}
+    mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * config.hidden_size
+    return {"heads": shape.heads, "kv_heads": shape.kv_heads, "mlp": mlp}
 
 
 def check(config: Any, devices: int) -> None:

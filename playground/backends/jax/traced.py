@@ -112,6 +112,9 @@ def build_twin(model: PreTrainedModel, fuse: bool) -> Twin:
     """A meta-device copy of `model` using our attention, with projections fused if asked."""
     config = copy.deepcopy(model.config)
     config._attn_implementation = ATTENTION
+    # mixture-of-experts layers: the default grouped matmul (aten::_grouped_mm) has no torchax lowering; the
+    # batched one gathers each token's chosen experts with fixed shapes, and reads only those experts' weights
+    config._experts_implementation = "batched_mm"
     with torch.device("meta"):
         twin = type(model)(config)
     twin.eval()

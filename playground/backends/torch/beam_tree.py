@@ -15,49 +15,23 @@ from typing import Any
 
 import torch
 
-from playground.backends.base import BeamNode
+from playground.backends.beam_nodes import BeamTree
 
 
-class BeamRecorder:
-    """Collects each step's candidates; `tree(best)` marks the returned sequence's path."""
-
-    def __init__(self) -> None:
-        self.steps: list[list[BeamNode]] = []
-        self._live: list[int] = []  # node index (in the last step) of each running beam, in beam order
+class BeamRecorder(BeamTree):
+    """Collects each step's candidates from the library's own calls; `tree(best)` marks the returned path."""
 
     def candidates(self, out: tuple[torch.Tensor, ...], position: int, step: int) -> None:
         """After _get_top_k_continuations returned (scores (1, 2K), sequences (1, 2K, L), beam indices (1, 2K, S)):
         each candidate's token is in its sequence at `position`, its beam in the beam indices at `step`."""
         scores, sequences, beams = out
-        nodes: list[BeamNode] = []
-        for k, score in enumerate(scores[0].tolist()):
-            beam = int(beams[0, k, step])  # batch 1: no batch offset
-            nodes.append({"parent": self._live[beam] if self._live else None, "token": int(sequences[0, k, position]),
-                          "score": float(score), "kept": False, "finished": False, "chosen": False})
-        self.steps.append(nodes)
+        # batch 1: no batch offset in the beam indices
+        self.add_step(scores[0].tolist(), sequences[0, :, position].tolist(), beams[0, :, step].tolist())
 
     def selection(self, topk_log_probs: torch.Tensor, hits: torch.Tensor, num_beams: int) -> None:
         """At _get_running_beams_for_next_iteration: which candidates finished, and which K continue."""
-        nodes = self.steps[-1]
-        finished = hits[0].tolist()
         running = topk_log_probs + hits.to(torch.float32) * -1.0e9  # as the library ranks them
-        kept = torch.topk(running, k=num_beams)[1][0].tolist()
-        for node, done in zip(nodes, finished, strict=True):
-            node["finished"] = bool(done)
-        for k in kept:
-            nodes[k]["kept"] = not nodes[k]["finished"]
-        self._live = kept
-
-    def tree(self, best: list[int]) -> list[list[BeamNode]]:
-        """The steps, with the path of the best returned sequence (its new tokens) marked as chosen."""
-        parent: int | None = None
-        for step, token in zip(self.steps, best, strict=False):
-            match = next((i for i, n in enumerate(step) if n["token"] == token and n["parent"] == parent), None)
-            if match is None:
-                break
-            step[match]["chosen"] = True
-            parent = match
-        return self.steps
+        self.select(hits[0].tolist(), torch.topk(running, k=num_beams)[1][0].tolist())
 
 
 @contextmanager

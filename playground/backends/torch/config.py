@@ -28,7 +28,7 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
         config.repetition_penalty = spec.repetition_penalty
     if config.pad_token_id is None:
         config.pad_token_id = first_eos(config)
-    if spec.strategy == "sampling":
+    if spec.strategy == "sampling" or spec.assisted_sampling:
         # top_k=0 must be said: transformers fills an unset (None) top_k with its default of 50
         config.update(do_sample=True, temperature=spec.temperature, top_k=spec.top_k,
                       top_p=spec.top_p if spec.top_p < 1.0 else None, min_p=spec.min_p or None)
@@ -36,7 +36,7 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
         config.update(num_beams=spec.num_beams, length_penalty=spec.length_penalty,
                       early_stopping=spec.early_stopping, num_return_sequences=spec.num_return_sequences,
                       output_scores=True)
-    elif spec.strategy == "assisted" and spec.prompt_lookup:
+    if spec.strategy == "assisted" and spec.prompt_lookup:
         config.prompt_lookup_num_tokens = spec.prompt_lookup
     config.validate(strict=True)
     return config

@@ -11,13 +11,13 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, eos_ids
+from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.config import assistant_kwargs, generation_config
 from playground.backends.torch.probes import (
     CacheTrace,
     TokenProbe,
-    count_draft_tokens,
     count_forward_passes,
     probing_processors,
 )
@@ -74,7 +74,9 @@ class TorchBackend:
     name = "torch"
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        # nothing is compiled on this path: generation starts at once, so there is no preparation to report
         return generate(loaded, input_ids, spec, emit, should_stop, draft)
 
 
@@ -102,6 +104,7 @@ class _Run:
     trace: CacheTrace
     probe: TokenProbe | None
     beams: BeamRecorder | None
+    assist: AssistRecorder | None
 
 
 @dataclass
@@ -111,7 +114,6 @@ class _Measured:
     start: float
     end: float
     forward_passes: int  # of the main model
-    draft_tokens_proposed: int
 
 
 def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitTokens, should_stop: ShouldStop,
@@ -130,12 +132,13 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
         probe=TokenProbe() if spec.strategy in ("greedy", "sampling") else None,
         beams=BeamRecorder() if spec.strategy == "beam" else None,
+        assist=AssistRecorder() if spec.strategy == "assisted" else None,
     )
 
 
 def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run) -> tuple[Any, _Measured]:
-    """model.generate, seeded and timed, counting main-model forward passes and proposed draft tokens."""
-    with torch.inference_mode(), count_forward_passes(model) as passes, count_draft_tokens(model) as proposed, \
+    """model.generate, seeded and timed, counting main-model forward passes."""
+    with torch.inference_mode(), count_forward_passes(model) as passes, recording_assist(model, run.assist), \
             probing_processors(model, run.probe), recording_beams(model, run.beams):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
@@ -149,7 +152,7 @@ def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run
             **run.assistant,
         )
         end = time.perf_counter()
-    return out, _Measured(start, end, passes[0], proposed[0])
+    return out, _Measured(start, end, passes[0])
 
 
 def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], measured: _Measured) -> GenerationOutput:
@@ -166,15 +169,16 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
         token_times=token_times[: len(first)],
         kv_cache_bytes=kv_bytes(run.cache),
         scores=_beam_scores(out),
-        acceptance_rate=_acceptance_rate(len(first), passes, measured.draft_tokens_proposed) if assisted else None,
+        acceptance_rate=run.assist.acceptance_rate() if run.assist else None,
         token_info=run.probe.finish(first[-1] if first else None)[: len(first)] if run.probe else None,
         draft_flags=_draft_flags(run.streamer, len(first)) if assisted else None,
         kv_trace=run.trace.bytes,
         beam_tree=run.beams.tree(first) if run.beams else None,
+        assisted_steps=run.assist.steps if run.assist else None,
         forward_passes=passes,
         stopped=run.stop.triggered,
         extra={"generate_s": measured.end - measured.start,
-               "draft_tokens_proposed": measured.draft_tokens_proposed if assisted else None},
+               "draft_tokens_proposed": run.assist.proposed() if run.assist else None},
     )
 
 
@@ -182,14 +186,6 @@ def _beam_scores(out: Any) -> list[float] | None:
     """Beam search's score of each returned sequence; None for the other strategies."""
     scores = getattr(out, "sequences_scores", None)
     return scores.tolist() if scores is not None else None
-
-
-def _acceptance_rate(new_tokens: int, forward_passes: int, proposed: int) -> float | None:
-    """Assisted decoding: accepted draft tokens / proposed ones (None when nothing was proposed)."""
-    if not proposed:
-        return None
-    # each main forward verifies one proposal and adds its accepted drafts plus one token of its own
-    return max(0, new_tokens - forward_passes) / proposed
 
 
 def _draft_flags(streamer: TimingStreamer | None, new_tokens: int) -> list[bool] | None:

@@ -1,5 +1,5 @@
 """What the PyTorch path measures inside model.generate without changing it: each token's probabilities under
-the model and under the processed distribution, the cache's size per step, main forward passes, draft tokens."""
+the model and under the processed distribution, the cache's size per step, main forward passes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    StoppingCriteria,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from playground.backends.base import TOP_ALTERNATIVES, TokenInfo
 from playground.kv.factory import kv_bytes
@@ -35,29 +42,46 @@ class TokenProbe:
 
     transformers runs user processors before its sampling warpers, so the two ends of the list are taken by
     `probing_processors` instead. The chosen token is only known at the next step (the last of `input_ids`
-    then), so each step's distributions wait until then; `finish` resolves the last one.
+    then), so each step's distributions wait until then; `finish` resolves the last one. Between the filters,
+    `stage` hooks note which tokens are still finite, so each alternative records what removed it.
     """
 
     def __init__(self) -> None:
         self.records: list[TokenInfo] = []
         self._model: torch.Tensor | None = None  # (V,) this step's model probabilities
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None  # (model, final) of the unresolved step
+        self._alive: list[tuple[str, torch.Tensor]] = []  # (stage, (V,) still finite after it) of this step
         self.first = _Hook(self._see_model)
         self.last = _Hook(self._see_final)
+
+    def stage(self, name: str) -> _Hook:
+        """A hook to place after the processor or filter `name` (a CUT_STAGES name)."""
+        return _Hook(lambda _ids, scores: self._alive.append((name, torch.isfinite(scores[0]))))
 
     def _see_model(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
         if self._pending is not None:
             self._resolve(int(input_ids[0, -1]))
         self._model = torch.softmax(scores[0].float(), dim=-1)  # (V,)
+        self._alive = []
+
+    def _cut(self, token: int, finite: torch.Tensor) -> str | None:
+        """The first stage after which `token` was -inf; tokens removed before the filters (or with no filter
+        on) were removed by the min_new_tokens processor, the only one of ours that removes tokens."""
+        for name, alive in self._alive:
+            if not bool(alive[token]):
+                return name
+        return None if bool(finite[token]) else "min_new_tokens"
 
     def _see_final(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
         model = self._model if self._model is not None else torch.softmax(scores[0].float(), dim=-1)
         final = torch.softmax(scores[0].float(), dim=-1)  # (V,); filtered tokens are -inf: probability 0
+        finite = torch.isfinite(scores[0])  # (V,)
         top = torch.topk(model, TOP_ALTERNATIVES).indices  # ranked by the model's own preference
         self.records.append({
             "entropy": _entropy(final),
             "entropy_model": _entropy(model),
             "top": [(i, float(final[i]), float(model[i])) for i in top.tolist()],
+            "top_cut": [self._cut(i, finite) for i in top.tolist()],
         })
         self._pending = (model, final)
 
@@ -75,7 +99,7 @@ class TokenProbe:
 
 
 @contextmanager
-def _wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+def wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
     """obj.name replaced by wrap(original) on this instance only, for one generate() call (the runner's
     generation lock is held); the class's method is back afterwards."""
     setattr(obj, name, wrap(getattr(obj, name)))
@@ -83,6 +107,23 @@ def _wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
         yield
     finally:
         delattr(obj, name)
+
+
+_FILTERS: tuple[tuple[type, str], ...] = ((TopKLogitsWarper, "top_k"), (TopPLogitsWarper, "top_p"),
+                                          (MinPLogitsWarper, "min_p"))
+
+
+def _staged(processors: LogitsProcessorList, probe: TokenProbe) -> list[Any]:
+    """The list with a stage hook before the first sampling filter (what processors removed) and after each."""
+    staged: list[Any] = []
+    for processor in processors:
+        name = next((n for kind, n in _FILTERS if isinstance(processor, kind)), None)
+        if name is not None and not any(isinstance(p, _Hook) for p in staged):
+            staged.append(probe.stage("min_new_tokens"))
+        staged.append(processor)
+        if name is not None:
+            staged.append(probe.stage(name))
+    return staged
 
 
 @contextmanager
@@ -93,9 +134,10 @@ def probing_processors(model: Any, probe: TokenProbe | None) -> Iterator[None]:
         return
 
     def wrap(build: Callable[..., LogitsProcessorList]) -> Callable[..., LogitsProcessorList]:
-        return lambda *args, **kwargs: LogitsProcessorList([probe.first, *build(*args, **kwargs), probe.last])
+        return lambda *args, **kwargs: LogitsProcessorList([probe.first, *_staged(build(*args, **kwargs), probe),
+                                                            probe.last])
 
-    with _wrapped(model, "_get_logits_processor", wrap):
+    with wrapped(model, "_get_logits_processor", wrap):
         yield
 
 
@@ -108,31 +150,6 @@ def count_forward_passes(module: torch.nn.Module) -> Iterator[list[int]]:
         yield count
     finally:
         handle.remove()
-
-
-@contextmanager
-def count_draft_tokens(model: Any) -> Iterator[list[int]]:
-    """Counts the draft tokens assisted generation proposes to the main model, at the source: transformers
-    builds its candidate generator inside generate(), so the factory is wrapped for the call."""
-    proposed = [0]
-
-    def wrap(build: Callable[..., Any]) -> Callable[..., Any]:
-        def counting_build(*args: Any, **kwargs: Any) -> Any:
-            generator = build(*args, **kwargs)
-            get_candidates = generator.get_candidates
-
-            def counting_get(input_ids: torch.Tensor, *a: Any, **k: Any) -> Any:
-                candidate_ids, logits = get_candidates(input_ids, *a, **k)
-                proposed[0] += candidate_ids.shape[1] - input_ids.shape[1]
-                return candidate_ids, logits
-
-            generator.get_candidates = counting_get
-            return generator
-
-        return counting_build
-
-    with _wrapped(model, "_get_candidate_generator", wrap):
-        yield proposed
 
 
 class CacheTrace(StoppingCriteria):

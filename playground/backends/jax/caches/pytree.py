@@ -16,6 +16,7 @@ import torch
 from torchax import interop
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from playground.backends.jax.caches.extend import extend
 from playground.backends.jax.caches.layout import Layout
 
 # attribute `update` puts on the keys it returns: the layout's attention callback, read by traced.attention_forward
@@ -23,8 +24,9 @@ PENDING = "_playground_attend"
 
 
 class JaxLayer(CacheLayerMixin):
-    """One layer's cache under jit. A multi-token update is the prompt, written from position 0, and arrives
-    with `cumulative_length` already set to its true length (the rest of the chunk is bucket padding)."""
+    """One layer's cache under jit. A multi-token update into an empty layer is the prompt, written from position
+    0, and arrives with `cumulative_length` already set to its true length (the rest of the chunk is bucket
+    padding); into a filled layer it is a verify pass at `cumulative_length`."""
 
     is_compileable = True
     cumulative_length: Any  # () int32 array (a tracer, or a shape struct when lowering)
@@ -48,6 +50,9 @@ class JaxLayer(CacheLayerMixin):
         if keys.shape[2] == 1:
             self.arrays, attend = self.layout.step(self.arrays, keys, values, self.cumulative_length)
             self.cumulative_length = self.cumulative_length + 1
+        elif self.arrays:  # several tokens after the prompt: assisted decoding's verify pass (caches/extend.py)
+            self.arrays, attend = extend(self.layout, self.arrays, keys, values, self.cumulative_length)
+            self.cumulative_length = self.cumulative_length + keys.shape[2]
         else:
             self.arrays, attend = self.layout.prefill(keys, values, self.cumulative_length)
         setattr(key_states, PENDING, attend)

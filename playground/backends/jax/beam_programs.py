@@ -1,0 +1,140 @@
+"""The compiled programs of a JAX beam search, built on a model's Engine: start, decode chunk, grow.
+
+The K hypotheses are the batch of one traced forward. After each step the cache's rows are gathered by the
+chosen parents inside jit (every cache array is (batch, KV heads, slots, ...), so one gather on axis 0 reorders
+every layout: rings, sinks, quantized stores and their scales), never through the host. The prompt is prefilled
+once, with batch 1 (the engine's own prefill program), and its cache rows repeated K times when the search
+starts. Programs are kept in the engine's registry under their static key, so a repeated request compiles
+nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from playground.backends.jax import beam_search, sampling
+from playground.backends.jax.beam_search import BeamKnobs, BeamMode, Hypotheses, StepRecord
+from playground.backends.jax.caches import pytree
+from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
+from playground.backends.jax.engine import COMPILER_OPTIONS, Engine
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamState:
+    """What a beam decode call carries to the next (device arrays; shape structs when lowering)."""
+
+    cache: JaxCache  # K rows, one per running beam
+    tokens: Any  # (K,) each running beam's last token, not yet in the cache
+    position: Any  # () its position
+    hyps: Hypotheses[Any]
+
+
+jax.tree_util.register_dataclass(BeamState, data_fields=["cache", "tokens", "position", "hyps"], meta_fields=[])
+
+
+def reorder(cache: JaxCache, rows: jax.Array) -> JaxCache:
+    """The cache with its batch rows gathered: row i becomes old row rows[i] (counters are shared by all rows)."""
+    return JaxCache([JaxLayer(layer.layout, {name: jnp.take(a, rows, axis=0) for name, a in layer.arrays.items()},
+                              layer.cumulative_length) for layer in cache.jax_layers])
+
+
+def _pin(engine: Engine, state: BeamState) -> BeamState:
+    """On a mesh: the cache split by KV heads, everything else replicated, call after call."""
+    if engine.mesh is None:
+        return state
+    replicated = engine._replicated()
+    small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated),
+                         (state.tokens, state.position, state.hyps))
+    return BeamState(engine._constrain(state.cache), *small)
+
+
+def _start(engine: Engine, logits: jax.Array, ids: jax.Array, length: jax.Array, knobs: BeamKnobs[jax.Array],
+           cache: JaxCache, *, mode: BeamMode) -> tuple[BeamState, StepRecord]:
+    """The first step from the prompt's logits (1, V): the prompt's cache repeated for K beams, then gathered by
+    the first step's parents (all beam 0) like every later step."""
+    if mode.penalty:
+        seen = sampling.seen_tokens(ids, length, engine.vocab_size)
+    else:
+        seen = jnp.zeros((1, 1), bool)
+    hyps = beam_search.initial(seen, mode)
+    logits = jnp.broadcast_to(logits, (mode.beams, logits.shape[-1]))
+    hyps, parents, tokens, record = beam_search.step(logits, hyps, mode, knobs)
+    cache = reorder(cache, parents)
+    return _pin(engine, BeamState(cache, tokens, length.astype(jnp.int32), hyps)), record
+
+
+def _decode(engine: Engine, weights: dict, state: BeamState, limit: jax.Array, knobs: BeamKnobs[jax.Array], *,
+            steps: int, mode: BeamMode) -> tuple[BeamState, StepRecord, jax.Array]:
+    """Up to `limit` (<= steps) beam steps in one call, ending early when the search is over. Returns the state,
+    the steps' records (the first `count` rows are this call's) and count."""
+
+    def cond(carry: tuple) -> jax.Array:
+        i, s, _ = carry
+        return (i < limit) & ~s.hyps.done
+
+    def body(carry: tuple) -> tuple:
+        i, s, out = carry
+        positions = jnp.broadcast_to(s.position, (mode.beams, 1))
+        logits, cache = engine._forward(weights, s.cache, s.tokens[:, None], positions, 1)
+        hyps, parents, tokens, record = beam_search.step(logits[:, -1], s.hyps, mode, knobs)
+        out = jax.tree.map(lambda rows, row: rows.at[i].set(row), out, record)
+        s = BeamState(reorder(cache, parents), tokens, s.position + 1, hyps)
+        return i + 1, _pin(engine, s), out
+
+    out = beam_search.empty_records(steps, mode)
+    count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
+    return state, out, count
+
+
+def _grow(engine: Engine, state: BeamState, *, layouts: Layouts) -> BeamState:
+    """The same search over a larger cache (empty slots appended)."""
+    return _pin(engine, dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
+
+
+def knob_specs(engine: Engine) -> BeamKnobs[jax.ShapeDtypeStruct]:
+    f32, i32 = engine.spec((), jnp.float32), engine.spec((), jnp.int32)
+    return BeamKnobs(f32, engine.spec((), jnp.bool_), i32, f32, i32)
+
+
+def _abstract_state(engine: Engine, layouts: Layouts, mode: BeamMode) -> BeamState:
+    """Shape structs of a BeamState, laid out as the programs leave it."""
+    k, cols, i32 = mode.beams, mode.capacity, jnp.int32
+    seen = (k, engine.vocab_size if mode.penalty else 1)
+    hyps = Hypotheses(engine.spec((k, cols), i32), engine.spec((k,), jnp.float32), engine.spec((k, cols), i32),
+                      engine.spec((k,), jnp.float32), engine.spec((k,), i32), engine.spec((k,), jnp.bool_),
+                      engine.spec((), jnp.bool_), engine.spec(seen, jnp.bool_), engine.spec((), i32),
+                      engine.spec((), jnp.bool_))
+    return BeamState(engine.abstract_cache(layouts, k), engine.spec((k,), i32), engine.spec((), i32), hyps)
+
+
+def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode) -> tuple[Any, float]:
+    def build() -> Any:
+        fn = jax.jit(partial(_start, engine, mode=mode))
+        return fn.lower(engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket), jnp.int32),
+                        engine.spec((), jnp.int32), knob_specs(engine),
+                        engine.abstract_cache(layouts, 1)).compile(COMPILER_OPTIONS)
+
+    return engine.program(("beam-start", bucket, layouts, mode), build)
+
+
+def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: BeamMode) -> tuple[Any, float]:
+    def build() -> Any:
+        fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
+        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
+                        knob_specs(engine)).compile(COMPILER_OPTIONS)
+
+    return engine.program(("beam-decode", layouts, steps, mode), build)
+
+
+def grow_program(engine: Engine, old: Layouts, new: Layouts, mode: BeamMode) -> tuple[Any, float]:
+    def build() -> Any:
+        fn = jax.jit(partial(_grow, engine, layouts=new))  # new, larger buffers: nothing to donate
+        return fn.lower(_abstract_state(engine, old, mode)).compile(COMPILER_OPTIONS)
+
+    return engine.program(("beam-grow", old, new, mode), build)

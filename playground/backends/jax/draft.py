@@ -1,0 +1,141 @@
+"""A draft model on the JAX path: it proposes tokens one jitted loop at a time and follows the main model's
+verdicts by moving its own cache position.
+
+The draft shares the main model's vocabulary (same tokenizer, same logits width), so its tokens and
+distributions go to the verify pass as device arrays, with no host round trip. Each proposal of k tokens runs
+k + 1 steps in one call: the last step writes the k-th draft into the draft's cache, so that when every draft
+is kept the cache already holds them all. After the verdict the draft's counters move to the main model's
+position (rejected drafts drop out, as in the main cache) and its next input is the main model's own token.
+The draft proposes without the repetition penalty and min_new_tokens (the main model applies both when it
+verifies): they change which drafts are kept, never the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from playground.backends.jax import speculative
+from playground.backends.jax.caches.extend import assisted_plan
+from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.pytree import cache_bytes
+from playground.backends.jax.engine import COMPILER_OPTIONS, DecodeState, Engine, engine_for
+from playground.backends.jax.programs import Compiled, run_prompt
+from playground.backends.jax.sampling import Knobs, SamplingMode
+from playground.backends.jax.verify import rolled_back
+from playground.compatibility import draft_vocabulary_refusal
+from playground.errors import PlaygroundError
+from playground.models.loaded import LoadedModel
+from playground.spec import RunSpec
+
+FIRST_DRAFTS = 20  # transformers' num_assistant_tokens: where the schedule starts
+MAX_DRAFTS = 16  # the verify pass's width - 1 (a static shape): the schedule stops here
+
+
+def next_draft_count(count: int, kept: int) -> int:
+    """transformers' "heuristic" schedule: two more after a pass that kept every draft, one fewer otherwise."""
+    return min(MAX_DRAFTS, count + 2) if kept == count else max(1, count - 1)
+
+
+def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count: jax.Array, knobs: Knobs[jax.Array],
+            *, steps: int, mode: SamplingMode) -> tuple[DecodeState[jax.Array], jax.Array, jax.Array | None]:
+    """count + 1 draft steps (count < steps): the state after them, the drafts (1, steps - 1) and, when sampling,
+    the distributions they were drawn from (1, steps - 1, V)."""
+    def body(carry: tuple) -> tuple:
+        i, s, tokens, probs = carry
+        logits, cache = engine._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
+        _, processed, final, _ = speculative.processed(logits[:, -1], s.seen, s.produced, mode, knobs, ())
+        key = s.key
+        if mode.greedy:
+            token = jnp.argmax(processed, axis=-1).astype(jnp.int32)
+        else:
+            key, draw = jax.random.split(key)
+            token = jax.random.categorical(draw, jnp.log(final), axis=-1).astype(jnp.int32)
+            probs = probs.at[i].set(final[0])
+        s = DecodeState(cache, token, s.position + 1, key, s.seen, s.done, s.produced + 1)
+        return i + 1, engine._pin(s), tokens.at[i].set(token[0]), probs
+
+    probs = jnp.zeros((steps, 1 if mode.greedy else engine.vocab_size), jnp.float32)
+    start = (jnp.int32(0), state, jnp.zeros((steps,), jnp.int32), probs)
+    _, state, tokens, probs = jax.lax.while_loop(lambda c: c[0] <= count, body, start)
+    return state, tokens[None, : steps - 1], None if mode.greedy else probs[None, : steps - 1]
+
+
+def _local(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    """The main state's small arrays on the draft's one device (the main model may be split over a mesh)."""
+    return tuple(jax.device_put(arrays, jax.devices()[0]))
+
+
+class Drafter:
+    """The draft model's engine, programs and decoding state for one request."""
+
+    def __init__(self, draft: LoadedModel, main_vocab: int, spec: RunSpec, prompt_len: int, bucket: int,
+                 mode: SamplingMode) -> None:
+        self.engine, _ = engine_for(draft.model, 1)
+        if self.engine.vocab_size != main_vocab:
+            raise PlaygroundError(draft_vocabulary_refusal(draft.name, self.engine.vocab_size, main_vocab))
+        width = MAX_DRAFTS + 1
+        # preallocated: the draft's cache never grows, so its programs are one of each
+        plan = assisted_plan(spec.replace(cache="static"), self.engine.config, prompt_len, width)
+        self.layouts: Layouts = plan.at(plan.lengths[0])
+        self.mode = dataclasses.replace(mode, penalty=False)
+        self.programs = Compiled()
+        self.programs.prefill = self.programs._add(self.engine.prefill_program(bucket, self.layouts))
+        self.programs.first = self.programs._add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
+        self.propose = self.programs._add(self._propose_program(width))
+        self.catch_up = self.programs._add(self._catch_up_program())
+        self.state: Any = None  # DecodeState once started
+        self.knobs: Knobs[jax.Array] | None = None
+        self.counts: dict[int, jax.Array] = {}
+
+    def _propose_program(self, steps: int) -> tuple[Any, float]:
+        engine = self.engine
+
+        def build() -> Any:
+            fn = jax.jit(partial(propose, engine, steps=steps, mode=self.mode), donate_argnames=("state",))
+            return fn.lower(engine.weights, engine._abstract_state(self.layouts, self.mode, 1),
+                            engine.spec((), jnp.int32), engine._knob_specs()).compile(COMPILER_OPTIONS)
+
+        return engine.program(("propose", self.layouts, steps, self.mode), build)
+
+    def _catch_up_program(self) -> tuple[Any, float]:
+        engine = self.engine
+
+        def catch_up(state: DecodeState[jax.Array], token: jax.Array, position: jax.Array,
+                     produced: jax.Array) -> DecodeState[jax.Array]:
+            # inside jit, so the counters come out as buffers of their own (the next call donates them)
+            return dataclasses.replace(state, cache=rolled_back(state.cache, position), token=token,
+                                       position=position, produced=produced)
+
+        def build() -> Any:
+            i32 = engine.spec((), jnp.int32)
+            fn = jax.jit(catch_up, donate_argnames=("state",))
+            return fn.lower(engine._abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
+                            i32).compile(COMPILER_OPTIONS)
+
+        return engine.program(("catch_up", self.layouts, self.mode.penalty), build)
+
+    def start(self, prompt: np.ndarray, bucket: int, spec: RunSpec, first: DecodeState[jax.Array]) -> None:
+        """The prompt into the draft's cache; its next input is the main model's first token."""
+        seeded = spec.replace(seed=(spec.seed + 1) % 2**32)  # its own random stream
+        state, self.knobs, _, _ = run_prompt(self.engine, self.programs, prompt, bucket, seeded)
+        self.state = self.catch_up(state, *_local((first.token, first.position)), state.produced)
+
+    def drafts(self, count: int) -> tuple[jax.Array, jax.Array | None]:
+        """`count` drafts (1, MAX_DRAFTS) on the device, and their distributions when sampling."""
+        if count not in self.counts:
+            self.counts[count] = self.engine.put(np.int32(count))
+        self.state, tokens, probs = self.propose(self.engine.weights, self.state, self.counts[count], self.knobs)
+        return tokens, probs
+
+    def follow(self, main: DecodeState[jax.Array]) -> None:
+        """After a verdict: the draft's cache cut back to the main model's position, the main model's token next."""
+        self.state = self.catch_up(self.state, *_local((main.token, main.position, main.produced)))
+
+    def cache_bytes(self) -> int:
+        return cache_bytes(self.state.cache) if self.state is not None else 0

@@ -1,0 +1,71 @@
+"""The main model's verify pass, jitted: the last token and up to W - 1 drafts in one forward, the kept tokens
+chosen inside the same program, and the cache rolled back past what was rejected.
+
+The draft width W is static (one program per width and cache layout, compiled once); how many drafts are
+real is traced, so fewer drafts never recompile (padding drafts are computed, then masked out). Rollback is
+setting every layer's counter to the new position: the rejected keys stay in their slots, masked, until the
+next pass overwrites them (caches/extend.py).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from playground.backends.jax import speculative
+from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
+from playground.backends.jax.engine import COMPILER_OPTIONS, DecodeState, Engine
+from playground.backends.jax.sampling import Knobs, SamplingMode
+from playground.backends.jax.speculative import Verdict
+
+
+def rolled_back(cache: JaxCache, position: jax.Array) -> JaxCache:
+    """The same arrays with every layer's counter at `position`: what lies at or past it is out of the cache."""
+    return JaxCache([JaxLayer(layer.layout, layer.arrays, position) for layer in cache.jax_layers])
+
+
+def _mark(seen: jax.Array, tokens: jax.Array, mode: SamplingMode) -> jax.Array:
+    """Tokens (W,) seen by the repetition penalty (-1 entries are past the kept ones and ignored)."""
+    if not mode.penalty:
+        return seen
+    return seen.at[0, jnp.where(tokens >= 0, tokens, seen.shape[1])].set(True, mode="drop")
+
+
+def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts: jax.Array, count: jax.Array,
+           q: jax.Array | None, knobs: Knobs[jax.Array], *, mode: SamplingMode,
+           eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Verdict]:
+    """drafts (B, W - 1) of which `count` are real; q (B, W - 1, V) the draft model's distributions (None: the
+    drafts came from prompt lookup). Returns the state after the kept tokens and the verdict."""
+    width = drafts.shape[1] + 1
+    ids = jnp.concatenate([state.token[:, None], drafts], axis=1)  # (B, W)
+    positions = (state.position + jnp.arange(width, dtype=jnp.int32))[None, :]  # (1, W)
+    logits, cache = engine._forward(weights, state.cache, ids, positions, 0)  # (B, W, V)
+    model, processed, final, cut = speculative.rows(logits, drafts, state.seen, state.produced, mode, knobs, eos)
+    key = state.key
+    if mode.greedy:
+        tokens, kept = speculative.greedy(processed, drafts, count)
+    else:
+        tokens, kept, key = speculative.sample(final, drafts, count, q, key)
+    out = speculative.verdict(tokens, kept, model, final, cut, eos)
+    position = state.position + out.kept_count
+    last = out.tokens[out.kept_count - 1][None]
+    new = DecodeState(rolled_back(cache, position), last, position, key, _mark(state.seen, out.tokens, mode),
+                      jnp.isin(last, jnp.asarray(eos or (-1,))).any(), state.produced + out.kept_count)
+    return engine._pin(new), out
+
+
+def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingMode, eos: tuple[int, ...],
+                   with_q: bool, batch: int = 1) -> tuple[Any, float]:
+    """The compiled verify pass for these layouts and draft width (cached in the engine's registry)."""
+    def build() -> Any:
+        fn = jax.jit(partial(verify, engine, mode=mode, eos=eos), donate_argnames=("state",))
+        q = engine.spec((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
+        return fn.lower(engine.weights, engine._abstract_state(layouts, mode, batch),
+                        engine.spec((batch, width - 1), jnp.int32), engine.spec((), jnp.int32), q,
+                        engine._knob_specs()).compile(COMPILER_OPTIONS)
+
+    return engine.program(("verify", batch, layouts, width, mode, eos, with_q), build)

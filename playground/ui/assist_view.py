@@ -1,0 +1,74 @@
+"""Assisted decoding you can see: per verification step, what the draft proposed and how much the main model kept.
+
+The token view shows a step's rejected drafted tokens struck through, just before the main model's own token
+that replaced them; the strip above it draws one bar per step, its height the drafted tokens and its filled
+part the accepted ones.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from playground.result import AssistRecord
+
+STRIP_HEIGHT = 36  # px of the tallest bar
+MAX_BARS = 160  # longer runs are cut here, with a note, to keep the page light
+
+ASSIST_CSS = """
+.tok.rejected { text-decoration: line-through; text-decoration-color: #dc2626; text-decoration-thickness: 2px;
+                background: transparent; color: #6b7280; opacity: 0.8; }
+.assist-strip { display: flex; align-items: flex-end; gap: 1px; height: 36px; padding: 2px 0; overflow-x: auto; }
+.assist-bar { flex: 0 0 6px; display: flex; flex-direction: column-reverse; background: #fca5a5; min-height: 2px; }
+.assist-bar .acc { background: #2563eb; }
+.assist-bar.none { background: var(--border-color-primary); }
+.assist-note { font-size: 0.82em; color: var(--body-text-color-subdued); }
+"""
+
+
+def rejected_at(steps: Sequence[AssistRecord] | None) -> dict[int, list[str]]:
+    """Token index of each step's own (main-model) token -> the texts of the drafted tokens it replaced.
+
+    A step adds its accepted drafts and then one token of the main model, so the step's own token sits at
+    (tokens before the step) + accepted; the drafted tokens from `accepted` on were rejected there.
+    """
+    found: dict[int, list[str]] = {}
+    position = 0
+    for step in steps or []:
+        rejected = step["drafted_text"][step["accepted"]:]
+        if rejected:
+            found[position + step["accepted"]] = list(rejected)
+        position += step["accepted"] + 1
+    return found
+
+
+def rejected_span(texts: Sequence[str], shown: str) -> str:
+    """One struck-through span for a step's rejected drafts; `shown` is their text as the token view shows
+    text (the caller formats it, so whitespace looks the same as in accepted tokens)."""
+    title = html.escape("rejected draft: " + " ".join(repr(t) for t in texts), quote=True)
+    return f"<span class='tok rejected' title=\"{title}\">{shown}</span>"
+
+
+def assist_strip_html(steps: Sequence[AssistRecord] | None) -> str:
+    """One bar per verification step: height = drafted tokens, blue = accepted, red = rejected."""
+    if not steps:
+        return ""
+    tallest = max((len(s["drafted"]) for s in steps), default=0) or 1
+    bars = []
+    for index, step in enumerate(steps[:MAX_BARS]):
+        drafted, accepted = len(step["drafted"]), step["accepted"]
+        title = html.escape(f"step {index + 1}: drafted {drafted}, accepted {accepted}", quote=True)
+        if not drafted:
+            bars.append(f"<div class='assist-bar none' title=\"{title}\"></div>")
+            continue
+        height = max(2, round(STRIP_HEIGHT * drafted / tallest))
+        filled = round(height * accepted / drafted)
+        bars.append(f"<div class='assist-bar' style='height:{height}px' title=\"{title}\">"
+                    f"<div class='acc' style='height:{filled}px'></div></div>")
+    drafted_total = sum(len(s["drafted"]) for s in steps)
+    accepted_total = sum(s["accepted"] for s in steps)
+    cut = f" (first {MAX_BARS} shown)" if len(steps) > MAX_BARS else ""
+    note = (f"{len(steps)} verification steps{cut}: {accepted_total} of {drafted_total} drafted tokens accepted "
+            "(blue accepted, red rejected; struck-through tokens below are the rejected drafts)")
+    return (f"<div class='assist-view'><div class='assist-strip'>{''.join(bars)}</div>"
+            f"<div class='assist-note'>{note}</div></div>")

@@ -1,0 +1,28 @@
+"""The whole architecture grid: every model PyTorch runs, the JAX path runs with the same greedy tokens, or
+refuses before compiling."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.backends.jax.architectures import VERIFIED, model_type
+from playground.errors import PlaygroundError
+from playground.spec import RunSpec
+from tests.architecture_grid import GRID, PROMPT, build
+from tests.helpers import jax_run, tiny_loaded, torch_greedy
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("name", sorted(GRID))
+def test_parity_or_refusal(name, cache):
+    model = build(name)
+    expected = torch_greedy(model, PROMPT, 16, "dynamic")
+    spec = RunSpec(max_new_tokens=16, backend="jax", cache=cache)
+    if model_type(model.config) not in VERIFIED:
+        with pytest.raises(PlaygroundError, match="backend 'torch'"):
+            jax_run(tiny_loaded(name, model), PROMPT, spec)
+        return
+    out, _ = jax_run(tiny_loaded(name, model), PROMPT, spec)
+    assert out.sequences[0] == expected

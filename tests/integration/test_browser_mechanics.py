@@ -1,0 +1,71 @@
+"""The page's views of decoding mechanics in a real browser: a sliding-window column's cache strip and its step
+slider, and an assisted column's drafted/accepted strip with rejected drafts struck through.
+
+Screenshots (light, dark and a 390 px wide phone) go to $PLAYGROUND_SHOTS when it is set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from playground.ui.export import encode_url_state, page_settings
+from tests.integration.test_browser import _open, _set_slider, app_url, browser  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.slow
+PROMPT = "Repeat this line twice: the cat sat on the mat, the dog sat on the log."
+WINDOW = 32
+NEW = 24
+
+
+def _evicted(page, column: int) -> int:
+    """How many evicted positions the strip's summary reports."""
+    found = re.search(r"(\d+) evicted", page.locator(f"#cache-strip-{column}").inner_text())
+    return int(found.group(1)) if found else 0
+
+
+def _shoot(page, name: str) -> None:
+    folder = os.environ.get("PLAYGROUND_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(app_url, browser):  # noqa: F811
+    columns = [{"strategy": "greedy", "cache": "sliding", "window": WINDOW, "max_new_tokens": NEW},
+               {"strategy": "assisted", "cache": "dynamic", "prompt_lookup": 3, "max_new_tokens": NEW}]
+    token = encode_url_state(page_settings(PROMPT, 0, "auto", columns))
+    page, errors = _open(browser, f"{app_url}?s={token}")
+    page.wait_for_function(f"() => document.querySelector('#prompt textarea')?.value === {PROMPT!r}",
+                           timeout=30_000)
+    page.locator("#run").click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
+                           timeout=240_000)
+
+    strip = page.locator("#cache-strip-0")
+    strip.wait_for(state="visible", timeout=10_000)
+    assert f"step {NEW} of {NEW}" in strip.inner_text()
+    assert page.locator("#cache-strip-0 .cache-evicted").count() > 0
+    assert re.search(rf"holds {WINDOW - 1} of \d+", strip.inner_text())  # the window's W-1 stored keys
+    at_end = _evicted(page, 0)
+    _shoot(page, "mechanics-light")
+
+    _set_slider(page, "cache-step-0", 1)
+    page.wait_for_function("() => document.querySelector('#cache-strip-0')?.innerText.includes('step 1 of')",
+                           timeout=10_000)
+    assert _evicted(page, 0) == at_end - (NEW - 1)  # each step evicts one more position once the window is full
+    assert not page.locator("#cache-strip-1").is_visible()  # a dynamic cache keeps everything: no strip
+
+    assert "prompt lookup n=3" in page.locator("#diff").inner_text()  # the linked n, not the knob's default
+    bars = page.locator("#tokens-1 .assist-bar")
+    assert bars.count() > 0 and "drafted tokens accepted" in page.locator("#tokens-1 .assist-note").inner_text()
+    assert page.locator("#tokens-1 .tok.draft").count() > 0  # prompt lookup drafts the repeated line
+    assert not errors, errors
+
+    page.emulate_media(color_scheme="dark")
+    _shoot(page, "mechanics-dark")
+    page.set_viewport_size({"width": 390, "height": 900})
+    _shoot(page, "mechanics-phone")

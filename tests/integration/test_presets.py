@@ -1,0 +1,82 @@
+"""Every preset on the bundled models, run as the page runs it: its point shows in the results.
+
+Each test prints the preset's wall time (all its columns, loads included), the machine's load average, and the
+figures it checks. Wall times are printed, not asserted: on a shared 2-core machine they say more about the
+neighbours than about the preset.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from playground import runner
+from playground.result import Result
+from playground.spec import RunSpec
+from playground.ui.chat import MODES
+from playground.ui.presets import PRESETS
+
+pytestmark = pytest.mark.slow
+
+
+def run_preset(name: str) -> dict[str, Result]:
+    """The preset's columns in turn, as the page runs them (page seed 0, the preset's prompt format)."""
+    preset = PRESETS[name]
+    start = time.monotonic()
+    results = {}
+    for position, column in enumerate(preset.columns):
+        spec = RunSpec.from_dict({**column, "seed": 0, "chat": MODES[preset.mode]})
+        key = f"{position + 1}:{spec.strategy}:{spec.cache}:{spec.backend}:{spec.temperature}:{spec.prompt_lookup}"
+        results[key] = runner.run_to_result(preset.prompt, spec)
+    elapsed = time.monotonic() - start
+    print(f"\n{name}: {elapsed:.1f} s for {len(results)} columns (load average {os.getloadavg()[0]:.1f})")
+    return results
+
+
+def _kv(result: Result) -> list[int]:
+    return list(result["timeline"]["kv_cache_bytes"])
+
+
+def test_sampling_shows_variety_next_to_greedy_and_beam():
+    results = run_preset("Greedy vs sampling vs beam")
+    texts = {key.split(":")[1] + key.split(":")[4]: r["text"] for key, r in results.items()}
+    print({k: t[:60] for k, t in texts.items()})
+    greedy = next(t for k, t in texts.items() if k.startswith("greedy"))
+    samples = [t for k, t in texts.items() if k.startswith("sampling")]
+    assert len(samples) == 2 and all(s != greedy for s in samples) and samples[0] != samples[1]
+    assert all(r["new_tokens"] > 20 for r in results.values())
+
+
+def test_cache_shoot_out_evicts_and_the_quantized_cache_packs_in_a_sawtooth():
+    results = {key.split(":")[2]: r for key, r in run_preset("Cache shoot-out").items()}
+    final = {cache: r["metrics"]["kv_cache_bytes"] for cache, r in results.items()}
+    drops = sum(1 for a, b in zip(_kv(results["quantized"]), _kv(results["quantized"])[1:], strict=False) if b < a)
+    print(f"final KV bytes {final}; quantized drops {drops}")
+    assert final["dynamic"] > final["quantized"] and final["dynamic"] > final["sliding"]
+    assert final["dynamic"] > final["sink"]
+    assert drops >= 2  # the sawtooth: it grows in full precision, then packs
+    for windowed in ("sliding", "sink"):  # full from some step on: the window evicts
+        trace = _kv(results[windowed])
+        assert trace[-1] == trace[len(trace) // 2] and trace[-1] < _kv(results["dynamic"])[-1], windowed
+        assert results[windowed]["token_ids"] != results["dynamic"]["token_ids"], windowed
+
+
+def test_pytorch_and_jax_give_the_same_text():
+    results = list(run_preset("PyTorch vs JAX").values())
+    speeds = [round(r["metrics"]["tokens_per_s"], 1) for r in results]
+    print(f"tokens/s {speeds}; JAX compile {results[-1]['metrics']['compile_s']:.1f} s")
+    assert results[0]["spec"]["backend"] == "torch" and results[-1]["spec"]["backend"] == "jax"
+    assert all(r["token_ids"] == results[0]["token_ids"] for r in results)
+    assert results[0]["new_tokens"] > 20
+
+
+def test_assisted_accepts_drafts_on_the_passage_and_keeps_the_greedy_text():
+    results = list(run_preset("Assisted vs plain").values())
+    plain, assisted = results[0], results[1:]
+    rates = [round(r["metrics"]["acceptance_rate"], 2) for r in assisted]
+    print(f"acceptance {rates}; forward passes {[r['forward_passes'] for r in results]}")
+    assert all(rate > 0.3 for rate in rates)
+    assert all(r["token_ids"] == plain["token_ids"] for r in assisted)
+    assert all(r["forward_passes"] < plain["forward_passes"] for r in assisted)

@@ -1,0 +1,83 @@
+"""The cache strip on the page: drawn for sliding, sink and quantized columns, moved by its step slider."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from playground.spec import RunSpec
+from playground.ui.cache_view import cache_strip_html, strip_updates
+from playground.ui.wiring import build_ui
+
+
+def result(cache: str, prompt: int = 10, new: int = 20, layer_types: list[str] | None = None,
+           model_window: int | None = None, **spec: Any) -> dict[str, Any]:
+    return {"spec": RunSpec(cache=cache, **spec).to_dict(), "prompt_tokens": prompt, "new_tokens": new,
+            "attention_layers": {"layer_types": layer_types or ["full_attention"] * 4,
+                                 "sliding_window": model_window}}
+
+
+def runs(html: str, state: str) -> list[tuple[int, int]]:
+    """(first, last) position of each run of `state` drawn in the strip."""
+    return [(int(a), int(b)) for a, b in re.findall(rf"cache-{state}[^>]*title=\"\w+ positions (\d+)-(\d+)", html)]
+
+
+def test_a_sliding_strip_shows_evictions_only_once_the_window_is_passed():
+    r = result("sliding", window=8)
+    assert runs(cache_strip_html(r, 1), "evicted") == [(0, 2)]  # 10 written, the last 7 kept
+    assert runs(cache_strip_html(r, 1), "kept") == [(3, 9)]
+    late = cache_strip_html(r, 20)  # 29 written: 0..21 evicted (split where the output starts), 22..28 kept
+    assert runs(late, "evicted") == [(0, 9), (10, 21)] and runs(late, "kept") == [(22, 28)]
+    assert "holds 7 of 29" in late and "step 20 of 20" in late
+    assert cache_strip_html(r, 99) == late  # clamped to the run's steps
+
+
+def test_sinks_and_quantized_positions_are_drawn():
+    sink = cache_strip_html(result("sink", window=8, sink_tokens=2), 20)
+    assert runs(sink, "sink") == [(0, 1)] and runs(sink, "kept") == [(23, 28)]
+    quantized = cache_strip_html(result("quantized", cache_bits=4, residual_length=8), 12)  # 11 new written
+    assert runs(quantized, "quantized") == [(0, 9), (10, 17)] and runs(quantized, "kept") == [(18, 20)]
+
+
+def test_gemma3_gets_a_row_per_layer_type():
+    gemma = result("sliding", prompt=600, new=10, layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                   model_window=512)
+    html = cache_strip_html(gemma, 10)
+    assert "5 sliding layers (window 512)" in html and "1 global layer (no window)" in html
+    assert html.count("class='cache-row'") == 2
+
+
+def test_a_jax_column_draws_what_its_cache_holds():
+    assert cache_strip_html(result("sliding", window=8, backend="jax"), 20) == cache_strip_html(
+        result("sliding", window=8), 20)  # the JAX ring keeps the PyTorch cache's tokens (their outputs are equal)
+    # the JAX quantized cache keeps the newest residual_length tokens in a full-precision ring at every step
+    quantized = cache_strip_html(result("quantized", cache_bits=4, residual_length=8, backend="jax"), 12)
+    assert runs(quantized, "quantized") == [(0, 9), (10, 12)] and runs(quantized, "kept") == [(13, 20)]
+
+
+@pytest.mark.parametrize("r", [result("dynamic"), result("static"), result("static", backend="jax"), None])
+def test_no_strip_where_the_cache_keeps_everything(r):
+    assert cache_strip_html(r, 1) == ""
+    hidden = strip_updates("slider", "strip", r)
+    assert hidden["slider"]["visible"] is False and hidden["strip"]["visible"] is False
+
+
+def test_a_finished_column_gets_its_slider_at_the_last_step_and_the_slider_redraws_the_strip():
+    demo = build_ui()
+    col = demo.page.columns[1]
+    r = result("sliding", window=8)
+    updates = strip_updates(col.cache_step, col.cache_strip, r)
+    assert updates[col.cache_step]["maximum"] == 20 and updates[col.cache_step]["value"] == 20
+    assert updates[col.cache_strip]["value"] == cache_strip_html(r, 20)
+    redraw = next(fn for fn in demo.fns.values() if fn.inputs[:1] == [col.cache_step]
+                  and col.cache_strip in fn.outputs)
+    outcome = {"results": [None, r, None, None]}
+    assert redraw.fn(5, outcome) == cache_strip_html(r, 5)
+
+
+def test_the_legend_names_only_the_states_drawn():
+    html = cache_strip_html(result("sliding", window=8), 20)
+    assert "cache-key cache-evicted" in html and "cache-key cache-sink" not in html
+    assert "cache-key cache-quantized" not in html

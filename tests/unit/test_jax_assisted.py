@@ -1,0 +1,300 @@
+"""JAX assisted decoding: drafts verified in one pass give plain greedy's tokens, counted honestly, compiled once.
+
+Tiny random models never repeat themselves the way text does, so the prompts here are built to be found again:
+a prompt that repeats a phrase, and the tiny model's own greedy output fed back as the prompt (then every
+lookup draft is right until the text leaves what it has seen).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torchax")
+jax = pytest.importorskip("jax")
+
+from playground.backends.jax import lookup as lookup_module  # noqa: E402
+from playground.backends.jax.decoder import JaxBackend  # noqa: E402
+from playground.errors import PlaygroundError  # noqa: E402
+from playground.spec import RunSpec  # noqa: E402
+from tests.helpers import bench_with, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+
+NEW = 40
+PROMPT = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_loaded("tiny-llama", tiny_llama())
+
+
+def spec(**overrides) -> RunSpec:
+    values = {"backend": "jax", "cache": "static", "strategy": "assisted", "prompt_lookup": 5,
+              "max_new_tokens": NEW, "min_new_tokens": NEW}
+    values.update(overrides)
+    return RunSpec(**values)
+
+
+def plain(loaded, prompt, **overrides) -> list[int]:
+    values = {"backend": "jax", "cache": "static", "max_new_tokens": NEW, "min_new_tokens": NEW, **overrides}
+    out, _ = jax_run(loaded, prompt, RunSpec(**values))
+    return out.sequences[0]
+
+
+def assisted(loaded, prompt, run_spec: RunSpec, draft=None):
+    chunks: list[list[int]] = []
+    out = JaxBackend().generate(loaded, prompt, run_spec, chunks.append, lambda: False, draft)
+    return out, chunks
+
+
+def grounded(loaded) -> torch.Tensor:
+    """A prompt the model will largely repeat: its own greedy continuation of PROMPT, then PROMPT again."""
+    own = plain(loaded, PROMPT, max_new_tokens=NEW, min_new_tokens=NEW)
+    return torch.tensor([PROMPT[0].tolist() + own + PROMPT[0].tolist()])
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_greedy_prompt_lookup_gives_plain_greedy_tokens(llama, cache):
+    for prompt in (PROMPT, grounded(llama)):
+        out, chunks = assisted(llama, prompt, spec(cache=cache))
+        assert out.sequences[0] == plain(llama, prompt, cache=cache)
+        assert [t for chunk in chunks for t in chunk] == out.sequences[0]
+
+
+def test_repetition_penalty_sees_the_drafts_before_each_row(llama):
+    """Each verified row is processed as if the drafts before it were already generated."""
+    prompt = grounded(llama)
+    out, _ = assisted(llama, prompt, spec(repetition_penalty=1.3, min_new_tokens=10))
+    assert out.sequences[0] == plain(llama, prompt, repetition_penalty=1.3, min_new_tokens=10)
+    assert out.extra["draft_tokens_accepted"] > 0
+
+
+def test_counts_are_what_was_drafted_and_kept(llama):
+    out, chunks = assisted(llama, grounded(llama), spec())
+    drafted, accepted = out.extra["draft_tokens_proposed"], out.extra["draft_tokens_accepted"]
+    assert drafted > 0 and 0 < accepted <= drafted
+    assert out.acceptance_rate == pytest.approx(accepted / drafted)
+    assert 0.0 <= out.acceptance_rate <= 1.0
+    assert sum(out.draft_flags) == accepted  # the page underlines exactly the kept drafts
+    assert len(out.draft_flags) == len(out.token_info) == len(out.sequences[0])
+    # the prefill's token, then one chunk per verify pass: kept drafts plus the main model's own token
+    assert out.forward_passes == len(chunks) == 1 + out.extra["verify_passes"]
+    assert out.forward_passes < len(out.sequences[0])  # fewer passes than tokens: drafts were kept
+    assert all(chunk_flags[-1] is False for chunk_flags in _split(out.draft_flags, chunks))
+
+
+def _split(flags: list[bool], chunks: list[list[int]]) -> list[list[bool]]:
+    parts, at = [], 0
+    for chunk in chunks:
+        parts.append(flags[at: at + len(chunk)])
+        at += len(chunk)
+    return parts
+
+
+def test_eos_inside_the_drafts_ends_the_run():
+    loaded = tiny_loaded("tiny-llama-eos", tiny_llama(seed=3))
+    reference = plain(loaded, PROMPT, max_new_tokens=60, min_new_tokens=0)
+    eos = reference[len(reference) // 2]  # make a mid-run token the stop token
+    loaded.model.generation_config.eos_token_id = eos
+    expected = plain(loaded, PROMPT, max_new_tokens=60, min_new_tokens=0)
+    out, _ = assisted(loaded, torch.tensor([PROMPT[0].tolist() + reference]), spec(max_new_tokens=60,
+                                                                                   min_new_tokens=0))
+    prompt_again = torch.tensor([PROMPT[0].tolist() + reference])
+    assert out.sequences[0] == plain(loaded, prompt_again, max_new_tokens=60, min_new_tokens=0)
+    assert out.sequences[0][-1] == eos and expected[-1] == eos
+
+
+def test_a_repeated_request_compiles_nothing(llama):
+    assisted(llama, PROMPT, spec(cache="dynamic"))
+    again, _ = assisted(llama, PROMPT, spec(cache="dynamic"))
+    assert again.compile_s == 0.0
+
+
+def test_lookup_matches_transformers_choice():
+    import numpy as np
+
+    history = np.array([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3])
+    assert lookup_module.lookup(history, 3).tolist() == [4, 9, 2]  # first match of the bigram (2, 3)
+    assert lookup_module.lookup(np.array([7, 1, 8, 1]), 2).tolist() == [8, 1]  # unigram fallback
+    assert lookup_module.lookup(np.array([1, 2, 3]), 4).tolist() == []
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"cache": "quantized"}, "use cache 'dynamic' or 'static'"),
+    ({"cache": "sliding"}, "use cache 'dynamic' or 'static'"),
+    ({"cache": "sink"}, "use cache 'dynamic' or 'static'"),
+    ({"assistant": "smollm2-135m"}, "exactly one source of draft tokens"),
+])
+def test_refused_before_anything_loads(overrides, message):
+    with pytest.raises(PlaygroundError, match=message):
+        spec(**overrides)
+
+
+def test_sliding_window_layers_are_refused_with_the_reason():
+    gemma = tiny_loaded("tiny-gemma", tiny_gemma(sliding_window=8))
+    with pytest.raises(PlaygroundError, match="sliding-window layers"):
+        assisted(gemma, PROMPT, spec())
+
+
+# -- sampling ---------------------------------------------------------------------------------------------------
+
+def test_seeded_assisted_sampling_reproduces_and_top_k_1_is_greedy(llama):
+    prompt = grounded(llama)
+    sampled = spec(assisted_sampling=True, temperature=1.5, top_k=0, seed=7)
+    first, _ = assisted(llama, prompt, sampled)
+    again, _ = assisted(llama, prompt, sampled)
+    other, _ = assisted(llama, prompt, sampled.replace(seed=8))
+    assert first.sequences[0] == again.sequences[0] != other.sequences[0]
+    assert first.draft_flags == again.draft_flags
+    assert 0.0 <= first.acceptance_rate <= 1.0
+    one_hot, _ = assisted(llama, prompt, spec(assisted_sampling=True, top_k=1, seed=3))
+    assert one_hot.sequences[0] == plain(llama, prompt)
+
+
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_speculative_sampling_draws_from_the_main_distribution(one_hot):
+    """Draft d ~ q, kept with min(1, p(d) / q(d)), else a draw from norm(max(0, p - q)): the first token is ~ p."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from playground.backends.jax import speculative
+
+    p = jnp.array([0.5, 0.3, 0.15, 0.05])
+    q = jnp.array([0.1, 0.2, 0.3, 0.4])
+    draws = 40_000
+
+    def first_token(key):
+        draft_key, verify_key = jax.random.split(key)
+        draft = jax.random.categorical(draft_key, jnp.log(q)).astype(jnp.int32)
+        if one_hot:  # prompt lookup: q is one-hot at the draft, the draft itself still arrives as drafted
+            q_rows = None
+        else:
+            q_rows = q[None, None, :]
+        final = jnp.stack([p, p])[:, None, :]  # (W=2, B=1, V)
+        tokens, _, _ = speculative.sample(final, draft[None, None], jnp.int32(1), q_rows, verify_key)
+        return tokens[0]
+
+    firsts = jax.jit(jax.vmap(first_token))(jax.random.split(jax.random.PRNGKey(0), draws))
+    freq = np.bincount(np.asarray(firsts), minlength=4) / draws
+    assert np.abs(freq - np.asarray(p)).max() < 0.01
+
+
+def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
+    from playground.backends.torch.config import generation_config
+
+    config = generation_config(spec(backend="torch", cache="dynamic", assisted_sampling=True, top_k=20), llama.model)
+    assert config.do_sample and config.top_k == 20 and config.prompt_lookup_num_tokens == 5
+    with pytest.raises(PlaygroundError, match="only apply to strategy 'assisted'"):
+        RunSpec(assisted_sampling=True)
+
+
+def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
+    from playground.tools import bench
+
+    bench_with(monkeypatch, llama)
+    result = bench.run_bench("tiny-llama", max_new_tokens=12, progress=lambda message: None)
+    rows = {c["name"]: c for c in result["configs"]}
+    assert {"jax-grounded", "torch-prompt-lookup", "jax-prompt-lookup"} <= set(rows)
+    assert rows["jax-grounded"]["prompt_tokens"] >= 300
+    for name in ("torch-prompt-lookup", "jax-prompt-lookup"):
+        assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
+    assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
+    assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
+    assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
+
+
+# -- a draft model ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def drafts():
+    """A draft identical to the main model (another object, so another engine), and an unrelated smaller one."""
+    return {"same": tiny_loaded("tiny-llama-copy", tiny_llama()),
+            "other": tiny_loaded("tiny-llama-small", tiny_llama(seed=5, num_hidden_layers=1))}
+
+
+def draft_spec(**overrides) -> RunSpec:
+    return spec(prompt_lookup=0, assistant="tiny-draft", **overrides)
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("which", ["same", "other"])
+def test_greedy_with_a_draft_model_gives_plain_greedy_tokens(llama, drafts, cache, which):
+    out, chunks = assisted(llama, PROMPT, draft_spec(cache=cache), drafts[which])
+    assert out.sequences[0] == plain(llama, PROMPT, cache=cache)
+    assert [t for chunk in chunks for t in chunk] == out.sequences[0]
+    drafted, accepted = out.extra["draft_tokens_proposed"], out.extra["draft_tokens_accepted"]
+    assert out.acceptance_rate == pytest.approx(accepted / drafted) and sum(out.draft_flags) == accepted
+    if which == "same":
+        assert out.acceptance_rate == 1.0
+        # 16 drafts + 1 per pass after the prefill's token: ceil(39 / 17) passes
+        assert out.forward_passes == 1 + 3
+    else:
+        assert out.acceptance_rate < 0.5
+
+
+def test_the_draft_count_follows_transformers_schedule():
+    from playground.backends.jax.draft import MAX_DRAFTS, next_draft_count
+
+    assert next_draft_count(4, 4) == 6 and next_draft_count(4, 2) == 3 and next_draft_count(1, 0) == 1
+    assert next_draft_count(MAX_DRAFTS, MAX_DRAFTS) == MAX_DRAFTS
+
+
+def test_seeded_sampling_with_a_draft_model_reproduces(llama, drafts):
+    sampled = draft_spec(assisted_sampling=True, temperature=1.3, top_k=0, seed=11)
+    first, _ = assisted(llama, PROMPT, sampled, drafts["other"])
+    again, _ = assisted(llama, PROMPT, sampled, drafts["other"])
+    assert first.sequences[0] == again.sequences[0] and first.draft_flags == again.draft_flags
+    assert 0.0 <= first.acceptance_rate <= 1.0
+    same, _ = assisted(llama, PROMPT, sampled, drafts["same"])
+    assert same.acceptance_rate == 1.0  # q == p: min(1, p / q) = 1, every draft is kept
+
+
+def test_a_repeated_draft_model_request_compiles_nothing(llama, drafts):
+    assisted(llama, PROMPT, draft_spec(), drafts["other"])
+    again, _ = assisted(llama, PROMPT, draft_spec(), drafts["other"])
+    assert again.compile_s == 0.0
+
+
+def test_a_draft_of_another_vocabulary_is_refused(llama):
+    from playground.compatibility import check_draft_vocabulary
+
+    wide = tiny_loaded("tiny-llama-wide", tiny_llama(vocab_size=300))
+    with pytest.raises(PlaygroundError, match="use backend 'torch'"):
+        assisted(llama, PROMPT, draft_spec(), wide)
+    with pytest.raises(PlaygroundError, match="vocabulary of 262144 tokens against the main model's 49152"):
+        check_draft_vocabulary("gemma3-270m", {"vocab_size": 49152}, {"text_config": {"vocab_size": 262144}})
+    check_draft_vocabulary("smollm2-135m", {"vocab_size": 49152}, None)  # not on disk yet: checked once loaded
+
+
+SHARDED = """
+import json, os, sys
+sys.path.insert(0, os.environ["ROOT"])
+import torch
+from playground.backends.jax.decoder import JaxBackend
+from playground.spec import RunSpec
+from tests.helpers import tiny_llama, tiny_loaded
+main, draft = tiny_loaded("m", tiny_llama()), tiny_loaded("d", tiny_llama(seed=5, num_hidden_layers=1))
+ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
+base = RunSpec(backend="jax", cache="dynamic", max_new_tokens=40, min_new_tokens=40)
+report = {}
+for n in (1, 2):
+    for name, extra in (("lookup", {"prompt_lookup": 5}), ("draft", {"assistant": "d"}),
+                        ("sampled", {"assistant": "d", "assisted_sampling": True, "seed": 4})):
+        spec = base.replace(strategy="assisted", devices=n, **extra)
+        out = JaxBackend().generate(main, ids, spec, lambda c: None, lambda: False, draft if name != "lookup" else None)
+        report[f"{name}-{n}"] = out.sequences[0]
+print(json.dumps(report))
+"""
+
+
+def test_sharded_main_model_gives_one_devices_tokens():
+    """The main model split over 2 devices, the draft on one: the same tokens, greedy and sampled."""
+    import os
+
+    from tests.helpers import ROOT, run_script
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "ROOT": str(ROOT),
+           "JAX_PLATFORMS": "cpu"}
+    report = run_script(SHARDED, env)
+    for name in ("lookup", "draft", "sampled"):
+        assert report[f"{name}-2"] == report[f"{name}-1"]

@@ -1,0 +1,106 @@
+"""Presets: each sets a runnable comparison sized so its point shows, and none can change a run in progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from playground.events import DoneEvent, TextEvent
+from playground.spec import RunSpec
+from playground.ui.columns import MAX_COLUMNS, problem
+from playground.ui.export import page_settings, parse_settings
+from playground.ui.presets import PRESETS, SHOOT_OUT_WINDOW
+from tests.unit.test_ui import fake_result, page_data
+
+
+def test_every_preset_is_a_valid_page_of_runnable_columns_with_its_own_prompt():
+    for name, preset in PRESETS.items():
+        assert 2 <= len(preset.columns) <= MAX_COLUMNS and preset.note and preset.prompt.strip(), name
+        parse_settings(page_settings(preset.prompt, 0, preset.mode, list(preset.columns)))
+        for column in preset.columns:
+            assert problem(column) == "", (name, column)
+
+
+def test_the_cache_shoot_out_runs_long_enough_to_evict_and_to_pack_quantized_tokens():
+    specs = [RunSpec.from_dict(c) for c in PRESETS["Cache shoot-out"].columns]
+    assert [s.cache for s in specs][0] == "dynamic" and len({s.cache for s in specs}) == len(specs)
+    assert {s.strategy for s in specs} == {"greedy"}  # only the cache differs
+    windowed = [s for s in specs if s.cache in ("sliding", "sink")]
+    assert windowed and all(s.window == SHOOT_OUT_WINDOW < s.max_new_tokens for s in windowed)
+    quantized = next(s for s in specs if s.cache == "quantized")
+    assert quantized.max_new_tokens >= 3 * quantized.residual_length  # several packs: a sawtooth, not one step
+
+
+def test_the_sampling_and_assisted_presets_carry_what_makes_them_differ():
+    sampled = [RunSpec.from_dict(c) for c in PRESETS["Greedy vs sampling vs beam"].columns]
+    temperatures = sorted(s.temperature for s in sampled if s.strategy == "sampling")
+    assert len(temperatures) == 2 and 0.5 <= temperatures[0] < temperatures[1] <= 1.0  # varied, still sane
+    assisted = PRESETS["Assisted vs plain"]
+    drafts = [c for c in assisted.columns if c["strategy"] == "assisted"]
+    assert drafts and all(c.get("prompt_lookup") for c in drafts)  # drafts from the passage itself
+    assert any(c["strategy"] == "greedy" for c in assisted.columns)  # against the same model alone
+    passage = assisted.prompt.split("\n\n", 1)[1]
+    assert len(passage.split()) >= 30  # enough text in the prompt for the output to copy from
+    backends = {RunSpec.from_dict(c).backend for c in PRESETS["PyTorch vs JAX"].columns}
+    assert backends == {"torch", "jax"}
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from playground.ui.wiring import build_ui
+
+    return build_ui()
+
+
+def _put_on_page(data: dict[Any, Any], updates: dict[Any, Any]) -> None:
+    """What the browser would send after the updates landed: each updated value replaces the old one."""
+    for component, update in updates.items():
+        value = update.get("value", data.get(component)) if isinstance(update, dict) else update
+        if component in data:
+            data[component] = value
+
+
+def test_a_preset_applied_during_a_run_does_not_change_the_running_columns(demo, monkeypatch):
+    from playground import runner
+    from playground.ui import run as ui_run
+    from playground.ui.wiring import apply_preset
+
+    page = demo.page
+    assert all(button in page.lockable() for button in page.presets.values())  # locked while columns run
+    ran: list[tuple[str, RunSpec]] = []
+    data = page_data(page, {page.columns[1].knobs["strategy"]: "sampling"})
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        ran.append((prompt, spec))
+        if len(ran) == 1:  # the preset lands while column 1 generates
+            updates = apply_preset(page, "Cache shoot-out", data)
+            assert page.columns[2].knobs["cache"] in updates  # it really rewrote the page...
+            _put_on_page(data, updates)
+            assert data[page.visible] == [True] * MAX_COLUMNS and data[page.prompt] != "Hello"
+        yield TextEvent("t1", "t1", 1)
+        yield DoneEvent(fake_result([1, 2], strategy=spec.strategy))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    request = type("Request", (), {"session_hash": "preset-during-run"})()
+    updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
+    # ...but the run finished the two columns it started with, on its own prompt and settings
+    assert [(prompt, spec.strategy, spec.cache) for prompt, spec in ran] == [
+        ("Hello", "greedy", "dynamic"), ("Hello", "sampling", "dynamic")]
+    assert updates[-1][page.status].startswith("✓ 2 columns ran")
+
+
+def test_applying_a_preset_puts_its_prompt_and_columns_on_the_page_and_keeps_the_seed(demo):
+    from playground.ui.wiring import apply_preset
+
+    page = demo.page
+    data = page_data(page, {page.seed: 11})
+    updates = apply_preset(page, "Assisted vs plain", data)
+    _put_on_page(data, updates)
+    preset = PRESETS["Assisted vs plain"]
+    assert data[page.prompt] == preset.prompt and data[page.seed] == 11
+    assert data[page.visible] == [i < len(preset.columns) for i in range(MAX_COLUMNS)]
+    assert data[page.columns[0].knobs["max_new_tokens"]] == preset.columns[0]["max_new_tokens"]
+    assert data[page.columns[1].knobs["draft_source"]] == "prompt lookup"
+    assert preset.note in updates[page.status]
+    assert updates[page.run]["value"] == f"▶ Run all {len(preset.columns)} columns"  # the button counts them
