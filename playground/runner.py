@@ -270,7 +270,9 @@ class _Job:
                     reserve_backend_memory(loaded.draft, self.spec.replace(devices=1))
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
-                quality = self._judge(loaded, input_ids, runs[0][0].sequences[0])
+                # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once
+                quality = (None, None) if self.stop_requested() else self._judge(loaded, input_ids,
+                                                                                   runs[0][0].sequences[0])
             self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
