@@ -1,5 +1,6 @@
 """Latency and throughput arithmetic (including the chunked arrivals of the JAX path), repeated runs, peak RSS."""
 
+import mmap
 import time
 
 import pytest
@@ -48,12 +49,14 @@ def test_beam_without_token_times_reports_whole_run_rate():
 def test_peak_rss_sees_an_allocation_freed_before_the_end():
     with PeakRss(interval_s=0.001) as rss:
         before = rss.peak
-        block = bytearray(200 * 2**20)
-        block[::4096] = b"x" * len(block[::4096])  # touch every page so it is resident
+        # Fresh anonymous pages: a bytearray could reuse heap the suite freed earlier and is still resident.
+        block = mmap.mmap(-1, 200 * 2**20)
+        for page in range(0, len(block), mmap.PAGESIZE):
+            block[page] = 1  # touch every page so it is resident
         deadline = time.monotonic() + 10  # a loaded machine may not schedule the sampler for a while
         while rss.peak < before + 150 * 2**20 and time.monotonic() < deadline:
             time.sleep(0.01)
-        del block
+        block.close()
     assert rss.peak >= before + 150 * 2**20
     assert rss.rss() < rss.peak  # freed, yet the peak remembers it
 
