@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from playground.backends.jax.architectures import check_architecture
+from playground.backends.jax.architectures import check_architecture, check_assisted_layers
 from playground.compatibility import check_draft_vocabulary
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
@@ -57,18 +57,24 @@ def check_prompt(prompt: Any) -> str:
 
 def preflight(spec: RunSpec) -> None:
     """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, and
-    on the JAX path an architecture it does not run or a device count that does not divide the model's heads
-    (when its config is on disk). RunSpec itself has checked the ranges and the combination."""
+    on the JAX path an architecture it does not run, assisted decoding over sliding-window layers, or a device
+    count that does not divide the model's heads (when its config is on disk). RunSpec itself has checked the
+    ranges and the combination."""
     check_available(spec.model)
+    config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
     if spec.assistant is not None:
         check_available(spec.assistant)
         if spec.backend == "jax":
-            check_draft_vocabulary(spec.assistant, saved_config(spec.model), saved_config(spec.assistant))
-    config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
+            draft_config = saved_config(spec.assistant)
+            check_draft_vocabulary(spec.assistant, config, draft_config)
+            if draft_config is not None:
+                check_assisted_layers(draft_config)
     if config is None:
         return  # the vocabulary is then checked once the model is loaded, before it runs
     if spec.backend == "jax":
         check_architecture(config)
+        if spec.strategy == "assisted":
+            check_assisted_layers(config)
     text = config.get("text_config") or config
     if spec.backend == "jax" and isinstance(text.get("num_attention_heads"), int):
         check_head_split(text["num_attention_heads"], spec.devices)

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from playground.backends.jax.architectures import ROLLBACK_REFUSAL
 from playground.backends.jax.attention import Segment, ring_positions
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.layout import Arrays, Attend, Layout, write_row
@@ -37,10 +38,7 @@ def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> Ca
     plan = CachePlan(tuple(layer.resized(lengths[0]) for layer in plain.layers), tuple(lengths))
     for length in lengths:
         if not all(can_extend(layer, length) for layer in plan.at(length)):
-            raise PlaygroundError(
-                "strategy 'assisted' on the JAX path needs every layer to keep every position (rejected drafts "
-                "are rolled back by moving the cache position); this model's sliding-window layers overwrite "
-                "positions a rejected draft would need back: use backend 'torch' for assisted decoding here")
+            raise PlaygroundError(ROLLBACK_REFUSAL)
     return plan
 
 
