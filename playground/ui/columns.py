@@ -27,7 +27,7 @@ DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
 STRATEGY_KNOBS = {
     "sampling": ("temperature", "top_k", "top_p", "min_p"),
     "beam": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    "assisted": ("assistant", "prompt_lookup"),
+    "assisted": ("assistant", "prompt_lookup", "assisted_sampling"),
 }
 CACHE_KNOBS = {
     "quantized": ("cache_bits", "residual_length"),
@@ -54,18 +54,23 @@ def offered(options: tuple[str, ...], axis: int) -> list[str]:
     return [o for o in options if any(combo[axis] == o and compatibility.refusal(*combo) is None for combo in combos)]
 
 
-def relevant_keys(strategy: str, cache: str, backend: str) -> list[str]:
-    """The RunSpec keys that change what this column computes, in display order."""
+def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bool = False) -> list[str]:
+    """The RunSpec keys that change what this column computes, in display order (assisted decoding that samples
+    uses the sampling knobs too)."""
     keys = list(COMMON_KEYS)
-    for extra in (STRATEGY_KNOBS.get(strategy, ()), CACHE_KNOBS.get(cache, ()), BACKEND_KNOBS.get(backend, ())):
+    sampled = STRATEGY_KNOBS["sampling"] if strategy == "assisted" and assisted_sampling else ()
+    for extra in (STRATEGY_KNOBS.get(strategy, ()), sampled, CACHE_KNOBS.get(cache, ()),
+                  BACKEND_KNOBS.get(backend, ())):
         keys += [k for k in extra if k not in keys]
     return keys
 
 
-def visibility(strategy: str, cache: str, backend: str, draft_source: str) -> dict[str, bool]:
+def visibility(strategy: str, cache: str, backend: str, draft_source: str,
+               assisted_sampling: bool = False) -> dict[str, bool]:
     """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
+    sampled = strategy == "sampling" or (strategy == "assisted" and bool(assisted_sampling))
     return {
-        "sampling": strategy == "sampling", "beam": strategy == "beam", "assisted": strategy == "assisted",
+        "sampling": sampled, "beam": strategy == "beam", "assisted": strategy == "assisted",
         "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP,
         "quantized": cache == "quantized", "window_box": cache in ("sliding", "sink"), "sink_tokens": cache == "sink",
         "devices": backend == "jax",
@@ -94,9 +99,12 @@ def _clean(key: str, value: Any) -> Any:
 
 def column_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     """Control values -> the RunSpec keys that apply (hidden knobs left out, so they cannot refuse a run)."""
-    keys = relevant_keys(values["strategy"], values["cache"], values["backend"])
-    settings = {k: _clean(k, values[k]) for k in keys if k not in ("assistant", "prompt_lookup")}
+    sampled = bool(values.get("assisted_sampling"))
+    keys = relevant_keys(values["strategy"], values["cache"], values["backend"], sampled)
+    settings = {k: _clean(k, values[k]) for k in keys if k not in ("assistant", "prompt_lookup", "assisted_sampling")}
     if values["strategy"] == "assisted":
+        if sampled:  # left out when off, so a shared link stays as short as before
+            settings["assisted_sampling"] = True
         if values.get("draft_source") == PROMPT_LOOKUP:
             settings["prompt_lookup"] = _clean("prompt_lookup", values["prompt_lookup"])
         else:
@@ -134,6 +142,16 @@ def notice_text(settings: Mapping[str, Any]) -> str:
     return f"⚠ {reason}" if reason else ""  # RunSpec's messages already say what cannot run and what to pick
 
 
+def title_classes(position: int) -> list[str]:
+    """A card title's classes: its dot takes the colour of the column's position (its plot series)."""
+    return ["card-title", f"tint-{position}"]
+
+
+def output_classes(slot: int, position: int) -> list[str]:
+    """An output card's classes: its place on a phone follows its slot, its stripe the colour of its position."""
+    return ["out-card", f"card-{slot}", f"tint-{position}"]
+
+
 def label(position: int, settings: Mapping[str, Any]) -> str:
     """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
     and backend when not the default."""
@@ -141,7 +159,7 @@ def label(position: int, settings: Mapping[str, Any]) -> str:
     if strategy == "assisted":
         lookup = settings.get("prompt_lookup")
         source = f"prompt lookup n={lookup}" if lookup else f"draft {settings.get('assistant')}"
-        strategy += f" ({source})"
+        strategy += f" ({source}, sampled)" if settings.get("assisted_sampling") else f" ({source})"
     parts = [f"{position + 1}: {strategy}", settings.get("cache", "dynamic")]
     if settings.get("backend", "torch") != "torch":
         parts.append(settings["backend"])
@@ -183,7 +201,8 @@ class ColumnControls:
 
     def structure(self, values: Mapping[str, Any]) -> dict[Any, Any]:
         """Groups shown/hidden and the notice, for the current control values."""
-        shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"])
+        shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"],
+                           values["assisted_sampling"])
         updates: dict[Any, Any] = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
         return updates
@@ -239,6 +258,10 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
         knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens", values,
                                          visible=shown["prompt_lookup"])
         groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
+        knobs["assisted_sampling"] = gr.Checkbox(
+            values["assisted_sampling"], label="sample (speculative sampling)", elem_id=f"assisted_sampling-{index}",
+            info="off: greedy, the same text as greedy decoding · on: drafts accepted by the speculative-sampling "
+                 "rule, so the text follows the sampling knobs above")
 
 
 def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: Mapping[str, Any],
@@ -267,13 +290,14 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     """The settings card: always-on choices first, then only the knobs the choice needs; the first columns start
     from START_SETTINGS (set when the page is built, so nothing overwrites a user's first clicks)."""
     values = control_values(START_SETTINGS[index] if index < len(START_SETTINGS) else {})
-    shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"])
+    shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"],
+                       values["assisted_sampling"])
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
     with gr.Column(visible=index < START_COLUMNS, min_width=250,
                    elem_classes=["run-card", f"card-{index}"]) as box:
         with gr.Row(elem_classes=["card-head"]):
-            title = gr.Markdown(f"### Column {index + 1}", elem_classes=["card-title", f"slot-{index}"])
+            title = gr.Markdown(f"### Column {index + 1}", elem_classes=title_classes(index))
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
                                elem_classes=["remove-btn"])
         _choice_controls(index, knobs, values)
@@ -292,7 +316,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
 def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML, gr.Slider, gr.HTML]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
     with gr.Column(visible=index < START_COLUMNS, min_width=250,
-                   elem_classes=["out-card", f"card-{index}"]) as box:
+                   elem_classes=output_classes(index, index)) as box:
         output = gr.Textbox(label=f"column {index + 1} output", lines=6, max_lines=14, elem_id=f"output-{index}",
                             interactive=False, buttons=["copy"])
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
@@ -310,7 +334,7 @@ def wire(col: ColumnControls) -> None:
     """Layout-only events (outside the queue): show the knobs that apply, relabel refused choices, flag problems."""
     names = list(col.knobs)
     inputs = [col.knobs[n] for n in names]
-    structural = ("backend", "strategy", "cache", "draft_source")
+    structural = ("backend", "strategy", "cache", "draft_source", "assisted_sampling")
 
     def restructure(*values: Any) -> dict[Any, Any]:
         current = dict(zip(names, values, strict=True))

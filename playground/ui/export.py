@@ -121,7 +121,8 @@ PAGE_WIDE_KEYS = ("seed", "chat", "repeats")
 
 def applied_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Only the RunSpec keys that changed what this column computed, and the page-wide ones."""
-    keys = [*relevant_keys(spec["strategy"], spec["cache"], spec["backend"]), *PAGE_WIDE_KEYS]
+    keys = [*relevant_keys(spec["strategy"], spec["cache"], spec["backend"], bool(spec.get("assisted_sampling"))),
+            *PAGE_WIDE_KEYS]
     if spec["strategy"] == "assisted":  # one source of drafts: the other key was unused
         keys.remove("assistant" if spec.get("prompt_lookup") else "prompt_lookup")
     return {k: spec[k] for k in keys if k in spec}

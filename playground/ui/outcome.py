@@ -1,4 +1,7 @@
-"""The results State of a page: per column slot its Result (or None) and label, and the settings that ran."""
+"""The results State of a page: per column slot its Result (or None), label and position, and the settings that ran.
+
+A column's number on the page is its position among the visible columns, not its slot: removing column 2 of 3
+renumbers the third as 2, and its label, plot series and colour follow (ui.plots), as its card does."""
 
 from __future__ import annotations
 
@@ -12,25 +15,33 @@ class Outcome(TypedDict):
     settings: dict[str, Any] | None  # the page settings of the run (see ui.export.page_settings)
     results: list[Result | None]  # by column slot
     labels: list[str | None]  # by column slot; None for a slot that was not part of the run
+    positions: list[int | None]  # by column slot: its 0-based position among the visible columns; None if hidden
 
 
 def empty_outcome(settings: dict[str, Any] | None = None, active: list[int] | None = None) -> Outcome:
     """No results yet; the labels of the columns in `active` (slot indices, in the order of settings' columns)."""
     labels: list[str | None] = [None] * MAX_COLUMNS
+    positions: list[int | None] = [None] * MAX_COLUMNS
     for position, (i, column) in enumerate(zip(active or [], (settings or {}).get("columns", []), strict=False)):
-        labels[i] = label(position, column)
-    return {"settings": settings, "results": [None] * MAX_COLUMNS, "labels": labels}
+        labels[i], positions[i] = label(position, column), position
+    return {"settings": settings, "results": [None] * MAX_COLUMNS, "labels": labels, "positions": positions}
 
 
-def without(outcome: Outcome, slot: int) -> Outcome:
-    """The outcome once a column is removed: its result leaves the table, the plots and the divergence note,
-    and the columns after it are renumbered as their cards are."""
+def renumbered(outcome: Outcome, visible: list[bool]) -> Outcome:
+    """The outcome once the visible columns change: a hidden column's result leaves the table, the plots and the
+    divergence note, and the others take their new positions (numbers in labels, plot series and colours)."""
     results, labels = list(outcome["results"]), list(outcome["labels"])
-    results[slot], labels[slot] = None, None
-    named = [i for i, name in enumerate(labels) if name is not None]
-    for position, i in enumerate(named, start=1):
-        labels[i] = f"{position}:{str(labels[i]).split(':', 1)[1]}"
-    return {"settings": outcome["settings"], "results": results, "labels": labels}
+    positions: list[int | None] = [None] * MAX_COLUMNS
+    position = 0
+    for i, shown in enumerate(visible):
+        if not shown:
+            results[i], labels[i] = None, None
+            continue
+        positions[i] = position
+        if labels[i] is not None:
+            labels[i] = f"{position + 1}:{str(labels[i]).split(':', 1)[1]}"
+        position += 1
+    return {"settings": outcome["settings"], "results": results, "labels": labels, "positions": positions}
 
 
 def finished(outcome: Outcome) -> tuple[list[Result], list[str]]:

@@ -20,6 +20,8 @@ from playground.ui.columns import (
     ColumnControls,
     build_output,
     build_settings,
+    output_classes,
+    title_classes,
 )
 from playground.ui.cut import NOTHING_PICKED, cut_html
 from playground.ui.export import (
@@ -27,7 +29,14 @@ from playground.ui.export import (
     settings_to_json,
 )
 from playground.ui.outcome import empty_outcome
-from playground.ui.plots import MIN_STEP_SPAN, STEP_FORMAT, kv_frame, latency_frame, slot_colours, throughput_frame
+from playground.ui.plots import (
+    MIN_STEP_SPAN,
+    STEP_FORMAT,
+    kv_frame,
+    latency_frame,
+    series_colours,
+    throughput_frame,
+)
 from playground.ui.presets import PRESETS
 from playground.ui.style import RUN_SHORTCUT
 from playground.ui.table import STAR_RULE, empty_metrics
@@ -81,10 +90,11 @@ class Page:
             updates[col.settings_box] = gr.update(visible=flag)
             updates[col.output_box] = gr.update(visible=flag)
             updates[col.remove] = gr.update(visible=sum(flags) > 1)
-            if flag:  # numbered by position, so removing column 2 of 3 leaves columns 1 and 2
+            if flag:  # numbered and coloured by position, so removing column 2 of 3 leaves columns 1 and 2
+                updates[col.title] = gr.update(value=f"### Column {position + 1}", elem_classes=title_classes(position))
+                updates[col.output_box] = gr.update(visible=True, elem_classes=output_classes(col.index, position))
+                updates[col.output] = gr.update(label=f"column {position + 1} output")
                 position += 1
-                updates[col.title] = f"### Column {position}"
-                updates[col.output] = gr.update(label=f"column {position} output")
         return updates
 
     def apply_settings(self, settings: Mapping[str, Any], note: str = "") -> dict[Any, Any]:
@@ -215,14 +225,14 @@ def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
     empty: list[Any] = [None] * MAX_COLUMNS
-    colours = slot_colours(MAX_COLUMNS)  # every slot named from the first draw, which fixes the colour domain
+    colours = series_colours(MAX_COLUMNS)  # every position named from the first draw, which fixes the colour domain
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             metrics = gr.Dataframe(value=empty_metrics(), label=f"metrics ({STAR_RULE})", elem_id="metrics",
                                    interactive=False, datatype="markdown", max_height=560, wrap=True)
             process_memory = gr.Markdown("", elem_id="process-memory", elem_classes=["process-memory"])
         with gr.Column(scale=2, min_width=300):
-            speed_plot = gr.BarPlot(throughput_frame(empty, empty), x="run", y="tokens/s", x_title="column",
+            speed_plot = gr.BarPlot(throughput_frame(empty, empty, empty), x="run", y="tokens/s", x_title="column",
                                     title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None],
                                     color="column", color_map=colours, colors_in_legend=[])  # the x axis names them
             with gr.Row():
@@ -231,12 +241,12 @@ def _comparison() -> dict[str, Any]:
                 download_csv = gr.DownloadButton("⬇ results CSV", interactive=False, size="sm",
                                                  elem_id="download-csv")
     with gr.Row(equal_height=False):
-        latency_plot = gr.LinePlot(latency_frame(empty, empty), x="token", y="ms/token", elem_id="latency-plot",
+        latency_plot = gr.LinePlot(latency_frame(empty, empty, empty), x="token", y="ms/token", elem_id="latency-plot",
                                    title="ms/token per arrival (JAX: per chunk)",
                                    tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
                                    colors_in_legend=[], height=260, y_lim=[0, None], x_lim=[1, MIN_STEP_SPAN],
                                    x_axis_format=STEP_FORMAT)
-        kv_plot = gr.LinePlot(kv_frame(empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
+        kv_plot = gr.LinePlot(kv_frame(empty, empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",
                               tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
                               color_map=colours, colors_in_legend=[], height=260, y_lim=[0, None],

@@ -11,7 +11,7 @@ import pandas as pd
 from playground.result import Result
 from playground.ui.table import MIB, metric_value
 
-PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column slot: cards, lines and bars
+PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column position: cards, lines and bars
 MIN_STEP_SPAN = 24  # a step axis spans at least this many steps, so its ticks fall on whole steps (1, 2, 5, ...)
 STEP_FORMAT = "d"  # step axes count tokens: whole numbers only
 
@@ -20,25 +20,34 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(schema)).astype(schema)
 
 
-def slot_name(slot: int) -> str:
-    return f"column {slot + 1}"
+def series_name(position: int) -> str:
+    """A column's series in the plots: its number on the page (0-based position among the visible columns)."""
+    return f"column {position + 1}"
 
 
-def slot_colours(count: int) -> dict[str, str]:
-    """Line colour per column slot; the card titles use the same colours."""
-    return {slot_name(i): PALETTE[i % len(PALETTE)] for i in range(count)}
+def series_colours(count: int) -> dict[str, str]:
+    """Line colour per column position; the cards use the same colours (ui.style), following their position."""
+    return {series_name(i): PALETTE[i % len(PALETTE)] for i in range(count)}
 
 
 def _placeholders(count: int, x: str, y: str) -> list[dict[str, Any]]:
-    """One empty point per column slot.
+    """One empty point per column position.
 
     Gradio's plot computes its colour domain when it first draws and keeps it across value updates, so every
-    frame names all slots (the empty points are not drawn) and a column that appears later still gets its line.
+    frame names all positions (the empty points are not drawn) and a column that appears later still gets its
+    line.
     """
-    return [{"column": slot_name(i), "run": "", x: 1, y: math.nan} for i in range(count)]
+    return [{"column": series_name(i), "run": "", x: 1, y: math.nan} for i in range(count)]
 
 
-def step_axes(slots: Sequence[int], max_new_tokens: Sequence[int]) -> dict[str, Any]:
+def _drawn(results: Sequence[Result | None], labels: Sequence[str | None],
+           positions: Sequence[int | None]) -> list[tuple[int, str, Result]]:
+    """(position, label, result) of every column with a result, in slot order."""
+    return [(position, label, result) for result, label, position in zip(results, labels, positions, strict=True)
+            if result is not None and label is not None and position is not None]
+
+
+def step_axes(count: int, max_new_tokens: Sequence[int]) -> dict[str, Any]:
     """Legend and step range of the line plots for the columns about to run.
 
     Set before a run, never together with new data: Gradio redraws a plot whose legend or limits change, and a
@@ -46,41 +55,47 @@ def step_axes(slots: Sequence[int], max_new_tokens: Sequence[int]) -> dict[str, 
     max_new_tokens and at least MIN_STEP_SPAN steps, since Vega puts a tick about every 40 px, which over a
     short run means ticks at half steps.
     """
-    return {"colors_in_legend": [slot_name(i) for i in slots], "x_lim": [1, max([*max_new_tokens, MIN_STEP_SPAN])]}
+    return {"colors_in_legend": [series_name(i) for i in range(count)],
+            "x_lim": [1, max([*max_new_tokens, MIN_STEP_SPAN])]}
 
 
-def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
-    """Decode speed per column slot, coloured like its card and lines; empty slots are named but not drawn."""
-    rows = [{"column": slot_name(i), "run": label, "tokens/s": metric_value(r, "tokens_per_s")}
-            for i, (label, r) in enumerate(zip(labels, results, strict=True))
-            if label and metric_value(r, "tokens_per_s") is not None]
-    # the empty slots stack a zero on a drawn bar, so they add a colour to the domain but no empty category
+def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | None],
+                     positions: Sequence[int | None]) -> pd.DataFrame:
+    """Decode speed per column, coloured like its card and lines; positions without a result are named but not
+    drawn. All three sequences are by column slot."""
+    rows = [{"column": series_name(position), "run": label, "tokens/s": metric_value(result, "tokens_per_s")}
+            for position, label, result in _drawn(results, labels, positions)
+            if metric_value(result, "tokens_per_s") is not None]
+    # the empty positions stack a zero on a drawn bar, so they add a colour to the domain but no empty category
     # (a NaN would make the whole stack NaN and hide the bar; with no bar at all, a zero would set the axis)
     anchor, empty = (rows[0]["run"], 0.0) if rows else ("", math.nan)
     drawn = {row["column"] for row in rows}
-    rows += [{"column": slot_name(i), "run": anchor, "tokens/s": empty}
-             for i in range(len(results)) if slot_name(i) not in drawn]
+    rows += [{"column": series_name(i), "run": anchor, "tokens/s": empty}
+             for i in range(len(results)) if series_name(i) not in drawn]
     return _frame(rows, {"column": "str", "run": "str", "tokens/s": "float64"})
 
 
-def latency_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
+def latency_frame(results: Sequence[Result | None], labels: Sequence[str | None],
+                  positions: Sequence[int | None]) -> pd.DataFrame:
     """ms per token at each arrival, placed at the token count it reached: one point per token on the PyTorch
     path, one per chunk where tokens arrive together (the JAX path, accepted drafts)."""
     rows = _placeholders(len(results), "token", "ms/token")
-    for slot, (label, result) in enumerate(zip(labels, results, strict=True)):
-        timeline = result["timeline"] if result else {"token_ms": [], "token_steps": [], "kv_cache_bytes": []}
+    for position, label, result in _drawn(results, labels, positions):
+        timeline = result["timeline"]
         for step, ms in zip(timeline["token_steps"], timeline["token_ms"], strict=True):
-            rows.append({"column": slot_name(slot), "run": label, "token": step, "ms/token": ms})
+            rows.append({"column": series_name(position), "run": label, "token": step, "ms/token": ms})
     return _frame(rows, {"column": "str", "run": "str", "token": "int64", "ms/token": "float64"})
 
 
-def kv_frame(results: Sequence[Result | None], labels: Sequence[str | None]) -> pd.DataFrame:
+def kv_frame(results: Sequence[Result | None], labels: Sequence[str | None],
+             positions: Sequence[int | None]) -> pd.DataFrame:
     """KV-cache MiB after each decoding step (one token per step for greedy and sampling).
 
     Dynamic grows, static is flat from the start, quantized grows slower past its residual length.
     """
     rows = _placeholders(len(results), "decoding step", "KV cache (MiB)")
-    for slot, (label, result) in enumerate(zip(labels, results, strict=True)):
-        for step, size in enumerate(result["timeline"]["kv_cache_bytes"] if result else [], start=1):
-            rows.append({"column": slot_name(slot), "run": label, "decoding step": step, "KV cache (MiB)": size / MIB})
+    for position, label, result in _drawn(results, labels, positions):
+        for step, size in enumerate(result["timeline"]["kv_cache_bytes"], start=1):
+            rows.append({"column": series_name(position), "run": label, "decoding step": step,
+                         "KV cache (MiB)": size / MIB})
     return _frame(rows, {"column": "str", "run": "str", "decoding step": "int64", "KV cache (MiB)": "float64"})

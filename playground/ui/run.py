@@ -66,10 +66,10 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     marks = divergence_from_first(results)
     updates: dict[Any, Any] = {
         page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
-        # by slot, so each column keeps its card's colour; legends name only the columns that ran
-        page.speed_plot: throughput_frame(outcome["results"], outcome["labels"]),
-        page.latency_plot: latency_frame(outcome["results"], outcome["labels"]),
-        page.kv_plot: kv_frame(outcome["results"], outcome["labels"]),
+        # named and coloured by position, as the cards are; legends name only the columns that ran
+        page.speed_plot: throughput_frame(outcome["results"], outcome["labels"], outcome["positions"]),
+        page.latency_plot: latency_frame(outcome["results"], outcome["labels"], outcome["positions"]),
+        page.kv_plot: kv_frame(outcome["results"], outcome["labels"], outcome["positions"]),
         page.diff: divergence_report(results, labels),
         page.process_memory: process_memory_note(results),
         page.legend: legend_html(colour_by),
@@ -262,7 +262,7 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
     settings = outcome["settings"] or {}
     active = [i for i, name in enumerate(outcome["labels"]) if name is not None]
     fresh: Outcome = {"settings": settings, "results": [None] * len(outcome["results"]),
-                      "labels": list(outcome["labels"])}
+                      "labels": list(outcome["labels"]), "positions": list(outcome["positions"])}
     run = _Run(page, settings, active, [], fresh, colour_by, flag, refused=dict(refused), specs=specs,
                prefix_text=prefix_text, note=note)
     yield from run_rounds(run, progress)

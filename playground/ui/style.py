@@ -104,10 +104,10 @@ CSS = """
 .beam-edge.pruned { opacity: 0.45; }
 .beam-edge.chosen { stroke: #b45309; stroke-width: 2.5; }
 """
-# a dot in each column's title and a stripe on its output card, in the colour of its line and bar in the plots;
-# on a phone each column's output card follows its settings card
-CSS += "".join(f".slot-{i} h3::before {{ content: '●  '; color: {colour}; }}\n"
-               f".out-card.card-{i} {{ border-top: 3px solid {colour}; border-radius: 6px; }}\n"
+# a dot in each column's title and a stripe on its output card, in the colour of its line and bar in the plots
+# (both follow the column's position: ui.page.layout); on a phone each column's output card follows its settings card
+CSS += "".join(f".tint-{i} h3::before {{ content: '●  '; color: {colour}; }}\n"
+               f".out-card.tint-{i} {{ border-top: 3px solid {colour}; border-radius: 6px; }}\n"
                f"@media (max-width: 640px) {{ .run-card.card-{i} {{ order: {2 * i}; }} "
                f".out-card.card-{i} {{ order: {2 * i + 1}; }} }}\n" for i, colour in enumerate(PALETTE))
 # the sampling cut (ui/cut.py) and the token views' forced (branch) and clicked tokens

@@ -31,7 +31,7 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui.outcome import Outcome, finished, without
+from playground.ui.outcome import Outcome, finished, renumbered
 from playground.ui.page import Page, build_page
 from playground.ui.plots import step_axes
 from playground.ui.presets import PRESETS
@@ -43,9 +43,21 @@ HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a 
 
 def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> dict[Any, Any]:
     """The column leaves the page, and its results leave the table, the plots and the divergence note."""
-    remaining = without(outcome, slot)
-    updates = page.layout([f and j != slot for j, f in enumerate(flags)])
-    return updates | {page.results: remaining} | render(page, remaining, colour_by)
+    return relayout(page, [f and j != slot for j, f in enumerate(flags)], outcome, colour_by)
+
+
+def add_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> dict[Any, Any]:
+    """A column in the first free slot; if that slot comes before others, those are renumbered (and recoloured)."""
+    flags = list(flags)
+    if False in flags:
+        flags[flags.index(False)] = True
+    return relayout(page, flags, outcome, colour_by)
+
+
+def relayout(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> dict[Any, Any]:
+    """The cards shown by `flags`, numbered by position, with the results redrawn under the same numbers."""
+    current = renumbered(outcome, flags)
+    return page.layout(flags) | {page.results: current} | render(page, current, colour_by)
 
 
 def apply_preset(page: Page, name: str, data: dict[Any, Any]) -> dict[Any, Any]:
@@ -66,16 +78,12 @@ def _wire_layout(page: Page) -> None:
                                                             for x in (c.settings_box, c.output_box, c.remove,
                                                                       c.title, c.output)]
 
-    def add_column(flags: list[bool]) -> dict[Any, Any]:
-        flags = list(flags)
-        if False in flags:
-            flags[flags.index(False)] = True
-        return page.layout(flags)
-
-    page.add.click(add_column, page.visible, layout_outputs, queue=False, api_visibility="private")
     rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
                 page.diff, page.legend] + [x for c in page.columns
                                                    for x in (c.tokens, c.beam_tree, c.cache_step, c.cache_strip)]
+    page.add.click(lambda flags, outcome, by: add_column(page, flags, outcome, by),
+                   [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
+                   api_visibility="private")
 
     for i, col in enumerate(page.columns):
         col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
@@ -141,7 +149,7 @@ def _wire_run(page: Page) -> None:
     def before_run(data: dict[Any, Any]) -> dict[Any, Any]:
         """The snapshot, and the step plots' legend and range for the columns about to run."""
         settings, active = read_settings(page, data)
-        axes = step_axes(active, [int(c["max_new_tokens"]) for c in settings["columns"]])
+        axes = step_axes(len(active), [int(c["max_new_tokens"]) for c in settings["columns"]])
         return snapshot(data) | {page.latency_plot: gr.update(**axes), page.kv_plot: gr.update(**axes)}
 
     def run_columns(data: dict[Any, Any], request: gr.Request,

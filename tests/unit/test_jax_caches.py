@@ -135,7 +135,7 @@ def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_
     """Through the runner and the Result into the page's KV plot data: on both backends the sliding and sink
     caches stop growing once their window is full, static is flat from the start, dynamic grows."""
     from playground import runner
-    from playground.ui.plots import kv_frame, slot_name
+    from playground.ui.plots import kv_frame, series_name
 
     caches = [{"cache": "sliding", "window": 16}, {"cache": "sink", "window": 16, "sink_tokens": 4},
               {"cache": "static"}, {"cache": "dynamic"}]
@@ -143,8 +143,8 @@ def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_
         for backend in ("torch", "jax"):
             results = [runner.run_to_result("abc", RunSpec(model=model, backend=backend, chat=False, max_new_tokens=80,
                                                            min_new_tokens=80, **knobs)) for knobs in caches]
-            frame = kv_frame(results, [c["cache"] for c in caches]).dropna()
-            sizes = {c["cache"]: frame[frame["column"] == slot_name(i)]["KV cache (MiB)"].tolist()
+            frame = kv_frame(results, [c["cache"] for c in caches], range(len(caches))).dropna()
+            sizes = {c["cache"]: frame[frame["column"] == series_name(i)]["KV cache (MiB)"].tolist()
                      for i, c in enumerate(caches)}
             assert all(len(trace) == 80 for trace in sizes.values()), backend
             for bounded in ("sliding", "sink"):  # the window (16) is full by step 14: three windows and more after

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from playground.ui.export import page_settings, parse_settings
-from playground.ui.plots import PALETTE, slot_colours
+from playground.ui.plots import PALETTE, series_colours
 from playground.ui.style import CSS, RUN_SHORTCUT
 
 
@@ -34,11 +34,11 @@ def test_chat_mode_shows_each_reply_once_in_the_transcript(page):
 def test_each_column_has_one_colour_on_its_card_its_lines_and_its_bars(page):
     assert page.speed_plot.color == page.latency_plot.color == page.kv_plot.color == "column"
     for plot in (page.speed_plot, page.latency_plot, page.kv_plot):
-        assert plot.color_map == slot_colours(len(page.columns))
+        assert plot.color_map == series_colours(len(page.columns))
         assert plot.colors_in_legend == []  # no legend for columns that have not run
-    for slot, colour in enumerate(PALETTE):
-        assert f".slot-{slot} h3::before {{ content: '●  '; color: {colour}; }}" in CSS
-        assert f".out-card.card-{slot} {{ border-top: 3px solid {colour};" in CSS
+    for position, colour in enumerate(PALETTE):
+        assert f".tint-{position} h3::before {{ content: '●  '; color: {colour}; }}" in CSS
+        assert f".out-card.tint-{position} {{ border-top: 3px solid {colour};" in CSS
     assert page.latency_plot.x_axis_format == page.kv_plot.x_axis_format == "d"  # whole steps
 
 

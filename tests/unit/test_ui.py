@@ -118,9 +118,10 @@ def test_numbers_are_short_and_never_scientific(value, text):
     assert format_number(value) == text
 
 
-def test_plot_frames_are_typed_and_name_every_column_slot():
-    results, labels = [fake_result([1, 2, 3]), None], ["1: greedy", None]
-    speed, latency, kv = throughput_frame(results, labels), latency_frame(results, labels), kv_frame(results, labels)
+def test_plot_frames_are_typed_and_name_every_column_position():
+    results, labels, positions = [fake_result([1, 2, 3]), None], ["1: greedy", None], [0, None]
+    speed, latency, kv = (throughput_frame(results, labels, positions), latency_frame(results, labels, positions),
+                          kv_frame(results, labels, positions))
     bars = speed[speed["tokens/s"] > 0]
     assert list(bars["run"]) == ["1: greedy"] and list(bars["column"]) == ["column 1"]
     assert speed["tokens/s"].dtype == float and set(speed["run"]) == {"1: greedy"}  # no empty category
@@ -130,16 +131,16 @@ def test_plot_frames_are_typed_and_name_every_column_slot():
     assert set(points["run"]) == {"1: greedy"} and set(points["column"]) == {"column 1"}
     assert set(latency["column"]) == {"column 1", "column 2"}  # an empty slot still names its colour
     assert list(kv.dropna()["KV cache (MiB)"]) == [0.5, 1.0]
-    assert throughput_frame([], [])["tokens/s"].dtype == float  # typed when empty: the plot keeps its axis type
+    assert throughput_frame([], [], [])["tokens/s"].dtype == float  # typed when empty: the plot keeps its axis type
 
 
 def test_step_plots_name_only_the_running_columns_and_span_whole_steps():
-    from playground.ui.plots import MIN_STEP_SPAN, PALETTE, slot_colours, step_axes
+    from playground.ui.plots import MIN_STEP_SPAN, PALETTE, series_colours, step_axes
 
-    axes = step_axes([0, 2], [8, 80])
-    assert axes == {"colors_in_legend": ["column 1", "column 3"], "x_lim": [1, 80]}
-    assert step_axes([1], [4])["x_lim"] == [1, MIN_STEP_SPAN]  # a short run still gets whole-step ticks
-    assert list(slot_colours(4).values()) == list(PALETTE)  # one palette: cards, lines and bars
+    axes = step_axes(2, [8, 80])
+    assert axes == {"colors_in_legend": ["column 1", "column 2"], "x_lim": [1, 80]}
+    assert step_axes(1, [4])["x_lim"] == [1, MIN_STEP_SPAN]  # a short run still gets whole-step ticks
+    assert list(series_colours(4).values()) == list(PALETTE)  # one palette: cards, lines and bars
 
 
 # token view and divergence
@@ -206,6 +207,23 @@ def test_assisted_column_takes_exactly_one_draft_source():
     lookup = column_settings(values | {"draft_source": PROMPT_LOOKUP, "prompt_lookup": 7.0})
     assert lookup["prompt_lookup"] == 7 and "assistant" not in lookup
     assert control_values(lookup)["draft_source"] == PROMPT_LOOKUP
+
+
+def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
+    from playground.spec import RunSpec
+    from playground.ui.columns import visibility
+
+    values = control_values({"strategy": "assisted", "prompt_lookup": 4}) | {"temperature": 0.7, "top_k": 20.0}
+    greedy = column_settings(values)
+    assert "assisted_sampling" not in greedy and "temperature" not in greedy  # off: greedy, no sampling knobs
+    sampled = column_settings(values | {"assisted_sampling": True})
+    assert sampled["assisted_sampling"] is True and sampled["temperature"] == 0.7 and sampled["top_k"] == 20
+    spec = RunSpec.from_dict(sampled)
+    assert spec.assisted_sampling and spec.temperature == 0.7 and problem(sampled) == ""
+    assert control_values(sampled)["assisted_sampling"] is True  # a shared link sets the box again
+    assert visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, True)["sampling"]
+    assert not visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, False)["sampling"]
+    assert label(0, sampled) == "1: assisted (prompt lookup n=4, sampled) · dynamic"
 
 
 def test_refused_combinations_are_flagged_with_the_reason():
@@ -470,7 +488,30 @@ def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(demo):
     assert remaining["labels"][1:3] == ["1: sampling · dynamic", "2: beam · dynamic"]
     assert updates[page.metrics]["headers"] == ["metric", "1: sampling · dynamic", "2: beam · dynamic"]
     assert "greedy" not in updates[page.diff]
-    assert updates[page.columns[1].title] == "### Column 1" and updates[page.columns[2].title] == "### Column 2"
+    assert updates[page.columns[1].title]["value"] == "### Column 1"
+    assert updates[page.columns[2].title]["value"] == "### Column 2"
+    # the plots and the cards agree on each column's number and colour once it moved up
+    assert "tint-0" in updates[page.columns[1].title]["elem_classes"]
+    assert "tint-1" in updates[page.columns[2].output_box]["elem_classes"]
+    kv = updates[page.kv_plot].dropna()
+    assert set(kv["column"]) == {"column 1", "column 2"} and set(kv[kv["column"] == "column 1"]["run"]) == {
+        "1: sampling · dynamic"}
+
+
+def test_a_column_added_before_others_renumbers_them_and_their_results(demo):
+    from playground.ui.outcome import empty_outcome
+    from playground.ui.wiring import add_column
+
+    page = demo.page
+    outcome = empty_outcome({"columns": [{"strategy": "sampling"}, {"strategy": "beam"}]}, [1, 2])
+    outcome["results"][1], outcome["results"][2] = fake_result([1, 3]), fake_result([4])
+    updates = add_column(page, [False, True, True, False], outcome, "probability (as drawn)")
+    assert updates[page.visible] == [True, True, True, False]
+    assert updates[page.columns[0].title]["value"] == "### Column 1"
+    assert updates[page.results]["labels"][1:3] == ["2: sampling · dynamic", "3: beam · dynamic"]
+    assert updates[page.metrics]["headers"] == ["metric", "2: sampling · dynamic", "3: beam · dynamic"]
+    speed = updates[page.speed_plot]
+    assert set(speed[speed["tokens/s"] > 0]["column"]) == {"column 2", "column 3"}
 
 
 def test_run_says_how_many_columns_can_run(demo):
