@@ -154,8 +154,10 @@ def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak
     tokens_per_s: float | None = None
     if timing.tokens and timing.seconds > 0:
         tokens_per_s = timing.tokens / timing.seconds
-    elif not times and new_tokens and total_s > 0:
-        tokens_per_s = new_tokens / total_s  # no per-token times (beam search): whole-run rate
+    elif not times and new_tokens and total_s - output.compile_s > 0:
+        # no per-token times (beam search): the whole run's rate, prefill included and compile left out, as
+        # ttft_s leaves it out for the strategies that stream
+        tokens_per_s = new_tokens / (total_s - output.compile_s)
     p50, p90 = percentile(timing.ms_per_token, 50), percentile(timing.ms_per_token, 90)
     return {
         "load_s": round(load_s, 4),

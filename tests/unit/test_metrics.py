@@ -44,6 +44,9 @@ def test_beam_without_token_times_reports_whole_run_rate():
     m = build_metrics(out, end_time=2.0, load_s=0.0, peak_rss=None)
     assert m["ttft_s"] is None and m["ms_per_token_p50"] is None
     assert m["tokens_per_s"] == 2.0
+    compiled = GenerationOutput(sequences=[[1, 2, 3, 4]], start_time=0.0, token_times=[], kv_cache_bytes=0,
+                                compile_s=1.5)
+    assert build_metrics(compiled, end_time=2.0, load_s=0.0, peak_rss=None)["tokens_per_s"] == 8.0  # 4 in 0.5 s
 
 
 def test_peak_rss_sees_an_allocation_freed_before_the_end():
