@@ -168,19 +168,23 @@ def format_table(result: dict[str, Any]) -> str:
     """The bench result as a human table plus the two ratios."""
 
     def cell(value: Any, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
+        """The value in `fmt`, or a dash right-aligned to the same width (the format's leading digits)."""
+        if value is not None:
+            return format(value, fmt)
+        width = fmt.split(".")[0]
+        return format("-", f">{width}") if width.isdigit() else "-"
 
     lines = [
         f"model {result['model']}, {result['new_tokens']} new tokens, weights {result['weight_bytes'] / 1e6:.0f} MB",
         f"read bandwidth {result['bandwidth_gbs']:.1f} GB/s (median) -> roofline "
         f"{result['roofline_tokens_per_s']:.1f} tok/s",
         "",
-        f"{'config':<16}{'tok/s':>9}{'ttft s':>9}{'compile s':>11}{'% roofline':>12}",
+        f"{'config':<20}{'tok/s':>9}{'ttft s':>9}{'compile s':>11}{'% roofline':>12}",
     ]
     for row in result["configs"]:
         share = (row["tokens_per_s"] / result["roofline_tokens_per_s"] * 100
                  if row["tokens_per_s"] and result["roofline_tokens_per_s"] else None)
-        lines.append(f"{row['name']:<16}{cell(row['tokens_per_s'], '9.1f')}{cell(row['ttft_s'], '9.3f')}"
+        lines.append(f"{row['name']:<20}{cell(row['tokens_per_s'], '9.1f')}{cell(row['ttft_s'], '9.3f')}"
                      f"{cell(row['compile_s'], '11.2f')}{cell(share, '11.0f')}%")
     ratios = result["ratios"]
     lines += ["", f"jax / torch-dynamic: {cell(ratios['jax_vs_torch_dynamic'], '.2f')}x   "
