@@ -114,6 +114,12 @@ class Page:
         updates[self.run] = self.run_label(flags, *(updates.get(col.notice, "") for col in self.columns))
         return updates
 
+    def chat_outputs(self) -> list[Any]:
+        """What chat_visibility sets. Gradio re-applies a component's constructor visibility when its parent
+        column's visibility is updated in the same response, so every event that shows or hides cards (a link,
+        a preset, settings JSON, adding or removing a column) sets these again in a step of its own."""
+        return [self.clear_chat] + [x for col in self.columns for x in (col.chatbot, col.output)]
+
     def chat_visibility(self, mode: str) -> dict[Any, Any]:
         """In chat mode the transcript shows each reply, so the plain output box steps aside (kept in the page,
         hidden, for scripts that read `output-N`) rather than showing every reply a second time."""
@@ -234,7 +240,8 @@ def _comparison() -> dict[str, Any]:
         with gr.Column(scale=2, min_width=300):
             speed_plot = gr.BarPlot(throughput_frame(empty, empty, empty), x="run", y="tokens/s", x_title="column",
                                     title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None],
-                                    color="column", color_map=colours, colors_in_legend=[])  # the x axis names them
+                                    color="column", color_map=colours, colors_in_legend=[],  # the x axis names them
+                                    x_label_angle=-30)  # column labels are long: level, they overlap on a phone
             with gr.Row():
                 download_json = gr.DownloadButton("⬇ results JSON", interactive=False, size="sm",
                                                   elem_id="download-json")

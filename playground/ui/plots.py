@@ -47,6 +47,12 @@ def _drawn(results: Sequence[Result | None], labels: Sequence[str | None],
             if result is not None and label is not None and position is not None]
 
 
+def drawn_series(results: Sequence[Result | None], positions: Sequence[int | None]) -> list[str]:
+    """The series names of the columns with a result (by slot), in position order: the step plots' legend."""
+    return [series_name(p) for p in sorted(p for r, p in zip(results, positions, strict=True)
+                                           if r is not None and p is not None)]
+
+
 def step_axes(count: int, max_new_tokens: Sequence[int]) -> dict[str, Any]:
     """Legend and step range of the line plots for the columns about to run.
 

@@ -33,7 +33,7 @@ from playground.ui.export import (
 )
 from playground.ui.outcome import Outcome, finished, renumbered
 from playground.ui.page import Page, build_page
-from playground.ui.plots import step_axes
+from playground.ui.plots import drawn_series, step_axes
 from playground.ui.presets import PRESETS
 from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
 from playground.ui.style import SHORTCUT_JS, WRITE_URL_JS
@@ -42,8 +42,11 @@ HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a 
 
 
 def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> dict[Any, Any]:
-    """The column leaves the page, and its results leave the table, the plots and the divergence note."""
-    return relayout(page, [f and j != slot for j, f in enumerate(flags)], outcome, colour_by)
+    """The column leaves the page, and its results leave the table, the plots and the divergence note; its card
+    is emptied, so a column added there later starts blank rather than showing the removed column's text."""
+    col = page.columns[slot]
+    emptied = {col.output: "", col.chatbot: [], col.tokens: "", col.notice: ""}
+    return relayout(page, [f and j != slot for j, f in enumerate(flags)], outcome, colour_by) | emptied
 
 
 def add_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> dict[Any, Any]:
@@ -81,19 +84,30 @@ def _wire_layout(page: Page) -> None:
     rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
                 page.diff, page.legend] + [x for c in page.columns
                                                    for x in (c.tokens, c.beam_tree, c.cache_step, c.cache_strip)]
+    settled = [*page.chat_outputs(), page.latency_plot, page.kv_plot]
+
+    def settle(mode: str, outcome: Outcome) -> dict[Any, Any]:
+        """After the cards changed: chat mode's output boxes hidden again (see Page.chat_outputs), and the step
+        plots' legends naming the columns that still have results. A step of its own, as a legend that changes
+        in the same update as the plot's data can drop that data (ui.plots.step_axes)."""
+        legend = gr.update(colors_in_legend=drawn_series(outcome["results"], outcome["positions"]))
+        return page.chat_visibility(mode) | {page.latency_plot: legend, page.kv_plot: legend}
+
     page.add.click(lambda flags, outcome, by: add_column(page, flags, outcome, by),
                    [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
-                   api_visibility="private")
+                   api_visibility="private").then(settle, [page.mode, page.results], settled, queue=False,
+                                                  api_visibility="private")
 
     for i, col in enumerate(page.columns):
         col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
-                         [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
-                         api_visibility="private")
+                         [page.visible, page.results, page.colour_by],
+                         layout_outputs + rendered + [x for c in page.columns for x in (c.chatbot, c.notice)],
+                         queue=False,
+                         api_visibility="private").then(settle, [page.mode, page.results], settled, queue=False,
+                                                        api_visibility="private")
         wire(col)
         wire_strip(i, col.cache_step, col.cache_strip, page.results)
-    page.mode.input(page.chat_visibility, page.mode, [page.clear_chat] + [x for c in page.columns
-                                                                           for x in (c.chatbot, c.output)],
-                    queue=False, api_visibility="private")
+    page.mode.input(page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
 
     def clear_conversation() -> dict[Any, Any]:
         return {page.conversation: []} | {c.chatbot: [] for c in page.columns}
@@ -128,9 +142,11 @@ def _wire_settings(page: Page) -> Any:
 
     for name, button in page.presets.items():
         button.click(lambda data, name=name: apply_preset(page, name, data), page.setting_inputs(), outputs,
-                     queue=False, api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS)
+                     queue=False, api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS).then(
+            page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
     page.apply.click(apply_json, page.settings_json, outputs, queue=False, api_visibility="private").then(
-        None, page.url_token, None, js=WRITE_URL_JS)
+        None, page.url_token, None, js=WRITE_URL_JS).then(
+        page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
     return restore
 
 
@@ -255,7 +271,8 @@ def build_ui() -> gr.Blocks:
         _wire_layout(page)
         restore = _wire_settings(page)
         _wire_run(page)
-        demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private")
+        demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private").then(
+            page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")

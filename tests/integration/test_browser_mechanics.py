@@ -69,3 +69,35 @@ def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(ap
     _shoot(page, "mechanics-dark")
     page.set_viewport_size({"width": 390, "height": 900})
     _shoot(page, "mechanics-phone")
+
+
+def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(app_url, browser):  # noqa: F811
+    """A link in chat mode hides the plain output boxes (the transcript shows each reply); removing and adding
+    columns keeps them hidden, renumbers cards and legends alike, and a re-added column starts blank."""
+    columns = [{"strategy": "greedy", "max_new_tokens": 6}, {"strategy": "sampling", "max_new_tokens": 6}]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{app_url}?s={encode_url_state(page_settings('Hi there', 0, 'chat', columns))}")
+    page.wait_for_selector("#run", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('restored')")
+
+    def shown(column: int) -> tuple[bool, bool]:
+        return page.locator(f"#output-{column}").is_visible(), page.locator(f"#chat-{column}").is_visible()
+
+    page.wait_for_timeout(500)
+    assert shown(0) == shown(1) == (False, True)
+    page.locator("#run").click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('2 columns ran')",
+                           timeout=300_000)
+    page.locator("#remove-0").click()
+    page.wait_for_function("() => document.querySelector('#kv-plot')?.innerText.includes('column 1')"
+                           " && !document.querySelector('#kv-plot').innerText.includes('column 2')")
+    assert shown(1) == (False, True)
+    titles = [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()]
+    assert titles == ["Column 1"]
+    page.locator("#add-column").click()
+    page.wait_for_timeout(1500)
+    assert shown(0) == shown(1) == (False, True)
+    assert [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()] == ["Column 1", "Column 2"]
+    assert page.locator("#tokens-0").inner_text().strip() == ""  # the removed column's text did not come back
+    _shoot(page, "chat-after-add")
+    page.close()

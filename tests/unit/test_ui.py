@@ -493,6 +493,7 @@ def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(demo):
     # the plots and the cards agree on each column's number and colour once it moved up
     assert "tint-0" in updates[page.columns[1].title]["elem_classes"]
     assert "tint-1" in updates[page.columns[2].output_box]["elem_classes"]
+    assert updates[page.columns[0].tokens] == "" and updates[page.columns[0].chatbot] == []  # re-added: blank
     kv = updates[page.kv_plot].dropna()
     assert set(kv["column"]) == {"column 1", "column 2"} and set(kv[kv["column"] == "column 1"]["run"]) == {
         "1: sampling · dynamic"}
