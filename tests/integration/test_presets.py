@@ -80,3 +80,23 @@ def test_assisted_accepts_drafts_on_the_passage_and_keeps_the_greedy_text():
     assert all(rate > 0.3 for rate in rates)
     assert all(r["token_ids"] == plain["token_ids"] for r in assisted)
     assert all(r["forward_passes"] < plain["forward_passes"] for r in assisted)
+
+
+def test_beam_on_both_backends_returns_the_same_sequences_scores_and_tree():
+    torch_beam, jax_beam = run_preset("Beam on PyTorch vs JAX").values()
+    print(f"scores torch {torch_beam['scores']} jax {jax_beam['scores']}; tokens/s "
+          f"{torch_beam['metrics']['tokens_per_s']:.1f} / {jax_beam['metrics']['tokens_per_s']:.1f}")
+    assert (torch_beam["spec"]["backend"], jax_beam["spec"]["backend"]) == ("torch", "jax")
+    assert torch_beam["sequences"] == jax_beam["sequences"] and len(jax_beam["sequences"]) == 2
+    assert jax_beam["scores"] == pytest.approx(torch_beam["scores"], abs=1e-4, rel=1e-4)
+    assert jax_beam["beam_tree"] and len(jax_beam["beam_tree"]) == len(torch_beam["beam_tree"])
+
+
+def test_assisted_on_both_backends_keeps_plain_greedy_in_fewer_passes():
+    plain, torch_lookup, jax_lookup = run_preset("Assisted on PyTorch vs JAX").values()
+    print(f"acceptance {torch_lookup['metrics']['acceptance_rate']:.2f} / "
+          f"{jax_lookup['metrics']['acceptance_rate']:.2f}; forward passes "
+          f"{[r['forward_passes'] for r in (plain, torch_lookup, jax_lookup)]}")
+    assert torch_lookup["token_ids"] == plain["token_ids"] == jax_lookup["token_ids"]
+    assert jax_lookup["forward_passes"] < plain["forward_passes"] and jax_lookup["spec"]["cache"] == "static"
+    assert jax_lookup["metrics"]["acceptance_rate"] > 0.3
