@@ -227,6 +227,10 @@ def _sampling_cut() -> dict[str, Any]:
     return {"cut": cut, "branch_choice": branch_choice, "branch": branch}
 
 
+METRIC_COLUMN_WIDTH: str | int = "190px"
+RUN_COLUMN_WIDTH: str | int = "150px"  # the metrics table scrolls sideways inside itself
+
+
 def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
@@ -235,7 +239,10 @@ def _comparison() -> dict[str, Any]:
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             metrics = gr.Dataframe(value=empty_metrics(), label=f"metrics ({STAR_RULE})", elem_id="metrics",
-                                   interactive=False, datatype="markdown", max_height=560, wrap=True)
+                                   interactive=False, datatype="markdown", max_height=560, wrap=True,
+                                   # fixed widths: left to itself the table squeezes every column into a phone's
+                                   # width and each long column label wraps into a header many lines tall
+                                   column_widths=[METRIC_COLUMN_WIDTH, *[RUN_COLUMN_WIDTH] * MAX_COLUMNS])
             process_memory = gr.Markdown("", elem_id="process-memory", elem_classes=["process-memory"])
         with gr.Column(scale=2, min_width=300):
             speed_plot = gr.BarPlot(throughput_frame(empty, empty, empty), x="run", y="tokens/s", x_title="column",
