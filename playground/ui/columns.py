@@ -54,11 +54,16 @@ def offered(options: tuple[str, ...], axis: int) -> list[str]:
     return [o for o in options if any(combo[axis] == o and compatibility.refusal(*combo) is None for combo in combos)]
 
 
+def samples(strategy: str, assisted_sampling: bool) -> bool:
+    """Whether the sampling knobs apply: sampling, or assisted decoding that samples (speculative sampling)."""
+    return strategy == "sampling" or (strategy == "assisted" and bool(assisted_sampling))
+
+
 def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bool = False) -> list[str]:
     """The RunSpec keys that change what this column computes, in display order (assisted decoding that samples
     uses the sampling knobs too)."""
     keys = list(COMMON_KEYS)
-    sampled = STRATEGY_KNOBS["sampling"] if strategy == "assisted" and assisted_sampling else ()
+    sampled = STRATEGY_KNOBS["sampling"] if samples(strategy, assisted_sampling) else ()
     for extra in (STRATEGY_KNOBS.get(strategy, ()), sampled, CACHE_KNOBS.get(cache, ()),
                   BACKEND_KNOBS.get(backend, ())):
         keys += [k for k in extra if k not in keys]
@@ -68,9 +73,9 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
 def visibility(strategy: str, cache: str, backend: str, draft_source: str,
                assisted_sampling: bool = False) -> dict[str, bool]:
     """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
-    sampled = strategy == "sampling" or (strategy == "assisted" and bool(assisted_sampling))
     return {
-        "sampling": sampled, "beam": strategy == "beam", "assisted": strategy == "assisted",
+        "sampling": samples(strategy, assisted_sampling), "beam": strategy == "beam",
+        "assisted": strategy == "assisted",
         "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP,
         "quantized": cache == "quantized", "window_box": cache in ("sliding", "sink"), "sink_tokens": cache == "sink",
         "devices": backend == "jax",
