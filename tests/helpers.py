@@ -149,7 +149,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
 def torch_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> torch.Tensor:
     """Log-probabilities (len(forced), V) of the token after the prompt and after each forced token but the
     last, with the PyTorch path's cache for `spec`."""
-    from playground.kv.factory import make_cache
+    from playground.backends.torch.caches.factory import make_cache
 
     cache = make_cache(spec, loaded.model, ids.shape[1])
     rows = []

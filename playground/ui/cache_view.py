@@ -1,7 +1,7 @@
 """What the cache still holds: a strip over the prompt and the output of a sliding, sink or quantized column,
 showing at a chosen step which positions the cache keeps, which are sinks, evicted or quantized.
 
-The states come from `playground.kv.retention` (checked against the real caches by the tests), fed with the
+The states come from `playground.retention` (checked against the real caches by the tests), fed with the
 column's applied spec, its Result's token counts and the model's attention layout; each strip row is a group
 of layers that keep the same positions (Gemma3: its sliding layers and its global layers).
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from playground.kv.retention import RETAINING_CACHES, CacheRow, State, retention, settings_for, written
 from playground.result import Result
+from playground.retention import RETAINING_CACHES, CacheRow, State, retention, settings_for, written
 
 STATE_TEXT: dict[str, str] = {"kept": "kept (full precision)", "sink": "sink", "evicted": "evicted",
                               "quantized": "quantized", "unwritten": "not written yet"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.kv.sink import SinkCache
+from playground.backends.torch.caches.sink import SinkCache
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from playground.kv.factory import make_cache
-from playground.kv.retention import CacheSettings, retention
-from playground.kv.sink import rope_inv_freq, rotate_keys
+from playground.backends.torch.caches.factory import make_cache
+from playground.backends.torch.caches.sink import rope_inv_freq, rotate_keys
 from playground.result import attention_layers
+from playground.retention import CacheSettings, retention
 from playground.spec import RunSpec
 from tests.helpers import tiny_gemma, tiny_llama
 

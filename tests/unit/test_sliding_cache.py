@@ -7,7 +7,12 @@ import torch
 from transformers import DynamicCache, LlamaConfig
 from transformers.masking_utils import eager_mask, sdpa_mask
 
-from playground.kv.sliding import SlidingWindowCache, WindowedOffset, make_sliding_cache, windowed_mask
+from playground.backends.torch.caches.sliding import (
+    SlidingWindowCache,
+    WindowedOffset,
+    make_sliding_cache,
+    windowed_mask,
+)
 from tests.helpers import one_layer_llama, tiny_gemma, tiny_llama
 
 WINDOW = 6

@@ -14,6 +14,7 @@ from transformers.generation.streamers import BaseStreamer
 from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, eos_ids
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
+from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.config import assistant_kwargs, generation_config
 from playground.backends.torch.probes import (
     CacheTrace,
@@ -21,7 +22,6 @@ from playground.backends.torch.probes import (
     count_forward_passes,
     probing_processors,
 )
-from playground.kv.factory import kv_bytes, make_cache
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 

@@ -18,7 +18,7 @@ from transformers import (
 )
 
 from playground.backends.base import TOP_ALTERNATIVES, TokenInfo
-from playground.kv.factory import kv_bytes
+from playground.backends.torch.caches.factory import kv_bytes
 
 
 class _Hook(LogitsProcessor):

@@ -23,9 +23,9 @@ from playground.backends.jax.caches.layout import Layout, nbytes
 from playground.backends.jax.caches.quantized import QuantLayout
 from playground.backends.jax.caches.ring import RingLayout
 from playground.backends.jax.caches.sink import SinkLayout, ring_room
+from playground.backends.torch.caches.factory import check_cache
+from playground.backends.torch.caches.sink import rope_inv_freq
 from playground.errors import PlaygroundError
-from playground.kv.factory import check_cache
-from playground.kv.sink import rope_inv_freq
 from playground.models.shapes import attention_shape
 from playground.spec import RunSpec
 

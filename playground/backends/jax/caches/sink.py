@@ -1,8 +1,8 @@
 """StreamingLLM attention sinks in fixed shapes: `sinks` slots for the first tokens, a ring for the recent ones.
 
-The rule is playground.kv.sink's (the PyTorch sink cache), so both backends give the same tokens: the cache
-keeps the first `sinks` tokens plus the most recent `window - sinks` (the new one included); the prompt
-attends over all of itself causally; and once tokens have been evicted, the sink keys, stored as first seen,
+The rule is the PyTorch sink cache's (playground.backends.torch.caches.sink), so both backends give the same
+tokens: the cache keeps the first `sinks` tokens plus the most recent `window - sinks` (the new one included);
+the prompt attends over all of itself causally; and once tokens have been evicted, the sink keys, stored as first seen,
 are rotated forward by the number of evicted tokens, so the kept keys form one contiguous run of RoPE
 positions ending at the query (the distances StreamingLLM's positions-within-the-cache give). Position
 p < sinks lives in sink slot p; position p >= sinks in ring slot (p - sinks) % slots.

@@ -9,7 +9,8 @@ Rules, as the caches implement them:
 - sliding: transformers' `DynamicSlidingWindowLayer` stores the last W-1 tokens (the next one attends over
   those and itself: W); on a model with its own sliding layers (Gemma3) only those layers slide, with the
   model's window, and its global layers keep everything.
-- sink (`playground.kv.sink`): the first S tokens stay (moved forward in RoPE), plus the most recent W-S.
+- sink (`playground.backends.torch.caches.sink`): the first S tokens stay (moved forward in RoPE), plus the most
+  recent W-S.
 - quantized, 2 or 4 bits (transformers' `QuantizedLayer`, KIVI): the prompt is quantized when it is written;
   new tokens gather in a full-precision residual that is quantized with everything else when it reaches
   `residual_length`, so the newest (written - prompt) mod R tokens are full precision. 8 bits (fp8) quantizes

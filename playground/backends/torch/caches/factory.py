@@ -13,9 +13,9 @@ from transformers.cache_utils import (
     get_layer_types_and_kwargs,
 )
 
+from playground.backends.torch.caches.sink import SinkCache, check_supported
+from playground.backends.torch.caches.sliding import check_imposable, make_sliding_cache
 from playground.errors import PlaygroundError
-from playground.kv.sink import SinkCache, check_supported
-from playground.kv.sliding import check_imposable, make_sliding_cache
 from playground.spec import RunSpec
 
 

@@ -1,0 +1,1 @@
+"""Our own transformers Cache classes (sliding over any model, attention sinks) and the cache a run builds."""
