@@ -10,10 +10,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import NoReturn
 
-from playground import host
+from playground import host, registry
 from playground.errors import PlaygroundError
 from playground.models import catalog, paths, public
-from playground.spec import BACKENDS, CACHES, STRATEGIES, WEIGHTS, RunSpec
+from playground.spec import BACKENDS, WEIGHTS, RunSpec
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -28,7 +28,10 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-_CHOICES = {"strategy": STRATEGIES, "cache": CACHES, "backend": BACKENDS, "weights": WEIGHTS}
+def _choices() -> dict[str, tuple[str, ...]]:
+    """The names each choice flag takes, read when the parser is built (entries can be registered until then)."""
+    return {"strategy": registry.strategy_names(), "cache": registry.cache_names(), "backend": BACKENDS,
+            "weights": WEIGHTS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="token ids forced after the prompt; generation continues from the last of them")
         else:
             kind = {"int": int, "float": float}.get(str(field.type), str)
-            run.add_argument(flag, type=kind, default=None, choices=_CHOICES.get(field.name),
+            run.add_argument(flag, type=kind, default=None, choices=_choices().get(field.name),
                              help=f"default: {field.default}")
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
 

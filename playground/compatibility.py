@@ -1,15 +1,18 @@
-"""Which strategy works with which cache on which backend, and why the others are refused up front."""
+"""Which strategy works with which cache on which backend, and why the others are refused up front.
+
+Derived from the registry: a strategy that verifies drafts needs a cache that rolls rejected ones back on that
+backend (`CacheType.no_rollback`). Model-dependent refusals (sink on a model with sliding layers) belong to
+the cache entries and are checked once the model's config is known.
+"""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from playground import registry
 from playground.errors import PlaygroundError
+from playground.registry import BACKENDS
 
-# The axes of a run; RunSpec validates against them, the page offers them, the README's table is drawn from them.
-STRATEGIES = ("greedy", "sampling", "beam", "assisted")
-CACHES = ("dynamic", "static", "quantized", "sliding", "sink")
-BACKENDS = ("torch", "jax")
 WEIGHTS = ("fp32", "bf16", "int8", "nf4")
 
 
@@ -27,31 +30,22 @@ class Combination(Protocol):
     @property
     def devices(self) -> int: ...
 
-# (backend, strategy, cache) -> reason it cannot run; anything absent is supported.
-# Reasons say why and what to pick instead, since they are shown to users verbatim.
-_REFUSED: dict[tuple[str, str, str], str] = {}
-for _cache, _why in (
-    (
-        "static",
-        "transformers' assisted generation rolls rejected drafts back with crop(), which a static cache cannot do",
-    ),
-    ("quantized", "rejected drafts would have to be removed from already-quantized blocks (no crop())"),
-    ("sink", "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"),
-):
-    _REFUSED[("torch", "assisted", _cache)] = f"{_why}; use cache 'dynamic' with strategy 'assisted'"
-# JAX assisted decoding rolls rejected drafts back by moving the cache position, exact only where every position
-# stays in full precision until overwritten (caches/extend.py)
-for _cache, _why in (
-    ("quantized", "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"),
-    ("sliding", "a verify pass writes past the window, overwriting positions a rejected draft would need back"),
-    ("sink", "a verify pass writes past the window, overwriting positions a rejected draft would need back"),
-):
-    _REFUSED[("jax", "assisted", _cache)] = f"{_why}; use cache 'dynamic' or 'static', or backend 'torch'"
+
+def _instead(backend: str, cache: str) -> str:
+    """What to pick instead for a drafting strategy: the caches that roll back on this backend, and the
+    backends where this cache does."""
+    caches = [c.name for c in registry.caches() if backend not in c.no_rollback]
+    others = [b for b in BACKENDS if b != backend and b not in registry.cache_type(cache).no_rollback]
+    advice = "use cache " + " or ".join(f"'{c}'" for c in caches)
+    return advice + "".join(f", or backend '{b}'" for b in others)
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
     """The reason a combination cannot run, or None when it can."""
-    return _REFUSED.get((backend, strategy, cache))
+    if not registry.strategy(strategy).drafts:
+        return None
+    why = registry.cache_type(cache).no_rollback.get(backend)
+    return None if why is None else f"{why}; {_instead(backend, cache)}"
 
 
 def check_combination(spec: Combination) -> None:
@@ -74,9 +68,9 @@ def table() -> list[dict[str, str]]:
     """Rows of backend x strategy with a mark per cache, for the README and the UI."""
     rows = []
     for backend in BACKENDS:
-        for strategy in STRATEGIES:
+        for strategy in registry.strategy_names():
             row = {"backend": backend, "strategy": strategy}
-            for cache in CACHES:
+            for cache in registry.cache_names():
                 row[cache] = "yes" if refusal(backend, strategy, cache) is None else "no"
             rows.append(row)
     return rows
@@ -84,13 +78,14 @@ def table() -> list[dict[str, str]]:
 
 def markdown_table() -> str:
     """The README's table; a test keeps the README in step with the rules above."""
+    caches = registry.cache_names()
     lines = [
-        "| backend | strategy | " + " | ".join(CACHES) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in CACHES) + " |",
+        "| backend | strategy | " + " | ".join(caches) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in caches) + " |",
     ]
     for row in table():
-        if any(row[c] == "yes" for c in CACHES):
-            lines.append(f"| {row['backend']} | {row['strategy']} | " + " | ".join(row[c] for c in CACHES) + " |")
+        if any(row[c] == "yes" for c in caches):
+            lines.append(f"| {row['backend']} | {row['strategy']} | " + " | ".join(row[c] for c in caches) + " |")
     return "\n".join(lines)
 
 

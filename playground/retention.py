@@ -1,7 +1,8 @@
 """What a bounded or quantized KV cache still holds at a decoding step, position by position.
 
 A pure function of the cache's settings, the model's layer layout and the step, so the page can draw it
-without torch; `tests/unit/test_retention.py` checks it against the keys the real cache objects hold.
+without torch. Each cache type's rule is its registry entry's `retention`; `tests/unit/test_retention.py`
+checks them against the keys the real cache objects hold.
 
 Step k (1 .. new_tokens) is the cache right after the forward pass that produced new token k: the prompt and
 new tokens 1 .. k-1 have been written (token k is written by the next pass, and the last new token never is).
@@ -28,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from playground import registry
+
 State = Literal["kept", "sink", "evicted", "quantized", "unwritten"]
-# Caches whose contents differ from "every position so far, full precision": the ones worth drawing.
-RETAINING_CACHES = ("sliding", "sink", "quantized")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,29 +88,61 @@ def _count(layers: int, what: str) -> str:
     return f"{layers} {what}layer{'' if layers == 1 else 's'}"
 
 
+@dataclass(frozen=True)
+class Written:
+    """What a retention rule is given: the settings and where the cache stands at the step drawn."""
+
+    settings: CacheSettings
+    prompt_tokens: int
+    total: int  # positions drawn: the prompt and every new token
+    n: int  # positions written so far
+    sliding: int  # the model's own sliding layers
+    full: int  # its other (global) layers
+
+    def model_window_rows(self) -> list[CacheRow]:
+        """The model's own sliding layers, which keep their window under any cache."""
+        if not (self.sliding and self.settings.model_window):
+            return []
+        window = self.settings.model_window
+        return [CacheRow(_count(self.sliding, "sliding ") + f" (window {window})",
+                         _window(self.total, self.n, _slid(window, self.n)))]
+
+
+def sink_rows(at: Written) -> list[CacheRow]:
+    s = at.settings
+    return [CacheRow(_count(at.full, "") + " (sinks + window)", _sink(at.total, at.n, s.sink_tokens, s.window))]
+
+
+def quantized_rows(at: Written) -> list[CacheRow]:
+    what = _count(at.full, "global " if at.sliding else "") + f" ({at.settings.cache_bits}-bit)"
+    return [*at.model_window_rows(), CacheRow(what, _quantized(at.total, at.n, at.prompt_tokens, at.settings))]
+
+
+def sliding_rows(at: Written) -> list[CacheRow]:
+    """The model's own window where it has sliding layers (its global layers keep everything); else the
+    imposed window on every layer."""
+    if at.sliding:
+        return [*at.model_window_rows(),
+                CacheRow(_count(at.full, "global ") + " (no window)", _window(at.total, at.n, at.n))]
+    kept = _slid(at.settings.window, at.n)
+    return [CacheRow(_count(at.full, "") + f" (window {at.settings.window})", _window(at.total, at.n, kept))]
+
+
+def retains(cache: str) -> bool:
+    """Whether the cache keeps less than every position in full precision: the ones worth drawing."""
+    return cache in registry.cache_names() and registry.cache_type(cache).retention is not None
+
+
 def retention(settings: CacheSettings, prompt_tokens: int, new_tokens: int, step: int) -> list[CacheRow]:
     """Per group of layers, the state of each of the prompt_tokens + new_tokens positions at step `step`."""
-    if settings.cache not in RETAINING_CACHES:
-        raise ValueError(f"retention is drawn for caches {RETAINING_CACHES}, not {settings.cache!r}")
-    total, n = prompt_tokens + new_tokens, written(prompt_tokens, step)
+    rule = registry.cache_type(settings.cache).retention if settings.cache in registry.cache_names() else None
+    if rule is None:
+        drawn = [c.name for c in registry.caches() if c.retention is not None]
+        raise ValueError(f"retention is drawn for caches {tuple(drawn)}, not {settings.cache!r}")
     kinds = Counter(settings.layer_types)
-    sliding, full = kinds.get("sliding_attention", 0), kinds.get("full_attention", 0)
-    if settings.cache == "sink":
-        return [CacheRow(_count(full, "") + " (sinks + window)", _sink(total, n, settings.sink_tokens,
-                                                                       settings.window))]
-    rows: list[CacheRow] = []
-    if sliding and settings.model_window:  # the model's own sliding layers, under either cache
-        rows.append(CacheRow(_count(sliding, "sliding ") + f" (window {settings.model_window})",
-                             _window(total, n, _slid(settings.model_window, n))))
-    if settings.cache == "quantized":
-        what = _count(full, "global " if sliding else "") + f" ({settings.cache_bits}-bit)"
-        rows.append(CacheRow(what, _quantized(total, n, prompt_tokens, settings)))
-    elif sliding:
-        rows.append(CacheRow(_count(full, "global ") + " (no window)", _window(total, n, n)))
-    else:
-        kept = _slid(settings.window, n)
-        rows.append(CacheRow(_count(full, "") + f" (window {settings.window})", _window(total, n, kept)))
-    return rows
+    at = Written(settings, prompt_tokens, prompt_tokens + new_tokens, written(prompt_tokens, step),
+                 kinds.get("sliding_attention", 0), kinds.get("full_attention", 0))
+    return list(rule(at))
 
 
 def settings_for(spec: dict[str, object], layer_types: Sequence[str], model_window: int | None) -> CacheSettings:

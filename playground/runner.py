@@ -6,7 +6,6 @@ chosen backend in a worker thread under the one generation lock, turning what it
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -14,35 +13,26 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from playground.backends.jax.architectures import check_architecture, check_assisted_layers
-from playground.compatibility import check_draft_vocabulary
+from playground.backends.jax.backend import JaxBackend
+from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
+from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
 from playground.metrics import PeakRss
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
-from playground.models.shapes import check_head_split
 from playground.result import Result, build_result, combine_runs
 from playground.spec import RunSpec, check_vocabulary
 
 if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
-MAX_PROMPT_CHARS = 100_000
 TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
 # One generation at a time per process, whichever backend: on 2 vCPUs two concurrent runs only slow each other
 # and falsify both timings, and torch's global RNG makes seeds reproducible only when runs do not interleave.
 GENERATION_LOCK = threading.Lock()
-
-
-def max_prompt_tokens() -> int:
-    return int(os.environ.get("PLAYGROUND_MAX_PROMPT_TOKENS", "2048"))
-
-
-def max_request_seconds() -> float:
-    """Wall-time limit of one generation; past it the run stops at the next token and says so."""
-    return float(os.environ.get("PLAYGROUND_MAX_REQUEST_SECONDS", "600"))
+BACKEND_CLASSES: dict[str, Callable[[], Backend]] = {"torch": TorchBackend, "jax": JaxBackend}
 
 
 def check_prompt(prompt: Any) -> str:
@@ -57,40 +47,22 @@ def check_prompt(prompt: Any) -> str:
 
 def preflight(spec: RunSpec) -> None:
     """Refuse, before anything loads, what can be known to fail: a model or draft that cannot be had here, and
-    on the JAX path an architecture it does not run, assisted decoding over sliding-window layers, or a device
-    count that does not divide the model's heads (when its config is on disk). RunSpec itself has checked the
-    ranges and the combination."""
+    what the backend refuses from the configs on disk (an architecture, a layer layout, a device count). RunSpec
+    itself has checked the ranges and the combination."""
     check_available(spec.model)
-    config = saved_config(spec.model) if spec.backend == "jax" or spec.prefix_ids else None
     if spec.assistant is not None:
         check_available(spec.assistant)
-        if spec.backend == "jax":
-            draft_config = saved_config(spec.assistant)
-            check_draft_vocabulary(spec.assistant, config, draft_config)
-            if draft_config is not None:
-                check_assisted_layers(draft_config)
-    if config is None:
-        return  # the vocabulary is then checked once the model is loaded, before it runs
-    if spec.backend == "jax":
-        check_architecture(config)
-        if spec.strategy == "assisted":
-            check_assisted_layers(config)
-    text = config.get("text_config") or config
-    if spec.backend == "jax" and isinstance(text.get("num_attention_heads"), int):
-        check_head_split(text["num_attention_heads"], spec.devices)
+    config = saved_config(spec.model)
+    draft_config = saved_config(spec.assistant) if spec.assistant is not None else None
+    backend_for(spec.backend).preflight(spec, config, draft_config)
+    text = (config or {}).get("text_config") or config or {}
     if isinstance(text.get("vocab_size"), int):  # otherwise checked once the model is loaded, before it runs
         check_vocabulary(spec.prefix_ids, text["vocab_size"], spec.model)
 
 
 def backend_for(name: str) -> Backend:
-    """The backend that runs `name`. Imported on first use, so the page starts without torch or jax."""
-    if name == "jax":
-        from playground.backends.jax.decoder import JaxBackend
-
-        return JaxBackend()
-    from playground.backends.torch.generate import TorchBackend
-
-    return TorchBackend()
+    """The backend that runs `name`; its module imports neither torch nor jax until it generates."""
+    return BACKEND_CLASSES[name]()
 
 
 History = list[tuple[str, str]]
@@ -133,48 +105,18 @@ def with_prefix(loaded: LoadedModel, input_ids: Any, prefix_ids: tuple[int, ...]
 
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
-    """Refuse before allocating: the full-precision cache for prompt + max_new_tokens, per beam (and the draft's);
-    on the JAX path, the cache's arrays as its plan allocates them."""
+    """Refuse before allocating: a request past the model's context, or what the backend would hold for it
+    (its caches, and its own copy of the weights) past the memory budget."""
     total = prompt_tokens + spec.max_new_tokens
     limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and total > limit:
         raise PlaygroundError(
             f"prompt ({prompt_tokens} tokens) + max_new_tokens ({spec.max_new_tokens}) = {total} exceeds "
             f"{loaded.name}'s context of {limit} tokens; lower max_new_tokens or shorten the prompt")
-    if spec.backend == "jax":
-        from playground.backends.jax.caches.plan import peak_bytes, plan_cache
-        from playground.backends.jax.decoder import STEPS_PER_CALL
-
-        # the layouts the JAX cache really allocates (bounded layers at their bound, quantized arrays at their
-        # bytes); while a growing cache doubles, its old and new arrays coexist
-        plan = plan_cache(spec, loaded.model.config.get_text_config(decoder=True), prompt_tokens, STEPS_PER_CALL)
-        beams = spec.num_beams if spec.strategy == "beam" else 1  # a beam search's cache holds a row per beam
-        need, growing = peak_bytes(plan, beams)
-        if draft is not None:  # the draft's cache is preallocated for the whole run
-            need += peak_bytes(plan_cache(spec.replace(cache="static"), draft.model.config.get_text_config(
-                decoder=True), prompt_tokens, STEPS_PER_CALL))[0]
-        what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {beams} beams" if beams > 1 else "") + (
-            " (old and new arrays while it grows)" if growing else "")
-        memory.check_fits(what, need, LOADED.resident_bytes(), hint="lower max_new_tokens")
-        return
-    sequences = spec.num_beams if spec.strategy == "beam" else 1
-    need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
-    if draft is not None:
-        need += memory.kv_bytes_estimate(draft.model.config, total)
-    memory.check_fits(f"the KV cache for {total} tokens x {sequences} sequence(s)", need,
-                      LOADED.resident_bytes())
-
-
-def reserve_backend_memory(loaded: LoadedModel, spec: RunSpec) -> None:
-    """What the backend will hold beside the torch weights, reserved in the budget before it allocates: the JAX
-    engine's device copy of the weights (once per model and device count; it lives as long as the model)."""
-    if spec.backend != "jax":
-        return
-    from playground.backends.jax.engine import device_bytes
-
-    what = f"the JAX engine's weights on {spec.devices} device{'s' if spec.devices > 1 else ''}"
-    LOADED.reserve(loaded, what, device_bytes(loaded.model, spec.devices),
-                   hint="use the torch backend, or unload other models")
+    need = backend_for(spec.backend).memory_needed(loaded, spec, prompt_tokens, draft)
+    for model, held in need.resident:
+        LOADED.reserve(model, held.what, held.bytes, hint=held.hint)
+    memory.check_fits(need.run.what, need.run.bytes, LOADED.resident_bytes(), hint=need.run.hint)
 
 
 class IncrementalText:
@@ -271,9 +213,6 @@ class _Job:
                 self.reports.put(loaded)
                 prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
                 input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
-                reserve_backend_memory(loaded.model, self.spec)
-                if loaded.draft is not None:  # on JAX the draft model has an engine of its own
-                    reserve_backend_memory(loaded.draft, self.spec.replace(devices=1))
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once

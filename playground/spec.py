@@ -5,26 +5,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from playground.compatibility import BACKENDS, CACHES, STRATEGIES, WEIGHTS, check_combination
+from playground import registry
+from playground.compatibility import WEIGHTS, check_combination
 from playground.errors import PlaygroundError
+from playground.limits import max_new_tokens_cap
+from playground.registry import BACKENDS
+from playground.registry.builtin import CACHE_BITS, MAX_BEAMS
 
-__all__ = ["BACKENDS", "CACHES", "CACHE_BITS", "STRATEGIES", "WEIGHTS", "RunSpec", "max_new_tokens_cap"]
-CACHE_BITS = (2, 4, 8)
+__all__ = ["BACKENDS", "CACHE_BITS", "MAX_BEAMS", "WEIGHTS", "RunSpec", "max_new_tokens_cap"]
 
 DEFAULT_MODEL = "smollm2-135m"
-MAX_BEAMS = 8
-MAX_DEVICES = 64
-MAX_REPEATS = 5
-
-
-def max_new_tokens_cap() -> int:
-    """Upper bound on generated tokens per request; a public Space must not be tied up for minutes."""
-    return int(os.environ.get("PLAYGROUND_MAX_NEW_TOKENS", "1024"))
+MAX_REPEATS = int(registry.knob("repeats").high or 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,21 +177,16 @@ def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str) -> None:
                                   f"allowed: 0 to {vocab_size - 1}")
 
 
-def _check_beams(spec: RunSpec) -> None:
-    """Beam search needs two beams at least (one is greedy search) and returns at most its beams."""
-    if spec.num_beams < 2:
-        raise PlaygroundError(f"num_beams={spec.num_beams} with strategy 'beam' is greedy search; "
-                              f"use num_beams 2-{MAX_BEAMS}, or strategy 'greedy'")
-    _in_range("num_return_sequences", spec.num_return_sequences, 1, MAX_BEAMS)
-    if spec.num_return_sequences > spec.num_beams:
-        raise PlaygroundError(
-            f"num_return_sequences={spec.num_return_sequences} exceeds num_beams={spec.num_beams} (beam search "
-            "returns at most its beams); raise num_beams or lower num_return_sequences")
+def _check_knob(knob: registry.Knob, value: Any) -> None:
+    if knob.choices:
+        _one_of(knob.name, value, knob.choices)
+    elif knob.low is not None and knob.high is not None:
+        _in_range(knob.name, value, knob.low, knob.high, low_open=knob.low_open)
 
 
 def _check_ranges(spec: RunSpec) -> None:
-    _one_of("strategy", spec.strategy, STRATEGIES)
-    _one_of("cache", spec.cache, CACHES)
+    _one_of("strategy", spec.strategy, registry.strategy_names())
+    _one_of("cache", spec.cache, registry.cache_names())
     _one_of("backend", spec.backend, BACKENDS)
     _one_of("weights", spec.weights, WEIGHTS)
     if not spec.model.strip():
@@ -206,38 +196,32 @@ def _check_ranges(spec: RunSpec) -> None:
     cap = max_new_tokens_cap()
     _in_range("max_new_tokens", spec.max_new_tokens, 1, cap)
     _in_range("min_new_tokens", spec.min_new_tokens, 0, spec.max_new_tokens)
-    _in_range("temperature", spec.temperature, 0.0, 100.0, low_open=True)
-    _in_range("top_k", spec.top_k, 0, 100_000)
-    _in_range("top_p", spec.top_p, 0.0, 1.0, low_open=True)
-    _in_range("min_p", spec.min_p, 0.0, 1.0)
-    _in_range("repetition_penalty", spec.repetition_penalty, 0.0, 10.0, low_open=True)
-    _in_range("seed", spec.seed, 0, 2**32 - 1)
-    _in_range("num_beams", spec.num_beams, 1, MAX_BEAMS)
-    _in_range("length_penalty", spec.length_penalty, -10.0, 10.0)
-    _in_range("prompt_lookup", spec.prompt_lookup, 0, 64)
-    _one_of("cache_bits", spec.cache_bits, CACHE_BITS)
-    _in_range("residual_length", spec.residual_length, 1, 100_000)
-    _in_range("window", spec.window, 1, 1_000_000)
-    _in_range("sink_tokens", spec.sink_tokens, 0, 1024)
-    _in_range("devices", spec.devices, 1, MAX_DEVICES)
-    _in_range("repeats", spec.repeats, 1, MAX_REPEATS)
+    for knob in registry.knobs():
+        _check_knob(knob, getattr(spec, knob.name))
     _check_prefix(spec.prefix_ids)
-    if spec.strategy == "beam":
-        _check_beams(spec)
-    elif spec.num_return_sequences != 1:
-        raise PlaygroundError(
-            f"num_return_sequences={spec.num_return_sequences} needs strategy 'beam' "
-            "(it returns the best num_return_sequences beams); other strategies return 1")
-    if spec.cache == "sink" and spec.sink_tokens >= spec.window:
-        raise PlaygroundError(
-            f"sink_tokens={spec.sink_tokens} must be smaller than window={spec.window} "
-            "(the window holds the sinks plus the most recent tokens)")
+    strategy, cache = registry.strategy(spec.strategy), registry.cache_type(spec.cache)
     if spec.assistant is not None and not spec.assistant.strip():
         raise PlaygroundError("assistant must be a model name or null")
-    if spec.strategy == "assisted" and (spec.assistant is None) == (spec.prompt_lookup == 0):
-        raise PlaygroundError(
-            "strategy 'assisted' needs exactly one source of draft tokens: an assistant model "
-            "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
-    if spec.strategy != "assisted" and (spec.assistant is not None or spec.prompt_lookup or spec.assisted_sampling):
-        raise PlaygroundError("assistant, prompt_lookup and assisted_sampling only apply to strategy 'assisted'")
+    _check_unused(spec, strategy)
+    for validate in (strategy.validate, cache.validate):
+        if validate is not None:
+            validate(spec)
     check_combination(spec)
+
+
+def _readers(knob: str) -> str:
+    return " or ".join(f"'{s.name}'" for s in registry.strategies() if knob in s.knobs)
+
+
+def _check_unused(spec: RunSpec, strategy: registry.Strategy) -> None:
+    """A strategy's own knobs keep their defaults under the other strategies, so a run never silently ignores
+    what was asked of it."""
+    if "num_return_sequences" not in strategy.knobs and spec.num_return_sequences != 1:
+        raise PlaygroundError(
+            f"num_return_sequences={spec.num_return_sequences} needs strategy {_readers('num_return_sequences')} "
+            "(it returns the best num_return_sequences beams); other strategies return 1")
+    drafting = ("assistant", "prompt_lookup", "assisted_sampling")
+    if not set(drafting) & set(strategy.knobs) and (spec.assistant is not None or spec.prompt_lookup
+                                                   or spec.assisted_sampling):
+        raise PlaygroundError(f"assistant, prompt_lookup and assisted_sampling only apply to strategy "
+                              f"{_readers('assistant')}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -81,11 +81,41 @@ class GenerationOutput:
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
 
 
+@dataclass(frozen=True)
+class Held:
+    """Bytes a backend will hold, what they are (for the refusal) and what to lower when they do not fit."""
+
+    what: str
+    bytes: int
+    hint: str = "lower max_new_tokens or num_beams, pick smaller weights (bf16, int8, nf4)"
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What a run adds to the memory budget before it allocates anything."""
+
+    run: Held  # held while the run lasts: its caches (and its draft's)
+    # held as long as a model stays loaded (a backend's own copy of its weights), reserved once per model
+    resident: list[tuple[LoadedModel, Held]] = field(default_factory=list)
+
+
 class Backend(Protocol):
     """A way to run a validated RunSpec on a loaded model. The runner holds the one generation lock around
-    `generate`, so a backend never runs two generations at once and needs no lock of its own."""
+    `generate`, so a backend never runs two generations at once and needs no lock of its own. Importing a
+    backend's module imports neither torch nor jax (the page asks `preflight` while it starts)."""
 
     name: str
+
+    def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
+                  draft_config: Mapping[str, Any] | None) -> None:
+        """Refuse what this backend cannot run, from the model's (and draft's) config on disk, before anything
+        loads; a config not on disk yet is None (then the backend refuses once the model is loaded)."""
+        ...
+
+    def memory_needed(self, loaded: LoadedModel, spec: RunSpec, prompt_tokens: int,
+                      draft: LoadedModel | None) -> MemoryNeed:
+        """What the run will allocate beside the loaded torch weights."""
+        ...
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,

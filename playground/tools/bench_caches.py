@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from playground.compatibility import CACHES
+from playground import registry
 from playground.errors import PlaygroundError
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import backend_for, encode_prompt
@@ -28,6 +28,7 @@ CACHE_KNOBS: dict[str, dict[str, Any]] = {
     "static": {}, "dynamic": {}, "sliding": {"window": 256}, "sink": {"window": 256, "sink_tokens": 4},
     "quantized": {"cache_bits": 4, "residual_length": 128},
 }
+CACHES: tuple[str, ...] = ()  # the caches timed; empty: every registered cache
 BACKENDS = ("torch", "jax")
 TORCH_WARM_UP_TOKENS = 16  # PyTorch compiles nothing: a short run warms its allocator and kernels
 
@@ -38,9 +39,9 @@ class _Config:
     def __init__(self, loaded: LoadedModel, cache: str, backend: str, new_tokens: int) -> None:
         self.loaded, self.backend = loaded, backend
         self.spec = RunSpec(model=loaded.name, backend=backend, cache=cache, max_new_tokens=new_tokens,
-                            min_new_tokens=new_tokens, **CACHE_KNOBS[cache])
+                            min_new_tokens=new_tokens, **CACHE_KNOBS.get(cache, {}))
         self.row: dict[str, Any] = {"name": f"{backend}-{cache}", "backend": backend, "cache": cache,
-                                    "knobs": CACHE_KNOBS[cache]}
+                                    "knobs": CACHE_KNOBS.get(cache, {})}
         self.runs: list[float] = []
         self.ttfts: list[float] = []
 
@@ -74,7 +75,7 @@ def _configs(loaded: LoadedModel, ids: Any, new_tokens: int,
              progress: Callable[[str], Any]) -> tuple[list[_Config], list[dict[str, Any]]]:
     """Every cache x backend that can run on this model, warmed up; and the refused ones with the reason."""
     runnable, refused = [], []
-    for cache in CACHES:
+    for cache in CACHES or registry.cache_names():
         for backend in BACKENDS:
             config = _Config(loaded, cache, backend, new_tokens)
             progress(f"{config.row['name']}: warm-up")
@@ -99,7 +100,7 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     return {
         "jax_vs_torch": {c: _ratio(get(f"jax-{c}", "tokens_per_s"), get(f"torch-{c}", "tokens_per_s"))
-                         for c in CACHES},
+                         for c in CACHES or registry.cache_names()},
         "jax_sliding_vs_jax_static": _ratio(get("jax-sliding", "tokens_per_s"), get("jax-static", "tokens_per_s")),
         "quantized_bytes_vs_static": {b: _ratio(get(f"{b}-quantized", "kv_cache_bytes"),
                                                 get(f"{b}-static", "kv_cache_bytes")) for b in BACKENDS},
@@ -147,7 +148,7 @@ def format_table(result: dict[str, Any]) -> str:
              "",
              f"{'cache':<11}{'torch tok/s':>12}{'jax tok/s':>11}{'jax/torch':>11}{'torch KV MB':>13}"
              f"{'jax KV MB':>11}{'jax compile s':>15}"]
-    for cache in CACHES:
+    for cache in CACHES or registry.cache_names():
         torch_row, jax_row = by_name.get(f"torch-{cache}", {}), by_name.get(f"jax-{cache}", {})
         if "refused" in jax_row or "refused" in torch_row:
             lines.append(f"{cache:<11}refused: {(jax_row or torch_row).get('refused')}")

@@ -16,7 +16,7 @@ from typing import Any
 import gradio as gr
 
 from playground.result import Result
-from playground.retention import RETAINING_CACHES, CacheRow, State, retention, settings_for, written
+from playground.retention import CacheRow, State, retains, retention, settings_for, written
 
 STATE_TEXT: dict[str, str] = {"kept": "kept (full precision)", "sink": "sink", "evicted": "evicted",
                               "quantized": "quantized", "unwritten": "not written yet"}
@@ -44,7 +44,7 @@ def strip_applies(result: Result | None) -> bool:
     if not result or result["new_tokens"] < 1 or "attention_layers" not in result:
         return False
     spec = result["spec"]
-    return spec.get("cache") in RETAINING_CACHES
+    return retains(str(spec.get("cache")))
 
 
 def rows_at(result: Result, step: int) -> list[CacheRow]:

@@ -8,10 +8,11 @@ from typing import Any
 
 import gradio as gr
 
-from playground import compatibility, runner
+from playground import compatibility, registry, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED, model_choices
-from playground.spec import BACKENDS, CACHE_BITS, CACHES, MAX_BEAMS, STRATEGIES, WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.registry.builtin import SAMPLING_KNOBS
+from playground.spec import BACKENDS, CACHE_BITS, MAX_BEAMS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.cut import PICK_TOKEN_JS
 
 MAX_COLUMNS = 4
@@ -23,23 +24,22 @@ START_SETTINGS = [
 START_COLUMNS = len(START_SETTINGS)
 DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
 
-# Knobs shown only when they apply: the key is the choice that makes them matter.
-STRATEGY_KNOBS = {
-    "sampling": ("temperature", "top_k", "top_p", "min_p"),
-    "beam": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    "assisted": ("assistant", "prompt_lookup", "assisted_sampling"),
-}
-CACHE_KNOBS = {
-    "quantized": ("cache_bits", "residual_length"),
-    "sliding": ("window",),
-    "sink": ("window", "sink_tokens"),
-}
-BACKEND_KNOBS = {"jax": ("devices",)}
+# The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens",
                "repetition_penalty")
+BACKEND_KNOBS = {"jax": ("devices",)}
+# Knob groups of the settings card: a group is shown when the choice reads any of its knobs
+GROUPS = {
+    "sampling": SAMPLING_KNOBS,
+    "beam": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
+    "assisted": ("assistant", "prompt_lookup", "assisted_sampling"),
+    "quantized": ("cache_bits", "residual_length"),
+    "window_box": ("window", "sink_tokens"),
+    "sink_tokens": ("sink_tokens",),
+    "devices": ("devices",),
+}
 # RunSpec keys a column owns; seed and chat are page-wide so that every column answers the same request
-COLUMN_KEYS = (*COMMON_KEYS, *STRATEGY_KNOBS["sampling"], *STRATEGY_KNOBS["beam"], *STRATEGY_KNOBS["assisted"],
-               *CACHE_KNOBS["quantized"], *CACHE_KNOBS["sink"], *BACKEND_KNOBS["jax"])
+COLUMN_KEYS = tuple(dict.fromkeys((*COMMON_KEYS, *(k for knobs in GROUPS.values() for k in knobs))))
 SPEC_DEFAULTS = RunSpec().to_dict()
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none"
 UI_DEFAULTS = {**{k: SPEC_DEFAULTS[k] for k in COLUMN_KEYS}, "assistant": "smollm2-135m", "prompt_lookup": 10,
@@ -50,21 +50,21 @@ INT_KEYS = {"max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_retur
 
 def offered(options: tuple[str, ...], axis: int) -> list[str]:
     """Choices that run in at least one combination; the others are not shown at all."""
-    combos = [(b, s, c) for b in BACKENDS for s in STRATEGIES for c in CACHES]
+    combos = [(b, s, c) for b in BACKENDS for s in registry.strategy_names() for c in registry.cache_names()]
     return [o for o in options if any(combo[axis] == o and compatibility.refusal(*combo) is None for combo in combos)]
 
 
 def samples(strategy: str, assisted_sampling: bool) -> bool:
-    """Whether the sampling knobs apply: sampling, or assisted decoding that samples (speculative sampling)."""
-    return strategy == "sampling" or (strategy == "assisted" and bool(assisted_sampling))
+    """Whether the sampling knobs apply (the strategy's entry decides)."""
+    return registry.strategy(strategy).samples(assisted_sampling)
 
 
 def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bool = False) -> list[str]:
     """The RunSpec keys that change what this column computes, in display order (assisted decoding that samples
     uses the sampling knobs too)."""
     keys = list(COMMON_KEYS)
-    sampled = STRATEGY_KNOBS["sampling"] if samples(strategy, assisted_sampling) else ()
-    for extra in (STRATEGY_KNOBS.get(strategy, ()), sampled, CACHE_KNOBS.get(cache, ()),
+    sampled = SAMPLING_KNOBS if samples(strategy, assisted_sampling) else ()
+    for extra in (registry.strategy(strategy).knobs, sampled, registry.cache_type(cache).knobs,
                   BACKEND_KNOBS.get(backend, ())):
         keys += [k for k in extra if k not in keys]
     return keys
@@ -73,24 +73,20 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
 def visibility(strategy: str, cache: str, backend: str, draft_source: str,
                assisted_sampling: bool = False) -> dict[str, bool]:
     """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
-    return {
-        "sampling": samples(strategy, assisted_sampling), "beam": strategy == "beam",
-        "assisted": strategy == "assisted",
-        "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP,
-        "quantized": cache == "quantized", "window_box": cache in ("sliding", "sink"), "sink_tokens": cache == "sink",
-        "devices": backend == "jax",
-    }
+    keys = set(relevant_keys(strategy, cache, backend, assisted_sampling))
+    shown = {group: bool(keys & set(knobs)) for group, knobs in GROUPS.items()}
+    return {**shown, "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP}
 
 
 def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
     """Offered strategies; those refused with the current cache/backend carry a ✗ (the notice says why)."""
     return [(s if compatibility.refusal(backend, s, cache) is None else f"{s} ✗ with {cache}", s)
-            for s in offered(STRATEGIES, 1)]
+            for s in offered(registry.strategy_names(), 1)]
 
 
 def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
     return [(c if compatibility.refusal(backend, strategy, c) is None else f"{c} ✗ with {strategy}", c)
-            for c in offered(CACHES, 2)]
+            for c in offered(registry.cache_names(), 2)]
 
 
 def _clean(key: str, value: Any) -> Any:
@@ -107,7 +103,7 @@ def column_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     sampled = bool(values.get("assisted_sampling"))
     keys = relevant_keys(values["strategy"], values["cache"], values["backend"], sampled)
     settings = {k: _clean(k, values[k]) for k in keys if k not in ("assistant", "prompt_lookup", "assisted_sampling")}
-    if values["strategy"] == "assisted":
+    if set(GROUPS["assisted"]) & set(registry.strategy(values["strategy"]).knobs):
         if sampled:  # left out when off, so a shared link stays as short as before
             settings["assisted_sampling"] = True
         if values.get("draft_source") == PROMPT_LOOKUP:
@@ -160,12 +156,12 @@ def output_classes(slot: int, position: int) -> list[str]:
 def label(position: int, settings: Mapping[str, Any]) -> str:
     """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
     and backend when not the default."""
-    strategy = settings.get("strategy", "greedy")
-    if strategy == "assisted":
+    strategy = str(settings.get("strategy", SPEC_DEFAULTS["strategy"]))
+    if registry.strategy(strategy).drafts:
         lookup = settings.get("prompt_lookup")
         source = f"prompt lookup n={lookup}" if lookup else f"draft {settings.get('assistant')}"
         strategy += f" ({source}, sampled)" if settings.get("assisted_sampling") else f" ({source})"
-    parts = [f"{position + 1}: {strategy}", settings.get("cache", "dynamic")]
+    parts = [f"{position + 1}: {strategy}", settings.get("cache", SPEC_DEFAULTS["cache"])]
     if settings.get("backend", "torch") != "torch":
         parts.append(settings["backend"])
     return " · ".join(parts)

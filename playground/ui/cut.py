@@ -10,7 +10,9 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from playground import registry
 from playground.result import Result, TokenRecord
+from playground.spec import RunSpec
 
 NOTHING_PICKED = "click or tap a token first"
 
@@ -56,8 +58,9 @@ def applied_filters(spec: Mapping[str, Any]) -> str:
         steps.append(f"repetition penalty {spec['repetition_penalty']}")
     if spec.get("min_new_tokens"):
         steps.append(f"min_new_tokens {spec['min_new_tokens']}")
-    if spec.get("strategy") != "sampling":
-        return " → ".join([*steps, f"{spec.get('strategy', 'greedy')}: the most likely token is taken"])
+    strategy = str(spec.get("strategy", RunSpec().strategy))
+    if not registry.strategy(strategy).samples(bool(spec.get("assisted_sampling"))):
+        return " → ".join([*steps, f"{strategy}: the most likely token is taken"])
     steps.append(f"temperature {spec.get('temperature', 1.0)}")
     if spec.get("top_k"):
         steps.append(f"top-k {spec['top_k']}")

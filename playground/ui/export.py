@@ -20,12 +20,12 @@ from typing import Any
 import psutil
 
 from playground.errors import PlaygroundError
+from playground.limits import MAX_LINK_PROMPT_CHARS
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
 from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem, relevant_keys
 
-MAX_PROMPT_CHARS = 20_000  # what a shared link may carry; longer prompts are pasted, not linked
 MAX_TOKEN_CHARS = 16_000
 SETTINGS_VERSION = 1
 # how long an export (and Gradio's served copy of it, see build_ui's delete_cache) is kept
@@ -52,8 +52,8 @@ def parse_settings(data: Any) -> dict[str, Any]:
         raise PlaygroundError(f"unknown settings key(s) {', '.join(unknown)}; "
                               "allowed: prompt, seed, mode, repeats, columns")
     prompt = data.get("prompt", "")
-    if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
-        raise PlaygroundError(f"prompt must be text of at most {MAX_PROMPT_CHARS} characters")
+    if not isinstance(prompt, str) or len(prompt) > MAX_LINK_PROMPT_CHARS:
+        raise PlaygroundError(f"prompt must be text of at most {MAX_LINK_PROMPT_CHARS} characters")
     seed, repeats = data.get("seed", 0), data.get("repeats", 1)
     RunSpec(seed=seed, repeats=repeats)  # the same range and type checks as a run
     mode = data.get("mode", "auto")
@@ -101,7 +101,7 @@ def decode_url_state(token: str) -> dict[str, Any]:
     try:
         packed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         inflater = zlib.decompressobj()
-        raw = inflater.decompress(packed, 4 * MAX_PROMPT_CHARS)
+        raw = inflater.decompress(packed, 4 * MAX_LINK_PROMPT_CHARS)
         if inflater.unconsumed_tail:
             raise ValueError("too large")
         data = json.loads(raw)
@@ -123,7 +123,7 @@ def applied_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Only the RunSpec keys that changed what this column computed, and the page-wide ones."""
     keys = [*relevant_keys(spec["strategy"], spec["cache"], spec["backend"], bool(spec.get("assisted_sampling"))),
             *PAGE_WIDE_KEYS]
-    if spec["strategy"] == "assisted":  # one source of drafts: the other key was unused
+    if {"assistant", "prompt_lookup"} <= set(keys):  # one source of drafts: the other key was unused
         keys.remove("assistant" if spec.get("prompt_lookup") else "prompt_lookup")
     return {k: spec[k] for k in keys if k in spec}
 

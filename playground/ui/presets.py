@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from playground.spec import CACHES
+from playground import registry
 from playground.ui.columns import MAX_COLUMNS, START_SETTINGS
 
 Column = dict[str, Any]
@@ -60,7 +60,7 @@ def _cache_shoot_out() -> Preset:
         "sink": {"window": SHOOT_OUT_WINDOW, "sink_tokens": 4},
     }
     columns = tuple(_greedy(max_new_tokens=64, cache=cache, **knobs.get(cache, {})) for cache in SHOOT_OUT_CACHES)
-    left = [c for c in CACHES if c not in SHOOT_OUT_CACHES]
+    left = [c for c in registry.cache_names() if c not in SHOOT_OUT_CACHES]
     return Preset(STORY_PROMPT, columns, (
         f"Greedy, 64 tokens, on the caches that behave differently. Dynamic grows with every token; 4-bit "
         f"quantized keeps its newest 16 tokens in full precision and drops in size each time it packs them "

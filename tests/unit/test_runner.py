@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from playground import runner
+from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
 from playground.models import loaded
@@ -128,9 +129,7 @@ def test_loading_the_draft_never_evicts_the_main_model(tmp_path, monkeypatch):
 def test_every_backend_generates_under_the_one_generation_lock(local_model, monkeypatch):
     seen = []
 
-    class Recording:
-        name = "torch"
-
+    class Recording(TorchBackend):  # the real backend's preflight and memory, its generate recorded
         def generate(self, model, input_ids, spec, emit, should_stop, draft=None, progress=None):
             seen.append(runner.GENERATION_LOCK.locked())
             from playground.backends.torch.generate import generate

@@ -14,6 +14,7 @@ from typing import Generic, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
+from playground import registry
 from playground.backends.base import CUT_STAGES, TOP_ALTERNATIVES
 from playground.spec import RunSpec
 
@@ -45,7 +46,7 @@ class Knobs(NamedTuple, Generic[Leaf]):
 
 def mode_for(spec: RunSpec, vocab_size: int) -> SamplingMode:
     penalty = spec.repetition_penalty != 1.0
-    if spec.strategy == "greedy":
+    if not registry.strategy(spec.strategy).samples(spec.assisted_sampling):
         return SamplingMode(greedy=True, penalty=penalty)
     top_k = spec.top_k if 0 < spec.top_k < vocab_size else 0
     return SamplingMode(greedy=False, top_k=top_k, top_p=spec.top_p < 1.0, min_p=spec.min_p > 0.0,

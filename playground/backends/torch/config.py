@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import GenerationConfig
 
+from playground import registry
 from playground.backends.base import first_eos
 from playground.spec import RunSpec
 
@@ -28,25 +29,34 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
         config.repetition_penalty = spec.repetition_penalty
     if config.pad_token_id is None:
         config.pad_token_id = first_eos(config)
-    if spec.strategy == "sampling" or spec.assisted_sampling:
+    strategy = registry.strategy(spec.strategy)
+    if strategy.samples(spec.assisted_sampling):
         # top_k=0 must be said: transformers fills an unset (None) top_k with its default of 50
         config.update(do_sample=True, temperature=spec.temperature, top_k=spec.top_k,
                       top_p=spec.top_p if spec.top_p < 1.0 else None, min_p=spec.min_p or None)
-    elif spec.strategy == "beam":
-        config.update(num_beams=spec.num_beams, length_penalty=spec.length_penalty,
-                      early_stopping=spec.early_stopping, num_return_sequences=spec.num_return_sequences,
-                      output_scores=True)
-    if spec.strategy == "assisted" and spec.prompt_lookup:
-        config.prompt_lookup_num_tokens = spec.prompt_lookup
+    if strategy.torch_config is not None:
+        strategy.torch_config(spec, config)
     config.validate(strict=True)
     return config
+
+
+def beam_search(spec: RunSpec, config: GenerationConfig) -> None:
+    config.update(num_beams=spec.num_beams, length_penalty=spec.length_penalty,
+                  early_stopping=spec.early_stopping, num_return_sequences=spec.num_return_sequences,
+                  output_scores=True)
+
+
+def assisted(spec: RunSpec, config: GenerationConfig) -> None:
+    """Prompt lookup is a GenerationConfig setting; a draft model is a generate() argument (assistant_kwargs)."""
+    if spec.prompt_lookup:
+        config.prompt_lookup_num_tokens = spec.prompt_lookup
 
 
 def assistant_kwargs(spec: RunSpec, main_tokenizer: Any, draft: LoadedModel | None) -> dict[str, Any]:
     """generate() kwargs for the draft model (loaded by the runner): plain speculative decoding when the draft
     shares the main model's vocabulary, universal assisted decoding (text re-tokenized between the two) when
     it does not."""
-    if spec.strategy != "assisted" or spec.assistant is None:
+    if spec.assistant is None:  # RunSpec allows an assistant only for a strategy that drafts
         return {}
     if draft is None:
         raise ValueError("assisted decoding with an assistant model needs the loaded draft model")

@@ -11,7 +11,8 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
-from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop, eos_ids
+from playground import registry
+from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
@@ -65,19 +66,7 @@ class StopWhen(StoppingCriteria):
 
 def streams(spec: RunSpec) -> bool:
     """transformers refuses a streamer with beam search (several hypotheses, none final until the end)."""
-    return spec.strategy != "beam"
-
-
-class TorchBackend:
-    """transformers' model.generate with our cache objects, streamer, probes and stop criterion."""
-
-    name = "torch"
-
-    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-                 should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None) -> GenerationOutput:
-        # nothing is compiled on this path: generation starts at once, so there is no preparation to report
-        return generate(loaded, input_ids, spec, emit, should_stop, draft)
+    return registry.strategy(spec.strategy).records != "beams"
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
@@ -122,6 +111,7 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
     config = generation_config(spec, loaded.model)
     assistant = assistant_kwargs(spec, loaded.tokenizer, draft)
     cache = make_cache(spec, loaded.model, prompt_len)
+    records = registry.strategy(spec.strategy).records
     return _Run(
         config=config,
         assistant=assistant,
@@ -130,9 +120,9 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         stop=StopWhen(should_stop),
         trace=CacheTrace(cache),
         # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
-        probe=TokenProbe() if spec.strategy in ("greedy", "sampling") else None,
-        beams=BeamRecorder() if spec.strategy == "beam" else None,
-        assist=AssistRecorder() if spec.strategy == "assisted" else None,
+        probe=TokenProbe() if records == "tokens" else None,
+        beams=BeamRecorder() if records == "beams" else None,
+        assist=AssistRecorder() if records == "drafts" else None,
     )
 
 
@@ -159,7 +149,7 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
     """The backends' common output: tokens and their times, cache bytes, and what the probes recorded."""
     first = sequences[0]
     token_times = run.streamer.token_times if run.streamer else []
-    assisted = spec.strategy == "assisted"
+    assisted = run.assist is not None
     # each main verification pass streams one chunk; counted there, since a draft that is the main model itself
     # would trip the forward hook too
     passes = len(run.streamer.chunk_sizes) if assisted and run.streamer else measured.forward_passes

@@ -10,14 +10,15 @@ import torch
 from transformers.generation.streamers import BaseStreamer
 
 
-def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache: str = "dynamic",
+def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache_implementation: str = "dynamic",
                      streamer: BaseStreamer | None = None, **kwargs: Any) -> list[int]:
     """Exactly `new_tokens` greedy tokens from plain transformers generate, none of our processors or caches:
-    the reference the other paths must match (tests) and are timed against (bench)."""
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
+    the reference the other paths must match (tests) and are timed against (bench). `cache_implementation` is
+    transformers' own ("dynamic" or "static")."""
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, streamer=streamer, **extra, **kwargs)
+                             min_new_tokens=new_tokens, streamer=streamer, cache_implementation=cache_implementation,
+                             **kwargs)
     return list(out[0, ids.shape[1]:].tolist())
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from playground import registry
 from playground.backends.jax.architectures import ROLLBACK_REFUSAL
 from playground.backends.jax.attention import Segment, ring_positions
 from playground.backends.jax.caches import plan as cache_plan
@@ -31,10 +32,7 @@ def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> Ca
     drafts before any is rejected); refuses layers whose rollback would not be exact."""
     plain = cache_plan.plan_cache(spec, config, prompt_len, width)
     total = spec.max_new_tokens + width
-    if spec.cache == "static":
-        lengths = [cache_plan.static_length(prompt_len, total)]
-    else:
-        lengths = cache_plan.growth_lengths(prompt_len, total, width)
+    lengths = cache_plan.cache_lengths(registry.cache_type(spec.cache), prompt_len, total, width)
     plan = CachePlan(tuple(layer.resized(lengths[0]) for layer in plain.layers), tuple(lengths))
     for length in lengths:
         if not all(can_extend(layer, length) for layer in plan.at(length)):

@@ -19,12 +19,10 @@ from typing import Any
 
 from transformers.cache_utils import get_layer_types_and_kwargs
 
+from playground import registry
 from playground.backends.jax.caches.layout import Layout, nbytes
-from playground.backends.jax.caches.quantized import QuantLayout
 from playground.backends.jax.caches.ring import RingLayout
-from playground.backends.jax.caches.sink import SinkLayout, ring_room
 from playground.backends.torch.caches.factory import check_cache
-from playground.backends.torch.caches.sink import rope_inv_freq
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 from playground.spec import RunSpec
@@ -61,6 +59,13 @@ def growth_lengths(prompt_len: int, max_new_tokens: int, first_chunk: int) -> li
     return lengths
 
 
+def cache_lengths(cache: registry.CacheType, prompt_len: int, new_tokens: int, first_chunk: int) -> list[int]:
+    """One length for a preallocated cache; the doubling lengths for a growing one."""
+    if cache.preallocated:
+        return [static_length(prompt_len, new_tokens)]
+    return growth_lengths(prompt_len, new_tokens, first_chunk)
+
+
 Layouts = tuple[Layout, ...]
 
 
@@ -84,21 +89,6 @@ class CachePlan:
         return steps
 
 
-def _global_layer(spec: RunSpec, config: Any, native: bool, length: int) -> Layout:
-    shape = attention_shape(config)
-    heads, dim = shape.kv_heads, shape.head_dim
-    if spec.cache == "sliding" and not native:  # imposed on every layer, in the cache and in the mask
-        return RingLayout(heads, dim, slots=min(spec.window, length), window=spec.window)
-    if spec.cache == "sink":
-        inv_freq = tuple(float(f) for f in rope_inv_freq(config).double())
-        return SinkLayout(heads, dim, spec.sink_tokens, spec.window, ring_room(spec.sink_tokens, spec.window, length),
-                          inv_freq)
-    if spec.cache == "quantized":
-        residual = 0 if spec.cache_bits == 8 else spec.residual_length
-        return QuantLayout(heads, dim, spec.cache_bits, store=length, residual=residual, slots=min(residual, length))
-    return RingLayout(heads, dim, slots=length)
-
-
 def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) -> CachePlan:
     """The layouts for `spec` on a model with this text config; refuses what cannot be laid out."""
     layer_types, _ = get_layer_types_and_kwargs(config)
@@ -108,15 +98,13 @@ def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) ->
                               "sliding-window attention); use backend torch")
     native = "sliding_attention" in layer_types
     check_cache(spec, config)  # the PyTorch path's refusals, in its words
-    if spec.cache == "static":
-        lengths = [static_length(prompt_len, spec.max_new_tokens)]
-    else:
-        lengths = growth_lengths(prompt_len, spec.max_new_tokens, first_chunk)
+    cache = registry.cache_type(spec.cache)
+    lengths = cache_lengths(cache, prompt_len, spec.max_new_tokens, first_chunk)
     shape = attention_shape(config)
     layers = tuple(
         RingLayout(shape.kv_heads, shape.head_dim, slots=min(int(config.sliding_window), lengths[0]),
                    window=int(config.sliding_window)) if kind == "sliding_attention"
-        else _global_layer(spec, config, native, lengths[0])
+        else cache.jax(spec, config, native, lengths[0])
         for kind in layer_types)
     return CachePlan(layers, tuple(lengths))
 

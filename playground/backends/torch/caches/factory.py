@@ -1,4 +1,4 @@
-"""Cache type -> transformers Cache object for a run, and the real byte size of a cache's tensors."""
+"""The transformers Cache object each registered cache type builds for a run, and the real byte size of one."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from transformers.cache_utils import (
     get_layer_types_and_kwargs,
 )
 
-from playground.backends.torch.caches.sink import SinkCache, check_supported
-from playground.backends.torch.caches.sliding import check_imposable, make_sliding_cache
+from playground import registry
+from playground.backends.torch.caches.sink import SinkCache
+from playground.backends.torch.caches.sliding import make_sliding_cache
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 
@@ -22,13 +23,13 @@ from playground.spec import RunSpec
 def check_cache(spec: RunSpec, config: Any) -> None:
     """Refuse, from the model's config alone (so before its weights load), a cache this model cannot have;
     both backends refuse with these words."""
+    check_model = registry.cache_type(spec.cache).check_model
+    if check_model is None:
+        return
     text_config = config.get_text_config(decoder=True)
     layer_types, _ = get_layer_types_and_kwargs(text_config)
     try:
-        if spec.cache == "sink":
-            check_supported(text_config)
-        elif spec.cache == "sliding" and "sliding_attention" not in layer_types:
-            check_imposable(text_config, layer_types)
+        check_model(spec, text_config, layer_types)
     except ValueError as exc:
         raise PlaygroundError(str(exc)) from None
 
@@ -36,20 +37,33 @@ def check_cache(spec: RunSpec, config: Any) -> None:
 def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     """A fresh cache for one run; the caller keeps it so its size can be read afterwards."""
     check_cache(spec, model.config)
-    config = model.config.get_text_config(decoder=True)
-    if spec.cache == "dynamic":
-        return DynamicCache(config=config)
-    if spec.cache == "static":
-        # sized for this request exactly: prompt + every token we may generate
-        return StaticCache(config=config, max_cache_len=prompt_tokens + spec.max_new_tokens)
-    if spec.cache == "quantized":
-        return make_quantized_cache(config, spec.cache_bits, spec.residual_length)
-    if spec.cache == "sliding":
-        # the model's own window where it has sliding layers (Gemma3: 512), spec.window imposed where it has none
-        return make_sliding_cache(model, spec.window)
-    if spec.cache == "sink":
-        return SinkCache(config, window_length=spec.window, num_sink_tokens=spec.sink_tokens)
-    raise ValueError(f"cache {spec.cache!r} has no builder yet")  # compatibility.py refuses these first
+    return registry.cache_type(spec.cache).torch(spec, model, prompt_tokens)
+
+
+def _text_config(model: Any) -> Any:
+    return model.config.get_text_config(decoder=True)
+
+
+def dynamic_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
+    return DynamicCache(config=_text_config(model))
+
+
+def static_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
+    """Sized for this request exactly: prompt + every token we may generate."""
+    return StaticCache(config=_text_config(model), max_cache_len=prompt_tokens + spec.max_new_tokens)
+
+
+def sliding_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
+    """The model's own window where it has sliding layers (Gemma3: 512), spec.window imposed where it has none."""
+    return make_sliding_cache(model, spec.window)
+
+
+def sink_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
+    return SinkCache(_text_config(model), window_length=spec.window, num_sink_tokens=spec.sink_tokens)
+
+
+def quantized_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
+    return make_quantized_cache(_text_config(model), spec.cache_bits, spec.residual_length)
 
 
 def make_quantized_cache(config: Any, bits: int, residual_length: int) -> Cache:

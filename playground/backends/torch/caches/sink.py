@@ -87,6 +87,11 @@ def check_supported(config: Any) -> None:
                          f"partial_rotary_factor={partial}); {alternative}")
 
 
+def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
+    """The sink cache's model check for the registry (both backends re-rotate keys the same way)."""
+    check_supported(config)
+
+
 def rope_inv_freq(config: Any) -> torch.Tensor:
     """The model's RoPE inverse frequencies (D/2,), computed as its rotary embedding does."""
     rope = config.rope_parameters

@@ -158,6 +158,13 @@ def check_imposable(config: Any, layer_types: list[str]) -> None:
                          f"(model_type={model_type!r} uses {attention!r}); load the model with sdpa or eager")
 
 
+def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
+    """The sliding cache's model check for the registry: a model with its own sliding layers keeps its window;
+    on any other the window is imposed, which needs plain attention layers (both backends)."""
+    if "sliding_attention" not in layer_types:
+        check_imposable(config, layer_types)
+
+
 def make_sliding_cache(model: Any, window: int, max_cache_len: int | None = None) -> SlidingWindowCache:
     """A sliding-window cache for `model`: its own window if it has sliding layers (see `.window`), else `window`."""
     return SlidingWindowCache(model.config, window, max_cache_len)

@@ -1,0 +1,91 @@
+"""The JAX backend as the runner sees it: its refusals from a config on disk, its memory, and the jitted
+decoder (imported on use: importing this module imports neither torch nor jax)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from playground import registry
+from playground.backends.base import (
+    EmitTokens,
+    GenerationOutput,
+    Held,
+    MemoryNeed,
+    ReportProgress,
+    ShouldStop,
+)
+from playground.backends.jax.architectures import check_architecture, check_assisted_layers
+from playground.compatibility import check_draft_vocabulary
+from playground.models.shapes import check_head_split
+from playground.registry.builtin import DRAFT_CACHE
+
+if TYPE_CHECKING:
+    import torch
+
+    from playground.models.loaded import LoadedModel
+    from playground.spec import RunSpec
+
+
+class JaxBackend:
+    """The torchax-traced model under jax.jit: prefill and chunked decode over fixed-shape caches."""
+
+    name = "jax"
+
+    def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
+                  draft_config: Mapping[str, Any] | None) -> None:
+        """An architecture this path does not run, a drafting strategy over sliding-window layers (their rings
+        cannot roll rejected drafts back), a draft of another vocabulary, or a device count that does not
+        divide the heads."""
+        drafts = registry.strategy(spec.strategy).drafts
+        if spec.assistant is not None:
+            check_draft_vocabulary(spec.assistant, dict(config) if config else None,
+                                   dict(draft_config) if draft_config else None)
+            if draft_config is not None:
+                check_assisted_layers(draft_config)
+        if config is None:
+            return
+        check_architecture(config)
+        if drafts:
+            check_assisted_layers(config)
+        text = config.get("text_config") or config
+        if isinstance(text.get("num_attention_heads"), int):
+            check_head_split(text["num_attention_heads"], spec.devices)
+
+    def memory_needed(self, loaded: LoadedModel, spec: RunSpec, prompt_tokens: int,
+                      draft: LoadedModel | None) -> MemoryNeed:
+        """The engine's device copy of the weights (once per model and device count; it lives as long as the
+        model) and the cache's arrays as its plan allocates them: bounded layers at their bound, quantized
+        arrays at their bytes, old and new arrays together while a growing cache doubles."""
+        from playground.backends.jax.caches.plan import peak_bytes, plan_cache
+        from playground.backends.jax.decoder import STEPS_PER_CALL
+        from playground.backends.jax.engine import device_bytes
+
+        total = prompt_tokens + spec.max_new_tokens
+        plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
+        rows = registry.strategy(spec.strategy).rows(spec)
+        need, growing = peak_bytes(plan, rows)
+        resident = [(loaded, _engine_weights(loaded, spec.devices, device_bytes))]
+        if draft is not None:  # the draft's engine is its own, on one device; its cache is preallocated
+            need += peak_bytes(plan_cache(spec.replace(cache=DRAFT_CACHE), _text_config(draft), prompt_tokens,
+                                          STEPS_PER_CALL))[0]
+            resident.append((draft, _engine_weights(draft, 1, device_bytes)))
+        what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} beams" if rows > 1 else "") + (
+            " (old and new arrays while it grows)" if growing else "")
+        return MemoryNeed(Held(what, need, hint="lower max_new_tokens"), resident)
+
+    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        from playground.backends.jax.decoder import JaxBackend as Decoder
+
+        return Decoder().generate(loaded, input_ids, spec, emit, should_stop, draft, progress)
+
+
+def _text_config(loaded: LoadedModel) -> Any:
+    return loaded.model.config.get_text_config(decoder=True)
+
+
+def _engine_weights(loaded: LoadedModel, devices: int, device_bytes: Any) -> Held:
+    what = f"the JAX engine's weights on {devices} device{'s' if devices > 1 else ''}"
+    return Held(what, device_bytes(loaded.model, devices), hint="use the torch backend, or unload other models")

@@ -1,0 +1,51 @@
+"""The PyTorch backend as the runner sees it: its refusals, its memory, and `model.generate` (imported on use)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from playground import registry
+from playground.backends.base import (
+    EmitTokens,
+    GenerationOutput,
+    Held,
+    MemoryNeed,
+    ReportProgress,
+    ShouldStop,
+)
+from playground.models import memory
+
+if TYPE_CHECKING:
+    import torch
+
+    from playground.models.loaded import LoadedModel
+    from playground.spec import RunSpec
+
+
+class TorchBackend:
+    """transformers' model.generate with our cache objects, streamer, probes and stop criterion."""
+
+    name = "torch"
+
+    def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
+                  draft_config: Mapping[str, Any] | None) -> None:
+        """Everything transformers runs, this path runs: RunSpec's checks are the refusals."""
+
+    def memory_needed(self, loaded: LoadedModel, spec: RunSpec, prompt_tokens: int,
+                      draft: LoadedModel | None) -> MemoryNeed:
+        """The full-precision cache for prompt + max_new_tokens, a row per sequence (and the draft's)."""
+        total = prompt_tokens + spec.max_new_tokens
+        sequences = registry.strategy(spec.strategy).rows(spec)
+        need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
+        if draft is not None:
+            need += memory.kv_bytes_estimate(draft.model.config, total)
+        return MemoryNeed(Held(f"the KV cache for {total} tokens x {sequences} sequence(s)", need))
+
+    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+                 should_stop: ShouldStop, draft: LoadedModel | None = None,
+                 progress: ReportProgress | None = None) -> GenerationOutput:
+        # nothing is compiled on this path: generation starts at once, so there is no preparation to report
+        from playground.backends.torch.generate import generate
+
+        return generate(loaded, input_ids, spec, emit, should_stop, draft)

@@ -1,0 +1,24 @@
+"""How much one request may ask for: the limits a public deployment tightens through the environment."""
+
+from __future__ import annotations
+
+import os
+
+# a prompt's characters, checked before it is tokenized (the token limit below is the one that usually bites)
+MAX_PROMPT_CHARS = 100_000
+# what a shared link may carry; longer prompts are pasted, not linked (a link's length is the browser's limit)
+MAX_LINK_PROMPT_CHARS = 20_000
+
+
+def max_new_tokens_cap() -> int:
+    """Upper bound on generated tokens per request; a public Space must not be tied up for minutes."""
+    return int(os.environ.get("PLAYGROUND_MAX_NEW_TOKENS", "1024"))
+
+
+def max_prompt_tokens() -> int:
+    return int(os.environ.get("PLAYGROUND_MAX_PROMPT_TOKENS", "2048"))
+
+
+def max_request_seconds() -> float:
+    """Wall-time limit of one generation; past it the run stops at the next token and says so."""
+    return float(os.environ.get("PLAYGROUND_MAX_REQUEST_SECONDS", "600"))

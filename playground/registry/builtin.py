@@ -1,0 +1,150 @@
+"""The built-in knobs, the five KV-cache types and the four decoding strategies.
+
+Each entry names its backend code by module path (imported on first use). Reasons are shown to users verbatim,
+so each says why and what to pick instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from playground.errors import PlaygroundError
+from playground.registry import register_cache, register_knob, register_strategy
+from playground.registry.entries import CacheType, Knob, Strategy, lazy
+
+if TYPE_CHECKING:
+    from playground.spec import RunSpec
+
+MAX_BEAMS = 8
+CACHE_BITS = (2, 4, 8)
+
+# In the order RunSpec checks them: the first value out of range is the one reported.
+for _knob in (
+    Knob(name="temperature", low=0.0, high=100.0, low_open=True),
+    Knob(name="top_k", low=0, high=100_000, shapes=True),  # the number of kept candidates is an array shape
+    Knob(name="top_p", low=0.0, high=1.0, low_open=True),
+    Knob(name="min_p", low=0.0, high=1.0),
+    Knob(name="repetition_penalty", low=0.0, high=10.0, low_open=True),
+    Knob(name="seed", low=0, high=2**32 - 1),
+    Knob(name="num_beams", low=1, high=MAX_BEAMS, shapes=True),
+    Knob(name="length_penalty", low=-10.0, high=10.0),
+    Knob(name="prompt_lookup", low=0, high=64, shapes=True),  # the verify pass's width
+    Knob(name="cache_bits", choices=CACHE_BITS, shapes=True),
+    Knob(name="residual_length", low=1, high=100_000, shapes=True),
+    Knob(name="window", low=1, high=1_000_000, shapes=True),
+    Knob(name="sink_tokens", low=0, high=1024, shapes=True),
+    Knob(name="devices", low=1, high=64, shapes=True),
+    Knob(name="repeats", low=1, high=5),
+    # range checked by the strategy that reads them (elsewhere they must keep their default)
+    Knob(name="num_return_sequences", shapes=True),
+    Knob(name="early_stopping"),
+    Knob(name="assistant"),
+    Knob(name="assisted_sampling"),
+):
+    register_knob(_knob)
+
+
+# --- caches -----------------------------------------------------------------------------------------------------
+
+_TORCH_CACHES = "playground.backends.torch.caches.factory"
+_JAX_LAYOUTS = "playground.backends.jax.caches.global_layers"
+_RETENTION = "playground.retention"
+
+# why a verify pass's rejected drafts cannot be undone, per backend
+_TORCH_NO_CROP = "transformers' assisted generation rolls rejected drafts back with crop(), which {} cannot do"
+_JAX_OVERWRITES = "a verify pass writes past the window, overwriting positions a rejected draft would need back"
+
+
+def _check_sinks(spec: RunSpec) -> None:
+    if spec.sink_tokens >= spec.window:
+        raise PlaygroundError(
+            f"sink_tokens={spec.sink_tokens} must be smaller than window={spec.window} "
+            "(the window holds the sinks plus the most recent tokens)")
+
+
+register_cache(CacheType(
+    name="dynamic", label="dynamic", help="grows with every token; keeps everything in full precision",
+    torch=lazy(_TORCH_CACHES, "dynamic_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring")))
+register_cache(CacheType(
+    name="static", label="static",
+    help="allocated once for the prompt and every new token; fixed shapes (what compilers want)",
+    torch=lazy(_TORCH_CACHES, "static_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring"), preallocated=True,
+    no_rollback={"torch": _TORCH_NO_CROP.format("a static cache")}))
+register_cache(CacheType(
+    name="quantized", label="quantized",
+    help="stores keys and values in 2, 4 or 8 bits, the newest tokens in full precision",
+    knobs=("cache_bits", "residual_length"),
+    torch=lazy(_TORCH_CACHES, "quantized_cache"), jax=lazy(_JAX_LAYOUTS, "quantized"),
+    no_rollback={"torch": "rejected drafts would have to be removed from already-quantized blocks (no crop())",
+                 "jax": "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"},
+    retention=lazy(_RETENTION, "quantized_rows")))
+register_cache(CacheType(
+    name="sliding", label="sliding window",
+    help="keeps only the last `window` tokens (the model's own window where it has sliding layers)",
+    knobs=("window",),
+    torch=lazy(_TORCH_CACHES, "sliding_cache"), jax=lazy(_JAX_LAYOUTS, "sliding"),
+    no_rollback={"jax": _JAX_OVERWRITES},
+    check_model=lazy("playground.backends.torch.caches.sliding", "check_model"),
+    retention=lazy(_RETENTION, "sliding_rows")))
+register_cache(CacheType(
+    name="sink", label="attention sinks",
+    help="keeps the first `sink_tokens` tokens forever plus the most recent ones (StreamingLLM)",
+    knobs=("window", "sink_tokens"),
+    torch=lazy(_TORCH_CACHES, "sink_cache"), jax=lazy(_JAX_LAYOUTS, "sink"),
+    no_rollback={"torch": "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys",
+                 "jax": _JAX_OVERWRITES},
+    check_model=lazy("playground.backends.torch.caches.sink", "check_model"),
+    validate=_check_sinks,
+    retention=lazy(_RETENTION, "sink_rows")))
+
+
+# --- strategies -------------------------------------------------------------------------------------------------
+
+_TORCH_CONFIG = "playground.backends.torch.config"
+_JAX_STRATEGIES = "playground.backends.jax.strategies"
+
+
+def _check_beams(spec: RunSpec) -> None:
+    """Beam search needs two beams at least (one is greedy search) and returns at most its beams."""
+    if spec.num_beams < 2:
+        raise PlaygroundError(f"num_beams={spec.num_beams} with strategy 'beam' is greedy search; "
+                              f"use num_beams 2-{MAX_BEAMS}, or strategy 'greedy'")
+    if not 1 <= spec.num_return_sequences <= MAX_BEAMS:
+        raise PlaygroundError(f"num_return_sequences={spec.num_return_sequences} is out of range; "
+                              f"allowed: [1, {MAX_BEAMS}]")
+    if spec.num_return_sequences > spec.num_beams:
+        raise PlaygroundError(
+            f"num_return_sequences={spec.num_return_sequences} exceeds num_beams={spec.num_beams} (beam search "
+            "returns at most its beams); raise num_beams or lower num_return_sequences")
+
+
+def _check_draft_source(spec: RunSpec) -> None:
+    if (spec.assistant is None) == (spec.prompt_lookup == 0):
+        raise PlaygroundError(
+            "strategy 'assisted' needs exactly one source of draft tokens: an assistant model "
+            "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
+
+
+SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "min_p")
+
+register_strategy(Strategy(
+    name="greedy", label="greedy", help="the most likely token at every step",
+    jax=lazy(_JAX_STRATEGIES, "single_token")))
+register_strategy(Strategy(
+    name="sampling", label="sampling",
+    help="draws each token from the distribution after temperature, top-k, top-p and min-p",
+    knobs=SAMPLING_KNOBS, sampling="always", jax=lazy(_JAX_STRATEGIES, "single_token")))
+register_strategy(Strategy(
+    name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
+    knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
+    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams",
+    jax=lazy(_JAX_STRATEGIES, "beam_search"), rows_knob="num_beams"))
+register_strategy(Strategy(
+    name="assisted", label="assisted",
+    help="drafts several tokens (a small model or n-grams from the prompt) and verifies them in one pass",
+    knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
+    validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
+    jax=lazy(_JAX_STRATEGIES, "assisted"), drafts=True))
+
+# A draft model's own cache on the JAX path: preallocated for the whole run, and it rolls rejected drafts back.
+DRAFT_CACHE = "static"
