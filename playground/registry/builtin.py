@@ -6,14 +6,9 @@ so each says why and what to pick instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from playground.errors import PlaygroundError
-from playground.registry import register_cache, register_knob, register_strategy
-from playground.registry.entries import CacheType, Knob, Strategy, lazy
-
-if TYPE_CHECKING:
-    from playground.spec import RunSpec
+from playground.registry.entries import CacheType, Knob, RunSpec, Strategy, lazy
+from playground.registry.store import register_cache, register_knob, register_strategy
 
 MAX_BEAMS = 8
 CACHE_BITS = (2, 4, 8)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from playground.spec import RunSpec
-
+# A playground.spec.RunSpec: RunSpec validates against the registry, so the registry cannot import it
+RunSpec = Any
 BACKENDS = ("torch", "jax")
 
 
