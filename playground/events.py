@@ -27,7 +27,7 @@ class TextEvent:
 
 @dataclass(frozen=True)
 class DoneEvent:
-    result: Result  # the Result JSON (see DESIGN.md)
+    result: Result  # the Result JSON (see docs/api.md)
 
 
 Event = ProgressEvent | TextEvent | DoneEvent

@@ -1,6 +1,6 @@
 """The Result JSON as types (Result, Metrics, TokenRecord, Timeline) and how a backend's output becomes one.
 
-The keys are a contract (DESIGN.md): the CLI prints this object, the API returns it, the page and the exports
+The keys are a contract (docs/api.md): the CLI prints this object, the API returns it, the page and the exports
 read it. Every reader goes through these types, so a renamed key is a type error, not a blank cell.
 """
 
