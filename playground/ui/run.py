@@ -22,6 +22,7 @@ from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
 from playground.ui.columns import column_settings
 from playground.ui.export import page_settings
+from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, throughput_frame
@@ -32,19 +33,16 @@ logger = logging.getLogger(__name__)
 # Streamed text is sent at most this often: every update costs the server (and a browser on the same machine)
 # CPU time that the 2 cores would otherwise give the generation being timed.
 STREAM_INTERVAL_S = 0.25
-_STOP_FLAGS: dict[str, threading.Event] = {}  # session hash -> stop requested; set by `stop` outside the queue
 
 
 def stop_flag(request: gr.Request) -> threading.Event:
-    return _STOP_FLAGS.setdefault(request.session_hash or "", threading.Event())
+    """The session's stop request: set by Stop (outside the queue), read by its run between tokens."""
+    return LIVE_RUNS.stop_flag(request.session_hash or "")
 
 
 def forget_session(request: gr.Request) -> None:
-    """A closed tab stops its run (if one is going) and its flag is dropped, so a long-lived Space does not
-    collect one per visitor."""
-    flag = _STOP_FLAGS.pop(request.session_hash or "", None)
-    if flag is not None:
-        flag.set()
+    """A closed tab stops its run and forgets its flag (see LiveRuns.forget)."""
+    LIVE_RUNS.forget(request.session_hash or "")
 
 
 def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], list[int]]:

@@ -9,6 +9,7 @@ import pytest
 from playground.events import ProgressEvent
 from playground.models import paths
 from playground.ui import export, warmup
+from playground.ui.live import LIVE_RUNS, WarmUpState
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_old_exports_are_deleted_when_a_new_one_is_written(tmp_path, monkeypatch
 
 @pytest.fixture
 def fresh_warmup(monkeypatch):
-    monkeypatch.setattr(warmup, "STATE", warmup.WarmUpState())
+    monkeypatch.setattr(LIVE_RUNS, "warmup", WarmUpState())
     for name in ("PLAYGROUND_WARMUP", "SPACE_ID"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
@@ -102,7 +103,7 @@ def test_a_failed_warm_up_is_reported_and_the_page_carries_on(fresh_warmup):
     fresh_warmup.setattr(warmup.runner, "run", failing)
     fresh_warmup.setenv("PLAYGROUND_WARMUP", "1")
     warmup.start().join(5)
-    assert warmup.status() == {"phase": "failed", "detail": "no model here", "seconds": warmup.STATE.seconds}
+    assert warmup.status() == {"phase": "failed", "detail": "no model here", "seconds": LIVE_RUNS.warmup.seconds}
     assert warmup.notice() == ""
 
 
