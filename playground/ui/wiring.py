@@ -261,8 +261,9 @@ def api_run(prompt: str, spec: str) -> Iterator[Result | None]:
         raise gr.Error(str(exc)) from None
 
 
-def build_ui() -> gr.Blocks:
-    """The whole page; app.py queues it (one generation at a time) and launches it with CSS and THEME."""
+def build_ui() -> tuple[gr.Blocks, Page]:
+    """The whole page, and its components (for tests and scripts that drive handlers directly); app.py queues
+    the Blocks (one generation at a time) and launches it with CSS and THEME."""
     # Gradio's copies of served files (the exports) are deleted hourly once an hour old, as are our own folders
     with gr.Blocks(title="Decoding Playground", fill_width=True,
                    delete_cache=(EXPORT_MAX_AGE_S, EXPORT_MAX_AGE_S)) as demo:
@@ -277,8 +278,7 @@ def build_ui() -> gr.Blocks:
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
         warmup.wire(demo, notice, poll)
-    demo.page = page  # for tests and scripts that drive handlers directly
-    return demo
+    return demo, page
 
 
 __all__ = ["Page", "api_run", "apply_preset", "build_ui"]

@@ -110,6 +110,6 @@ def test_a_failed_warm_up_is_reported_and_the_page_carries_on(fresh_warmup):
 def test_the_page_has_the_warm_up_notice_and_its_status_endpoint():
     from playground.ui.wiring import build_ui
 
-    config = build_ui().config
+    config = build_ui()[0].config
     assert "warmup" in [c.get("props", {}).get("elem_id") for c in config["components"]]
     assert "warmup" in [d.get("api_name") for d in config["dependencies"]]
