@@ -19,6 +19,7 @@ import gradio as gr
 from playground import runner
 from playground.events import ProgressEvent
 from playground.spec import RunSpec
+from playground.ui.events import Updates, on_private, writes
 from playground.ui.live import LIVE_RUNS
 from playground.ui.page import DEFAULT_PROMPT
 
@@ -86,10 +87,11 @@ def banner() -> tuple[gr.Markdown, gr.Timer]:
 
 def wire(demo: gr.Blocks, markdown: gr.Markdown, timer: gr.Timer) -> None:
     """Show the notice on page load, poll it while the warm-up runs, stop polling once it is done."""
-    def refresh() -> dict[Any, Any]:
+    @writes(markdown, timer)
+    def refresh() -> Updates:
         text = notice()
         return {markdown: gr.update(value=text, visible=bool(text)), timer: gr.Timer(active=bool(text))}
 
-    demo.load(refresh, None, [markdown, timer], queue=False, api_visibility="private")
-    timer.tick(refresh, None, [markdown, timer], queue=False, api_visibility="private")
+    on_private(demo.load, refresh)
+    on_private(timer.tick, refresh)
     gr.api(status, api_name="warmup", queue=False, api_visibility="undocumented")
