@@ -10,7 +10,7 @@ from playground.ui import warmup  # noqa: E402 - after the thread limits, by des
 from playground.ui.style import CSS, THEME  # noqa: E402
 from playground.ui.wiring import build_ui  # noqa: E402
 
-demo = build_ui()  # builds components only: models load lazily on the first run, so startup takes seconds
+demo, _ = build_ui()  # builds components only: models load lazily on the first run, so startup takes seconds
 # one generation at a time: on 2 vCPUs parallel runs only slow each other and falsify timings; layout events
 # run outside the queue (queue=False), so nobody's clicks wait behind a generation. Queued here, not under
 # __main__, so a host that imports this module and launches `demo` itself gets the same queue.

@@ -11,6 +11,7 @@ import gradio as gr
 
 from playground.result import Result
 from playground.ui.cut import NOTHING_PICKED, branch_choices, branch_prefix, cut_html, cut_rows
+from playground.ui.events import Updates
 from playground.ui.outcome import Outcome
 from playground.ui.page import Page
 from playground.ui.run import run_given
@@ -35,14 +36,15 @@ def why_no_branch(outcome: Outcome, picked: Picked | None) -> str | None:
     result = _picked_result(outcome, picked)
     if result is None:
         return NOTHING_PICKED
-    if (outcome["settings"] or {}).get("mode") == "chat":
+    settings = outcome["settings"]
+    if settings is not None and settings.get("mode") == "chat":
         return "branching continues one prompt; switch the prompt format off chat and run again"
     if not branch_choices(result, picked.position if picked else None):
         return "this token has no recorded alternatives (a forced token, or a beam / assisted column)"
     return None
 
 
-def pick(page: Page, outcome: Outcome, slot: int, position: Any) -> dict[Any, Any]:
+def pick(page: Page, outcome: Outcome, slot: int, position: Any) -> Updates:
     """The sampling cut of the clicked token, its alternatives to continue with, and whether a branch can run."""
     picked = Picked(slot, int(position)) if isinstance(position, (int, float)) else None
     result = _picked_result(outcome, picked)
@@ -99,7 +101,12 @@ def prefix_text(outcome: Outcome, picked: Picked, token_id: int) -> str:
     return "".join(pieces[:picked.position]) + _chosen_text(outcome, picked, token_id)
 
 
-def reset(page: Page) -> dict[Any, Any]:
+def cut_outputs(page: Page) -> list[Any]:
+    """What `pick` and `reset` set."""
+    return [page.cut, page.branch_choice, page.branch, page.picked]
+
+
+def reset(page: Page) -> Updates:
     """Nothing picked: a new run's tokens are not the ones the chart showed."""
     return {page.cut: cut_html(None, None, ""), page.picked: None,
             page.branch_choice: gr.update(choices=[], value=None, interactive=False),
@@ -107,7 +114,7 @@ def reset(page: Page) -> dict[Any, Any]:
 
 
 def branch_all(page: Page, outcome: Outcome, picked: Picked | None, token_id: Any, colour_by: str,
-               request: gr.Request, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+               request: gr.Request, progress: gr.Progress) -> Iterator[Updates]:
     """Every column again from the branch's prefix; refused (with the reason) when no branch can run."""
     reason = why_no_branch(outcome, picked)
     if reason is None and token_id is None:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from itertools import groupby
-from typing import Any
 
 import gradio as gr
+from gradio.blocks import Block
 
 from playground.result import Result
 from playground.retention import CacheRow, State, retains, retention, settings_for, written
+from playground.ui.events import Updates, on_private, writes
+from playground.ui.outcome import Outcome
 
 STATE_TEXT: dict[str, str] = {"kept": "kept (full precision)", "sink": "sink", "evicted": "evicted",
                               "quantized": "quantized", "unwritten": "not written yet"}
@@ -98,7 +100,7 @@ def cache_strip_html(result: Result | None, step: int) -> str:
     return f"<div class='cache-strip'><div>{head}</div>{drawn}{_legend(rows)}</div>"
 
 
-def strip_updates(step_slider: Any, strip: Any, result: Result | None) -> dict[Any, Any]:
+def strip_updates(step_slider: Block, strip: Block, result: Result | None) -> Updates:
     """A finished column's slider (set to the last step) and strip; both hidden where no strip applies."""
     if result is None or not strip_applies(result):
         return {step_slider: gr.update(visible=False), strip: gr.update(value="", visible=False)}
@@ -110,8 +112,8 @@ def strip_updates(step_slider: Any, strip: Any, result: Result | None) -> dict[A
 def wire_strip(column: int, step_slider: gr.Slider, strip: gr.HTML, results: gr.State) -> None:
     """Moving a column's slider redraws its strip from the results state (outside the queue: no model work)."""
 
-    def redraw(step: float, outcome: dict[str, Any]) -> str:
+    @writes(strip)
+    def redraw(step: float, outcome: Outcome) -> str:  # its one output's value: the strip's HTML
         return cache_strip_html(outcome["results"][column], int(step))
 
-    step_slider.input(redraw, [step_slider, results], strip, queue=False, api_visibility="private",
-                      trigger_mode="always_last")
+    on_private(step_slider.input, redraw, [step_slider, results], trigger_mode="always_last")

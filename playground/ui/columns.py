@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gradio as gr
 
@@ -14,13 +14,15 @@ from playground.models.catalog import BUNDLED, model_choices
 from playground.registry.builtin import SAMPLING_KNOBS
 from playground.spec import BACKENDS, CACHE_BITS, MAX_BEAMS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.cut import PICK_TOKEN_JS
+from playground.ui.events import Inputs, Updates, on_private, writes
+from playground.ui.settings import ColumnSettings, ColumnValues
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
-START_SETTINGS = [
+START_SETTINGS: tuple[ColumnSettings, ...] = (
     {"strategy": "greedy", "cache": "dynamic", "max_new_tokens": 48},
     {"strategy": "sampling", "cache": "dynamic", "max_new_tokens": 48, "temperature": 0.9, "top_k": 50, "top_p": 0.95},
-]
+)
 START_COLUMNS = len(START_SETTINGS)
 DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
 
@@ -98,11 +100,13 @@ def _clean(key: str, value: Any) -> Any:
     return value
 
 
-def column_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+def column_settings(values: ColumnValues) -> ColumnSettings:
     """Control values -> the RunSpec keys that apply (hidden knobs left out, so they cannot refuse a run)."""
     sampled = bool(values.get("assisted_sampling"))
     keys = relevant_keys(values["strategy"], values["cache"], values["backend"], sampled)
-    settings = {k: _clean(k, values[k]) for k in keys if k not in ("assistant", "prompt_lookup", "assisted_sampling")}
+    held: Mapping[str, Any] = values
+    settings = cast(ColumnSettings, {k: _clean(k, held[k]) for k in keys
+                                     if k not in ("assistant", "prompt_lookup", "assisted_sampling")})
     if set(GROUPS["assisted"]) & set(registry.strategy(values["strategy"]).knobs):
         if sampled:  # left out when off, so a shared link stays as short as before
             settings["assisted_sampling"] = True
@@ -113,9 +117,10 @@ def column_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def control_values(settings: Mapping[str, Any]) -> dict[str, Any]:
+def control_values(settings: ColumnSettings) -> ColumnValues:
     """Column settings (as saved or shared) -> a value for every control, defaults for the rest."""
-    values = {k: settings.get(k, UI_DEFAULTS[k]) for k in COLUMN_KEYS}
+    given: Mapping[str, Any] = settings
+    values = cast(ColumnValues, {k: given.get(k, UI_DEFAULTS[k]) for k in COLUMN_KEYS})
     if settings.get("prompt_lookup"):
         values["draft_source"] = PROMPT_LOOKUP
     else:
@@ -126,7 +131,7 @@ def control_values(settings: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def problem(settings: Mapping[str, Any], check_sources: bool = True) -> str:
+def problem(settings: ColumnSettings, check_sources: bool = True) -> str:
     """Why this column cannot run as set, or '': RunSpec's own message (ranges, combinations), then what the
     runner can refuse before loading (the model and draft exist and can be had here, devices divide heads)."""
     try:
@@ -138,7 +143,7 @@ def problem(settings: Mapping[str, Any], check_sources: bool = True) -> str:
     return ""
 
 
-def notice_text(settings: Mapping[str, Any]) -> str:
+def notice_text(settings: ColumnSettings) -> str:
     reason = problem(settings)
     return f"⚠ {reason}" if reason else ""  # RunSpec's messages already say what cannot run and what to pick
 
@@ -153,7 +158,7 @@ def output_classes(slot: int, position: int) -> list[str]:
     return ["out-card", f"card-{slot}", f"tint-{position}"]
 
 
-def label(position: int, settings: Mapping[str, Any]) -> str:
+def label(position: int, settings: ColumnSettings) -> str:
     """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
     and backend when not the default."""
     strategy = str(settings.get("strategy", SPEC_DEFAULTS["strategy"]))
@@ -186,10 +191,14 @@ class ColumnControls:
     cache_step: gr.Slider  # sliding / sink / quantized columns: the step the cache strip shows
     cache_strip: gr.HTML  # which positions the cache keeps, evicts or quantizes at that step
 
-    def updates_for(self, settings: Mapping[str, Any]) -> dict[Any, Any]:
+    def read(self, data: Inputs) -> ColumnValues:
+        """The controls' values, as Gradio hands them over (keyed by component), by name."""
+        return cast(ColumnValues, {name: data[knob] for name, knob in self.knobs.items()})
+
+    def updates_for(self, settings: ColumnSettings) -> Updates:
         """Set every control from saved settings, with the matching groups, choice labels and notice."""
         values = control_values(settings)
-        updates: dict[Any, Any] = {self.knobs[k]: gr.update(value=v) for k, v in values.items()}
+        updates: Updates = {self.knobs[k]: gr.update(value=v) for k, v in values.items()}
         for component, update in self.structure(values).items():
             # some knobs are their own group (prompt lookup, draft model, sink tokens): keep their value too
             earlier = updates.get(component)
@@ -200,11 +209,11 @@ class ColumnControls:
                                                  choices=cache_choices(values["backend"], values["strategy"]))
         return updates
 
-    def structure(self, values: Mapping[str, Any]) -> dict[Any, Any]:
+    def structure(self, values: ColumnValues) -> Updates:
         """Groups shown/hidden and the notice, for the current control values."""
         shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"],
                            values["assisted_sampling"])
-        updates: dict[Any, Any] = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
+        updates: Updates = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
         return updates
 
@@ -214,7 +223,7 @@ def _slider(key: str, index: int, low: float, high: float, step: float, label: s
     return gr.Slider(low, high, value=values[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
 
 
-def _choice_controls(index: int, knobs: dict[str, Any], values: Mapping[str, Any]) -> None:
+def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) -> None:
     """Model, weights, strategy, cache, backend and length: shown for every choice."""
     with gr.Row():
         knobs["model"] = gr.Dropdown(model_choices(), value=values["model"], label="model",
@@ -231,7 +240,7 @@ def _choice_controls(index: int, knobs: dict[str, Any], values: Mapping[str, Any
     knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens", values)
 
 
-def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: Mapping[str, Any],
+def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                     shown: Mapping[str, bool]) -> None:
     """Sampling, beam and assisted knobs, each group shown only for its strategy."""
     with gr.Group(visible=shown["sampling"]) as groups["sampling"]:
@@ -265,7 +274,7 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
                  "rule, so the text follows the sampling knobs above")
 
 
-def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: Mapping[str, Any],
+def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                  shown: Mapping[str, bool]) -> None:
     """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX."""
     with gr.Group(visible=shown["quantized"]) as groups["quantized"]:
@@ -333,25 +342,23 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
 
 def wire(col: ColumnControls) -> None:
     """Layout-only events (outside the queue): show the knobs that apply, relabel refused choices, flag problems."""
-    names = list(col.knobs)
-    inputs = [col.knobs[n] for n in names]
+    inputs = set(col.knobs.values())
     structural = ("backend", "strategy", "cache", "draft_source", "assisted_sampling")
 
-    def restructure(*values: Any) -> dict[Any, Any]:
-        current = dict(zip(names, values, strict=True))
+    @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"])
+    def restructure(data: Inputs) -> Updates:
+        current = col.read(data)
         updates = col.structure(current)
         updates[col.knobs["strategy"]] = gr.update(choices=strategy_choices(current["backend"], current["cache"]))
         updates[col.knobs["cache"]] = gr.update(choices=cache_choices(current["backend"], current["strategy"]))
         return updates
 
-    def renotice(*values: Any) -> str:
-        return notice_text(column_settings(dict(zip(names, values, strict=True))))
+    @writes(col.notice)
+    def renotice(data: Inputs) -> Updates:
+        return {col.notice: notice_text(column_settings(col.read(data)))}
 
-    outputs = [*col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"]]
-    for name in names:
+    for name, knob in col.knobs.items():
         if name in structural:
-            col.knobs[name].input(restructure, inputs, outputs, queue=False, api_visibility="private")
+            on_private(knob.input, restructure, inputs)
         else:
-            col.knobs[name].input(renotice, inputs, col.notice, queue=False, api_visibility="private",
-                                  trigger_mode="always_last")
-
+            on_private(knob.input, renotice, inputs, trigger_mode="always_last")

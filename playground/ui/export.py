@@ -15,7 +15,7 @@ import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -25,25 +25,18 @@ from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
 from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem, relevant_keys
+from playground.ui.settings import ColumnSettings, PageSettings, page_settings
 
 MAX_TOKEN_CHARS = 16_000
-SETTINGS_VERSION = 1
 # how long an export (and Gradio's served copy of it, see build_ui's delete_cache) is kept
 EXPORT_MAX_AGE_S = 3600
 
 
-def page_settings(prompt: str, seed: int, mode: str, columns: Sequence[Mapping[str, Any]],
-                  repeats: int = 1) -> dict[str, Any]:
-    """The page's settings: what every column shares (prompt, seed, format, timed repeats) and each column's own."""
-    return {"version": SETTINGS_VERSION, "prompt": prompt, "seed": int(seed or 0), "mode": mode,
-            "repeats": int(repeats or 1), "columns": [dict(c) for c in columns]}
-
-
-def settings_to_json(settings: Mapping[str, Any]) -> str:
+def settings_to_json(settings: PageSettings) -> str:
     return json.dumps(settings, indent=1, ensure_ascii=False)
 
 
-def parse_settings(data: Any) -> dict[str, Any]:
+def parse_settings(data: Any) -> PageSettings:
     """Validate pasted or linked settings before anything on the page changes; errors name the fix."""
     if not isinstance(data, Mapping):
         raise PlaygroundError('settings must be a JSON object like {"prompt": ..., "seed": 0, "columns": [{...}]}')
@@ -62,10 +55,11 @@ def parse_settings(data: Any) -> dict[str, Any]:
     columns = data.get("columns", [{}])
     if not isinstance(columns, list) or not 1 <= len(columns) <= MAX_COLUMNS:
         raise PlaygroundError(f"columns must be a list of 1 to {MAX_COLUMNS} objects of run settings")
-    cleaned = []
-    for number, column in enumerate(columns, start=1):
-        if not isinstance(column, Mapping):
+    cleaned: list[ColumnSettings] = []
+    for number, given in enumerate(columns, start=1):
+        if not isinstance(given, Mapping):
             raise PlaygroundError(f"column {number}: must be an object of run settings")
+        column = cast(ColumnSettings, dict(given))  # its keys checked next, its values by RunSpec in problem()
         extra = sorted(set(column) - set(COLUMN_KEYS))
         if extra:
             raise PlaygroundError(f"column {number}: key(s) {', '.join(extra)} cannot be set per column "
@@ -73,11 +67,11 @@ def parse_settings(data: Any) -> dict[str, Any]:
         reason = problem(column, check_sources=False)  # the column notice says what this run cannot have
         if reason:
             raise PlaygroundError(f"column {number}: {reason}")
-        cleaned.append(dict(column))
+        cleaned.append(column)
     return page_settings(prompt, seed, mode, cleaned, repeats)
 
 
-def settings_from_json(text: str) -> dict[str, Any]:
+def settings_from_json(text: str) -> PageSettings:
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
@@ -85,16 +79,16 @@ def settings_from_json(text: str) -> dict[str, Any]:
     return parse_settings(data)
 
 
-def encode_url_state(settings: Mapping[str, Any]) -> str:
+def encode_url_state(settings: PageSettings) -> str:
     """A compact, URL-safe token: defaults dropped, JSON deflated, base64url without padding."""
-    slim = {k: v for k, v in settings.items() if k != "version"}
+    slim: dict[str, Any] = {k: v for k, v in settings.items() if k != "version"}
     slim["columns"] = [{k: v for k, v in c.items() if k in ("strategy", "cache") or SPEC_DEFAULTS.get(k) != v}
                        for c in settings.get("columns", [])]
     raw = json.dumps(slim, separators=(",", ":"), ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
 
 
-def decode_url_state(token: str) -> dict[str, Any]:
+def decode_url_state(token: str) -> PageSettings:
     """Inverse of encode_url_state, bounded so a crafted link cannot inflate into a huge object."""
     if not token or len(token) > MAX_TOKEN_CHARS:
         raise PlaygroundError("the link's settings are empty or too long")
@@ -137,7 +131,7 @@ def machine() -> dict[str, Any]:
             "cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "devices": devices}
 
 
-def results_json(settings: Mapping[str, Any], results: Sequence[Result | None]) -> str:
+def results_json(settings: PageSettings, results: Sequence[Result | None]) -> str:
     """The page settings (the prompt among them), the machine, and every finished column's Result with only the
     knobs that applied to it."""
     done = [{"column": i + 1, **r, "spec": applied_spec(r["spec"])} for i, r in enumerate(results) if r]
@@ -186,7 +180,7 @@ def delete_old_exports(root: Path, max_age_s: float = EXPORT_MAX_AGE_S) -> None:
             continue  # removed meanwhile by another request
 
 
-def write_exports(settings: Mapping[str, Any], results: Sequence[Result | None],
+def write_exports(settings: PageSettings, results: Sequence[Result | None],
                   labels: Sequence[str]) -> tuple[Path, Path]:
     """Fresh files per export (Gradio serves them by path, so one user's download never shows another's);
     folders older than EXPORT_MAX_AGE_S go on each export (Gradio's copies go with the page's delete_cache)."""

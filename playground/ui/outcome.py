@@ -5,24 +5,25 @@ renumbers the third as 2, and its label, plot series and colour follow (ui.plots
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from playground.result import Result
 from playground.ui.columns import MAX_COLUMNS, label
+from playground.ui.settings import PageSettings
 
 
 class Outcome(TypedDict):
-    settings: dict[str, Any] | None  # the page settings of the run (see ui.export.page_settings)
+    settings: PageSettings | None  # the page settings of the run
     results: list[Result | None]  # by column slot
     labels: list[str | None]  # by column slot; None for a slot that was not part of the run
     positions: list[int | None]  # by column slot: its 0-based position among the visible columns; None if hidden
 
 
-def empty_outcome(settings: dict[str, Any] | None = None, active: list[int] | None = None) -> Outcome:
+def empty_outcome(settings: PageSettings | None = None, active: list[int] | None = None) -> Outcome:
     """No results yet; the labels of the columns in `active` (slot indices, in the order of settings' columns)."""
     labels: list[str | None] = [None] * MAX_COLUMNS
     positions: list[int | None] = [None] * MAX_COLUMNS
-    for position, (i, column) in enumerate(zip(active or [], (settings or {}).get("columns", []), strict=False)):
+    for position, (i, column) in enumerate(zip(active or [], settings["columns"] if settings else [], strict=False)):
         labels[i], positions[i] = label(position, column), position
     return {"settings": settings, "results": [None] * MAX_COLUMNS, "labels": labels, "positions": positions}
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from playground.ui.columns import (
     title_classes,
 )
 from playground.ui.cut import NOTHING_PICKED, cut_html
+from playground.ui.events import Inputs, Updates
 from playground.ui.export import (
     encode_url_state,
     settings_to_json,
@@ -38,9 +38,11 @@ from playground.ui.plots import (
     throughput_frame,
 )
 from playground.ui.presets import PRESETS
+from playground.ui.settings import PageSettings
 from playground.ui.style import RUN_SHORTCUT
 from playground.ui.table import STAR_RULE, empty_metrics
 from playground.ui.tokens import COLOUR_MODES, DEFAULT_COLOUR, legend_html
+from playground.ui.values import PageValues
 
 # open-ended, so that the start columns (greedy against sampling) differ
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -82,9 +84,9 @@ class Page:
     download_json: gr.DownloadButton
     download_csv: gr.DownloadButton
 
-    def layout(self, flags: list[bool]) -> dict[Any, Any]:
+    def layout(self, flags: list[bool]) -> Updates:
         """Show the columns whose flag is set; the last column cannot be removed, a fifth cannot be added."""
-        updates: dict[Any, Any] = {self.visible: list(flags), self.add: gr.update(interactive=not all(flags))}
+        updates: Updates = {self.visible: list(flags), self.add: gr.update(interactive=not all(flags))}
         position = 0
         for flag, col in zip(flags, self.columns, strict=True):
             updates[col.settings_box] = gr.update(visible=flag)
@@ -97,7 +99,13 @@ class Page:
                 position += 1
         return updates
 
-    def apply_settings(self, settings: Mapping[str, Any], note: str = "") -> dict[Any, Any]:
+    def layout_outputs(self) -> list[Any]:
+        """What `layout` sets."""
+        return [self.visible, self.add] + [x for col in self.columns
+                                           for x in (col.settings_box, col.output_box, col.remove, col.title,
+                                                     col.output)]
+
+    def apply_settings(self, settings: PageSettings, note: str = "") -> Updates:
         """Put validated page settings on the page: prompt, seed, mode, then one column per entry."""
         count = len(settings["columns"])
         updates = self.layout([i < count for i in range(MAX_COLUMNS)])
@@ -120,17 +128,18 @@ class Page:
         a preset, settings JSON, adding or removing a column) sets these again in a step of its own."""
         return [self.clear_chat] + [x for col in self.columns for x in (col.chatbot, col.output)]
 
-    def chat_visibility(self, mode: str) -> dict[Any, Any]:
+    def chat_visibility(self, mode: str) -> Updates:
         """In chat mode the transcript shows each reply, so the plain output box steps aside (kept in the page,
         hidden, for scripts that read `output-N`) rather than showing every reply a second time."""
         chat = mode == "chat"
-        updates: dict[Any, Any] = {self.clear_chat: gr.update(visible=chat)}
+        updates: Updates = {self.clear_chat: gr.update(visible=chat)}
         for col in self.columns:
             updates[col.chatbot] = gr.update(visible=chat)
             updates[col.output] = gr.update(visible="hidden" if chat else True)
         return updates
 
     def apply_outputs(self) -> list[Any]:
+        """What `apply_settings` sets."""
         outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
                               self.settings_json, self.url_token, self.status, self.clear_chat, self.run]
         for col in self.columns:
@@ -155,10 +164,17 @@ class Page:
         return gr.update(value=f"▶ Run {len(shown) - refused} of {len(shown)} columns ({refused} cannot run as set)")
 
     def setting_inputs(self) -> set[Any]:
-        inputs = {self.prompt, self.seed, self.repeats, self.mode, self.visible}
+        """The inputs of every handler that reads the page's settings (with `read`)."""
+        inputs = {self.prompt, self.seed, self.repeats, self.mode, self.colour_by, self.visible}
         for col in self.columns:
             inputs.update(col.knobs.values())
         return inputs
+
+    def read(self, data: Inputs) -> PageValues:
+        """The values of setting_inputs(), as Gradio hands them over (keyed by component), by name."""
+        return PageValues(prompt=data[self.prompt], seed=data[self.seed], repeats=data[self.repeats],
+                          mode=data[self.mode], colour_by=data[self.colour_by], visible=tuple(data[self.visible]),
+                          columns=tuple(col.read(data) for col in self.columns))
 
 
 def _build_columns() -> list[ColumnControls]:

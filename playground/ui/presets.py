@@ -9,12 +9,13 @@ Each is sized to finish in well under a minute on a 2-core CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from playground import registry
 from playground.ui.columns import MAX_COLUMNS, START_SETTINGS
+from playground.ui.settings import ColumnSettings
 
-Column = dict[str, Any]
+Column = ColumnSettings
 STORY_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 # a passage the answer must repeat with one edit: most output tokens already sit in the prompt, so drafts
 # (looked up in the prompt, or proposed by a small model) are accepted in runs
@@ -37,8 +38,8 @@ class Preset:
 
 
 def _greedy(model: str = "smollm2-135m", max_new_tokens: int = 64, **knobs: Any) -> Column:
-    return {"model": model, "weights": "fp32", "backend": "torch", "strategy": "greedy", "cache": "dynamic",
-            "max_new_tokens": max_new_tokens, **knobs}
+    return cast(Column, {"model": model, "weights": "fp32", "backend": "torch", "strategy": "greedy",
+                         "cache": "dynamic", "max_new_tokens": max_new_tokens, **knobs})
 
 
 def _strategies() -> Preset:
@@ -54,7 +55,7 @@ def _strategies() -> Preset:
 
 
 def _cache_shoot_out() -> Preset:
-    knobs: dict[str, Column] = {
+    knobs: dict[str, dict[str, Any]] = {
         "quantized": {"cache_bits": 4, "residual_length": 16},
         "sliding": {"window": SHOOT_OUT_WINDOW},
         "sink": {"window": SHOOT_OUT_WINDOW, "sink_tokens": 4},

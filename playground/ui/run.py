@@ -20,11 +20,12 @@ from playground.ui.assist_view import assist_strip_html
 from playground.ui.beam_view import beam_html
 from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
-from playground.ui.columns import column_settings
-from playground.ui.export import page_settings
+from playground.ui.events import Inputs, Updates
+from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, throughput_frame
+from playground.ui.settings import PageSettings
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
 
@@ -32,39 +33,26 @@ logger = logging.getLogger(__name__)
 # Streamed text is sent at most this often: every update costs the server (and a browser on the same machine)
 # CPU time that the 2 cores would otherwise give the generation being timed.
 STREAM_INTERVAL_S = 0.25
-_STOP_FLAGS: dict[str, threading.Event] = {}  # session hash -> stop requested; set by `stop` outside the queue
 
 
 def stop_flag(request: gr.Request) -> threading.Event:
-    return _STOP_FLAGS.setdefault(request.session_hash or "", threading.Event())
+    """The session's stop request: set by Stop (outside the queue), read by its run between tokens."""
+    return LIVE_RUNS.stop_flag(request.session_hash or "")
 
 
 def forget_session(request: gr.Request) -> None:
-    """A closed tab stops its run (if one is going) and its flag is dropped, so a long-lived Space does not
-    collect one per visitor."""
-    flag = _STOP_FLAGS.pop(request.session_hash or "", None)
-    if flag is not None:
-        flag.set()
+    """A closed tab stops its run and forgets its flag (see LiveRuns.forget)."""
+    LIVE_RUNS.forget(request.session_hash or "")
 
 
-def read_settings(page: Page, data: dict[Any, Any]) -> tuple[dict[str, Any], list[int]]:
-    """Page settings of the visible columns (in order) and those columns' indices."""
-    active = [i for i, flag in enumerate(data[page.visible]) if flag]
-    columns = []
-    for i in active:
-        knobs = page.columns[i].knobs
-        columns.append(column_settings({name: data[c] for name, c in knobs.items()}))
-    return page_settings(data[page.prompt], data[page.seed], data[page.mode], columns, data[page.repeats]), active
-
-
-def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
+def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
     """Everything drawn from finished results: metrics, plots, token views and the divergence report."""
     # only columns with a result: a refused or removed column never gets a row of dashes that looks like one
     indices = [i for i, r in enumerate(outcome["results"]) if r is not None and outcome["labels"][i] is not None]
     results: list[Result | None] = [outcome["results"][i] for i in indices]
     labels = [str(outcome["labels"][i]) for i in indices]
     marks = divergence_from_first(results)
-    updates: dict[Any, Any] = {
+    updates: Updates = {
         page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
         # named and coloured by position, as the cards are; legends name only the columns that ran
         page.speed_plot: throughput_frame(outcome["results"], outcome["labels"], outcome["positions"]),
@@ -86,7 +74,14 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
     return updates
 
 
-def recolour(page: Page, outcome: Outcome, colour_by: str) -> dict[Any, Any]:
+def render_outputs(page: Page) -> list[Any]:
+    """What `render` sets."""
+    return [page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot, page.diff,
+            page.legend] + [x for col in page.columns for x in (col.tokens, col.beam_tree, col.cache_step,
+                                                                 col.cache_strip)]
+
+
+def recolour(page: Page, outcome: Outcome, colour_by: str) -> Updates:
     """Only the token views and their legend: the colour toggle redraws nothing else."""
     wanted = {page.legend, *(col.tokens for col in page.columns)}
     return {k: v for k, v in render(page, outcome, colour_by).items() if k in wanted}
@@ -121,7 +116,7 @@ class _Run:
     """One press of Run: what every column shares, and what happened to each column so far."""
 
     page: Page
-    settings: dict[str, Any]
+    settings: PageSettings
     active: list[int]  # the visible columns' slots, in order
     conversation: Conversation
     outcome: Outcome
@@ -147,10 +142,10 @@ class _Run:
         return str(self.settings["prompt"])
 
 
-def _opening(run: _Run) -> dict[Any, Any]:
+def _opening(run: _Run) -> Updates:
     """Outputs cleared and a waiting notice per column, before the first one starts."""
     page, active = run.page, run.active
-    updates: dict[Any, Any] = {page.status: _waiting_status(active, 0), page.results: run.outcome}
+    updates: Updates = {page.status: _waiting_status(active, 0), page.results: run.outcome}
     for slot, i in enumerate(active):
         col = page.columns[i]
         updates[col.output] = "" if i in run.refused else run.prefix_text
@@ -162,16 +157,16 @@ def _opening(run: _Run) -> dict[Any, Any]:
     return updates | render(page, run.outcome, run.colour_by)
 
 
-def _text_update(run: _Run, i: int, text: str) -> dict[Any, Any]:
+def _text_update(run: _Run, i: int, text: str) -> Updates:
     col = run.page.columns[i]
     text = run.prefix_text + text
-    update: dict[Any, Any] = {col.output: text}
+    update: Updates = {col.output: text}
     if run.chat:
         update[col.chatbot] = messages(run.conversation, i, run.prompt, text)
     return update
 
 
-def _finish_column(run: _Run, i: int, result: Result) -> dict[Any, Any]:
+def _finish_column(run: _Run, i: int, result: Result) -> Updates:
     """A run of the column is done: its results so far combined (medians over the timed runs), all redrawn."""
     runs = run.timed.setdefault(i, [])
     runs.append(result)
@@ -184,7 +179,7 @@ def _finish_column(run: _Run, i: int, result: Result) -> dict[Any, Any]:
     return update | render(run.page, run.outcome, run.colour_by)
 
 
-def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[dict[Any, Any]]:
+def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[Updates]:
     """One run of a column: progress while loading, coalesced text while generating (first round only; later
     rounds repeat the timing), everything drawn at the end."""
     col = run.page.columns[i]
@@ -206,7 +201,7 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
             yield _finish_column(run, i, event.result)
 
 
-def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[dict[Any, Any]]:
+def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[Updates]:
     """A column's stream; a refusal or a crash is shown on that column and never costs the others their run."""
     col = run.page.columns[i]
     try:
@@ -233,33 +228,35 @@ def summary(ran: int, refused: dict[int, str], not_run: int, seed: int) -> str:
     return f"{mark} {', '.join(parts)}{seed_note}."
 
 
-def _closing(run: _Run, not_run: int) -> dict[Any, Any]:
+def _closing(run: _Run, not_run: int) -> Updates:
     ran = sum(r is not None for r in run.outcome["results"])
-    final: dict[Any, Any] = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note}
+    final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note}
     if run.chat and run.replies:
         final[run.page.conversation] = record_turn(run.conversation, run.prompt, run.replies)
         final[run.page.prompt] = ""
     return final
 
 
-def run_all(page: Page, data: dict[Any, Any], request: gr.Request, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+def run_all(page: Page, data: Inputs, request: gr.Request, progress: gr.Progress) -> Iterator[Updates]:
     """Run each visible column on the same prompt and seed, streaming its text; stop ends it between tokens."""
     flag = stop_flag(request)
     flag.clear()
-    settings, active = read_settings(page, data)
+    values = page.read(data)
+    settings, active = values.settings(), values.active
     run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
-               empty_outcome(settings, active), data[page.colour_by], flag)
+               empty_outcome(settings, active), values.colour_by, flag)
     yield from run_rounds(run, progress)
 
 
 def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], refused: dict[int, str],
               prefix_text: str, note: str, colour_by: str, request: gr.Request,
-              progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+              progress: gr.Progress) -> Iterator[Updates]:
     """The columns of a finished run again, each with the RunSpec given for its slot (a branch at a token), on the
     same prompt; the slots in `refused` are shown with their reason and skipped."""
     flag = stop_flag(request)
     flag.clear()
-    settings = outcome["settings"] or {}
+    settings = outcome["settings"]
+    assert settings is not None, "a branch continues a finished run, which recorded its settings"
     active = [i for i, name in enumerate(outcome["labels"]) if name is not None]
     fresh: Outcome = {"settings": settings, "results": [None] * len(outcome["results"]),
                       "labels": list(outcome["labels"]), "positions": list(outcome["positions"])}
@@ -268,7 +265,16 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
     yield from run_rounds(run, progress)
 
 
-def run_rounds(run: _Run, progress: gr.Progress) -> Iterator[dict[Any, Any]]:
+def run_outputs(page: Page) -> list[Any]:
+    """What `run_all` and `run_given` set as the columns run."""
+    outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
+               page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
+    for col in page.columns:
+        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree, col.cache_step, col.cache_strip]
+    return outputs
+
+
+def run_rounds(run: _Run, progress: gr.Progress) -> Iterator[Updates]:
     """The columns in turn, round by round (rounds interleave them, so drift on the machine hits them all)."""
     yield _opening(run)
     for round_ in range(run.repeats):

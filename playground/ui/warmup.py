@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import gradio as gr
@@ -19,6 +19,8 @@ import gradio as gr
 from playground import runner
 from playground.events import ProgressEvent
 from playground.spec import RunSpec
+from playground.ui.events import Updates, on_private, writes
+from playground.ui.live import LIVE_RUNS
 from playground.ui.page import DEFAULT_PROMPT
 
 logger = logging.getLogger(__name__)
@@ -27,17 +29,6 @@ logger = logging.getLogger(__name__)
 # cache at the same length, which shares the growing cache's last programs.
 WARMUP_SPECS = (RunSpec(backend="jax"), RunSpec(backend="jax", cache="static"))
 POLL_S = 2.0
-
-
-@dataclass
-class WarmUpState:
-    phase: str = "off"  # off | running | done | failed
-    detail: str = ""
-    seconds: float = 0.0
-
-
-STATE = WarmUpState()
-_LOCK = threading.Lock()
 
 
 def enabled() -> bool:
@@ -49,43 +40,43 @@ def enabled() -> bool:
 
 def start(prompt: str = DEFAULT_PROMPT, specs: tuple[RunSpec, ...] = WARMUP_SPECS) -> threading.Thread | None:
     """Start the warm-up in a background thread when it is enabled (once); returns the thread."""
-    with _LOCK:
-        if not enabled() or STATE.phase != "off":
-            return None
-        STATE.phase, STATE.detail = "running", "starting"
+    if not enabled() or not LIVE_RUNS.claim_warmup():
+        return None
     thread = threading.Thread(target=_run, args=(prompt, specs), name="warm-up", daemon=True)
     thread.start()
     return thread
 
 
 def _run(prompt: str, specs: tuple[RunSpec, ...]) -> None:
+    state = LIVE_RUNS.warmup
     began = time.perf_counter()
     try:
         for spec in specs:
-            STATE.detail = "compiling the JAX decoder"
+            state.detail = "compiling the JAX decoder"
             for event in runner.run(prompt, spec):
                 if isinstance(event, ProgressEvent) and event.fraction < 1.0:
-                    STATE.detail = event.message
+                    state.detail = event.message
                 elif isinstance(event, ProgressEvent):
-                    STATE.detail = "compiling the JAX decoder"
-        STATE.phase = "done"
+                    state.detail = "compiling the JAX decoder"
+        state.phase = "done"
     except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs the first visitor the wait
         logger.warning("warm-up failed: %s", exc)
-        STATE.phase, STATE.detail = "failed", str(exc)
-    STATE.seconds = round(time.perf_counter() - began, 2)
+        state.phase, state.detail = "failed", str(exc)
+    state.seconds = round(time.perf_counter() - began, 2)
 
 
 def notice() -> str:
     """The page's line while the warm-up runs; empty otherwise."""
-    if STATE.phase != "running":
+    state = LIVE_RUNS.warmup
+    if state.phase != "running":
         return ""
-    return (f"⏳ **Warming up** ({STATE.detail}): the default model is loading and the JAX decoder compiling, "
+    return (f"⏳ **Warming up** ({state.detail}): the default model is loading and the JAX decoder compiling, "
             "about 30 s after a restart. Runs started now begin when it is done.")
 
 
 def status() -> dict[str, Any]:
     """The warm-up's phase, what it is doing and how long it took (an undocumented API for hosts and tests)."""
-    return asdict(STATE)
+    return asdict(LIVE_RUNS.warmup)
 
 
 def banner() -> tuple[gr.Markdown, gr.Timer]:
@@ -96,10 +87,11 @@ def banner() -> tuple[gr.Markdown, gr.Timer]:
 
 def wire(demo: gr.Blocks, markdown: gr.Markdown, timer: gr.Timer) -> None:
     """Show the notice on page load, poll it while the warm-up runs, stop polling once it is done."""
-    def refresh() -> dict[Any, Any]:
+    @writes(markdown, timer)
+    def refresh() -> Updates:
         text = notice()
         return {markdown: gr.update(value=text, visible=bool(text)), timer: gr.Timer(active=bool(text))}
 
-    demo.load(refresh, None, [markdown, timer], queue=False, api_visibility="private")
-    timer.tick(refresh, None, [markdown, timer], queue=False, api_visibility="private")
+    on_private(demo.load, refresh)
+    on_private(timer.tick, refresh)
     gr.api(status, api_name="warmup", queue=False, api_visibility="undocumented")

@@ -7,11 +7,13 @@ and models load on the first run, with progress.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
+from functools import partial
 from typing import Any
 
 import gradio as gr
+from gradio.events import Dependency
 
 from playground import runner
 from playground.errors import PlaygroundError
@@ -19,8 +21,10 @@ from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui import branch, warmup
+from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import wire
+from playground.ui.events import Handler, Inputs, Updates, on_private, writes
 from playground.ui.export import (
     EXPORT_MAX_AGE_S,
     decode_url_state,
@@ -35,21 +39,21 @@ from playground.ui.outcome import Outcome, finished, renumbered
 from playground.ui.page import Page, build_page
 from playground.ui.plots import drawn_series, step_axes
 from playground.ui.presets import PRESETS
-from playground.ui.run import forget_session, read_settings, recolour, render, run_all, stop_flag
+from playground.ui.run import forget_session, recolour, render, render_outputs, run_all, run_outputs, stop_flag
 from playground.ui.style import SHORTCUT_JS, WRITE_URL_JS
 
 HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a vanished client runs on
 
 
-def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> dict[Any, Any]:
+def remove_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str, slot: int) -> Updates:
     """The column leaves the page, and its results leave the table, the plots and the divergence note; its card
     is emptied, so a column added there later starts blank rather than showing the removed column's text."""
     col = page.columns[slot]
-    emptied = {col.output: "", col.chatbot: [], col.tokens: "", col.notice: ""}
+    emptied: Updates = {col.output: "", col.chatbot: [], col.tokens: "", col.notice: ""}
     return relayout(page, [f and j != slot for j, f in enumerate(flags)], outcome, colour_by) | emptied
 
 
-def add_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> dict[Any, Any]:
+def add_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> Updates:
     """A column in the first free slot; if that slot comes before others, those are renumbered (and recoloured)."""
     flags = list(flags)
     if False in flags:
@@ -57,81 +61,96 @@ def add_column(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) 
     return relayout(page, flags, outcome, colour_by)
 
 
-def relayout(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> dict[Any, Any]:
+def relayout(page: Page, flags: list[bool], outcome: Outcome, colour_by: str) -> Updates:
     """The cards shown by `flags`, numbered by position, with the results redrawn under the same numbers."""
     current = renumbered(outcome, flags)
     return page.layout(flags) | {page.results: current} | render(page, current, colour_by)
 
 
-def apply_preset(page: Page, name: str, data: dict[Any, Any]) -> dict[Any, Any]:
+def relayout_outputs(page: Page) -> list[Any]:
+    """What `relayout` (so add_column, and remove_column but for the emptied card) sets."""
+    return [*page.layout_outputs(), page.results, *render_outputs(page)]
+
+
+def apply_preset(page: Page, name: str, data: Inputs) -> Updates:
     """The preset's prompt, format and columns on the page; the seed and the repeat count stay the user's."""
     preset = PRESETS[name]
-    current, _ = read_settings(page, data)
+    current = page.read(data)
     try:
-        settings = parse_settings(page_settings(preset.prompt, current["seed"], preset.mode, list(preset.columns),
-                                                current["repeats"]))
+        settings = parse_settings(page_settings(preset.prompt, current.seed, preset.mode, list(preset.columns),
+                                                current.repeats))
     except PlaygroundError as exc:  # a seed or repeat count the page let through but settings refuse
         return {page.status: f"⚠ **{name} not applied:** {exc}"}
     return page.apply_settings(settings, f"**{name}:** {preset.note}")
 
 
-def _wire_layout(page: Page) -> None:
-    """Layout events stay outside the queue, so a long generation never delays someone's clicks."""
-    layout_outputs: list[Any] = [page.visible, page.add] + [x for c in page.columns
-                                                            for x in (c.settings_box, c.output_box, c.remove,
-                                                                      c.title, c.output)]
+def clicked_position(evt: gr.EventData) -> Any:
+    """The position a token view's click reported (see cut.PICK_TOKEN_JS): EventData exposes the payload that
+    the page's script sent as attributes."""
+    try:
+        return getattr(evt, "position", None)
+    except TypeError:  # an event that carried no payload at all
+        return None
 
-    rendered = [page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot,
-                page.diff, page.legend] + [x for c in page.columns
-                                                   for x in (c.tokens, c.beam_tree, c.cache_step, c.cache_strip)]
-    settled = [*page.chat_outputs(), page.latency_plot, page.kv_plot]
 
-    def settle(mode: str, outcome: Outcome) -> dict[Any, Any]:
+def _write_url(page: Page, dependency: Dependency) -> Dependency:
+    """Then the page address takes the settings token (a browser-only step: no server round trip)."""
+    return dependency.then(None, page.url_token, None, js=WRITE_URL_JS)
+
+
+def _wire_layout(page: Page, show_chat: Handler) -> None:
+    """Adding and removing columns, the prompt format, the conversation and the token colours."""
+    inputs = [page.visible, page.results, page.colour_by]
+
+    @writes(page.chat_outputs(), page.latency_plot, page.kv_plot)
+    def settle(mode: str, outcome: Outcome) -> Updates:
         """After the cards changed: chat mode's output boxes hidden again (see Page.chat_outputs), and the step
         plots' legends naming the columns that still have results. A step of its own, as a legend that changes
         in the same update as the plot's data can drop that data (ui.plots.step_axes)."""
         legend = gr.update(colors_in_legend=drawn_series(outcome["results"], outcome["positions"]))
         return page.chat_visibility(mode) | {page.latency_plot: legend, page.kv_plot: legend}
 
-    page.add.click(lambda flags, outcome, by: add_column(page, flags, outcome, by),
-                   [page.visible, page.results, page.colour_by], layout_outputs + rendered, queue=False,
-                   api_visibility="private").then(settle, [page.mode, page.results], settled, queue=False,
-                                                  api_visibility="private")
+    @writes(relayout_outputs(page))
+    def add(flags: list[bool], outcome: Outcome, colour_by: str) -> Updates:
+        return add_column(page, flags, outcome, colour_by)
 
+    on_private(on_private(page.add.click, add, inputs).then, settle, [page.mode, page.results])
     for i, col in enumerate(page.columns):
-        col.remove.click(lambda flags, outcome, by, i=i: remove_column(page, flags, outcome, by, i),
-                         [page.visible, page.results, page.colour_by],
-                         layout_outputs + rendered + [x for c in page.columns for x in (c.chatbot, c.notice)],
-                         queue=False,
-                         api_visibility="private").then(settle, [page.mode, page.results], settled, queue=False,
-                                                        api_visibility="private")
+        @writes(relayout_outputs(page), [x for c in page.columns for x in (c.chatbot, c.notice)])
+        def remove(flags: list[bool], outcome: Outcome, colour_by: str, i: int = i) -> Updates:
+            return remove_column(page, flags, outcome, colour_by, i)
+
+        on_private(on_private(col.remove.click, remove, inputs).then, settle, [page.mode, page.results])
         wire(col)
         wire_strip(i, col.cache_step, col.cache_strip, page.results)
-    page.mode.input(page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
+    on_private(page.mode.input, show_chat, page.mode)
 
-    def clear_conversation() -> dict[Any, Any]:
+    @writes(page.conversation, [c.chatbot for c in page.columns])
+    def clear_conversation() -> Updates:
         return {page.conversation: []} | {c.chatbot: [] for c in page.columns}
 
-    page.clear_chat.click(clear_conversation, None, [page.conversation] + [c.chatbot for c in page.columns],
-                          queue=False, api_visibility="private")
-    page.colour_by.input(lambda outcome, by: recolour(page, outcome, by), [page.results, page.colour_by],
-                         [page.legend] + [c.tokens for c in page.columns], queue=False, api_visibility="private")
+    @writes(page.legend, [c.tokens for c in page.columns])
+    def recolour_tokens(outcome: Outcome, colour_by: str) -> Updates:
+        return recolour(page, outcome, colour_by)
+
+    on_private(page.clear_chat.click, clear_conversation)
+    on_private(page.colour_by.input, recolour_tokens, [page.results, page.colour_by])
 
 
-def _wire_settings(page: Page) -> Any:
+def _wire_settings(page: Page, show_chat: Handler) -> Handler:
     """Presets, the settings JSON and the address bar: all routes to the same validated page settings.
 
     Returns the handler that restores settings from the page address, for demo.load.
     """
-    outputs = page.apply_outputs()
-
-    def apply_json(text: str) -> dict[Any, Any]:
+    @writes(page.apply_outputs())
+    def apply_json(text: str) -> Updates:
         try:
             return page.apply_settings(settings_from_json(text), "✓ Settings applied.")
         except PlaygroundError as exc:
             return {page.status: f"⚠ **settings not applied:** {exc}"}
 
-    def restore(request: gr.Request) -> dict[Any, Any]:
+    @writes(page.apply_outputs())
+    def restore(request: gr.Request) -> Updates:
         token = request.query_params.get("s") if request else None
         if not token:
             return {page.status: gr.skip()}  # an empty dict would read as one value for every output
@@ -141,38 +160,107 @@ def _wire_settings(page: Page) -> Any:
             return {page.status: f"⚠ **the link's settings were not applied:** {exc}"}
 
     for name, button in page.presets.items():
-        button.click(lambda data, name=name: apply_preset(page, name, data), page.setting_inputs(), outputs,
-                     queue=False, api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS).then(
-            page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
-    page.apply.click(apply_json, page.settings_json, outputs, queue=False, api_visibility="private").then(
-        None, page.url_token, None, js=WRITE_URL_JS).then(
-        page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
+        @writes(page.apply_outputs())
+        def preset(data: Inputs, name: str = name) -> Updates:
+            return apply_preset(page, name, data)
+
+        on_private(_write_url(page, on_private(button.click, preset, page.setting_inputs())).then, show_chat,
+                   page.mode)
+    on_private(_write_url(page, on_private(page.apply.click, apply_json, page.settings_json)).then, show_chat,
+               page.mode)
     return restore
 
 
 def _wire_run(page: Page) -> None:
-    inputs = page.setting_inputs() | {page.conversation, page.colour_by}
-    outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
-               page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
-    for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree, col.cache_step, col.cache_strip]
+    """Run (and the prompt's Enter): snapshot the settings, lock the controls, run the columns in the queue,
+    unlock, offer the exports. The address follows every settings change; Stop works outside the queue."""
+    inputs = page.setting_inputs() | {page.conversation}
 
-    def snapshot(data: dict[Any, Any]) -> dict[Any, Any]:
+    @writes(page.settings_json, page.url_token)
+    def snapshot(data: Inputs) -> Updates:
         """The settings this run uses, into the JSON box and (by the next step's JS) the page address."""
-        settings, _ = read_settings(page, data)
+        settings = page.read(data).settings()
         return {page.settings_json: settings_to_json(settings), page.url_token: encode_url_state(settings)}
 
-    def before_run(data: dict[Any, Any]) -> dict[Any, Any]:
+    @writes(snapshot.outputs, page.latency_plot, page.kv_plot)
+    def before_run(data: Inputs) -> Updates:
         """The snapshot, and the step plots' legend and range for the columns about to run."""
-        settings, active = read_settings(page, data)
-        axes = step_axes(len(active), [int(c["max_new_tokens"]) for c in settings["columns"]])
-        return snapshot(data) | {page.latency_plot: gr.update(**axes), page.kv_plot: gr.update(**axes)}
+        columns = page.read(data).settings()["columns"]
+        axes = step_axes(len(columns), [int(c["max_new_tokens"]) for c in columns])
+        return snapshot.fn(data) | {page.latency_plot: gr.update(**axes), page.kv_plot: gr.update(**axes)}
 
-    def run_columns(data: dict[Any, Any], request: gr.Request,
-                    progress: gr.Progress = gr.Progress()) -> Iterator[dict[Any, Any]]:  # noqa: B008 - Gradio idiom
+    @writes(run_outputs(page))
+    def run_columns(data: Inputs, request: gr.Request,
+                    progress: gr.Progress = gr.Progress()) -> Iterator[Updates]:  # noqa: B008 - Gradio idiom
         yield from run_all(page, data, request, progress)
 
-    def exports(outcome: Outcome) -> dict[Any, Any]:
+    for trigger in (page.run.click, page.prompt.submit):
+        ready = _write_url(page, on_private(trigger, before_run, page.setting_inputs()))
+        _run_steps(page, on_private(ready.then, _reset_cut(page)).then, run_columns, inputs)
+    _wire_branch(page)
+    # the address always carries the current settings, so a copied link restores what is on the page
+    changes = [knob.input for col in page.columns for knob in col.knobs.values()]
+    changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
+    _write_url(page, on_private(partial(gr.on, changes), snapshot, page.setting_inputs()))
+
+    @writes(page.run)
+    def run_label(flags: list[bool], *notices: str) -> Updates:
+        return {page.run: page.run_label(flags, *notices)}
+
+    on_private(partial(gr.on, [col.notice.change for col in page.columns] + [page.visible.change]), run_label,
+               [page.visible, *(col.notice for col in page.columns)])
+
+    @writes(page.status)
+    def request_stop(request: gr.Request) -> Updates:
+        stop_flag(request).set()
+        return {page.status: "■ Stopping after the current token…"}
+
+    on_private(page.stop.click, request_stop)  # outside the queue, so it is not stuck behind the run it stops
+
+
+def _wire_branch(page: Page) -> None:
+    """A token's click opens its sampling cut (outside the queue); "continue from here" runs every column again
+    from that token with the chosen alternative forced, as a run does (settings locked, exports after)."""
+    for i, col in enumerate(page.columns):
+        @writes(cut_outputs(page))
+        def on_pick(outcome: Outcome, evt: gr.EventData, i: int = i) -> Updates:
+            return branch.pick(page, outcome, i, clicked_position(evt))
+
+        on_private(col.tokens.click, on_pick, page.results).then(
+            None, None, None, js="() => document.getElementById('sampling-cut')?.scrollIntoView("
+                                 "{block: 'nearest', behavior: 'smooth'})")
+
+    @writes(run_outputs(page))
+    def branch_columns(outcome: Outcome, picked: branch.Picked | None, token: Any, colour_by: str,
+                       request: gr.Request, progress: gr.Progress = gr.Progress()  # noqa: B008 - Gradio idiom
+                       ) -> Iterator[Updates]:
+        yield from branch.branch_all(page, outcome, picked, token, colour_by, request, progress)
+
+    _run_steps(page, page.branch.click, branch_columns,
+               [page.results, page.picked, page.branch_choice, page.colour_by], _reset_cut(page))
+
+
+def _reset_cut(page: Page) -> Handler:
+    return Handler(lambda: branch.reset(page), tuple(cut_outputs(page)))
+
+
+def _run_steps(page: Page, start: Callable[..., Dependency], columns: Handler, inputs: Any,
+               *after_unlock: Handler) -> None:
+    """From `start` (a listener or a dependency's `.then`): every control locked, `columns` run in the queue
+    (progress on the status line), controls unlocked, `after_unlock` steps, the exports of what finished."""
+    lockable = page.lockable()
+
+    @writes(lockable)
+    def lock() -> Updates:
+        """Settings cannot change under a running column: every control is locked until the run ends."""
+        return {component: gr.update(interactive=False) for component in lockable}
+
+    @writes(lockable)
+    def unlock() -> Updates:
+        return {component: gr.update(interactive=True) for component in lockable}
+
+    @writes(page.download_json, page.download_csv)
+    def exports(outcome: Outcome) -> Updates:
         results, labels = finished(outcome)
         if not results or outcome["settings"] is None:
             return {page.download_json: gr.update(interactive=False), page.download_csv: gr.update(interactive=False)}
@@ -180,66 +268,10 @@ def _wire_run(page: Page) -> None:
         return {page.download_json: gr.update(value=str(json_path), interactive=True),
                 page.download_csv: gr.update(value=str(csv_path), interactive=True)}
 
-    lockable = page.lockable()
-
-    def locked(flag: bool) -> dict[Any, Any]:
-        """Settings cannot change under a running column: every control is locked until the run ends."""
-        return {component: gr.update(interactive=not flag) for component in lockable}
-
-    for trigger in (page.run.click, page.prompt.submit):
-        trigger(before_run, page.setting_inputs(), [page.settings_json, page.url_token, page.latency_plot,
-                                                    page.kv_plot], queue=False, api_visibility="private").then(
-            None, page.url_token, None, js=WRITE_URL_JS).then(
-            lambda: branch.reset(page), None, _cut_outputs(page), queue=False, api_visibility="private").then(
-            lambda: locked(True), None, lockable, queue=False, api_visibility="private").then(
-            run_columns, inputs, outputs, api_visibility="private", show_progress_on=[page.status]).then(
-            lambda: locked(False), None, lockable, queue=False, api_visibility="private").then(
-            exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
-    _wire_branch(page, outputs, locked, exports)
-    # the address always carries the current settings, so a copied link restores what is on the page
-    changes = [knob.input for col in page.columns for knob in col.knobs.values()]
-    changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
-    gr.on(changes, snapshot, page.setting_inputs(), [page.settings_json, page.url_token], queue=False,
-          api_visibility="private").then(None, page.url_token, None, js=WRITE_URL_JS)
-    gr.on([col.notice.change for col in page.columns] + [page.visible.change], page.run_label,
-          [page.visible, *(col.notice for col in page.columns)], page.run, queue=False, api_visibility="private")
-
-    def request_stop(request: gr.Request) -> str:
-        stop_flag(request).set()
-        return "■ Stopping after the current token…"
-
-    # outside the queue, so it is not stuck behind the run it is meant to stop
-    page.stop.click(request_stop, None, page.status, queue=False, api_visibility="private")
-
-
-def _cut_outputs(page: Page) -> list[Any]:
-    return [page.cut, page.branch_choice, page.branch, page.picked]
-
-
-def _wire_branch(page: Page, outputs: list[Any], locked: Any, exports: Any) -> None:
-    """A token's click opens its sampling cut (outside the queue); "continue from here" runs every column again
-    from that token with the chosen alternative forced, as a run does (settings locked, exports after)."""
-    for i, col in enumerate(page.columns):
-        def on_pick(outcome: Outcome, evt: gr.EventData, i: int = i) -> dict[Any, Any]:
-            return branch.pick(page, outcome, i, (evt._data or {}).get("position"))
-
-        col.tokens.click(on_pick, page.results, _cut_outputs(page), queue=False, api_visibility="private").then(
-            None, None, None, js="() => document.getElementById('sampling-cut')?.scrollIntoView("
-                                 "{block: 'nearest', behavior: 'smooth'})")
-
-    def branch_columns(outcome: Outcome, picked: branch.Picked | None, token: Any, colour_by: str,
-                       request: gr.Request, progress: gr.Progress = gr.Progress()  # noqa: B008 - Gradio idiom
-                       ) -> Iterator[dict[Any, Any]]:
-        yield from branch.branch_all(page, outcome, picked, token, colour_by, request, progress)
-
-    page.branch.click(lambda: locked(True), None, page.lockable(), queue=False, api_visibility="private").then(
-        branch_columns, [page.results, page.picked, page.branch_choice, page.colour_by], outputs,
-        api_visibility="private", show_progress_on=[page.status]).then(
-        lambda: locked(False), None, page.lockable(), queue=False, api_visibility="private").then(
-        lambda: branch.reset(page), None, _cut_outputs(page), queue=False, api_visibility="private").then(
-        exports, page.results, [page.download_json, page.download_csv], queue=False, api_visibility="private")
-
-
+    step = on_private(on_private(start, lock).then, columns, inputs, queue=True, show_progress_on=[page.status])
+    for handler in (unlock, *after_unlock):
+        step = on_private(step.then, handler)
+    on_private(step.then, exports, page.results)
 def api_run(prompt: str, spec: str) -> Iterator[Result | None]:
     """Run one generation; `spec` is a JSON object of RunSpec keys (missing keys take defaults).
 
@@ -261,24 +293,24 @@ def api_run(prompt: str, spec: str) -> Iterator[Result | None]:
         raise gr.Error(str(exc)) from None
 
 
-def build_ui() -> gr.Blocks:
-    """The whole page; app.py queues it (one generation at a time) and launches it with CSS and THEME."""
+def build_ui() -> tuple[gr.Blocks, Page]:
+    """The whole page, and its components (for tests and scripts that drive handlers directly); app.py queues
+    the Blocks (one generation at a time) and launches it with CSS and THEME."""
     # Gradio's copies of served files (the exports) are deleted hourly once an hour old, as are our own folders
     with gr.Blocks(title="Decoding Playground", fill_width=True,
                    delete_cache=(EXPORT_MAX_AGE_S, EXPORT_MAX_AGE_S)) as demo:
         notice, poll = warmup.banner()  # above the page: shown only while a warm-up runs
         page = build_page()
-        _wire_layout(page)
-        restore = _wire_settings(page)
+        show_chat = Handler(page.chat_visibility, tuple(page.chat_outputs()))
+        _wire_layout(page, show_chat)
+        restore = _wire_settings(page, show_chat)
         _wire_run(page)
-        demo.load(restore, None, page.apply_outputs(), queue=False, api_visibility="private").then(
-            page.chat_visibility, page.mode, page.chat_outputs(), queue=False, api_visibility="private")
+        on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
         warmup.wire(demo, notice, poll)
-    demo.page = page  # for tests and scripts that drive handlers directly
-    return demo
+    return demo, page
 
 
 __all__ = ["Page", "api_run", "apply_preset", "build_ui"]

@@ -36,7 +36,7 @@ def result(ids: list[int], model: str = "smollm2-135m", strategy: str = "greedy"
 def page():
     from playground.ui.wiring import build_ui
 
-    return build_ui().page
+    return build_ui()[1]  # (the Blocks, its Page)
 
 
 def outcome(mode: str = "raw") -> dict[str, Any]:
@@ -88,6 +88,6 @@ def test_every_column_on_the_model_runs_again_from_the_forced_prefix(page, monke
 def test_the_chart_and_the_branch_control_have_stable_ids():
     from playground.ui.wiring import build_ui
 
-    demo = build_ui()
+    demo, _ = build_ui()
     ids = {block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)}
     assert {"sampling-cut", "branch-choice", "branch-from-token", "tokens-0"} <= ids

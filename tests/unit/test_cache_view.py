@@ -65,8 +65,8 @@ def test_no_strip_where_the_cache_keeps_everything(r):
 
 
 def test_a_finished_column_gets_its_slider_at_the_last_step_and_the_slider_redraws_the_strip():
-    demo = build_ui()
-    col = demo.page.columns[1]
+    demo, page = build_ui()
+    col = page.columns[1]
     r = result("sliding", window=8)
     updates = strip_updates(col.cache_step, col.cache_strip, r)
     assert updates[col.cache_step]["maximum"] == 20 and updates[col.cache_step]["value"] == 20

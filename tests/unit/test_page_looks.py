@@ -13,7 +13,7 @@ from playground.ui.style import CSS, RUN_SHORTCUT
 def page():
     from playground.ui.wiring import build_ui
 
-    return build_ui().page
+    return build_ui()[1]  # (the Blocks, its Page)
 
 
 def _settings(mode: str) -> dict:

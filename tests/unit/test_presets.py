@@ -47,10 +47,15 @@ def test_the_sampling_and_assisted_presets_carry_what_makes_them_differ():
 
 
 @pytest.fixture(scope="module")
-def demo():
+def ui():
     from playground.ui.wiring import build_ui
 
-    return build_ui()
+    return build_ui()  # (the Blocks, its Page)
+
+
+@pytest.fixture(scope="module")
+def page(ui):
+    return ui[1]
 
 
 def _put_on_page(data: dict[Any, Any], updates: dict[Any, Any]) -> None:
@@ -61,12 +66,11 @@ def _put_on_page(data: dict[Any, Any], updates: dict[Any, Any]) -> None:
             data[component] = value
 
 
-def test_a_preset_applied_during_a_run_does_not_change_the_running_columns(demo, monkeypatch):
+def test_a_preset_applied_during_a_run_does_not_change_the_running_columns(page, monkeypatch):
     from playground import runner
     from playground.ui import run as ui_run
     from playground.ui.wiring import apply_preset
 
-    page = demo.page
     assert all(button in page.lockable() for button in page.presets.values())  # locked while columns run
     ran: list[tuple[str, RunSpec]] = []
     data = page_data(page, {page.columns[1].knobs["strategy"]: "sampling"})
@@ -90,10 +94,9 @@ def test_a_preset_applied_during_a_run_does_not_change_the_running_columns(demo,
     assert updates[-1][page.status].startswith("✓ 2 columns ran")
 
 
-def test_applying_a_preset_puts_its_prompt_and_columns_on_the_page_and_keeps_the_seed(demo):
+def test_applying_a_preset_puts_its_prompt_and_columns_on_the_page_and_keeps_the_seed(page):
     from playground.ui.wiring import apply_preset
 
-    page = demo.page
     data = page_data(page, {page.seed: 11})
     updates = apply_preset(page, "Assisted vs plain", data)
     _put_on_page(data, updates)

@@ -96,8 +96,8 @@ def test_toy_cache_appears_in_the_pages_dropdown_and_draws_its_strip(toy_cache):
     from playground.ui.columns import cache_choices, visibility
     from playground.ui.wiring import build_ui
 
-    demo = build_ui()
-    dropdown = demo.page.columns[0].knobs["cache"]
+    _, page = build_ui()
+    dropdown = page.columns[0].knobs["cache"]
     assert "last-24" in [value for _, value in dropdown.choices]
     assert ("last-24", "last-24") in cache_choices("torch", "greedy")
     assert not visibility("greedy", "last-24", "torch", "draft model")["window_box"]  # it reads no knob

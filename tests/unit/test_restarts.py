@@ -9,6 +9,7 @@ import pytest
 from playground.events import ProgressEvent
 from playground.models import paths
 from playground.ui import export, warmup
+from playground.ui.live import LIVE_RUNS, WarmUpState
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_old_exports_are_deleted_when_a_new_one_is_written(tmp_path, monkeypatch
 
 @pytest.fixture
 def fresh_warmup(monkeypatch):
-    monkeypatch.setattr(warmup, "STATE", warmup.WarmUpState())
+    monkeypatch.setattr(LIVE_RUNS, "warmup", WarmUpState())
     for name in ("PLAYGROUND_WARMUP", "SPACE_ID"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
@@ -102,13 +103,13 @@ def test_a_failed_warm_up_is_reported_and_the_page_carries_on(fresh_warmup):
     fresh_warmup.setattr(warmup.runner, "run", failing)
     fresh_warmup.setenv("PLAYGROUND_WARMUP", "1")
     warmup.start().join(5)
-    assert warmup.status() == {"phase": "failed", "detail": "no model here", "seconds": warmup.STATE.seconds}
+    assert warmup.status() == {"phase": "failed", "detail": "no model here", "seconds": LIVE_RUNS.warmup.seconds}
     assert warmup.notice() == ""
 
 
 def test_the_page_has_the_warm_up_notice_and_its_status_endpoint():
     from playground.ui.wiring import build_ui
 
-    config = build_ui().config
+    config = build_ui()[0].config
     assert "warmup" in [c.get("props", {}).get("elem_id") for c in config["components"]]
     assert "warmup" in [d.get("api_name") for d in config["dependencies"]]

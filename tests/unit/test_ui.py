@@ -315,10 +315,20 @@ def test_chat_history_keeps_each_columns_own_replies():
 
 
 @pytest.fixture(scope="module")
-def demo():
+def ui():
     from playground.ui.wiring import build_ui
 
-    return build_ui()
+    return build_ui()  # (the Blocks, its Page)
+
+
+@pytest.fixture(scope="module")
+def demo(ui):
+    return ui[0]
+
+
+@pytest.fixture(scope="module")
+def page(ui):
+    return ui[1]
 
 
 def test_page_has_the_element_ids_scripts_rely_on(demo):
@@ -339,11 +349,10 @@ def page_data(page, changes: dict[Any, Any] | None = None) -> dict[Any, Any]:
     return data
 
 
-def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, monkeypatch):
+def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(page, monkeypatch):
     from playground import runner
     from playground.ui import run as ui_run
 
-    page = demo.page
     calls = []
 
     def fake_run(prompt, spec, should_stop=None, history=None):
@@ -365,11 +374,10 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(demo, mon
     assert updates[-1][page.status].startswith("✓ 2 columns ran")
 
 
-def test_repeated_timing_interleaves_the_columns_and_reports_medians_with_ranges(demo, monkeypatch):
+def test_repeated_timing_interleaves_the_columns_and_reports_medians_with_ranges(page, monkeypatch):
     from playground import runner
     from playground.ui import run as ui_run
 
-    page = demo.page
     order = []
 
     def fake_run(prompt, spec, should_stop=None, history=None):
@@ -389,11 +397,10 @@ def test_repeated_timing_interleaves_the_columns_and_reports_medians_with_ranges
     assert "3 of 3 timed runs" in updates[-2][page.columns[1].notice]
 
 
-def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monkeypatch):
+def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(page, monkeypatch):
     from playground import runner
     from playground.ui import run as ui_run
 
-    page = demo.page
 
     def fake_run(prompt, spec, should_stop=None, history=None):
         text = ""
@@ -413,11 +420,10 @@ def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(demo, monk
     assert streamed[-1] == fake_result(list(range(50)))["text"]
 
 
-def test_stop_before_a_column_skips_it(demo, monkeypatch):
+def test_stop_before_a_column_skips_it(page, monkeypatch):
     from playground import runner
     from playground.ui import run as ui_run
 
-    page = demo.page
     request = type("Request", (), {"session_hash": "stop-session"})()
 
     def fake_run(prompt, spec, should_stop=None, history=None):
@@ -430,11 +436,10 @@ def test_stop_before_a_column_skips_it(demo, monkeypatch):
     assert "1 column ran, 1 not run (stopped)" in updates[-1][page.status]
 
 
-def test_colour_toggle_redraws_only_the_token_views(demo):
+def test_colour_toggle_redraws_only_the_token_views(page):
     from playground.ui.outcome import empty_outcome
     from playground.ui.run import recolour
 
-    page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "greedy"}]}, [0])
     outcome["results"][0] = fake_result([1, 2])
     updates = recolour(page, outcome, "entropy (as drawn)")
@@ -442,8 +447,7 @@ def test_colour_toggle_redraws_only_the_token_views(demo):
     assert "nats" in updates[page.legend] and "class='tok'" in updates[page.columns[0].tokens]
 
 
-def test_applying_settings_sets_every_column_and_its_visible_knobs(demo):
-    page = demo.page
+def test_applying_settings_sets_every_column_and_its_visible_knobs(page):
     updates = page.apply_settings(SETTINGS, "applied")
     assert updates[page.visible] == [True, True, False, False]
     assert updates[page.prompt] == SETTINGS["prompt"] and updates[page.mode] == "raw"
@@ -454,11 +458,10 @@ def test_applying_settings_sets_every_column_and_its_visible_knobs(demo):
     assert decode_url_state(updates[page.url_token])["columns"][1]["top_p"] == 0.9
 
 
-def test_a_failing_column_does_not_cost_the_others_their_run(demo, monkeypatch):
+def test_a_failing_column_does_not_cost_the_others_their_run(page, monkeypatch):
     from playground import runner
     from playground.ui import run as ui_run
 
-    page = demo.page
     request = type("Request", (), {"session_hash": "crash-session"})()
 
     def fake_run(prompt, spec, should_stop=None, history=None):
@@ -473,11 +476,10 @@ def test_a_failing_column_does_not_cost_the_others_their_run(demo, monkeypatch):
     assert any(u.get(page.columns[1].notice, "").startswith("✓ 1 token ·") for u in updates)
 
 
-def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(demo):
+def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(page):
     from playground.ui.outcome import empty_outcome
     from playground.ui.wiring import remove_column
 
-    page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "greedy"}, {"strategy": "sampling"}, {"strategy": "beam"}]},
                             [0, 1, 2])
     for slot, ids in ((0, [1, 2]), (1, [1, 3]), (2, [4])):
@@ -499,11 +501,10 @@ def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(demo):
         "1: sampling · dynamic"}
 
 
-def test_a_column_added_before_others_renumbers_them_and_their_results(demo):
+def test_a_column_added_before_others_renumbers_them_and_their_results(page):
     from playground.ui.outcome import empty_outcome
     from playground.ui.wiring import add_column
 
-    page = demo.page
     outcome = empty_outcome({"columns": [{"strategy": "sampling"}, {"strategy": "beam"}]}, [1, 2])
     outcome["results"][1], outcome["results"][2] = fake_result([1, 3]), fake_result([4])
     updates = add_column(page, [False, True, True, False], outcome, "probability (as drawn)")
@@ -515,15 +516,13 @@ def test_a_column_added_before_others_renumbers_them_and_their_results(demo):
     assert set(speed[speed["tokens/s"] > 0]["column"]) == {"column 2", "column 3"}
 
 
-def test_run_says_how_many_columns_can_run(demo):
-    page = demo.page
+def test_run_says_how_many_columns_can_run(page):
     assert page.run_label([True, True, False, False], "", "", "", "")["value"] == "▶ Run all 2 columns"
     label = page.run_label([True, True, True, False], "", "⚠ unknown model 'x'", "", "")["value"]
     assert label == "▶ Run 2 of 3 columns (1 cannot run as set)"
 
 
-def test_every_control_is_locked_while_columns_run(demo):
-    page = demo.page
+def test_every_control_is_locked_while_columns_run(page):
     lockable = page.lockable()
     assert page.prompt in lockable and page.columns[3].knobs["temperature"] in lockable and page.run not in lockable
     assert page.stop not in lockable  # stopping stays possible
@@ -552,8 +551,7 @@ def test_a_beam_column_shows_every_returned_sequence_and_the_search_tree():
     assert beam_html(fake_result([1])) == ""  # not a beam run: nothing drawn
 
 
-def test_applied_settings_keep_the_values_of_knobs_that_are_their_own_group(demo):
-    page = demo.page
+def test_applied_settings_keep_the_values_of_knobs_that_are_their_own_group(page):
     columns = [{"strategy": "assisted", "prompt_lookup": 3}, {"strategy": "greedy", "cache": "sink", "sink_tokens": 2}]
     updates = page.apply_settings(page_settings("p", 0, "auto", columns), "applied")
     lookup = updates[page.columns[0].knobs["prompt_lookup"]]

@@ -1,0 +1,68 @@
+"""The page's settings as types: one column's (as shared and as its controls hold them) and the whole page's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypedDict
+
+# TypedDicts rather than dataclasses: settings travel as JSON (the settings box, the link token, the results
+# export) and through gr.State, and these are exactly the dicts those formats already hold.
+
+SETTINGS_VERSION = 1
+
+
+class ColumnSettings(TypedDict, total=False):
+    """The RunSpec keys one column owns (columns.COLUMN_KEYS), as a link or the settings JSON carries them: only
+    the keys that apply to the column's choice, so any may be absent (RunSpec's default then)."""
+
+    model: str
+    weights: str
+    backend: str
+    strategy: str
+    cache: str
+    max_new_tokens: int
+    min_new_tokens: int
+    repetition_penalty: float
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    num_beams: int
+    length_penalty: float
+    num_return_sequences: int
+    early_stopping: bool
+    assistant: str | None
+    prompt_lookup: int
+    assisted_sampling: bool
+    cache_bits: int
+    residual_length: int
+    window: int
+    sink_tokens: int
+    devices: int
+
+
+class ColumnValues(ColumnSettings, total=False):
+    """What a column's controls hold: a value for every key of ColumnSettings, and the UI-only ones (which
+    source of draft tokens the assisted knobs show). Never shared: columns.column_settings turns it into
+    ColumnSettings."""
+
+    draft_source: str
+
+
+class PageSettings(TypedDict):
+    """What every column shares (prompt, seed, prompt format, timed repeats) and each visible column's own
+    settings, in page order: the settings JSON, and (defaults dropped, deflated) the link's ?s= token."""
+
+    version: int
+    prompt: str
+    seed: int
+    mode: str  # a key of chat.MODES
+    repeats: int
+    columns: list[ColumnSettings]
+
+
+def page_settings(prompt: str, seed: int | float | None, mode: str, columns: Sequence[ColumnSettings],
+                  repeats: int | float | None = 1) -> PageSettings:
+    """The page's settings from its values (a number box may hand back a float or nothing)."""
+    return {"version": SETTINGS_VERSION, "prompt": prompt, "seed": int(seed or 0), "mode": mode,
+            "repeats": int(repeats or 1), "columns": [ColumnSettings(**c) for c in columns]}
