@@ -203,11 +203,18 @@ class ColumnControls:
             # some knobs are their own group (prompt lookup, draft model, sink tokens): keep their value too
             earlier = updates.get(component)
             updates[component] = {**earlier, **update} if isinstance(earlier, dict) else update
-        updates[self.knobs["strategy"]] = gr.update(value=values["strategy"],
-                                                    choices=strategy_choices(values["backend"], values["cache"]))
-        updates[self.knobs["cache"]] = gr.update(value=values["cache"],
-                                                 choices=cache_choices(values["backend"], values["strategy"]))
+        choices = self.choices(values)
+        for key in ("strategy", "cache"):
+            updates[self.knobs[key]] = {**choices[self.knobs[key]], "value": values[key]}
         return updates
+
+    def choices(self, values: ColumnValues) -> Updates:
+        """The strategy and cache dropdowns: refused choices marked, the chosen entry's help underneath."""
+        strategy, cache = values["strategy"], values["cache"]
+        return {self.knobs["strategy"]: gr.update(choices=strategy_choices(values["backend"], cache),
+                                                  info=registry.strategy(strategy).help),
+                self.knobs["cache"]: gr.update(choices=cache_choices(values["backend"], strategy),
+                                               info=registry.cache_type(cache).help)}
 
     def structure(self, values: ColumnValues) -> Updates:
         """Groups shown/hidden and the notice, for the current control values."""
@@ -232,9 +239,11 @@ def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) ->
                                        elem_id=f"weights-{index}", scale=2, min_width=80)
     with gr.Row():
         knobs["strategy"] = gr.Dropdown(strategy_choices(values["backend"], values["cache"]), value=values["strategy"],
-                                        label="strategy", elem_id=f"strategy-{index}", min_width=110)
+                                        label="strategy", elem_id=f"strategy-{index}", min_width=110,
+                                        info=registry.strategy(values["strategy"]).help)
         knobs["cache"] = gr.Dropdown(cache_choices(values["backend"], values["strategy"]), value=values["cache"],
-                                     label="KV cache", elem_id=f"cache-{index}", min_width=110)
+                                     label="KV cache", elem_id=f"cache-{index}", min_width=110,
+                                     info=registry.cache_type(values["cache"]).help)
     knobs["backend"] = gr.Radio(offered(BACKENDS, 0), value=values["backend"], label="backend",
                                 elem_id=f"backend-{index}")
     knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens", values)
@@ -348,10 +357,7 @@ def wire(col: ColumnControls) -> None:
     @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"])
     def restructure(data: Inputs) -> Updates:
         current = col.read(data)
-        updates = col.structure(current)
-        updates[col.knobs["strategy"]] = gr.update(choices=strategy_choices(current["backend"], current["cache"]))
-        updates[col.knobs["cache"]] = gr.update(choices=cache_choices(current["backend"], current["strategy"]))
-        return updates
+        return {**col.structure(current), **col.choices(current)}
 
     @writes(col.notice)
     def renotice(data: Inputs) -> Updates:
