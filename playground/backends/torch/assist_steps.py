@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from playground.backends.base import AssistStep
-from playground.backends.torch.probes import wrapped
+from playground.backends.torch.transformers_hooks import wrap_candidate_generator
 
 
 class AssistRecorder:
@@ -74,5 +74,5 @@ def recording_assist(model: Any, recorder: AssistRecorder | None) -> Iterator[No
     def wrap(build: Callable[..., Any]) -> Callable[..., Any]:
         return lambda *args, **kwargs: recorder.watch(build(*args, **kwargs))
 
-    with wrapped(model, "_get_candidate_generator", wrap):
+    with wrap_candidate_generator(model, wrap):
         yield

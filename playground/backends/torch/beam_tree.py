@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from playground.backends.beam_nodes import BeamTree
+from playground.backends.torch.transformers_hooks import wrap_beam_steps
 
 
 class BeamRecorder(BeamTree):
@@ -40,23 +41,20 @@ def recording_beams(model: Any, recorder: BeamRecorder | None) -> Iterator[None]
     if recorder is None:
         yield
         return
-    top_k, keep = model._get_top_k_continuations, model._get_running_beams_for_next_iteration
 
-    def top_k_continuations(*args: Any, **kwargs: Any) -> Any:
-        out = top_k(*args, **kwargs)
-        recorder.candidates(out, kwargs["cur_len"], kwargs["cur_len"] - kwargs["decoder_prompt_len"])
-        return out
+    def top_k_continuations(top_k: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = top_k(*args, **kwargs)
+            recorder.candidates(out, kwargs["cur_len"], kwargs["cur_len"] - kwargs["decoder_prompt_len"])
+            return out
+        return call
 
-    def running_beams(*args: Any, **kwargs: Any) -> Any:
-        recorder.selection(kwargs["topk_log_probs"], kwargs["next_token_hits_stopping_criteria"], kwargs["num_beams"])
-        return keep(*args, **kwargs)
+    def running_beams(keep: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            recorder.selection(kwargs["topk_log_probs"], kwargs["next_token_hits_stopping_criteria"],
+                               kwargs["num_beams"])
+            return keep(*args, **kwargs)
+        return call
 
-    wrappers: dict[str, Callable[..., Any]] = {"_get_top_k_continuations": top_k_continuations,
-                                               "_get_running_beams_for_next_iteration": running_beams}
-    for name, wrapper in wrappers.items():
-        setattr(model, name, wrapper)
-    try:
+    with wrap_beam_steps(model, top_k_continuations, running_beams):
         yield
-    finally:
-        for name in wrappers:
-            delattr(model, name)

@@ -19,6 +19,7 @@ from transformers import (
 
 from playground.backends.base import TOP_ALTERNATIVES, TokenInfo
 from playground.backends.torch.caches.factory import kv_bytes
+from playground.backends.torch.transformers_hooks import wrap_logits_processor
 
 
 class _Hook(LogitsProcessor):
@@ -98,17 +99,6 @@ class TokenProbe:
         return self.records
 
 
-@contextmanager
-def wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
-    """obj.name replaced by wrap(original) on this instance only, for one generate() call (the runner's
-    generation lock is held); the class's method is back afterwards."""
-    setattr(obj, name, wrap(getattr(obj, name)))
-    try:
-        yield
-    finally:
-        delattr(obj, name)
-
-
 _FILTERS: tuple[tuple[type, str], ...] = ((TopKLogitsWarper, "top_k"), (TopPLogitsWarper, "top_p"),
                                           (MinPLogitsWarper, "min_p"))
 
@@ -137,7 +127,7 @@ def probing_processors(model: Any, probe: TokenProbe | None) -> Iterator[None]:
         return lambda *args, **kwargs: LogitsProcessorList([probe.first, *_staged(build(*args, **kwargs), probe),
                                                             probe.last])
 
-    with wrapped(model, "_get_logits_processor", wrap):
+    with wrap_logits_processor(model, wrap):
         yield
 
 

@@ -22,7 +22,6 @@ definition). Through L layers information still travels up to L*(W-1) tokens bac
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,11 +36,14 @@ from transformers.cache_utils import (
     StaticSlidingWindowLayer,
     get_layer_types_and_kwargs,
 )
-from transformers.masking_utils import AttentionMaskInterface, and_masks, causal_mask_function, sliding_window_overlay
+from transformers.masking_utils import and_masks, causal_mask_function, sliding_window_overlay
 
-# Mask backends that build masks from a mask function (flash/flex take the window another way).
-WINDOWED_ATTENTION = ("sdpa", "eager")
-_INSTALL_LOCK = threading.Lock()
+from playground.backends.torch.transformers_hooks import (
+    WINDOWED_ATTENTION,
+    install_mask_wrapper,
+    mask_wrapper_installed,
+)
+
 # What Cache(layers=...) holds: a model's native layers may be linear-attention ones too.
 CacheLayers = list[CacheLayerMixin | LinearAttentionCacheLayerMixin | DummyLayer]
 
@@ -75,18 +77,12 @@ def windowed_mask(mask_interface: Callable[..., Any]) -> Callable[..., Any]:
 
 def install_windowed_masks() -> None:
     """Wrap the sdpa/eager mask backends once per process (idempotent, safe from several threads)."""
-    with _INSTALL_LOCK:
-        registry = AttentionMaskInterface()
-        for name in WINDOWED_ATTENTION:
-            current = registry[name]
-            if not getattr(current, "playground_windowed", False):
-                AttentionMaskInterface.register(name, windowed_mask(current))
+    install_mask_wrapper(windowed_mask, "playground_windowed")
 
 
 def windowed_offset(kv_offset: int, window: int) -> WindowedOffset:
     """The offset to report; re-wraps the backends if something registered a plain one over ours since."""
-    registry = AttentionMaskInterface()
-    if not all(getattr(registry[name], "playground_windowed", False) for name in WINDOWED_ATTENTION):
+    if not mask_wrapper_installed("playground_windowed"):
         install_windowed_masks()
     return WindowedOffset(kv_offset, window)
 

@@ -1,0 +1,77 @@
+"""Every place the PyTorch path reaches into transformers' private API, and why: one module to check when
+transformers changes (tests/unit/test_transformers_hooks.py fails with the hook's name when one breaks).
+
+Each hook wraps a method on one model instance for one generate() call (the runner's generation lock is held),
+so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from transformers.masking_utils import AttentionMaskInterface
+
+# the transformers version these hooks were written and checked against (requirements.txt pins it)
+WRITTEN_FOR = "5.23.0"
+
+# GenerationMixin methods wrapped per instance, with what we rely on each doing
+LOGITS_PROCESSOR = "_get_logits_processor"  # builds the full processor list, sampling warpers included
+CANDIDATE_GENERATOR = "_get_candidate_generator"  # builds assisted decoding's draft source
+TOP_K_CONTINUATIONS = "_get_top_k_continuations"  # beam search: the 2K best (beam, token) pairs of a step
+RUNNING_BEAMS = "_get_running_beams_for_next_iteration"  # beam search: the K of those that go on
+# the candidate generator's methods assisted decoding calls once per verification step
+GET_CANDIDATES = "get_candidates"
+UPDATE_CANDIDATE_STRATEGY = "update_candidate_strategy"
+# attention-mask backends that take a mask function (an imposed sliding window is added to it)
+WINDOWED_ATTENTION = ("sdpa", "eager")
+
+_INSTALL_LOCK = threading.Lock()
+
+
+@contextmanager
+def wrapped(obj: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """obj.name replaced by wrap(original) on this instance only; the class's method is back afterwards."""
+    setattr(obj, name, wrap(getattr(obj, name)))
+    try:
+        yield
+    finally:
+        delattr(obj, name)
+
+
+def wrap_logits_processor(model: Any, wrap: Callable[[Any], Any]) -> Any:
+    """The processor list generate() builds, passed through `wrap` (probes go around the whole list)."""
+    return wrapped(model, LOGITS_PROCESSOR, wrap)
+
+
+def wrap_candidate_generator(model: Any, wrap: Callable[[Any], Any]) -> Any:
+    """The candidate generator assisted generate() builds, passed through `wrap` (to watch its drafts)."""
+    return wrapped(model, CANDIDATE_GENERATOR, wrap)
+
+
+@contextmanager
+def wrap_beam_steps(model: Any, top_k: Callable[[Any], Any], running: Callable[[Any], Any]) -> Iterator[None]:
+    """Beam search's two per-step methods, each passed through its wrapper (to record the beam tree)."""
+    with ExitStack() as stack:
+        stack.enter_context(wrapped(model, TOP_K_CONTINUATIONS, top_k))
+        stack.enter_context(wrapped(model, RUNNING_BEAMS, running))
+        yield
+
+
+def install_mask_wrapper(wrap: Callable[[Any], Any], marker: str) -> None:
+    """Each windowed attention-mask backend replaced by wrap(backend), once per process: a backend already
+    carrying `marker` is left alone (idempotent, safe from several threads)."""
+    with _INSTALL_LOCK:
+        registry = AttentionMaskInterface()
+        for name in WINDOWED_ATTENTION:
+            current = registry[name]
+            if not getattr(current, marker, False):
+                AttentionMaskInterface.register(name, wrap(current))
+
+
+def mask_wrapper_installed(marker: str) -> bool:
+    """Whether every windowed backend still carries `marker` (something may have registered over it since)."""
+    registry = AttentionMaskInterface()
+    return all(getattr(registry[name], marker, False) for name in WINDOWED_ATTENTION)

@@ -1,0 +1,97 @@
+"""Contracts of the hooks into transformers' private API (playground/backends/torch/transformers_hooks.py): each
+private method exists, takes what we pass or read, and is really called by the generate() mode that needs it.
+When transformers changes one, the failure names the hook and where to update it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import transformers
+from transformers import masking_utils
+from transformers.masking_utils import AttentionMaskInterface
+
+from playground.backends.torch import transformers_hooks as hooks
+from tests.helpers import tiny_llama
+
+UPDATE = f"update playground/backends/torch/transformers_hooks.py (written for transformers {hooks.WRITTEN_FOR})"
+
+
+def broke(hook: str, what: str) -> str:
+    return f"transformers {transformers.__version__}: {hook} {what}; {UPDATE}"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama()
+
+
+def generate(model, **kwargs) -> None:
+    ids = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, pad_token_id=256, **kwargs)
+
+
+def calls_of(model, name: str, run) -> list[tuple[tuple, dict, object]]:
+    """Each call of model.name during run(): its arguments and what it returned."""
+    if not callable(getattr(model, name, None)):
+        pytest.fail(broke(name, "is gone from GenerationMixin"))
+    seen: list[tuple[tuple, dict, object]] = []
+
+    def wrap(original):
+        def call(*args, **kwargs):
+            out = original(*args, **kwargs)
+            seen.append((args, kwargs, out))
+            return out
+        return call
+
+    with hooks.wrapped(model, name, wrap):
+        run()
+    return seen
+
+
+def test_the_logits_processor_list_is_built_once_per_generate(model):
+    seen = calls_of(model, hooks.LOGITS_PROCESSOR, lambda: generate(model, do_sample=True, top_k=5))
+    assert len(seen) == 1, broke(hooks.LOGITS_PROCESSOR, f"was called {len(seen)} times in one generate()")
+    processors = seen[0][2]
+    assert isinstance(processors, transformers.LogitsProcessorList), broke(
+        hooks.LOGITS_PROCESSOR, f"returned {type(processors).__name__}, not a LogitsProcessorList")
+    assert any(isinstance(p, transformers.TopKLogitsWarper) for p in processors), broke(
+        hooks.LOGITS_PROCESSOR, "no longer puts the sampling warpers in the list it builds")
+
+
+def test_assisted_generate_builds_a_candidate_generator_we_can_watch(model):
+    seen = calls_of(model, hooks.CANDIDATE_GENERATOR, lambda: generate(model, prompt_lookup_num_tokens=3))
+    assert len(seen) == 1, broke(hooks.CANDIDATE_GENERATOR, "was not called by assisted generate()")
+    generator = seen[0][2]
+    for method in (hooks.GET_CANDIDATES, hooks.UPDATE_CANDIDATE_STRATEGY):
+        assert callable(getattr(generator, method, None)), broke(
+            hooks.CANDIDATE_GENERATOR, f"returns a {type(generator).__name__} without {method}()")
+
+
+def test_beam_search_steps_take_the_arguments_the_beam_tree_reads(model):
+    run = lambda: generate(model, num_beams=3, num_return_sequences=2)  # noqa: E731
+    top_k = calls_of(model, hooks.TOP_K_CONTINUATIONS, run)
+    assert top_k, broke(hooks.TOP_K_CONTINUATIONS, "was not called by beam search")
+    args, kwargs, out = top_k[0]
+    assert {"cur_len", "decoder_prompt_len"} <= set(kwargs), broke(
+        hooks.TOP_K_CONTINUATIONS, f"is called with {sorted(kwargs)}, without cur_len / decoder_prompt_len")
+    assert isinstance(out, tuple) and len(out) == 3, broke(
+        hooks.TOP_K_CONTINUATIONS, "no longer returns (scores, sequences, beam indices)")
+    running = calls_of(model, hooks.RUNNING_BEAMS, run)
+    assert running, broke(hooks.RUNNING_BEAMS, "was not called by beam search")
+    wanted = {"topk_log_probs", "next_token_hits_stopping_criteria", "num_beams"}
+    assert wanted <= set(running[0][1]), broke(hooks.RUNNING_BEAMS, f"is called with {sorted(running[0][1])}")
+
+
+@pytest.mark.parametrize("name", hooks.WINDOWED_ATTENTION)
+def test_windowed_mask_backends_take_an_offset_a_mask_function_and_a_local_size(name):
+    """transformers' own backends (the registry may hold our wrapper by now): the window rides on kv_offset and
+    mask_function, and sdpa must be told the local size so it does not skip the mask."""
+    backend = {"sdpa": masking_utils.sdpa_mask, "eager": masking_utils.eager_mask}[name]
+    assert name in AttentionMaskInterface(), broke("AttentionMaskInterface", f"has no {name!r} backend")
+    parameters = inspect.signature(backend).parameters
+    wanted = ("kv_offset", "mask_function", "local_size") if name == "sdpa" else ("kv_offset", "mask_function")
+    for parameter in wanted:
+        assert parameter in parameters, broke(f"masking_utils.{backend.__name__}", f"no longer takes {parameter}")
