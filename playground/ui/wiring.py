@@ -216,12 +216,21 @@ def _cut_outputs(page: Page) -> list[Any]:
     return [page.cut, page.branch_choice, page.branch, page.picked]
 
 
+def _clicked_position(evt: gr.EventData) -> Any:
+    """The token position a token view's click reports (cut.py's trigger); EventData exposes the event's fields
+    as attributes, and a click without a payload has none."""
+    try:
+        return evt.position
+    except (AttributeError, TypeError):  # TypeError: no payload at all (EventData looks the name up in None)
+        return None
+
+
 def _wire_branch(page: Page, outputs: list[Any], locked: Any, exports: Any) -> None:
     """A token's click opens its sampling cut (outside the queue); "continue from here" runs every column again
     from that token with the chosen alternative forced, as a run does (settings locked, exports after)."""
     for i, col in enumerate(page.columns):
         def on_pick(outcome: Outcome, evt: gr.EventData, i: int = i) -> dict[Any, Any]:
-            return branch.pick(page, outcome, i, (evt._data or {}).get("position"))
+            return branch.pick(page, outcome, i, _clicked_position(evt))
 
         col.tokens.click(on_pick, page.results, _cut_outputs(page), queue=False, api_visibility="private").then(
             None, None, None, js="() => document.getElementById('sampling-cut')?.scrollIntoView("
