@@ -48,7 +48,7 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
     the distributions they were drawn from (1, steps - 1, V)."""
     def body(carry: tuple) -> tuple:
         i, s, tokens, probs = carry
-        logits, cache = engine._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
+        logits, cache = engine.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
         _, processed, final, _ = speculative.processed(logits[:, -1], s.seen, s.produced, mode, knobs, ())
         key = s.key
         if mode.greedy:
@@ -58,7 +58,7 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
             token = jax.random.categorical(draw, jnp.log(final), axis=-1).astype(jnp.int32)
             probs = probs.at[i].set(final[0])
         s = DecodeState(cache, token, s.position + 1, key, s.seen, s.done, s.produced + 1)
-        return i + 1, engine._pin(s), tokens.at[i].set(token[0]), probs
+        return i + 1, engine.pin(s), tokens.at[i].set(token[0]), probs
 
     probs = jnp.zeros((steps, 1 if mode.greedy else engine.vocab_size), jnp.float32)
     start = (jnp.int32(0), state, jnp.zeros((steps,), jnp.int32), probs)
@@ -98,8 +98,8 @@ class Drafter:
 
         def build() -> Any:
             fn = jax.jit(partial(propose, engine, steps=steps, mode=self.mode), donate_argnames=("state",))
-            return fn.lower(engine.weights, engine._abstract_state(self.layouts, self.mode, 1),
-                            engine.spec((), jnp.int32), engine._knob_specs()).compile(COMPILER_OPTIONS)
+            return fn.lower(engine.weights, engine.abstract_state(self.layouts, self.mode, 1),
+                            engine.spec((), jnp.int32), engine.knob_specs()).compile(COMPILER_OPTIONS)
 
         return engine.program(("propose", self.layouts, steps, self.mode), build)
 
@@ -115,7 +115,7 @@ class Drafter:
         def build() -> Any:
             i32 = engine.spec((), jnp.int32)
             fn = jax.jit(catch_up, donate_argnames=("state",))
-            return fn.lower(engine._abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
+            return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
                             i32).compile(COMPILER_OPTIONS)
 
         return engine.program(("catch_up", self.layouts, self.mode.penalty), build)

@@ -66,7 +66,7 @@ def seen_tokens(ids: jax.Array, length: jax.Array, vocab_size: int) -> jax.Array
     return seen.at[rows, jnp.where(valid, ids, vocab_size)].set(True, mode="drop")
 
 
-def _penalize(logits: jax.Array, seen: jax.Array, penalty: jax.Array) -> jax.Array:
+def penalize(logits: jax.Array, seen: jax.Array, penalty: jax.Array) -> jax.Array:
     """RepetitionPenaltyLogitsProcessor: seen tokens' logits divided (positive) or multiplied (negative)."""
     return jnp.where(seen, jnp.where(logits < 0, logits * penalty, logits / penalty), logits)
 
@@ -156,7 +156,7 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Arr
     logits = logits.astype(jnp.float32)
     model = jax.nn.softmax(logits, axis=-1)  # before any processor: the model's own distribution
     if mode.penalty:
-        logits = _penalize(logits, seen, knobs.penalty)
+        logits = penalize(logits, seen, knobs.penalty)
     if eos_ids:  # MinNewTokensLengthLogitsProcessor: no EOS before min_new_tokens
         eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(eos_ids)].set(True, mode="drop")
         logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)
