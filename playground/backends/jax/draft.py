@@ -25,7 +25,7 @@ from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
 from playground.backends.jax.engine import COMPILER_OPTIONS, DecodeState, Engine, engine_for
-from playground.backends.jax.programs import Compiled, run_prompt
+from playground.backends.jax.programs import Programs, run_prompt
 from playground.backends.jax.sampling import Knobs, SamplingMode
 from playground.backends.jax.verify import rolled_back
 from playground.compatibility import draft_vocabulary_refusal
@@ -84,11 +84,11 @@ class Drafter:
         plan = assisted_plan(spec.replace(cache="static"), self.engine.config, prompt_len, width)
         self.layouts: Layouts = plan.at(plan.lengths[0])
         self.mode = dataclasses.replace(mode, penalty=False)
-        self.programs = Compiled()
-        self.programs.prefill = self.programs._add(self.engine.prefill_program(bucket, self.layouts))
-        self.programs.first = self.programs._add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
-        self.propose = self.programs._add(self._propose_program(width))
-        self.catch_up = self.programs._add(self._catch_up_program())
+        self.programs = Programs()
+        self.programs.prefill = self.programs.add(self.engine.prefill_program(bucket, self.layouts))
+        self.programs.start = self.programs.add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
+        self.propose = self.programs.add(self._propose_program(width))
+        self.catch_up = self.programs.add(self._catch_up_program())
         self.state: Any = None  # DecodeState once started
         self.knobs: Knobs[jax.Array] | None = None
         self.counts: dict[int, jax.Array] = {}

@@ -43,9 +43,10 @@ class Knobs(NamedTuple, Generic[Leaf]):
     min_new_tokens: Leaf
 
 
-def mode_for(spec: RunSpec, vocab_size: int) -> SamplingMode:
+def mode_for(spec: RunSpec, vocab_size: int, *, samples: bool) -> SamplingMode:
+    """The static mode of `spec`'s knobs; the strategy's plug-in says whether it samples at all."""
     penalty = spec.repetition_penalty != 1.0
-    if spec.strategy == "greedy":
+    if not samples:
         return SamplingMode(greedy=True, penalty=penalty)
     top_k = spec.top_k if 0 < spec.top_k < vocab_size else 0
     return SamplingMode(greedy=False, top_k=top_k, top_p=spec.top_p < 1.0, min_p=spec.min_p > 0.0,
