@@ -183,7 +183,7 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> to
     def steps(weights, cache, tokens):
         def body(cache, xs):
             token, position = xs
-            logits, cache = engine._forward(weights, cache, token[None, None], position[None, None], 1)
+            logits, cache = engine.forward(weights, cache, token[None, None], position[None, None], 1)
             return cache, logits[0, -1]
 
         positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
