@@ -105,7 +105,7 @@ def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] =
 
 def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False):
     """The JAX backend on `ids` as the runner calls it, and the chunks of token ids it streamed."""
-    from playground.backends.jax.decoder import JaxBackend
+    from playground.backends.jax.backend import JaxBackend
 
     chunks: list[list[int]] = []
     out = JaxBackend().generate(loaded, ids, spec, chunks.append, should_stop)
@@ -183,7 +183,7 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> to
     def steps(weights, cache, tokens):
         def body(cache, xs):
             token, position = xs
-            logits, cache = engine._forward(weights, cache, token[None, None], position[None, None], 1)
+            logits, cache = engine.forward(weights, cache, token[None, None], position[None, None], 1)
             return cache, logits[0, -1]
 
         positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)

@@ -96,7 +96,6 @@ register_cache(CacheType(
 # --- strategies -------------------------------------------------------------------------------------------------
 
 _TORCH_CONFIG = "playground.backends.torch.config"
-_JAX_STRATEGIES = "playground.backends.jax.strategies"
 
 
 def _check_beams(spec: RunSpec) -> None:
@@ -124,22 +123,22 @@ SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "min_p")
 
 register_strategy(Strategy(
     name="greedy", label="greedy", help="the most likely token at every step",
-    jax=lazy(_JAX_STRATEGIES, "single_token")))
+    jax=lazy("playground.backends.jax.plain", "single_token")))
 register_strategy(Strategy(
     name="sampling", label="sampling",
     help="draws each token from the distribution after temperature, top-k, top-p and min-p",
-    knobs=SAMPLING_KNOBS, sampling="always", jax=lazy(_JAX_STRATEGIES, "single_token")))
+    knobs=SAMPLING_KNOBS, sampling="always", jax=lazy("playground.backends.jax.plain", "single_token")))
 register_strategy(Strategy(
     name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams",
-    jax=lazy(_JAX_STRATEGIES, "beam_search"), rows_knob="num_beams"))
+    jax=lazy("playground.backends.jax.beam", "beam"), rows_knob="num_beams"))
 register_strategy(Strategy(
     name="assisted", label="assisted",
     help="drafts several tokens (a small model or n-grams from the prompt) and verifies them in one pass",
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
-    jax=lazy(_JAX_STRATEGIES, "assisted"), drafts=True))
+    jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
 
 # A draft model's own cache on the JAX path: preallocated for the whole run, and it rolls rejected drafts back.
 DRAFT_CACHE = "static"

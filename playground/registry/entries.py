@@ -89,8 +89,9 @@ class Strategy:
     # what the torch path records per step: "tokens" (a distribution per token), "beams" (the beam tree) or
     # "drafts" (verification steps); beam search streams nothing until it ends
     records: str = "tokens"
-    # jax: (spec) -> the plug-in the JAX request loop runs for this strategy
-    jax: Callable[[RunSpec], Any]
+    # jax: (spec, draft model or None) -> the plug-in the JAX request loop runs for one request
+    # (playground/backends/jax/strategy.py says what a plug-in provides)
+    jax: Callable[[RunSpec, Any], Any]
     # the RunSpec key holding how many sequences the cache keeps a row for (beam search: num_beams); None: one
     rows_knob: str | None = None
     # verifies several drafted tokens per pass, so the cache must roll rejected ones back (CacheType.no_rollback)

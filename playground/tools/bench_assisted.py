@@ -61,7 +61,7 @@ def bench_grounded(loaded: LoadedModel, new_tokens: int, probe: Any, progress: C
     runs: list[tuple[str, Callable[..., Any], RunSpec]] = [
         ("jax-grounded", decoder.generate, plain),
         ("torch-prompt-lookup", torch_generate.generate, lookup.replace(backend="torch", cache="dynamic")),
-        ("jax-prompt-lookup", decoder.JaxBackend().generate, lookup),
+        ("jax-prompt-lookup", decoder.generate, lookup),
     ]
     rows, reference = [], None
     for name, generate, spec in runs:

@@ -13,7 +13,7 @@ from tests.helpers import jax_run  # noqa: E402
 
 @pytest.mark.slow
 def test_prompt_lookup_on_a_grounded_prompt_equals_plain_greedy():
-    from playground.backends.jax.decoder import JaxBackend
+    from playground.backends.jax.backend import JaxBackend
     from playground.models import loaded
     from playground.runner import encode_prompt
     from playground.tools.bench_assisted import GROUNDED_PROMPT

@@ -14,7 +14,7 @@ pytest.importorskip("torchax")
 jax = pytest.importorskip("jax")
 
 from playground.backends.jax import lookup as lookup_module  # noqa: E402
-from playground.backends.jax.decoder import JaxBackend  # noqa: E402
+from playground.backends.jax.backend import JaxBackend  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import bench_with, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
@@ -270,7 +270,7 @@ SHARDED = """
 import json, os, sys
 sys.path.insert(0, os.environ["ROOT"])
 import torch
-from playground.backends.jax.decoder import JaxBackend
+from playground.backends.jax.backend import JaxBackend
 from playground.spec import RunSpec
 from tests.helpers import tiny_llama, tiny_loaded
 main, draft = tiny_loaded("m", tiny_llama()), tiny_loaded("d", tiny_llama(seed=5, num_hidden_layers=1))

@@ -151,7 +151,7 @@ def test_filters_keep_what_transformers_keeps(knobs):
     if run_spec.min_p:
         warpers.append(MinPLogitsWarper(run_spec.min_p))
     expected = set(torch.nonzero(torch.isfinite(warpers(None, logits.clone()))[0]).flatten().tolist())
-    mode = jax_sampling.mode_for(run_spec, 300)
+    mode = jax_sampling.mode_for(run_spec, 300, samples=True)
     values, indices, _ = jax_sampling.candidates(jnp.asarray(logits.numpy()), mode, jax_sampling.knobs_for(run_spec))
     kept = {int(i) for i, v in zip(indices[0], values[0], strict=True) if bool(jnp.isfinite(v))}
     assert kept == expected

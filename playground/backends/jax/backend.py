@@ -77,9 +77,12 @@ class JaxBackend:
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None) -> GenerationOutput:
-        from playground.backends.jax.decoder import JaxBackend as Decoder
+        from playground.backends.jax.decoder import announce_once, generate
+        from playground.backends.jax.engine import compile_notices
 
-        return Decoder().generate(loaded, input_ids, spec, emit, should_stop, draft, progress)
+        check_architecture(loaded.model.config)
+        with compile_notices(announce_once(progress)):
+            return generate(loaded, input_ids, spec, emit, should_stop, draft)
 
 
 def _text_config(loaded: LoadedModel) -> Any:

@@ -48,10 +48,10 @@ def _pin(engine: Engine, state: BeamState) -> BeamState:
     """On a mesh: the cache split by KV heads, everything else replicated, call after call."""
     if engine.mesh is None:
         return state
-    replicated = engine._replicated()
+    replicated = engine.replicated()
     small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated),
                          (state.tokens, state.position, state.hyps))
-    return BeamState(engine._constrain(state.cache), *small)
+    return BeamState(engine.constrain(state.cache), *small)
 
 
 def _start(engine: Engine, logits: jax.Array, ids: jax.Array, length: jax.Array, knobs: BeamKnobs[jax.Array],
@@ -81,7 +81,7 @@ def _decode(engine: Engine, weights: dict, state: BeamState, limit: jax.Array, k
     def body(carry: tuple) -> tuple:
         i, s, out = carry
         positions = jnp.broadcast_to(s.position, (mode.beams, 1))
-        logits, cache = engine._forward(weights, s.cache, s.tokens[:, None], positions, 1)
+        logits, cache = engine.forward(weights, s.cache, s.tokens[:, None], positions, 1)
         hyps, parents, tokens, record = beam_search.step(logits[:, -1], s.hyps, mode, knobs)
         out = jax.tree.map(lambda rows, row: rows.at[i].set(row), out, record)
         s = BeamState(reorder(cache, parents), tokens, s.position + 1, hyps)

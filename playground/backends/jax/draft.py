@@ -25,12 +25,13 @@ from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
 from playground.backends.jax.engine import COMPILER_OPTIONS, DecodeState, Engine, engine_for
-from playground.backends.jax.programs import Compiled, run_prompt
+from playground.backends.jax.programs import Programs, run_prompt
 from playground.backends.jax.sampling import Knobs, SamplingMode
 from playground.backends.jax.verify import rolled_back
 from playground.compatibility import draft_vocabulary_refusal
 from playground.errors import PlaygroundError
 from playground.models.loaded import LoadedModel
+from playground.registry.builtin import DRAFT_CACHE
 from playground.spec import RunSpec
 
 FIRST_DRAFTS = 20  # transformers' num_assistant_tokens: where the schedule starts
@@ -48,7 +49,7 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
     the distributions they were drawn from (1, steps - 1, V)."""
     def body(carry: tuple) -> tuple:
         i, s, tokens, probs = carry
-        logits, cache = engine._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
+        logits, cache = engine.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
         _, processed, final, _ = speculative.processed(logits[:, -1], s.seen, s.produced, mode, knobs, ())
         key = s.key
         if mode.greedy:
@@ -58,7 +59,7 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
             token = jax.random.categorical(draw, jnp.log(final), axis=-1).astype(jnp.int32)
             probs = probs.at[i].set(final[0])
         s = DecodeState(cache, token, s.position + 1, key, s.seen, s.done, s.produced + 1)
-        return i + 1, engine._pin(s), tokens.at[i].set(token[0]), probs
+        return i + 1, engine.pin(s), tokens.at[i].set(token[0]), probs
 
     probs = jnp.zeros((steps, 1 if mode.greedy else engine.vocab_size), jnp.float32)
     start = (jnp.int32(0), state, jnp.zeros((steps,), jnp.int32), probs)
@@ -81,14 +82,14 @@ class Drafter:
             raise PlaygroundError(draft_vocabulary_refusal(draft.name, self.engine.vocab_size, main_vocab))
         width = MAX_DRAFTS + 1
         # preallocated: the draft's cache never grows, so its programs are one of each
-        plan = assisted_plan(spec.replace(cache="static"), self.engine.config, prompt_len, width)
+        plan = assisted_plan(spec.replace(cache=DRAFT_CACHE), self.engine.config, prompt_len, width)
         self.layouts: Layouts = plan.at(plan.lengths[0])
         self.mode = dataclasses.replace(mode, penalty=False)
-        self.programs = Compiled()
-        self.programs.prefill = self.programs._add(self.engine.prefill_program(bucket, self.layouts))
-        self.programs.first = self.programs._add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
-        self.propose = self.programs._add(self._propose_program(width))
-        self.catch_up = self.programs._add(self._catch_up_program())
+        self.programs = Programs()
+        self.programs.prefill = self.programs.add(self.engine.prefill_program(bucket, self.layouts))
+        self.programs.start = self.programs.add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
+        self.propose = self.programs.add(self._propose_program(width))
+        self.catch_up = self.programs.add(self._catch_up_program())
         self.state: Any = None  # DecodeState once started
         self.knobs: Knobs[jax.Array] | None = None
         self.counts: dict[int, jax.Array] = {}
@@ -98,8 +99,8 @@ class Drafter:
 
         def build() -> Any:
             fn = jax.jit(partial(propose, engine, steps=steps, mode=self.mode), donate_argnames=("state",))
-            return fn.lower(engine.weights, engine._abstract_state(self.layouts, self.mode, 1),
-                            engine.spec((), jnp.int32), engine._knob_specs()).compile(COMPILER_OPTIONS)
+            return fn.lower(engine.weights, engine.abstract_state(self.layouts, self.mode, 1),
+                            engine.spec((), jnp.int32), engine.knob_specs()).compile(COMPILER_OPTIONS)
 
         return engine.program(("propose", self.layouts, steps, self.mode), build)
 
@@ -115,7 +116,7 @@ class Drafter:
         def build() -> Any:
             i32 = engine.spec((), jnp.int32)
             fn = jax.jit(catch_up, donate_argnames=("state",))
-            return fn.lower(engine._abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
+            return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
                             i32).compile(COMPILER_OPTIONS)
 
         return engine.program(("catch_up", self.layouts, self.mode.penalty), build)

@@ -119,7 +119,8 @@ class Engine:
         self.move_s = time.perf_counter() - start
 
     # -- shardings -------------------------------------------------------------------------------------------
-    def _replicated(self) -> NamedSharding | None:
+    def replicated(self) -> NamedSharding | None:
+        """The layout of small arrays (tokens, counters, knobs): whole on every device of the mesh."""
         return NamedSharding(self.mesh, PartitionSpec()) if self.mesh is not None else None
 
     def _cache_sharding(self) -> NamedSharding | None:
@@ -129,41 +130,42 @@ class Engine:
 
     def put(self, value: Any) -> Any:
         """Host values -> device, replicated over the mesh if there is one."""
-        sharding = self._replicated()
+        sharding = self.replicated()
         return jax.device_put(value, sharding) if sharding is not None else jax.device_put(value)
 
     def abstract_cache(self, layouts: Layouts, batch: int) -> JaxCache:
-        return pytree.abstract_cache(layouts, batch, self._cache_sharding(), self._replicated())
+        return pytree.abstract_cache(layouts, batch, self._cache_sharding(), self.replicated())
 
     def spec(self, shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
         """An abstract argument for lowering, laid out as put() lays out the real one."""
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=self._replicated())
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=self.replicated())
 
-    def _constrain(self, cache: JaxCache) -> JaxCache:
+    def constrain(self, cache: JaxCache) -> JaxCache:
         """Keep the cache's layout across calls, so the next call (compiled for it) accepts it as is: every
         array split by KV heads (scales too, so each device dequantizes its own heads), counters replicated."""
         if self.mesh is None:
             return cache
-        split, replicated = self._cache_sharding(), self._replicated()
+        split, replicated = self._cache_sharding(), self.replicated()
         for layer in cache.jax_layers:
             layer.arrays = {name: jax.lax.with_sharding_constraint(a, split) for name, a in layer.arrays.items()}
             layer.cumulative_length = jax.lax.with_sharding_constraint(layer.cumulative_length, replicated)
         return cache
 
-    def _pin(self, state: DecodeState[jax.Array]) -> DecodeState[jax.Array]:
+    def pin(self, state: DecodeState[jax.Array]) -> DecodeState[jax.Array]:
         """The state's small arrays replicated and the cache split, call after call."""
         if self.mesh is None:
             return state
-        small = [jax.lax.with_sharding_constraint(x, self._replicated())
+        small = [jax.lax.with_sharding_constraint(x, self.replicated())
                  for x in (state.token, state.position, state.key, state.seen, state.done, state.produced)]
-        return DecodeState(self._constrain(state.cache), *small)
+        return DecodeState(self.constrain(state.cache), *small)
 
-    def _knob_specs(self) -> Knobs[jax.ShapeDtypeStruct]:
+    def knob_specs(self) -> Knobs[jax.ShapeDtypeStruct]:
+        """Abstract sampling knobs for lowering, laid out as put() lays out the real ones."""
         f32, i32 = self.spec((), jnp.float32), self.spec((), jnp.int32)
         return Knobs(f32, f32, f32, f32, i32)
 
     # -- traced functions (pure JAX outside, the HF model inside) ---------------------------------------------
-    def _forward(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
+    def forward(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
                  keep: jax.Array | int) -> tuple[jax.Array, JaxCache]:
         """The HF model via functional_call on the twin; returns logits (B, kept, V) and the updated cache.
 
@@ -184,11 +186,11 @@ class Engine:
         position. Decoding continues at the true length, overwriting what the padding left."""
         positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]  # (1, P)
         cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
-        logits, cache = self._forward(weights, cache, ids, positions, (length - 1)[None])
+        logits, cache = self.forward(weights, cache, ids, positions, (length - 1)[None])
         logits = logits[:, -1]  # (B, V)
         if self.mesh is not None:
-            logits = jax.lax.with_sharding_constraint(logits, self._replicated())
-        return logits, self._constrain(cache)
+            logits = jax.lax.with_sharding_constraint(logits, self.replicated())
+        return logits, self.constrain(cache)
 
     def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
                knobs: Knobs[jax.Array], cache: JaxCache, *, mode: SamplingMode,
@@ -203,7 +205,7 @@ class Engine:
         token, key, info = sampling.select(logits, key, produced, seen, mode, knobs, eos)
         seen = sampling.mark_seen(seen, token, mode)
         done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
-        return self._pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1)), info
+        return self.pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1)), info
 
     def _decode(self, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs[jax.Array], *,
                 steps: int, mode: SamplingMode,
@@ -218,12 +220,12 @@ class Engine:
 
         def body(carry: tuple) -> tuple:
             i, s, out = carry
-            logits, cache = self._forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
+            logits, cache = self.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
             token, key, info = sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
             out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
             s = DecodeState(cache, token, s.position + 1, key, sampling.mark_seen(s.seen, token, mode),
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
-            return i + 1, self._pin(s), out
+            return i + 1, self.pin(s), out
 
         out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
@@ -231,7 +233,7 @@ class Engine:
 
     def _grow(self, state: DecodeState[jax.Array], *, layouts: Layouts) -> DecodeState[jax.Array]:
         """The same state over a larger cache: the arrays padded with empty slots at the end."""
-        return self._pin(dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
+        return self.pin(dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
 
     # -- compile registry --------------------------------------------------------------------------------------
     def program(self, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
@@ -256,12 +258,13 @@ class Engine:
         def build() -> Any:
             fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
             return fn.lower(self.spec((batch, self.vocab_size), jnp.float32), self.spec((batch, bucket), jnp.int32),
-                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self._knob_specs(),
+                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.knob_specs(),
                             self.abstract_cache(layouts, batch)).compile(COMPILER_OPTIONS)
 
         return self.program(("start", batch, bucket, layouts, mode, eos), build)
 
-    def _abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
+    def abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
+        """Shape structs of a DecodeState over `layouts`, laid out as the programs leave it (for lowering)."""
         seen = (batch, self.vocab_size if mode.penalty else 1)
         return DecodeState(self.abstract_cache(layouts, batch), self.spec((batch,), jnp.int32),
                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.spec(seen, jnp.bool_),
@@ -270,7 +273,7 @@ class Engine:
     def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
             fn = jax.jit(partial(self._grow, layouts=new))  # new, larger buffers: nothing to donate
-            return fn.lower(self._abstract_state(old, mode, batch)).compile(COMPILER_OPTIONS)
+            return fn.lower(self.abstract_state(old, mode, batch)).compile(COMPILER_OPTIONS)
 
         return self.program(("grow", batch, old, new, mode.penalty), build)
 
@@ -278,8 +281,8 @@ class Engine:
                        batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
             fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
-            state = self._abstract_state(layouts, mode, batch)
-            return fn.lower(self.weights, state, self.spec((), jnp.int32), self._knob_specs()).compile(COMPILER_OPTIONS)
+            state = self.abstract_state(layouts, mode, batch)
+            return fn.lower(self.weights, state, self.spec((), jnp.int32), self.knob_specs()).compile(COMPILER_OPTIONS)
 
         return self.program(("decode", batch, layouts, steps, mode, eos), build)
 

@@ -1,48 +1,49 @@
-"""What every JAX request does before decoding: fetch (or compile) its programs, timed, and run its prompt.
-
-Plain decoding (decoder.py) and assisted decoding (assisted.py) share it: the same prefill and first-token
-programs, so a prompt gives the same first token and cache on both.
-"""
+"""A request's compiled programs, fetched before its prompt runs, and the prompt run a draft model shares."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import jax
 import numpy as np
 
 from playground.backends.jax import sampling
+from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.sampling import Knobs, StepInfo
 from playground.spec import RunSpec
 
 
-class Compiled:
-    """A request's programs, fetched before the prompt runs: a cold request's compile shows in its TTFT and in
+class Programs:
+    """A request's programs, fetched before the prompt: a cold request's compile shows in its TTFT and in
     compile_s, never inside its decode rate."""
 
-    prefill: Any
-    first: Any
+    prefill: Any  # the padded prompt into a new cache
+    start: Any  # the first token (or beam step) from the prefill's logits
 
     def __init__(self) -> None:
         self.compile_s = 0.0
+        self.steps: dict[Hashable, Any] = {}  # a decode chunk (or verify pass) per cache layouts (and width)
+        self.growers: dict[Layouts, Any] = {}  # a growth step into each layouts but the first
 
-    def _add(self, compiled: tuple[Any, float]) -> Any:
+    def add(self, compiled: tuple[Any, float]) -> Any:
+        """The program of an Engine.program() answer, its compile seconds counted."""
         program, seconds = compiled
         self.compile_s += seconds
         return program
 
 
-def run_prompt(engine: Engine, programs: Compiled, prompt: np.ndarray, bucket: int,
+def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int,
                spec: RunSpec) -> tuple[DecodeState[jax.Array], Knobs[jax.Array], int, StepInfo]:
     """The prompt (B, T) padded on the right to `bucket` (causal masking keeps the padding out of the real
     tokens) into a new cache; returns the decode state, the knobs on the device, and the first new token and
     its StepInfo on the host."""
-    padded = np.zeros((prompt.shape[0], bucket), np.int32)
+    padded = np.zeros((prompt.shape[0], bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
     knobs = engine.put(sampling.knobs_for(spec))
-    logits, cache = programs.prefill(engine.weights, ids, true_len)
-    state, info = programs.first(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
+    logits, cache = programs.prefill(engine.weights, ids, true_len)  # (B, V)
+    state, info = programs.start(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
     first, info = jax.device_get((state.token, info))
     return state, knobs, int(first[0]), info

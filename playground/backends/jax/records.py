@@ -1,6 +1,8 @@
-"""Device StepInfo rows -> the backends' common TokenInfo records (the decode chunks' and the verify passes')."""
+"""Device StepInfo rows -> the backends' common TokenInfo records, and the token stream a run keeps of them."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from playground.backends.base import CUT_STAGES, TokenInfo
 from playground.backends.jax.sampling import StepInfo
@@ -13,3 +15,18 @@ def token_records(info: StepInfo, count: int) -> list[TokenInfo]:
              "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True)),
              "top_cut": [CUT_STAGES[c] for c in cut.tolist()]}
             for p, h, q, hq, ids, top_p, top_q, cut in zip(*rows, strict=True)]
+
+
+@dataclass
+class Streamed:
+    """What reached the host token by token: the tokens, their records and when each arrived."""
+
+    tokens: list[int] = field(default_factory=list)
+    info: list[TokenInfo] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+    def add(self, tokens: list[int], info: StepInfo, now: float) -> None:
+        """A call's tokens and their first len(tokens) host StepInfo rows, on the host since `now`."""
+        self.tokens += tokens
+        self.info += token_records(info, len(tokens))
+        self.times += [now] * len(tokens)

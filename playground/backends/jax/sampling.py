@@ -14,7 +14,6 @@ from typing import Generic, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-from playground import registry
 from playground.backends.base import CUT_STAGES, TOP_ALTERNATIVES
 from playground.spec import RunSpec
 
@@ -44,9 +43,10 @@ class Knobs(NamedTuple, Generic[Leaf]):
     min_new_tokens: Leaf
 
 
-def mode_for(spec: RunSpec, vocab_size: int) -> SamplingMode:
+def mode_for(spec: RunSpec, vocab_size: int, *, samples: bool) -> SamplingMode:
+    """The static mode of `spec`'s knobs; the strategy's plug-in says whether it samples at all."""
     penalty = spec.repetition_penalty != 1.0
-    if not registry.strategy(spec.strategy).samples(spec.assisted_sampling):
+    if not samples:
         return SamplingMode(greedy=True, penalty=penalty)
     top_k = spec.top_k if 0 < spec.top_k < vocab_size else 0
     return SamplingMode(greedy=False, top_k=top_k, top_p=spec.top_p < 1.0, min_p=spec.min_p > 0.0,
@@ -67,7 +67,7 @@ def seen_tokens(ids: jax.Array, length: jax.Array, vocab_size: int) -> jax.Array
     return seen.at[rows, jnp.where(valid, ids, vocab_size)].set(True, mode="drop")
 
 
-def _penalize(logits: jax.Array, seen: jax.Array, penalty: jax.Array) -> jax.Array:
+def penalize(logits: jax.Array, seen: jax.Array, penalty: jax.Array) -> jax.Array:
     """RepetitionPenaltyLogitsProcessor: seen tokens' logits divided (positive) or multiplied (negative)."""
     return jnp.where(seen, jnp.where(logits < 0, logits * penalty, logits / penalty), logits)
 
@@ -157,7 +157,7 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, seen: jax.Arr
     logits = logits.astype(jnp.float32)
     model = jax.nn.softmax(logits, axis=-1)  # before any processor: the model's own distribution
     if mode.penalty:
-        logits = _penalize(logits, seen, knobs.penalty)
+        logits = penalize(logits, seen, knobs.penalty)
     if eos_ids:  # MinNewTokensLengthLogitsProcessor: no EOS before min_new_tokens
         eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(eos_ids)].set(True, mode="drop")
         logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)

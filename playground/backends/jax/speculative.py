@@ -36,7 +36,7 @@ def processed(logits: jax.Array, seen: jax.Array, produced: jax.Array, mode: Sam
     logits = logits.astype(jnp.float32)
     model = jax.nn.softmax(logits, axis=-1)
     if mode.penalty:
-        logits = sampling._penalize(logits, seen, knobs.penalty)
+        logits = sampling.penalize(logits, seen, knobs.penalty)
     if eos_ids:
         eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(eos_ids)].set(True, mode="drop")
         logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)

@@ -111,10 +111,11 @@ class Twin:
 def build_twin(model: PreTrainedModel, fuse: bool) -> Twin:
     """A meta-device copy of `model` using our attention, with projections fused if asked."""
     config = copy.deepcopy(model.config)
-    config._attn_implementation = ATTENTION
     # mixture-of-experts layers: the default grouped matmul (aten::_grouped_mm) has no torchax lowering; the
-    # batched one gathers each token's chosen experts with fixed shapes, and reads only those experts' weights
-    config._experts_implementation = "batched_mm"
+    # batched one gathers each token's chosen experts with fixed shapes, and reads only those experts' weights.
+    # Set on the config before the twin is built: transformers' public set_attn_implementation() acts on a built
+    # model and skips (only warns) any model class whose source it does not recognise; these setters always apply.
+    config._attn_implementation, config._experts_implementation = ATTENTION, "batched_mm"  # noqa: SLF001 - see above
     with torch.device("meta"):
         twin = type(model)(config)
     twin.eval()

@@ -43,7 +43,7 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
     width = drafts.shape[1] + 1
     ids = jnp.concatenate([state.token[:, None], drafts], axis=1)  # (B, W)
     positions = (state.position + jnp.arange(width, dtype=jnp.int32))[None, :]  # (1, W)
-    logits, cache = engine._forward(weights, state.cache, ids, positions, 0)  # (B, W, V)
+    logits, cache = engine.forward(weights, state.cache, ids, positions, 0)  # (B, W, V)
     model, processed, final, cut = speculative.rows(logits, drafts, state.seen, state.produced, mode, knobs, eos)
     key = state.key
     if mode.greedy:
@@ -55,7 +55,7 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
     last = out.tokens[out.kept_count - 1][None]
     new = DecodeState(rolled_back(cache, position), last, position, key, _mark(state.seen, out.tokens, mode),
                       jnp.isin(last, jnp.asarray(eos or (-1,))).any(), state.produced + out.kept_count)
-    return engine._pin(new), out
+    return engine.pin(new), out
 
 
 def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingMode, eos: tuple[int, ...],
@@ -64,8 +64,8 @@ def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingM
     def build() -> Any:
         fn = jax.jit(partial(verify, engine, mode=mode, eos=eos), donate_argnames=("state",))
         q = engine.spec((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
-        return fn.lower(engine.weights, engine._abstract_state(layouts, mode, batch),
+        return fn.lower(engine.weights, engine.abstract_state(layouts, mode, batch),
                         engine.spec((batch, width - 1), jnp.int32), engine.spec((), jnp.int32), q,
-                        engine._knob_specs()).compile(COMPILER_OPTIONS)
+                        engine.knob_specs()).compile(COMPILER_OPTIONS)
 
     return engine.program(("verify", batch, layouts, width, mode, eos, with_q), build)

@@ -1,0 +1,146 @@
+"""The one JAX request loop: prepare, prefill, grow the cache to fit, run chunked device calls, stream, stop.
+
+The prompt is padded on the right to a power-of-two bucket (causal attention keeps padding out of the real
+positions, and decoding starts at the true length, overwriting it), so a new prompt length rarely compiles.
+Each device call runs up to STEPS_PER_CALL steps (or one verify pass) and hands its results to the host: one
+host sync per call, not per token. The cache's layout per layer (caches/plan.py) is decided once per request;
+a growing cache steps through its lengths by doubling (one copy each time) and each layout compiles its
+programs once, so a ring buffer that has reached its window never grows or recompiles again. What differs
+between strategies is a plug-in (strategy.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+
+from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.jax.caches import plan as cache_plan
+from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.pytree import cache_bytes
+from playground.backends.jax.engine import Engine, engine_for
+from playground.backends.jax.programs import Programs
+from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run, Strategy
+from playground.models.loaded import LoadedModel
+from playground.spec import RunSpec
+
+__all__ = ["STEPS_PER_CALL", "cache_extra", "engine_extra", "generate"]
+
+
+def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+             should_stop: ShouldStop, strategy: Strategy) -> GenerationOutput:
+    """Prefill, then device calls until EOS, max_new_tokens or should_stop(), streaming each call's tokens.
+
+    `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
+    """
+    start = time.perf_counter()
+    prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
+    request = _prepare(loaded, prompt, spec, strategy)
+    run, first = _prefill(request, strategy)
+    if strategy.streams:
+        emit(first.tokens)
+    _decode(request, run, strategy, spec, emit, should_stop)
+    out = strategy.output(request, run, start)
+    if not strategy.streams:
+        emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
+    return out
+
+
+def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec, strategy: Strategy) -> Request:
+    """The model's engine, the cache plan and every program this request runs, compiled now if they are new."""
+    engine, reused = engine_for(loaded.model, spec.devices)
+    prompt_len = prompt.shape[1]
+    bucket = cache_plan.prefill_bucket(prompt_len)
+    eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
+    plan, own_compile_s = strategy.bind(engine, prompt_len, bucket, eos)
+    programs = _programs(engine, bucket, plan.schedule(), strategy, decode=spec.max_new_tokens > 1)
+    programs.compile_s += own_compile_s
+    return Request(engine, reused, prompt, bucket, eos, plan, programs)
+
+
+def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: Strategy, decode: bool) -> Programs:
+    """Prefill and start, then the step programs of every layouts the cache may step through and the growth
+    steps between them (none when the prompt's own token is the only one wanted)."""
+    programs = Programs()
+    programs.prefill = programs.add(engine.prefill_program(bucket, schedule[0], 1))
+    programs.start = programs.add(strategy.start_program(engine, bucket, schedule[0]))
+    for i, layouts in enumerate(schedule if decode else []):
+        for key, compiled in strategy.step_programs(engine, layouts).items():
+            programs.steps[key] = programs.add(compiled)
+        if i:
+            programs.growers[layouts] = programs.add(strategy.grow_program(engine, schedule[i - 1], layouts))
+    return programs
+
+
+def _prefill(request: Request, strategy: Strategy) -> tuple[Run, Advance]:
+    """The prompt padded on the right to its bucket into a new cache, and the strategy's first step from its
+    logits, brought to the host."""
+    engine, prompt = request.engine, request.prompt
+    padded = np.zeros((prompt.shape[0], request.bucket), np.int32)  # (B, bucket)
+    padded[:, : prompt.shape[1]] = prompt
+    ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
+    knobs = strategy.knobs(engine)
+    logits, cache = request.programs.prefill(engine.weights, ids, true_len)  # (B, V)
+    state, fetch = strategy.start(request, logits, ids, true_len, knobs, cache)
+    length = request.plan.lengths[0]
+    run = Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length))
+    return run, _read(request, run, strategy, fetch)
+
+
+def _decode(request: Request, run: Run, strategy: Strategy, spec: RunSpec, emit: EmitTokens,
+            should_stop: ShouldStop) -> None:
+    """Device calls until the run is done, max_new_tokens or should_stop(), streaming each call's tokens."""
+    while not run.done and run.produced < spec.max_new_tokens:
+        limit = min(STEPS_PER_CALL, spec.max_new_tokens - run.produced)
+        if should_stop():
+            run.stopped, limit = True, strategy.stop(request, run)
+            if not limit:
+                return
+        _grow_to_fit(request, run, strategy.width(request, run, limit))
+        fetch = strategy.step(request, run, limit)
+        run.calls += 1
+        advance = _read(request, run, strategy, fetch)
+        if strategy.streams:
+            emit(advance.tokens)
+
+
+def _read(request: Request, run: Run, strategy: Strategy, fetch: Any) -> Advance:
+    """A call's results to the host (its one sync), read by the strategy and counted."""
+    fetched = jax.device_get(fetch)
+    advance = strategy.read(request, run, fetched, time.perf_counter())
+    run.produced += advance.count
+    run.done = advance.done
+    run.kv_trace += [cache_bytes(run.state.cache)] * advance.count
+    return advance
+
+
+def _grow_to_fit(request: Request, run: Run, width: int) -> None:
+    """Step through the plan's lengths until `width` more positions fit after the tokens so far; layers whose
+    layout changes are copied into their larger arrays (bounded ones stop changing once they hold their window)."""
+    lengths = request.plan.lengths
+    needed = request.prompt.shape[1] + run.produced - 1 + width  # the last token is not in the cache yet
+    while needed > run.length and run.length < lengths[-1]:
+        run.length = lengths[lengths.index(run.length) + 1]
+        layouts = request.plan.at(run.length)
+        if layouts != run.layouts:
+            run.state = request.programs.growers[layouts](run.state)
+            run.layouts = layouts
+
+
+def cache_extra(request: Request, run: Run) -> dict[str, Any]:
+    """`extra`'s cache figures: the prompt's bucket and the cache lengths stepped through."""
+    lengths = list(request.plan.lengths)
+    return {"prefill_bucket": request.bucket, "cache_length": run.length,
+            "cache_lengths": lengths[: lengths.index(run.length) + 1]}
+
+
+def engine_extra(request: Request) -> dict[str, Any]:
+    """`extra`'s engine figures: weights moved, their bytes on the devices, programs compiled, sharding."""
+    engine = request.engine
+    return {"weights_moved_s": 0.0 if request.reused else round(engine.move_s, 3),
+            "device_weight_bytes": engine.weight_bytes, "compiled_programs": len(engine.compiled),
+            **engine.sharding_info}

@@ -1,0 +1,97 @@
+"""Greedy and sampling decoding as a plug-in of the request loop: one token per step, a chunk per call."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import jax
+
+from playground import registry
+from playground.backends.base import GenerationOutput
+from playground.backends.jax import sampling
+from playground.backends.jax.caches import plan as cache_plan
+from playground.backends.jax.caches.plan import CachePlan, Layouts
+from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.engine import DecodeState, Engine
+from playground.backends.jax.loop import cache_extra, engine_extra
+from playground.backends.jax.records import Streamed
+from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
+from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
+from playground.models.loaded import LoadedModel
+from playground.spec import RunSpec
+
+
+class PlainDecoding:
+    """The engine's own start, decode-chunk and grow programs; every chunk streams as it reaches the host."""
+
+    streams = True
+
+    def __init__(self, spec: RunSpec, samples: bool) -> None:
+        self.spec = spec
+        self.samples = samples
+        self.mode = SamplingMode()
+        self.eos: tuple[int, ...] = ()
+        self.stream = Streamed()
+
+    def bind(self, engine: Engine, prompt_len: int, bucket: int, eos: tuple[int, ...]) -> tuple[CachePlan, float]:
+        self.mode = sampling.mode_for(self.spec, engine.vocab_size, samples=self.samples)
+        self.eos = eos
+        return cache_plan.plan_cache(self.spec, engine.config, prompt_len, STEPS_PER_CALL), 0.0
+
+    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> tuple[Any, float]:
+        return engine.start_program(bucket, layouts, self.mode, self.eos)
+
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, tuple[Any, float]]:
+        return {layouts: engine.decode_program(layouts, STEPS_PER_CALL, self.mode, self.eos)}
+
+    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> tuple[Any, float]:
+        return engine.grow_program(old, new, self.mode)
+
+    def knobs(self, engine: Engine) -> Knobs[jax.Array]:
+        return engine.put(sampling.knobs_for(self.spec))
+
+    def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
+              knobs: Knobs[jax.Array], cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
+        """The first token; read as a one-row chunk (its StepInfo rows have the batch of one as leading axis)."""
+        key = request.engine.put(jax.random.PRNGKey(self.spec.seed))
+        state, info = request.programs.start(logits, ids, true_len, key, knobs, cache)
+        return state, (state.token, info, 1)
+
+    def width(self, request: Request, run: Run, limit: int) -> int:
+        return limit
+
+    def step(self, request: Request, run: Run, limit: int) -> tuple[jax.Array, StepInfo, jax.Array]:
+        decode = request.programs.steps[run.layouts]
+        run.state, out, count = decode(request.engine.weights, run.state, request.scalar(limit), run.knobs)
+        return out.tokens, out.info, count
+
+    def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
+        tokens, info, count = fetched  # (steps,) tokens, -1 past `count`; (steps, ...) StepInfo rows
+        chunk = [int(t) for t in tokens[: int(count)]]
+        self.stream.add(chunk, info, now)
+        return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
+
+    def stop(self, request: Request, run: Run) -> int:
+        return 0
+
+    def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
+        return GenerationOutput(
+            sequences=[self.stream.tokens],
+            start_time=start,
+            token_times=self.stream.times,
+            kv_cache_bytes=cache_bytes(run.state.cache),
+            compile_s=request.programs.compile_s,
+            forward_passes=len(self.stream.tokens),  # the prefill gave the first token, one step each of the rest
+            stopped=run.stopped,
+            kv_trace=run.kv_trace,
+            token_info=self.stream.info,
+            extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
+                   "steps_per_call": STEPS_PER_CALL, "decode_calls": run.calls, **engine_extra(request)},
+        )
+
+
+def single_token(spec: RunSpec, draft: LoadedModel | None = None) -> PlainDecoding:
+    """Strategies that decode one token per step (greedy, sampling): each token drawn with the spec's knobs
+    where the strategy's registry entry samples, else the most likely one."""
+    return PlainDecoding(spec, samples=registry.strategy(spec.strategy).samples(spec.assisted_sampling))
