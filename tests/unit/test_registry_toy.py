@@ -4,6 +4,11 @@ playground/ edited) run through the runner on both backends and show up on the p
 The toy cache, "last-24", keeps the last 24 tokens of every layer: a sliding window whose size is not a knob.
 It reuses the sliding cache's building blocks, so its tokens must equal the built-in sliding cache's at
 window 24 on each backend, and its bytes must stop growing once 24 tokens are held.
+
+The toy strategy, "forced-first", is greedy decoding whose first new token is always FORCED: on PyTorch through
+transformers' own `begin_suppress_tokens` (every other token suppressed at the first step), on JAX as the
+greedy plug-in with its first token replaced on the device. So its tokens must be FORCED followed by greedy's
+continuation of FORCED (RunSpec's prefix_ids), on both backends.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from playground import compatibility, registry, runner
-from playground.registry import CacheType
+from playground.registry import CacheType, Strategy
 from playground.retention import CacheRow, Written
 from playground.spec import RunSpec
 from tests.helpers import allowed_tiny_model
@@ -48,6 +53,41 @@ def _retention(at: Written) -> list[CacheRow]:
 LAST_24 = CacheType(name="last-24", label="last 24 tokens", help="keeps the 24 most recent tokens of every layer",
                     torch=_torch_cache, jax=_jax_layout, no_rollback={"jax": "its ring overwrites rejected drafts"},
                     check_model=_check_model, retention=_retention)
+
+
+FORCED, VOCAB = 104, 257  # "h" in the tiny models' byte vocabulary
+
+
+def _forced_first_config(spec, config) -> None:
+    config.begin_suppress_tokens = [t for t in range(VOCAB) if t != FORCED]
+
+
+def _forced_first_plugin(spec, draft):
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from playground.backends.jax.plain import PlainDecoding
+
+    class ForcedFirst(PlainDecoding):
+        def start(self, request, logits, ids, true_len, knobs, cache):
+            state, (_, info, count) = super().start(request, logits, ids, true_len, knobs, cache)
+            forced = jnp.full_like(state.token, FORCED)  # (B,): the next step writes it and continues from it
+            state = dataclasses.replace(state, token=forced, done=jnp.zeros_like(state.done))
+            return state, (forced, info, count)
+
+    return ForcedFirst(spec, samples=False)
+
+
+FORCED_FIRST = Strategy(name="forced-first", label="greedy, forced first token",
+                        help=f"token {FORCED} first, then the most likely token at every step",
+                        torch_config=_forced_first_config, jax=_forced_first_plugin)
+
+
+@pytest.fixture
+def toy_strategy():
+    with registry.registered(FORCED_FIRST):
+        yield FORCED_FIRST
 
 
 @pytest.fixture
@@ -104,3 +144,25 @@ def test_toy_cache_appears_in_the_pages_dropdown_and_draws_its_strip(toy_cache):
     assert retains("last-24")
     rows = retention(CacheSettings(cache="last-24"), prompt_tokens=10, new_tokens=30, step=30)
     assert rows[0].states.count("kept") == WINDOW - 1 and rows[0].states.count("evicted") == 39 - (WINDOW - 1)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_toy_strategy_runs_through_the_runner_as_forced_token_then_greedy(toy_strategy, local_model, backend):
+    prompt = "one recipe per strategy"
+    spec = RunSpec(model=local_model, backend=backend, strategy="forced-first", max_new_tokens=20)
+    toy = runner.run_to_result(prompt, spec)
+    greedy = runner.run_to_result(prompt, spec.replace(strategy="greedy"))
+    continued = runner.run_to_result(prompt, spec.replace(strategy="greedy", prefix_ids=(FORCED,),
+                                                          max_new_tokens=19))
+    assert greedy["token_ids"][0] != FORCED  # so forcing changes the run
+    assert toy["token_ids"] == [FORCED, *continued["token_ids"]]
+    assert toy["spec"]["strategy"] == "forced-first" and toy["new_tokens"] == 20
+
+
+def test_toy_strategy_joins_validation_the_table_and_the_pages_dropdown(toy_strategy):
+    from playground.ui.columns import relevant_keys, strategy_choices
+
+    assert RunSpec(strategy="forced-first").strategy == "forced-first"
+    assert {row["strategy"] for row in compatibility.table()} >= {"forced-first"}
+    assert ("forced-first", "forced-first") in strategy_choices("jax", "dynamic")
+    assert "temperature" not in relevant_keys("forced-first", "dynamic", "torch")  # it does not sample
