@@ -33,7 +33,7 @@ class RunSpec:
     weights: str = "fp32"
     max_new_tokens: int = 64
     min_new_tokens: int = 0
-    # sampling knobs; inert unless strategy == "sampling" (or "assisted" with assisted_sampling)
+    # sampling knobs; inert unless the strategy samples (its registry entry's `sampling`)
     temperature: float = 1.0
     top_k: int = 50  # 0 disables top-k filtering
     top_p: float = 1.0  # 1.0 disables nucleus filtering
