@@ -132,10 +132,15 @@ def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> li
     return reference_greedy(model, ids, new, cache, **kwargs)
 
 
-def run_script(script: str, env: dict[str, str]) -> dict:
-    """Run `script` in a fresh Python from the repo root; it prints one JSON object as its last line."""
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+def run_module(name: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m tests.scripts.NAME` in a fresh Python from the repo root, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", f"tests.scripts.{name}"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def run_script(name: str, env: dict[str, str]) -> dict:
+    """Run tests/scripts/NAME.py in a fresh Python; it prints one JSON object as its last line."""
+    done = run_module(name, env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
