@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,10 +133,15 @@ def torch_greedy(model, ids: torch.Tensor, new: int, cache: str, **kwargs) -> li
     return reference_greedy(model, ids, new, cache, **kwargs)
 
 
-def run_script(script: str, env: dict[str, str]) -> dict:
-    """Run `script` in a fresh Python from the repo root; it prints one JSON object as its last line."""
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+def run_module(name: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m tests.scripts.NAME` in a fresh Python from the repo root, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", f"tests.scripts.{name}"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def run_script(name: str, env: dict[str, str]) -> dict:
+    """Run tests/scripts/NAME.py in a fresh Python; it prints one JSON object as its last line."""
+    done = run_module(name, env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -161,10 +167,41 @@ def torch_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> 
     return torch.stack(rows)
 
 
+def _teacher_forced_scan(engine):
+    """The engine's jitted teacher-forced scan, made once per engine (the prompt length is an argument, and the
+    engine is held weakly), so later calls with the same cache layout reuse its trace and compiled program."""
+    import jax
+    import jax.numpy as jnp
+
+    known = _TEACHER_FORCED_SCANS.get(engine)
+    if known is not None:
+        return known
+    engine_ref = weakref.ref(engine)
+
+    @jax.jit
+    def steps(weights, cache, tokens, prompt_len):
+        alive = engine_ref()
+        assert alive is not None  # a scan is only called through its live engine
+        forward = alive.forward
+
+        def body(cache, xs):
+            token, position = xs
+            logits, cache = forward(weights, cache, token[None, None], position[None, None], 1)
+            return cache, logits[0, -1]
+
+        positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
+        return jax.lax.scan(body, cache, (tokens, positions))[1]
+
+    _TEACHER_FORCED_SCANS[engine] = steps
+    return steps
+
+
+_TEACHER_FORCED_SCANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> torch.Tensor:
     """The same figures from the JAX decoder's cache for `spec` (laid out at its final length), stepping the
     traced model through the forced tokens in one jitted scan."""
-    import jax
     import jax.numpy as jnp
     import numpy as np
 
@@ -178,18 +215,8 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> to
     padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
     padded[:, :prompt_len] = ids.numpy()
     first, cache = prefill(engine.weights, jnp.asarray(padded), jnp.int32(prompt_len))
-
-    @jax.jit
-    def steps(weights, cache, tokens):
-        def body(cache, xs):
-            token, position = xs
-            logits, cache = engine.forward(weights, cache, token[None, None], position[None, None], 1)
-            return cache, logits[0, -1]
-
-        positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
-        return jax.lax.scan(body, cache, (tokens, positions))[1]
-
-    rest = steps(engine.weights, cache, jnp.asarray(forced[:-1], jnp.int32))
+    steps = _teacher_forced_scan(engine)
+    rest = steps(engine.weights, cache, jnp.asarray(forced[:-1], jnp.int32), jnp.int32(prompt_len))
     logits = np.concatenate([np.asarray(first), np.asarray(rest)])
     return torch.log_softmax(torch.from_numpy(logits).float(), dim=-1)
 

@@ -1,12 +1,8 @@
 """The budget counts everything a run holds: torch weights, the JAX engine's device copies, the draft model;
 the LRU evicts by those totals and refuses before anything is allocated."""
 
-import json
 import os
 import re
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -15,7 +11,14 @@ from playground import runner
 from playground.errors import PlaygroundError
 from playground.models import loaded, memory
 from playground.spec import RunSpec
-from tests.helpers import ROOT, allowed_tiny_model, new_device_bytes, save_tiny_model, tiny_gemma, tiny_llama
+from tests.helpers import (
+    allowed_tiny_model,
+    new_device_bytes,
+    run_script,
+    save_tiny_model,
+    tiny_gemma,
+    tiny_llama,
+)
 
 jax = pytest.importorskip("jax")
 from playground.backends.jax import engine as jax_engine  # noqa: E402
@@ -43,27 +46,10 @@ def test_the_engine_estimate_is_what_the_engine_allocates(make, aligned):
         assert estimate >= weights
 
 
-SHARDED = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, os.environ["ROOT"])
-    from playground.backends.jax import engine as jax_engine
-    from tests.helpers import tiny_llama
-    from tests.helpers import new_device_bytes
-    model = tiny_llama(num_key_value_heads=1)  # one KV head: k/v cannot split and are replicated
-    report = {}
-    for n in (2, 4):
-        report[n] = [jax_engine.device_bytes(model, n), new_device_bytes(jax_engine.engine_for(model, n)[0], model)]
-    print(json.dumps(report))
-""")
-
-
+@pytest.mark.subprocess
 def test_the_engine_estimate_on_a_mesh_counts_split_and_replicated_copies():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "ROOT": str(ROOT),
-           "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", SHARDED], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    report = run_script("engine_bytes_on_a_mesh", env)
     for n, (estimate, measured) in report.items():
         assert estimate == measured, n
     assert report["4"][0] > report["2"][0]  # replicated weights are copied once per device

@@ -6,6 +6,8 @@ import pytest
 
 from tests.helpers import run_cli
 
+pytestmark = pytest.mark.subprocess  # every test runs the CLI in a fresh Python
+
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return run_cli(*args, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})

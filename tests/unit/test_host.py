@@ -1,15 +1,13 @@
 """Limits that see the container: cgroup v2 / v1 memory and CPU limits, affinity and RAM, on faked cgroup trees."""
 
 import os
-import subprocess
-import sys
 
 import psutil
 import pytest
 
 from playground import host
 from playground.models import memory
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 GIB = 2**30
 
@@ -113,18 +111,14 @@ def test_thread_variables_are_set_but_never_overridden(monkeypatch):
     assert [os.environ[n] for n in host.THREAD_VARIABLES] == ["3", "7", "3", "3"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("cpu_max", ["100000 100000", "200000 100000"])
 def test_torch_and_xla_start_with_the_cgroup_cpu_count(tmp_path, cpu_max):
     """In a fresh process, as app.py and the CLI do it: limits first, then torch and jax start their pools."""
     (tmp_path / "cgroup.controllers").write_text("cpu")
     (tmp_path / "cpu.max").write_text(cpu_max)
-    code = ("from playground import host; host.own_cgroups = lambda: {'': '/'}; host.apply_thread_limits(); "
-            "import torch, jax, jax.numpy as jnp, os; x = jnp.ones((512, 512)); (x @ x).block_until_ready(); "
-            "names = [open(f'/proc/self/task/{t}/comm').read() for t in os.listdir('/proc/self/task')]; "
-            "print(torch.get_num_threads(), sum(n.startswith('tf_XLAEigen') for n in names))")
     env = {k: v for k, v in os.environ.items() if k not in host.THREAD_VARIABLES}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**env, "PLAYGROUND_CGROUP_ROOT": str(tmp_path)})
+    out = run_module("thread_counts", env={**env, "PLAYGROUND_CGROUP_ROOT": str(tmp_path)}, timeout=120)
     assert out.returncode == 0, out.stderr
     expected = min(int(cpu_max.split()[0]) // 100000, host.affinity_cpus() or 1)
     assert out.stdout.split() == [str(expected), str(expected)]

@@ -266,35 +266,14 @@ def test_a_draft_of_another_vocabulary_is_refused(llama):
     check_draft_vocabulary("smollm2-135m", {"vocab_size": 49152}, None)  # not on disk yet: checked once loaded
 
 
-SHARDED = """
-import json, os, sys
-sys.path.insert(0, os.environ["ROOT"])
-import torch
-from playground.backends.jax.backend import JaxBackend
-from playground.spec import RunSpec
-from tests.helpers import tiny_llama, tiny_loaded
-main, draft = tiny_loaded("m", tiny_llama()), tiny_loaded("d", tiny_llama(seed=5, num_hidden_layers=1))
-ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
-base = RunSpec(backend="jax", cache="dynamic", max_new_tokens=40, min_new_tokens=40)
-report = {}
-for n in (1, 2):
-    for name, extra in (("lookup", {"prompt_lookup": 5}), ("draft", {"assistant": "d"}),
-                        ("sampled", {"assistant": "d", "assisted_sampling": True, "seed": 4})):
-        spec = base.replace(strategy="assisted", devices=n, **extra)
-        out = JaxBackend().generate(main, ids, spec, lambda c: None, lambda: False, draft if name != "lookup" else None)
-        report[f"{name}-{n}"] = out.sequences[0]
-print(json.dumps(report))
-"""
-
-
+@pytest.mark.subprocess
 def test_sharded_main_model_gives_one_devices_tokens():
     """The main model split over 2 devices, the draft on one: the same tokens, greedy and sampled."""
     import os
 
-    from tests.helpers import ROOT, run_script
+    from tests.helpers import run_script
 
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "ROOT": str(ROOT),
-           "JAX_PLATFORMS": "cpu"}
-    report = run_script(SHARDED, env)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    report = run_script("sharded_assisted", env)
     for name in ("lookup", "draft", "sampled"):
         assert report[f"{name}-2"] == report[f"{name}-1"]

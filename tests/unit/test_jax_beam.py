@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import textwrap
 
 import pytest
 import torch
@@ -19,7 +18,6 @@ pytest.importorskip("jax")
 from playground import runner  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
-    ROOT,
     allowed_tiny_model,
     jax_run,
     jax_teacher_forced,
@@ -184,32 +182,11 @@ def test_a_jax_beam_column_gives_the_result_the_page_shows(tmp_path, monkeypatch
     assert ours["metrics"]["tokens_per_s"] and ours["metrics"]["kv_cache_bytes"] > 0
 
 
-SHARDED_BEAM = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, os.environ["ROOT"])
-    import torch
-    from playground.backends.jax import decoder as jax_decoder
-    from playground.spec import RunSpec
-    from tests.helpers import tiny_llama, tiny_loaded
-    ids = torch.tensor([[5, 17, 42, 99, 3]])
-    loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 devices split them
-    report = {}
-    for cache, knobs in (("static", {}), ("sliding", {"window": 8})):
-        for n in (1, 2):
-            spec = RunSpec(backend="jax", strategy="beam", num_beams=3, num_return_sequences=2, cache=cache,
-                           max_new_tokens=16, min_new_tokens=16, devices=n, **knobs)
-            out = jax_decoder.generate(loaded, ids, spec, lambda c: None, lambda: False)
-            report[f"{cache}-{n}"] = {"sequences": out.sequences, "scores": [round(s, 4) for s in out.scores],
-                                      "split": out.extra.get("kv_heads", "one device")}
-    print(json.dumps(report))
-""")
-
-
+@pytest.mark.subprocess
 def test_beam_search_split_over_devices_gives_one_devices_sequences_and_scores():
     """The beams' caches split by KV heads over 2 devices: the same sequences and scores as on one."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "ROOT": str(ROOT),
-           "JAX_PLATFORMS": "cpu"}
-    report = run_script(SHARDED_BEAM, env)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    report = run_script("sharded_beam", env)
     for cache in ("static", "sliding"):
         one, two = report[f"{cache}-1"], report[f"{cache}-2"]
         assert two["split"] == "split" and one["split"] == "one device"

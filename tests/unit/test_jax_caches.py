@@ -8,7 +8,6 @@ groups of 64 are one token's head on the PyTorch side too). Each run crosses its
 from __future__ import annotations
 
 import os
-import textwrap
 
 import pytest
 import torch
@@ -19,7 +18,6 @@ pytest.importorskip("jax")
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
-    ROOT,
     allowed_tiny_model,
     jax_run,
     jax_teacher_forced,
@@ -259,37 +257,12 @@ def test_sink_on_a_sliding_model_is_refused_before_its_weights_load(tmp_path, mo
 
 # -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
 
-SHARDED = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, os.environ["ROOT"])
-    import torch
-    from playground.backends.jax import decoder as jax_decoder
-    from playground.spec import RunSpec
-    from tests.helpers import tiny_gemma, tiny_llama, tiny_loaded
-    ids = torch.tensor([[5, 17, 42, 99, 3]])
-    loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 and 4 devices split them
-    runs = [("sliding", {"window": 8}, ("greedy",)),
-            ("sink", {"window": 8, "sink_tokens": 2}, ("greedy", "sampling")),
-            ("quantized", {"cache_bits": 4, "residual_length": 8}, ("greedy", "sampling"))]
-    report = {}
-    for cache, knobs, strategies in runs:
-        for strategy in strategies:
-            for n in (1, 2, 4) if strategy == "greedy" else (1, 2):
-                spec = RunSpec(backend="jax", cache=cache, strategy=strategy, seed=5, max_new_tokens=32,
-                               min_new_tokens=32, devices=n, **knobs)  # 5 + 32 tokens: four windows of 8
-                out = jax_decoder.generate(loaded, ids, spec, lambda c: None, lambda: False)
-                report[f"{cache}-{strategy}-{n}"] = out.sequences[0]
-                report[f"{cache}-{strategy}-{n}-kv-split"] = out.extra.get("kv_heads", "one device")
-    print(json.dumps(report))
-""")
-
-
+@pytest.mark.subprocess
 def test_sharded_decoding_matches_one_device_for_every_cache():
     """Every cache array split by KV heads (quantization scales with their heads); the growing cache and the
     model's own sliding layers are in test_jax_decoder's sharding test."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "ROOT": str(ROOT),
-           "JAX_PLATFORMS": "cpu"}
-    report = run_script(SHARDED, env)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    report = run_script("sharded_caches", env)
     tokens = {k: v for k, v in report.items() if not k.endswith("-kv-split")}
     assert len(tokens) == 3 + 5 + 5
     assert {v for k, v in report.items() if k.endswith("-kv-split") and "-1-" not in k} == {"split"}
@@ -297,31 +270,14 @@ def test_sharded_decoding_matches_one_device_for_every_cache():
         assert run == tokens[key[: key.rindex("-")] + "-1"], key
 
 
-RESTART = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, os.environ["ROOT"])
-    import torch
-    from playground.backends.jax import decoder as jax_decoder
-    from playground.spec import RunSpec
-    from tests.helpers import tiny_llama, tiny_loaded
-    loaded = tiny_loaded("tiny", tiny_llama())
-    report = {}
-    for knobs in (dict(cache="sliding", window=8), dict(cache="sink", window=8, sink_tokens=2),
-                  dict(cache="quantized", cache_bits=4, residual_length=8)):
-        spec = RunSpec(backend="jax", max_new_tokens=24, min_new_tokens=24, **knobs)
-        out = jax_decoder.generate(loaded, torch.tensor([[5, 17, 42]]), spec, lambda c: None, lambda: False)
-        report[str(knobs)] = {"compile_s": out.compile_s, "tokens": out.sequences[0]}
-    print(json.dumps(report))
-""")
-
-
+@pytest.mark.subprocess
 def test_every_caches_programs_load_from_disk_in_a_restarted_process(tmp_path):
     """The persistent compile cache for the bounded and quantized layouts (the ring layouts of the static and the
     growing cache are test_jax_decoder's restart test)."""
-    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    cold = run_script(RESTART, env)
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+    cold = run_script("restart_caches", env)
     entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
-    warm = run_script(RESTART, env)
+    warm = run_script("restart_caches", env)
     assert sorted(p.name for p in (tmp_path / "jax").iterdir()) == entries  # every program came from disk
     for cache, run in warm.items():
         assert run["tokens"] == cold[cache]["tokens"], cache

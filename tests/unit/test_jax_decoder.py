@@ -11,7 +11,6 @@ import gc
 import json
 import math
 import os
-import textwrap
 import weakref
 
 import pytest
@@ -23,7 +22,6 @@ jax = pytest.importorskip("jax")
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
-    ROOT,
     bench_with,
     jax_run,
     run_script,
@@ -267,36 +265,10 @@ def test_refuses_what_it_cannot_run(llama):
 
 # -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
 
-SHARDED = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, os.environ["ROOT"])
-    import torch
-    from playground.backends.jax import decoder as jax_decoder
-    from playground.backends.jax import engine as jax_engine
-    from playground.spec import RunSpec
-    from tests.helpers import tiny_gemma, tiny_llama, tiny_loaded
-    ids = torch.tensor([[5, 17, 42, 99, 3]])
-    report = {}
-    for name, model in (("llama", tiny_llama()), ("gemma", tiny_gemma())):
-        loaded = tiny_loaded(name, model)
-        for n in (1, 2, 4):
-            for strategy in ("greedy", "sampling"):
-                spec = RunSpec(backend="jax", cache="dynamic", strategy=strategy, seed=5, max_new_tokens=64,
-                               min_new_tokens=64, devices=n)  # 5 + 64 tokens: the cache grows 64 -> 128
-                out = jax_decoder.generate(loaded, ids, spec, lambda c: None, lambda: False)
-                report[f"{name}-{n}-{strategy}"] = out.sequences[0]
-            engine, _ = jax_engine.engine_for(model, n)
-            q = engine.weights["model.layers.0.self_attn.q_proj.weight" if n > 1 else "model.embed_tokens.weight"]
-            report[f"{name}-{n}-shards"] = len({s.device for s in q.addressable_shards})
-            report[f"{name}-{n}-shard-rows"] = q.addressable_shards[0].data.shape[0]
-    print(json.dumps(report))
-""")
-
-
+@pytest.mark.subprocess
 def test_sharded_decoding_matches_one_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "ROOT": str(ROOT),
-           "JAX_PLATFORMS": "cpu"}
-    report = run_script(SHARDED, env)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    report = run_script("sharded_decoder", env)
     for name in ("llama", "gemma"):
         for n in (2, 4):
             for strategy in ("greedy", "sampling"):
@@ -305,27 +277,14 @@ def test_sharded_decoding_matches_one_device():
             assert report[f"{name}-{n}-shard-rows"] == 64 // n  # 4 heads x 16 dims, split by heads
 
 
-RESTART = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, os.environ["ROOT"])
-    import torch
-    from playground.backends.jax import decoder as jax_decoder
-    from playground.spec import RunSpec
-    from tests.helpers import tiny_llama, tiny_loaded
-    spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
-    out = jax_decoder.generate(tiny_loaded("tiny", tiny_llama()), torch.tensor([[5, 17, 42]]), spec,
-                               lambda c: None, lambda: False)
-    print(json.dumps({"compile_s": out.compile_s, "tokens": out.sequences[0]}))
-""")
-
-
+@pytest.mark.subprocess
 def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
-    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "ROOT": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "JAX_PLATFORMS": "cpu"}
 
-    cold = run_script(RESTART, env)
+    cold = run_script("restart_decoder", env)
     entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
     assert entries, "nothing was written to $PLAYGROUND_CACHE/jax"
-    warm = run_script(RESTART, env)
+    warm = run_script("restart_decoder", env)
     assert sorted(p.name for p in (tmp_path / "jax").iterdir()) == entries  # every program came from disk
     assert warm["tokens"] == cold["tokens"]
     assert warm["compile_s"] < cold["compile_s"]  # what is left is tracing the model, not XLA

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import ROOT
+import pytest
+
+from tests.helpers import ROOT, run_module
 
 PACKAGE = ROOT / "playground"
 MAX_MODULE_LINES = 400
@@ -80,9 +80,8 @@ def test_the_top_level_holds_at_most_a_dozen_modules():
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
 
 
+@pytest.mark.subprocess
 def test_the_page_starts_without_torch_or_jax():
-    code = ("import sys; from playground.ui.wiring import build_ui; build_ui(); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'jax', 'torchax', 'transformers')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = run_module("page_imports", timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 
@@ -61,6 +62,7 @@ def test_the_default_allow_list_is_small_instruct_models():
     assert all("Instruct" in m or m.startswith("Qwen/Qwen3-") for m in public.EXTRA_ALLOWED)
 
 
+@pytest.mark.subprocess
 def test_the_wheel_has_the_console_script_the_pins_and_the_extras(tmp_path):
     """Built from a copy of the sources (the build writes egg-info next to them), without build isolation so
     nothing is downloaded: the venv's setuptools is the backend pyproject.toml names."""

@@ -168,6 +168,7 @@ def test_metadata_the_hub_will_not_give_is_a_refusal(allowed_big_model, monkeypa
         runner.run_to_result("hi", RunSpec(model="org/big"))
 
 
+@pytest.mark.subprocess
 def test_the_cli_lists_what_a_public_deployment_serves():
     env = {**os.environ, "PLAYGROUND_PUBLIC": "1", "PLAYGROUND_ALLOWED_MODELS": "org/one,org/two"}
     out = run_cli("models", env=env)
