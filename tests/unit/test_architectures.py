@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from playground.backends.jax import decoder
+from playground.backends.jax import loop
 from playground.backends.jax.architectures import KNOWN_REASONS, VERIFIED, check_architecture, model_type
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
@@ -37,7 +37,7 @@ def test_jax_greedy_equals_torch(name):
 
 @pytest.mark.parametrize("name", QUICK_REFUSED)
 def test_unsupported_architecture_is_refused_before_compiling(name, monkeypatch):
-    monkeypatch.setattr(decoder, "engine_for", _no_compiling)
+    monkeypatch.setattr(loop, "engine_for", _no_compiling)
     model = build(name)
     with pytest.raises(PlaygroundError, match="backend 'torch'") as refused:
         jax_run(tiny_loaded(name, model), PROMPT, RunSpec(max_new_tokens=4, backend="jax", cache="static"))
