@@ -2,14 +2,14 @@
 
 import pytest
 
-from playground import compatibility, runner
+from playground import compatibility, registry, runner
 from playground.errors import PlaygroundError
-from playground.spec import CACHES, RunSpec
+from playground.spec import RunSpec
 
 pytestmark = pytest.mark.slow
 
 MODELS = ["smollm2-135m", "gemma3-270m"]
-CELLS = [(row["backend"], row["strategy"], cache) for row in compatibility.table() for cache in CACHES]
+CELLS = [(row["backend"], row["strategy"], cache) for row in compatibility.table() for cache in registry.cache_names()]
 SUPPORTED = [cell for cell in CELLS if compatibility.refusal(*cell) is None]
 REFUSED = [cell for cell in CELLS if compatibility.refusal(*cell) is not None]
 STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}}
