@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from playground.models.paths import converted_dir
@@ -35,18 +37,40 @@ def is_converted(name: str) -> bool:
     return is_complete(converted_dir() / name)
 
 
+@contextmanager
+def exclusive(target: Path) -> Iterator[None]:
+    """Hold an OS lock beside `target`: a second process (another app, another test worker) waits for the
+    first conversion instead of deleting the folder the first is about to load."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(f".{target.name}.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def convert_gguf(name: str, locate_gguf: Callable[[Progress], Path], progress: Progress) -> Path:
     """GGUF -> safetensors once; written to a temp dir and renamed, so a killed run never leaves a half copy.
 
     `locate_gguf` finds (or assembles) the GGUF file only when a conversion is needed.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     target = converted_dir() / name
     if is_complete(target):
         return target
-    gguf = locate_gguf(progress)
+    with exclusive(target):
+        if is_complete(target):  # another process converted it while this one waited
+            return target
+        _convert(target, locate_gguf(progress), progress)
+    return target
+
+
+def _convert(target: Path, gguf: Path, progress: Progress) -> None:
+    """Load the GGUF through transformers, save it as safetensors in a staging folder, then rename it in."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    name = target.name
     progress(0.05, f"converting {name} from GGUF (first time only, about 20-60 s)")
     gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -68,6 +92,5 @@ def convert_gguf(name: str, locate_gguf: Callable[[Progress], Path], progress: P
     os.replace(staging, target)
     del plain
     gc.collect()
-    return target
 
 

@@ -1,6 +1,8 @@
 """Model names resolve to the right source, and unsafe or unreachable ones are refused without hanging."""
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -41,6 +43,30 @@ def test_a_conversion_without_its_marker_or_with_a_short_file_is_not_complete(tm
     assert convert.is_complete(folder)
     (folder / "model.safetensors").write_bytes(b"x" * 50)  # truncated by a killed writer
     assert not convert.is_complete(folder)
+
+
+def test_two_processes_converting_the_same_model_convert_it_once(tmp_path, monkeypatch):
+    """The second caller waits on the lock and finds the first one's result; it never deletes it mid-load."""
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    converted = []
+
+    def slow_convert(target, gguf, progress):
+        time.sleep(0.3)
+        target.mkdir(parents=True)
+        (target / "model.safetensors").write_bytes(b"x" * 10)
+        (target / convert.COMPLETE_MARKER).write_text(json.dumps({"sizes": {"model.safetensors": 10}}))
+        converted.append(target)
+
+    monkeypatch.setattr(convert, "_convert", slow_convert)
+    results = []
+    workers = [threading.Thread(target=lambda: results.append(
+        convert.convert_gguf("m", lambda progress: tmp_path / "m.gguf", convert.no_progress))) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(converted) == 1
+    assert results == [tmp_path / "models" / "m"] * 2
 
 
 def test_catalog_lists_the_bundled_models():
