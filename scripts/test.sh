@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up (idempotent, with test tools), lint, type-check, and run the tests; the 15 slowest are listed at the end.
 # Usage: scripts/test.sh [--fast] [PYTEST ARGS...]
-#   no flag: the whole suite, slow integration tests included (what CI runs)
+#   no flag: the whole suite, slow integration tests included (what CI runs), on two pytest-xdist workers that
+#            each take whole files (a file's module fixtures, such as a loaded bundled model, are built once)
 #   --fast:  the tests that need no bundled model and start no fresh Python (markers `slow` and `subprocess`
-#            left out), on two pytest-xdist workers: about 3 minutes
+#            left out), on two workers: about 3 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
-marks=()
+marks=(-n 2 --dist loadfile)
 if [[ "${1:-}" == "--fast" ]]; then
     shift
     marks=(-m "not slow and not subprocess" -n 2)

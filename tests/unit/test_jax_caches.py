@@ -274,7 +274,7 @@ def test_sharded_decoding_matches_one_device_for_every_cache():
 def test_every_caches_programs_load_from_disk_in_a_restarted_process(tmp_path):
     """The persistent compile cache for the bounded and quantized layouts (the ring layouts of the static and the
     growing cache are test_jax_decoder's restart test)."""
-    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "PLAYGROUND_COMPILE_CACHE": "1", "JAX_PLATFORMS": "cpu"}
     cold = run_script("restart_caches", env)
     entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
     warm = run_script("restart_caches", env)

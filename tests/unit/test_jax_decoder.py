@@ -279,7 +279,7 @@ def test_sharded_decoding_matches_one_device():
 
 @pytest.mark.subprocess
 def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
-    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "PLAYGROUND_COMPILE_CACHE": "1", "JAX_PLATFORMS": "cpu"}
 
     cold = run_script("restart_decoder", env)
     entries = sorted(p.name for p in (tmp_path / "jax").iterdir())
@@ -288,6 +288,13 @@ def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):
     assert sorted(p.name for p in (tmp_path / "jax").iterdir()) == entries  # every program came from disk
     assert warm["tokens"] == cold["tokens"]
     assert warm["compile_s"] < cold["compile_s"]  # what is left is tracing the model, not XLA
+
+
+@pytest.mark.subprocess
+def test_with_the_compile_cache_off_nothing_is_written_to_disk(tmp_path):
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "PLAYGROUND_COMPILE_CACHE": "0", "JAX_PLATFORMS": "cpu"}
+    run_script("restart_decoder", env)
+    assert not (tmp_path / "jax").exists()
 
 
 def test_bench_reports_the_documented_object(monkeypatch, llama):

@@ -10,6 +10,7 @@ its device weights and programs go with it.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 import weakref
@@ -42,10 +43,16 @@ COMPILER_OPTIONS: CompilerOptions = {"xla_cpu_copy_insertion_use_region_analysis
 _persistent_cache_ready = False
 
 
+def persistent_cache_wanted() -> bool:
+    """PLAYGROUND_COMPILE_CACHE=0 keeps compiled programs in memory only (a process that compiles hundreds of
+    throwaway programs, like the test suite, gains nothing from writing and re-reading them)."""
+    return os.environ.get("PLAYGROUND_COMPILE_CACHE", "1") != "0"
+
+
 def enable_persistent_cache() -> None:
     """Compiled programs go to $PLAYGROUND_CACHE/jax; thresholds at zero so small programs are kept too."""
     global _persistent_cache_ready
-    if _persistent_cache_ready:
+    if _persistent_cache_ready or not persistent_cache_wanted():
         return
     path = cache_root() / "jax"
     path.mkdir(parents=True, exist_ok=True)
