@@ -125,6 +125,8 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
         make_room(f"model {name} ({weights})", memory.weight_bytes_estimate(config, weights))
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False, **_load_kwargs(weights))
+    except PlaygroundError:
+        raise  # a refusal (a cache this model cannot have, no room), worded by whoever refused: not a load failure
     except (OSError, ValueError) as exc:
         raise PlaygroundError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from None
     model.eval()

@@ -250,8 +250,9 @@ def test_sink_on_a_sliding_model_is_refused_before_its_weights_load(tmp_path, mo
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: loads.append(a))
     loaded_models.LOADED.clear()
     for backend in ("torch", "jax"):
-        with pytest.raises(PlaygroundError, match="sliding"):
+        with pytest.raises(PlaygroundError, match="sliding") as refused:
             runner.run_to_result("hi", RunSpec(model=str(path), backend=backend, cache="sink", chat=False))
+        assert str(refused.value).startswith("SinkCache does not support"), str(refused.value)  # not a load failure
     assert loads == [] and loaded_models.LOADED.keys() == []
 
 
