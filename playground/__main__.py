@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from playground import host, registry
+from playground.contention import busy_note
 from playground.errors import PlaygroundError
 from playground.models import catalog, paths, public
 from playground.spec import BACKENDS, WEIGHTS, RunSpec
@@ -117,6 +118,9 @@ def command_run(args: argparse.Namespace) -> None:
         print(f"--- sequence {i}: {text}")
     print(f"[{result['new_tokens']} tokens, TTFT {m['ttft_s']} s, {m['tokens_per_s']} tok/s, "
           f"compile {m['compile_s']} s, KV cache {m['kv_cache_bytes']} B]", file=sys.stderr)
+    busy = busy_note(result["extra"].get("machine_load"))
+    if busy:
+        print(f"warning: {busy}", file=sys.stderr)
 
 
 def command_bench(args: argparse.Namespace) -> None:

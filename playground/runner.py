@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from playground import contention
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
@@ -229,8 +230,12 @@ class _Job:
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             with GENERATION_LOCK:
+                before = contention.sample()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
                                           progress=self._progress)
+                load = contention.machine_load(before, contention.sample())
+            if load is not None:  # how much of the machine other work took while this run was timed
+                output.extra["machine_load"] = load
             runs.append((output, time.perf_counter()))
             if output.stopped:
                 break
