@@ -17,7 +17,8 @@ MAX_BARS = 160  # longer runs are cut here, with a note, to keep the page light
 
 ASSIST_CSS = """
 .tok.rejected { text-decoration: line-through; text-decoration-color: #dc2626; text-decoration-thickness: 2px;
-                background: transparent; color: #6b7280; opacity: 0.8; }
+                background: transparent; color: #6b7280; }
+.dark .tok.rejected { color: #9ca3af; }
 .assist-strip { display: flex; align-items: flex-end; gap: 1px; height: 36px; padding: 2px 0; overflow-x: auto; }
 .assist-bar { flex: 0 0 6px; display: flex; flex-direction: column-reverse; background: #fca5a5; min-height: 2px; }
 .assist-bar .acc { background: #2563eb; }

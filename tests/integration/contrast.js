@@ -1,7 +1,8 @@
-// Every visible text on the page against its effective background: [{text, ratio, color, background, id, token}].
+// Every visible text against its effective background: [{text, ratio, color, background, id, token}].
 // The background is the element's own and its ancestors' background colours, composited until one is opaque
-// (over the page's root background). Disabled controls and text inside an element with opacity < 1 are left
-// out: WCAG exempts inactive components, and faded beam-tree nodes are faded on purpose.
+// (over the page's root background). An element's opacity (and its ancestors') thins its text colour over that
+// background, as the browser draws it: a faded text is measured as faded, never skipped. Disabled controls are
+// left out (WCAG exempts inactive components).
 () => {
   const parse = (value) => {
     const m = value.match(/rgba?\(([^)]+)\)/);
@@ -36,11 +37,19 @@
   const faded = (element) => {
     for (let node = element; node && node.nodeType === 1; node = node.parentElement) {
       const style = getComputedStyle(node);
-      if (Number(style.opacity) < 1 || style.visibility === 'hidden' || style.display === 'none') { return true; }
+      if (style.visibility === 'hidden' || style.display === 'none') { return true; }
       if (node.disabled || node.getAttribute('aria-disabled') === 'true') { return true; }
     }
     return false;
   };
+  const opacity = (element) => {
+    let product = 1;
+    for (let node = element; node && node.nodeType === 1; node = node.parentElement) {
+      product *= Number(getComputedStyle(node).opacity);
+    }
+    return product;
+  };
+  const thinned = (colour, element) => colour.slice(0, 3).concat([colour[3] * opacity(element)]);
   const found = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const seen = new Set();
@@ -53,8 +62,9 @@
     if (rect.width === 0 || rect.height === 0 || faded(element)) { continue; }
     const style = getComputedStyle(element);
     const svg = element instanceof SVGElement;
-    const fg = parse(svg ? style.fill : style.color);
-    if (!fg) { continue; }
+    const parsed = parse(svg ? style.fill : style.color);
+    if (!parsed) { continue; }
+    const fg = thinned(parsed, element);
     const bg = background(element);
     const shown = over(fg, bg);
     const [hi, lo] = [luminance(shown), luminance(bg)].sort((a, b) => b - a);
@@ -66,7 +76,7 @@
   for (const field of document.querySelectorAll('textarea, input[type=text], input[type=number]')) {
     const rect = field.getBoundingClientRect();
     if (!field.value.trim() || rect.width === 0 || faded(field)) { continue; }
-    const fg = parse(getComputedStyle(field).color);
+    const fg = thinned(parse(getComputedStyle(field).color), field);
     const bg = background(field);
     const [hi, lo] = [luminance(over(fg, bg)), luminance(bg)].sort((a, b) => b - a);
     found.push({text: field.value.trim().slice(0, 40), ratio: (hi + 0.05) / (lo + 0.05),

@@ -65,6 +65,7 @@ def test_in_dark_mode_every_text_has_at_least_4_5_to_1_contrast(dark_run):
     # what failed before: plain tokens and legend labels, the table, the status line, the plots' labels
     assert {"accepted draft", "first divergence", "metrics", "status", "kv-plot"} <= covered, covered
     assert sum(1 for t in texts if t.get("token")) >= 10  # the token views and the legend were measured
+    assert "rejected draft" in covered  # the legend's struck-through sample, measured with its opacity
 
 
 def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_settings(app_url, chromium):  # noqa: F811
