@@ -43,9 +43,11 @@ GROUPS = {
 # RunSpec keys a column owns; seed and chat are page-wide so that every column answers the same request
 COLUMN_KEYS = tuple(dict.fromkeys((*COMMON_KEYS, *(k for knobs in GROUPS.values() for k in knobs))))
 SPEC_DEFAULTS = RunSpec().to_dict()
-# what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none"
+# what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
+# decoding starts from prompt lookup: the default draft model is the main model itself, whose every draft is
+# accepted, so nothing about verification would be seen
 UI_DEFAULTS = {**{k: SPEC_DEFAULTS[k] for k in COLUMN_KEYS}, "assistant": "smollm2-135m", "prompt_lookup": 10,
-               "draft_source": DRAFT_MODEL}
+               "draft_source": PROMPT_LOOKUP}
 INT_KEYS = {"max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_return_sequences", "prompt_lookup",
             "cache_bits", "residual_length", "window", "sink_tokens", "devices"}
 
@@ -121,10 +123,11 @@ def control_values(settings: ColumnSettings) -> ColumnValues:
     """Column settings (as saved or shared) -> a value for every control, defaults for the rest."""
     given: Mapping[str, Any] = settings
     values = cast(ColumnValues, {k: given.get(k, UI_DEFAULTS[k]) for k in COLUMN_KEYS})
-    if settings.get("prompt_lookup"):
-        values["draft_source"] = PROMPT_LOOKUP
-    else:
+    if settings.get("assistant") and not settings.get("prompt_lookup"):
         values["draft_source"] = DRAFT_MODEL
+    else:
+        values["draft_source"] = PROMPT_LOOKUP
+    if not values["prompt_lookup"]:
         values["prompt_lookup"] = UI_DEFAULTS["prompt_lookup"]
     if not values["assistant"]:
         values["assistant"] = UI_DEFAULTS["assistant"]

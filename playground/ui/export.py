@@ -147,7 +147,7 @@ def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
     spec_keys = list(CSV_SPEC) + sorted({k for spec in applied.values() for k in spec} - set(CSV_SPEC))
     version_keys = sorted({k for _, _, r in done for k in r["versions"]})
     header = ["column", "label", *spec_keys, "prompt_tokens", "new_tokens", "forward_passes", "stopped",
-              *CSV_METRICS, "text", *[f"version_{k}" for k in version_keys]]
+              *CSV_METRICS, "forced_prefix", "text", *[f"version_{k}" for k in version_keys]]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
@@ -156,9 +156,16 @@ def results_csv(results: Sequence[Result | None], labels: Sequence[str]) -> str:
         metrics: Mapping[str, Any] = result["metrics"]
         writer.writerow([index + 1, label, *[_cell(spec.get(k)) for k in spec_keys], result["prompt_tokens"],
                          result["new_tokens"], _cell(result["forward_passes"]), result["stopped"],
-                         *[_cell(metrics.get(k)) for k in CSV_METRICS], result["text"],
+                         *[_cell(metrics.get(k)) for k in CSV_METRICS], forced_text(result), result["text"],
                          *[_cell(versions.get(k)) for k in version_keys]])
     return buffer.getvalue()
+
+
+def forced_text(result: Result) -> str:
+    """A branch's forced tokens (the output before them and the chosen alternative): `text` starts after them,
+    so without this column a branched row would not say where its text came from."""
+    prefix = result.get("prefix")
+    return prefix["text"] if prefix else ""
 
 
 def _cell(value: Any) -> Any:

@@ -72,6 +72,7 @@ class Page:
     branch_choice: gr.Dropdown
     branch: gr.Button
     picked: gr.State
+    preset_note: gr.Markdown
     metrics: gr.Dataframe
     process_memory: gr.Markdown
     speed_plot: gr.BarPlot
@@ -112,7 +113,7 @@ class Page:
         updates |= {self.prompt: settings["prompt"], self.seed: settings["seed"], self.mode: settings["mode"],
                     self.repeats: settings.get("repeats", 1),
                     self.settings_json: settings_to_json(settings), self.url_token: encode_url_state(settings),
-                    self.status: note}
+                    self.status: note, self.preset_note: ""}
         for component, update in self.chat_visibility(settings["mode"]).items():  # merged: layout relabels outputs
             updates[component] = {**updates.get(component, {}), **update}
         for col, column in zip(self.columns, settings["columns"], strict=False):
@@ -141,7 +142,8 @@ class Page:
     def apply_outputs(self) -> list[Any]:
         """What `apply_settings` sets."""
         outputs: list[Any] = [self.visible, self.add, self.prompt, self.seed, self.repeats, self.mode,
-                              self.settings_json, self.url_token, self.status, self.clear_chat, self.run]
+                              self.settings_json, self.url_token, self.status, self.preset_note, self.clear_chat,
+                              self.run]
         for col in self.columns:
             outputs += [col.settings_box, col.output_box, col.title, col.output, col.remove, col.notice, col.chatbot,
                         *col.knobs.values(), *col.groups.values()]
@@ -250,6 +252,8 @@ RUN_COLUMN_WIDTH: str | int = "150px"  # the metrics table scrolls sideways insi
 def _comparison() -> dict[str, Any]:
     """The metrics table, the plots and the downloads."""
     gr.Markdown("## Comparison")
+    # what the applied preset shows: kept here beside the results, where the status line is overwritten by Run
+    preset_note = gr.Markdown("", elem_id="preset-note", elem_classes=["preset-note"])
     empty: list[Any] = [None] * MAX_COLUMNS
     colours = series_colours(MAX_COLUMNS)  # every position named from the first draw, which fixes the colour domain
     with gr.Row(equal_height=False):
@@ -281,7 +285,7 @@ def _comparison() -> dict[str, Any]:
                               tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
                               color_map=colours, colors_in_legend=[], height=260, y_lim=[0, None],
                               x_lim=[1, MIN_STEP_SPAN], x_axis_format=STEP_FORMAT)
-    return {"metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
+    return {"preset_note": preset_note, "metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
             "latency_plot": latency_plot, "kv_plot": kv_plot,
             "download_json": download_json, "download_csv": download_csv}
 

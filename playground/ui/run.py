@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from playground import runner
+from playground.contention import busy_note
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
 from playground.result import Result, combine_runs
@@ -100,7 +101,8 @@ def done_notice(result: Result) -> str:
         parts.append("stopped early")
     if len(result["sequences"]) > 1:
         parts.append(f"{len(result['sequences'])} sequences returned (first shown)")
-    return " · ".join(parts)
+    busy = busy_note(result["extra"].get("machine_load"))
+    return " · ".join(parts) + (f"\n\n⚠ {busy}" if busy else "")
 
 
 def _waiting_status(active: list[int], slot: int) -> str:
@@ -193,7 +195,9 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
         if isinstance(event, ProgressEvent):
             desc = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else "")
             progress(event.fraction, desc=f"column {i + 1}: {desc}")
-            yield {col.notice: f"⏳ {desc}"}
+            # on the status line too, beside Run where the eye is: the card's notice may be a screen further down
+            yield {col.notice: f"⏳ {desc}",
+                   run.page.status: f"⏳ **Column {i + 1}:** {desc}\n\n{_waiting_status(run.active, slot)}"}
         elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)
@@ -230,7 +234,12 @@ def summary(ran: int, refused: dict[int, str], not_run: int, seed: int) -> str:
 
 def _closing(run: _Run, not_run: int) -> Updates:
     ran = sum(r is not None for r in run.outcome["results"])
-    final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note}
+    busy = [i + 1 for i, r in enumerate(run.outcome["results"])
+             if r is not None and (r["extra"].get("machine_load") or {}).get("busy")]
+    contended = (f" ⚠ Column{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} ran on a busy machine (other "
+                 "work took CPU time): compare their timings after a repeat on a quiet one." if busy else "")
+    final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note
+                      + contended}
     if run.chat and run.replies:
         final[run.page.conversation] = record_turn(run.conversation, run.prompt, run.replies)
         final[run.page.prompt] = ""

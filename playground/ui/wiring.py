@@ -23,7 +23,7 @@ from playground.spec import RunSpec
 from playground.ui import branch, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
-from playground.ui.columns import wire
+from playground.ui.columns import column_settings, notice_text, wire
 from playground.ui.events import Handler, Inputs, Updates, on_private, writes
 from playground.ui.export import (
     EXPORT_MAX_AGE_S,
@@ -81,7 +81,8 @@ def apply_preset(page: Page, name: str, data: Inputs) -> Updates:
                                                 current.repeats))
     except PlaygroundError as exc:  # a seed or repeat count the page let through but settings refuse
         return {page.status: f"⚠ **{name} not applied:** {exc}"}
-    return page.apply_settings(settings, f"**{name}:** {preset.note}")
+    note = f"**{name}:** {preset.note}"
+    return page.apply_settings(settings, note) | {page.preset_note: f"**What to look for** ({name}): {preset.note}"}
 
 
 def clicked_position(evt: gr.EventData) -> Any:
@@ -100,7 +101,14 @@ def _write_url(page: Page, dependency: Dependency) -> Dependency:
 
 def _wire_layout(page: Page, show_chat: Handler) -> None:
     """Adding and removing columns, the prompt format, the conversation and the token colours."""
-    inputs = [page.visible, page.results, page.colour_by]
+    notices = [col.notice for col in page.columns]
+    inputs = [page.visible, page.results, page.colour_by, *notices]
+
+    def labelled(updates: Updates, shown: list[str]) -> Updates:
+        """The Run button follows the columns now shown (set here: a private event's updates fire no .change)."""
+        flags = updates[page.visible]
+        return updates | {page.run: page.run_label(flags, *(updates.get(n, s) for n, s in zip(notices, shown,
+                                                                                               strict=True)))}
 
     @writes(page.chat_outputs(), page.latency_plot, page.kv_plot)
     def settle(mode: str, outcome: Outcome) -> Updates:
@@ -110,15 +118,15 @@ def _wire_layout(page: Page, show_chat: Handler) -> None:
         legend = gr.update(colors_in_legend=drawn_series(outcome["results"], outcome["positions"]))
         return page.chat_visibility(mode) | {page.latency_plot: legend, page.kv_plot: legend}
 
-    @writes(relayout_outputs(page))
-    def add(flags: list[bool], outcome: Outcome, colour_by: str) -> Updates:
-        return add_column(page, flags, outcome, colour_by)
+    @writes(relayout_outputs(page), page.run)
+    def add(flags: list[bool], outcome: Outcome, colour_by: str, *shown: str) -> Updates:
+        return labelled(add_column(page, flags, outcome, colour_by), list(shown))
 
     on_private(on_private(page.add.click, add, inputs).then, settle, [page.mode, page.results])
     for i, col in enumerate(page.columns):
-        @writes(relayout_outputs(page), [x for c in page.columns for x in (c.chatbot, c.notice)])
-        def remove(flags: list[bool], outcome: Outcome, colour_by: str, i: int = i) -> Updates:
-            return remove_column(page, flags, outcome, colour_by, i)
+        @writes(relayout_outputs(page), [x for c in page.columns for x in (c.chatbot, c.notice)], page.run)
+        def remove(flags: list[bool], outcome: Outcome, colour_by: str, *shown: str, i: int = i) -> Updates:
+            return labelled(remove_column(page, flags, outcome, colour_by, i), list(shown))
 
         on_private(on_private(col.remove.click, remove, inputs).then, settle, [page.mode, page.results])
         wire(col)
@@ -209,6 +217,21 @@ def _wire_run(page: Page) -> None:
 
     on_private(partial(gr.on, [col.notice.change for col in page.columns] + [page.visible.change]), run_label,
                [page.visible, *(col.notice for col in page.columns)])
+
+    notices = [col.notice for col in page.columns]
+
+    @writes(notices, page.run)
+    def recheck(data: Inputs) -> Updates:
+        """A refusal left by the last run (an empty prompt) is checked again as the prompt is typed, so it never
+        outlives its cause; the Run button's count follows."""
+        updates: Updates = {}
+        for col in page.columns:
+            if str(data[col.notice]).startswith("⚠"):
+                updates[col.notice] = notice_text(column_settings(col.read(data)))
+        now = [str(updates[col.notice] if col.notice in updates else data[col.notice]) for col in page.columns]
+        return updates | {page.run: page.run_label(data[page.visible], *now)}
+
+    on_private(page.prompt.input, recheck, page.setting_inputs() | set(notices), trigger_mode="always_last")
 
     @writes(page.status)
     def request_stop(request: gr.Request) -> Updates:

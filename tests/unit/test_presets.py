@@ -106,4 +106,7 @@ def test_applying_a_preset_puts_its_prompt_and_columns_on_the_page_and_keeps_the
     assert data[page.columns[0].knobs["max_new_tokens"]] == preset.columns[0]["max_new_tokens"]
     assert data[page.columns[1].knobs["draft_source"]] == "prompt lookup"
     assert preset.note in updates[page.status]
+    assert preset.note in updates[page.preset_note]  # beside the results, where Run's status line cannot replace it
+    from playground.ui.run import run_outputs
+    assert page.preset_note not in run_outputs(page)
     assert updates[page.run]["value"] == f"▶ Run all {len(preset.columns)} columns"  # the button counts them

@@ -209,6 +209,15 @@ def test_assisted_column_takes_exactly_one_draft_source():
     assert control_values(lookup)["draft_source"] == PROMPT_LOOKUP
 
 
+def test_an_assisted_column_drafts_by_prompt_lookup_unless_a_draft_model_is_given():
+    """The main model drafting for itself accepts every draft and shows nothing; prompt lookup rejects some."""
+    fresh = control_values({"strategy": "assisted"})
+    assert fresh["draft_source"] == PROMPT_LOOKUP
+    assert column_settings(fresh)["prompt_lookup"] == 10 and "assistant" not in column_settings(fresh)
+    switched = control_values({"strategy": "greedy"}) | {"strategy": "assisted"}  # a column switched to assisted
+    assert column_settings(switched)["prompt_lookup"] == 10
+
+
 def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
     from playground.spec import RunSpec
     from playground.ui.columns import visibility
@@ -283,6 +292,10 @@ def test_exports_carry_settings_results_and_versions(tmp_path):
     rows = list(csv.DictReader(io.StringIO(results_csv(results, labels))))
     assert [r["label"] for r in rows] == ["1: greedy", "3: sampling"]
     assert rows[1]["tokens_per_s"] == "20.0" and rows[0]["version_torch"] == "2.13.0" and rows[0]["text"] == "t1t2"
+    assert rows[0]["forced_prefix"] == ""
+    branched = fake_result([1, 2]) | {"prefix": {"ids": [7, 8], "text": "Once upon", "pieces": ["Once", " upon"]}}
+    row = next(csv.DictReader(io.StringIO(results_csv([branched], ["1: greedy"]))))
+    assert row["forced_prefix"] == "Once upon" and row["text"] == "t1t2"  # what was forced, then what was generated
     json_path, csv_path = write_exports(SETTINGS, results, labels)
     assert json_path.exists() and csv_path.read_text().startswith("column,label,model")
     assert re.fullmatch(r"decoding-playground-\d{8}-\d{6}\.json", json_path.name)  # timestamped
@@ -368,6 +381,8 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(page, mon
     updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
     assert calls == [("Hello", 3, False, "greedy"), ("Hello", 3, False, "sampling")]
     assert updates[0][col1.notice] == "waiting: column 2 waits for column 1"
+    loading = next(u for u in updates if u.get(page.columns[0].notice) == "⏳ loading")
+    assert loading[page.status].startswith("⏳ **Column 1:** loading")  # by Run, not only on the card below
     assert any(u.get(page.columns[0].output) == "t1" for u in updates)  # streamed before the end
     table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
     assert row(table, "decode speed") == ["10.0", "**★ 20.0**"]
@@ -520,6 +535,31 @@ def test_run_says_how_many_columns_can_run(page):
     assert page.run_label([True, True, False, False], "", "", "", "")["value"] == "▶ Run all 2 columns"
     label = page.run_label([True, True, True, False], "", "⚠ unknown model 'x'", "", "")["value"]
     assert label == "▶ Run 2 of 3 columns (1 cannot run as set)"
+
+
+def wired(demo, name: str):
+    """The page's handler of that name, as Gradio calls it."""
+    return next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == name)
+
+
+def test_a_refusal_from_the_last_run_clears_as_soon_as_a_prompt_is_typed(demo, page):
+    refused = "⚠ prompt is empty; type some text to continue"
+    data = page_data(page, {page.prompt: "Once", page.columns[0].notice: refused,
+                            page.columns[1].notice: refused, page.columns[2].notice: "", page.columns[3].notice: ""})
+    updates = wired(demo, "recheck")(data)
+    assert updates[page.columns[0].notice] == updates[page.columns[1].notice] == ""
+    assert updates[page.run]["value"] == "▶ Run all 2 columns"
+
+
+def test_the_run_button_counts_the_columns_left_after_a_remove_or_an_add(demo, page):
+    from playground.ui.outcome import empty_outcome
+
+    outcome = empty_outcome()
+    updates = wired(demo, "remove")([True, True, False, False], outcome, "probability (as drawn)", "", "", "", "")
+    assert updates[page.run]["value"] == "▶ Run"
+    add = wired(demo, "add")
+    updates = add([True, True, False, False], outcome, "probability (as drawn)", "", "", "", "")
+    assert updates[page.run]["value"] == "▶ Run all 3 columns"
 
 
 def test_every_control_is_locked_while_columns_run(page):
