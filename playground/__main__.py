@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from playground import host, registry
-from playground.contention import busy_note
 from playground.errors import PlaygroundError
+from playground.metrics import busy_note
 from playground.models import catalog, paths, public
 from playground.spec import BACKENDS, WEIGHTS, RunSpec
 

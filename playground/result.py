@@ -202,10 +202,10 @@ def combine_runs(results: list[Result]) -> Result:
     metrics["peak_rss_bytes"] = max(peaks) if peaks else None
     combined: Result = {**first, "metrics": metrics}  # type: ignore[typeddict-item]
     combined["spec"] = {**first["spec"], "repeats": len(results)}
-    loads = [r["extra"]["machine_load"] for r in results if r["extra"].get("machine_load")]
+    loads: list[dict[str, Any]] = [load for r in results if (load := r.get("extra", {}).get("machine_load"))]
     if loads:  # the busiest run's: one contended run among the repeats still moves a median of three
         busiest = max(loads, key=lambda load: load["other_cpu_share"] + load["steal_share"])
-        combined["extra"] = {**first["extra"], "machine_load": busiest}
+        combined["extra"] = {**first.get("extra", {}), "machine_load": busiest}
     return combined
 
 

@@ -13,13 +13,12 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from playground import contention
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
 from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
-from playground.metrics import PeakRss
+from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
@@ -230,10 +229,10 @@ class _Job:
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             with GENERATION_LOCK:
-                before = contention.sample()
+                before = cpu_sample()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
                                           progress=self._progress)
-                load = contention.machine_load(before, contention.sample())
+                load = machine_load(before, cpu_sample())
             if load is not None:  # how much of the machine other work took while this run was timed
                 output.extra["machine_load"] = load
             runs.append((output, time.perf_counter()))

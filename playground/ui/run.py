@@ -12,9 +12,9 @@ from typing import Any
 import gradio as gr
 
 from playground import runner
-from playground.contention import busy_note
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, ProgressEvent, TextEvent
+from playground.metrics import busy_note
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
 from playground.ui.assist_view import assist_strip_html

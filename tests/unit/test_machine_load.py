@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from playground import contention
-from playground.contention import CpuSample, busy_note, machine_load, read_stat
+from playground import metrics
+from playground.metrics import CpuSample, busy_note, machine_load, read_stat
 
 TICK = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -37,7 +37,7 @@ def test_other_work_above_a_quarter_of_the_machine_marks_the_run_busy():
 
 
 def test_processes_burning_every_cpu_during_a_run_are_seen():
-    before = contention.sample()
+    before = metrics.cpu_sample()
     if before is None:
         pytest.skip("no /proc/stat here")
     burn = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass"
@@ -45,7 +45,7 @@ def test_processes_burning_every_cpu_during_a_run_are_seen():
     for burner in burners:
         burner.wait()
     time.sleep(0.05)
-    load = machine_load(before, contention.sample())
+    load = machine_load(before, metrics.cpu_sample())
     assert load is not None and load["busy"], load  # this process only waited: all of it was other work
 
 
