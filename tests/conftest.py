@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import os
 
-import pytest
+from playground import host
 
-from tests.helpers import tiny_loaded
+# On pytest-xdist's workers (scripts/test.sh runs two) each worker, and each process it starts, gets one CPU's
+# worth of threads: two workers with a pool of every CPU each put twice as many spinning threads on the
+# cores as there are cores, and measured 4.6x slower than one thread each (two concurrent greedy runs of a
+# SmolLM2-sized model, 2-core machine). Set before torch starts its pool.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    host.apply_thread_limits(max(1, host.limits().cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
+import pytest  # noqa: E402
+
+from tests.helpers import tiny_loaded  # noqa: E402
 
 
 @pytest.fixture

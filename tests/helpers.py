@@ -95,6 +95,20 @@ def module_tiny_model(tmp_path_factory: pytest.TempPathFactory, seed: int = 0) -
         yield path
 
 
+def bundled(name: str):
+    """A bundled model at fp32, loaded once per process."""
+    from playground.models.loaded import LOADED
+
+    return LOADED.get(name, "fp32")[0]
+
+
+def encoded(loaded, text: str) -> torch.Tensor:
+    """A prompt's ids as the runner encodes it (the chat template for an instruct model)."""
+    from playground.runner import encode_prompt
+
+    return encode_prompt(loaded, text, None)
+
+
 def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
     """The PyTorch path on `ids`, and the token ids it streamed; `draft` is the loaded assistant model, if any."""
     from playground.backends.torch import generate as torch_generate
@@ -199,9 +213,11 @@ def _teacher_forced_scan(engine):
 _TEACHER_FORCED_SCANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> torch.Tensor:
+def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int], room: int = 0) -> torch.Tensor:
     """The same figures from the JAX decoder's cache for `spec` (laid out at its final length), stepping the
-    traced model through the forced tokens in one jitted scan."""
+    traced model through the forced tokens in one jitted scan. `room`: lay the cache out for a prompt this long
+    (at least the real one), so prompts of different lengths share one layout and one compiled scan; the slots
+    past the prompt's own length are masked, as a growing cache's are."""
     import jax.numpy as jnp
     import numpy as np
 
@@ -210,7 +226,7 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> to
 
     engine, _ = engine_for(loaded.model, spec.devices)
     prompt_len = ids.shape[1]
-    plan = plan_cache(spec, engine.config, prompt_len, 1)
+    plan = plan_cache(spec, engine.config, max(prompt_len, room), 1)
     prefill, _ = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))
     padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
     padded[:, :prompt_len] = ids.numpy()

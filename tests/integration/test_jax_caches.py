@@ -1,8 +1,6 @@
-"""JAX caches on the bundled models: the PyTorch caches' tokens over several windows, quantization error."""
+"""JAX caches on the bundled models: the PyTorch caches' tokens over several windows."""
 
 from __future__ import annotations
-
-import functools
 
 import pytest
 import torch
@@ -12,27 +10,13 @@ pytest.importorskip("jax")
 
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
+    bundled,
+    encoded,
     jax_run,
-    jax_teacher_forced,
-    mean_kl,
-    torch_greedy,
     torch_run,
-    torch_teacher_forced,
 )
 
 STORY = "Write a short story about a dragon who loves tea."
-
-
-def bundled(name: str):
-    from playground.models.loaded import LOADED
-
-    return LOADED.get(name, "fp32")[0]
-
-
-def encoded(loaded, text: str) -> torch.Tensor:
-    from playground.runner import encode_prompt
-
-    return encode_prompt(loaded, text, None)
 
 
 def both(loaded, ids: torch.Tensor, new: int, **knobs):
@@ -53,56 +37,25 @@ def test_smollm2_bounded_caches_match_pytorch_over_three_windows(knobs):
     assert set(jax_out.kv_trace) == {30 * 2 * 3 * 64 * 64 * 4}  # 30 layers x K/V x 3 heads x 64 slots x 64 dims
 
 
+def torch_greedy_choices(model, ids: torch.Tensor, new_ids: list[int]) -> list[int]:
+    """PyTorch's greedy pick after the prompt and after each of `new_ids` but the last, from one forward pass
+    over the whole text (the model's own sliding masks), the output head applied in slices to keep memory low.
+    Equal to `new_ids` exactly when PyTorch's greedy decoding would have written them."""
+    text = torch.cat([ids, torch.tensor([new_ids[:-1]])], dim=1)
+    with torch.inference_mode():
+        hidden = model.model(text).last_hidden_state[0, ids.shape[1] - 1:]
+        head = model.get_output_embeddings()
+        return [int(t) for rows in hidden.split(128) for t in head(rows).argmax(-1)]
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 1000 tokens of Gemma3 on both backends: ~3 min here when the machine is quiet
 def test_gemma3_own_window_matches_pytorch_over_three_windows():
-    """Its sliding layers are rings of 512 slots: a 600-token prompt and 1000 new tokens wrap them twice."""
+    """Its sliding layers are rings of 512 slots: a 600-token prompt and 1000 new tokens wrap them twice. PyTorch
+    reads the JAX output in one pass (its greedy pick at every step), not 1000 steps of its own."""
     loaded = bundled("gemma3-270m")
     text = " ".join(f"Day {i}: the dragon brewed tea and counted the clouds." for i in range(50))
     ids = encoded(loaded, text)[:, :600]
-    jax_out, torch_out = both(loaded, ids, 1000, cache="sliding")
-    assert jax_out.sequences == torch_out.sequences
+    spec = RunSpec(model=loaded.name, backend="jax", cache="sliding", max_new_tokens=1000, min_new_tokens=1000)
+    jax_out = jax_run(loaded, ids, spec)[0]
+    assert torch_greedy_choices(loaded.model, ids, jax_out.sequences[0]) == jax_out.sequences[0]
     assert jax_out.extra["cache_layers"]["ring(slots=512, window=512)"] == 15
-
-
-# Greedy decoding near a tie flips on any perturbation: on the bench's story prompt the two best tokens of
-# some step are 0.004 (SmolLM2) and 0.03 (Gemma3) nats apart, while an 8-bit cache moves log-probabilities by
-# up to ~0.02 around the top. On this prompt the closest call in 64 steps is ~0.07 nats apart on both models.
-NO_NEAR_TIES = "List the days of the week."
-
-
-# The quantization error is compared over several short prompts, since one prompt's mean KL can land either
-# side (measured 2026-11-23, Gemma3 at 2 bits: +1.6% on the days of the week, -26%, -54% and -42% on the
-# others; the README says what differs between the two caches).
-KL_PROMPTS = (NO_NEAR_TIES, "Name three primary colours.", "What is the capital of France?",
-              "Count from one to ten in words.")
-
-
-@functools.cache
-def _reference(name: str, text: str):
-    """The model, the prompt, fp32 greedy's 64 tokens on it, and full precision's teacher-forced log-probabilities."""
-    loaded = bundled(name)
-    ids = encoded(loaded, text)
-    forced = torch_greedy(loaded.model, ids, 64, "dynamic")
-    return loaded, ids, forced, torch_teacher_forced(loaded, RunSpec(max_new_tokens=64), ids, forced)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "bits"), [("smollm2-135m", 8), ("smollm2-135m", 4), ("smollm2-135m", 2),
-                                            ("gemma3-270m", 8), ("gemma3-270m", 4), ("gemma3-270m", 2)])
-def test_quantized_cache_error_against_full_precision(name, bits):
-    """Mean KL of the next-token distribution over 64 teacher-forced steps, averaged over KL_PROMPTS, no worse
-    than the PyTorch quantized cache's on the same prompts; and with 8 bits, the full-precision greedy tokens
-    over 64 steps."""
-    spec = RunSpec(model=name, cache="quantized", cache_bits=bits, residual_length=16, max_new_tokens=64,
-                   min_new_tokens=64)
-    ours, theirs = [], []
-    for text in KL_PROMPTS:
-        loaded, ids, forced, full = _reference(name, text)
-        ours.append(mean_kl(full, jax_teacher_forced(loaded, spec.replace(backend="jax"), ids, forced)))
-        theirs.append(mean_kl(full, torch_teacher_forced(loaded, spec, ids, forced)))
-    print(f"{name} {bits} bits: mean KL per prompt, JAX {ours} PyTorch {theirs}")
-    assert sum(ours) <= sum(theirs), (ours, theirs)
-    if bits == 8:
-        loaded, ids, forced, _ = _reference(name, NO_NEAR_TIES)
-        assert jax_run(loaded, ids, spec.replace(backend="jax"))[0].sequences[0] == forced
