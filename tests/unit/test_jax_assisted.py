@@ -83,6 +83,24 @@ def test_counts_are_what_was_drafted_and_kept(llama):
     assert all(chunk_flags[-1] is False for chunk_flags in _split(out.draft_flags, chunks))
 
 
+def test_each_verify_pass_records_its_drafts_and_what_was_kept(llama):
+    """The steps the page draws its verification strip and struck-through drafts from, as the PyTorch path
+    records them: a kept draft is the token written there, the first rejected one differs from it."""
+    out, chunks = assisted(llama, grounded(llama), spec())
+    steps = out.assisted_steps
+    assert steps is not None and len(steps) == len(chunks) and steps[0] == {"drafted": [], "accepted": 0}
+    assert sum(len(s["drafted"]) for s in steps) == out.extra["draft_tokens_proposed"]
+    assert sum(s["accepted"] for s in steps) == out.extra["draft_tokens_accepted"]
+    rejected_somewhere = False
+    for step, chunk in zip(steps, chunks, strict=True):
+        kept = step["accepted"]
+        assert len(chunk) == kept + 1 and step["drafted"][:kept] == chunk[:kept]
+        if kept < len(step["drafted"]):
+            assert step["drafted"][kept] != chunk[kept]
+            rejected_somewhere = True
+    assert rejected_somewhere
+
+
 def _split(flags: list[bool], chunks: list[list[int]]) -> list[list[bool]]:
     parts, at = [], 0
     for chunk in chunks:

@@ -104,3 +104,34 @@ def test_each_alternative_records_the_filter_that_removed_it(llama, backend):
         assert cuts[second] == ("min_new_tokens" if second == 256 else expected)
         outcomes.add(cuts[second])
     assert {None, "top_p"} <= outcomes
+
+
+def noisy_copy(seed: int):
+    """The main model with noise on its output head: a draft that is right often, not always."""
+    model = tiny_llama(seed=seed)
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight
+        head.add_(torch.randn(head.shape, generator=torch.Generator().manual_seed(1)) * head.std())
+    return model
+
+
+@pytest.mark.parametrize("drafts", ["prompt lookup", "draft model"])
+def test_assisted_records_are_plain_greedys_on_both_backends(llama, drafts):
+    """A verification pass scores every drafted position; each token keeps the record of the position that
+    wrote it (a rejected draft's position included, with the main model's own token), and a draft model's
+    own processing is not recorded."""
+    knobs = {"max_new_tokens": NEW, "min_new_tokens": NEW}
+    own = torch_run(llama, PROMPT, RunSpec(**knobs))[0].sequences[0]
+    prompt = torch.tensor([PROMPT[0].tolist() + own + PROMPT[0].tolist()])  # the text to write is found in it
+    plain, _ = torch_run(llama, prompt, RunSpec(**knobs))
+    source = {"prompt_lookup": 4} if drafts == "prompt lookup" else {"assistant": "tiny-draft"}
+    assisted = RunSpec(strategy="assisted", **source, **knobs)
+    draft = tiny_loaded("tiny-llama-draft", noisy_copy(seed=3)) if drafts == "draft model" else None
+    torch_out, _ = torch_run(llama, prompt, assisted, draft=draft)
+    assert torch_out.sequences == plain.sequences
+    steps = torch_out.assisted_steps
+    assert any(s["accepted"] for s in steps) and any(s["accepted"] < len(s["drafted"]) for s in steps)
+    assert_same_records(torch_out.token_info, plain.token_info)
+    if draft is None:
+        jax_out, _ = jax_run(llama, prompt, assisted.replace(backend="jax", cache="static"))
+        assert_same_records(jax_out.token_info, plain.token_info)

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from playground import registry
-from playground.backends.base import GenerationOutput
+from playground.backends.base import AssistStep, GenerationOutput
 from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
@@ -55,6 +55,7 @@ class AssistedDecoding:
         self.drafter: Drafter | None = None  # the draft model's side, or None for prompt lookup
         self.stream = Streamed()
         self.draft_flags: list[bool] = []
+        self.steps: list[AssistStep] = []  # per verify pass: its real drafts and how many were kept
         self.drafted = 0  # drafts proposed in all
         self.accepted = 0
         self.lookup_s = 0.0  # host time spent drafting
@@ -133,6 +134,9 @@ class AssistedDecoding:
         count, accepted = int(kept), int(accepted)
         chunk = [int(t) for t in tokens[:count]]
         drafted = self.pending[1] if self.pending is not None else 0  # none before the first pass
+        # the prefill's token is a pass without drafts, so step i's tokens start where the steps before it end
+        real = np.asarray(self.pending[0])[0, :drafted].tolist() if self.pending is not None else []
+        self.steps.append({"drafted": real, "accepted": accepted})
         self.next_drafts = next_draft_count(drafted, accepted) if drafted else self.next_drafts
         self.drafted += drafted
         self.accepted += accepted
@@ -150,7 +154,7 @@ class AssistedDecoding:
         return GenerationOutput(
             acceptance_rate=self.accepted / self.drafted if self.drafted else None,
             forward_passes=1 + run.calls,  # the prefill gave the first token, each verify pass the rest
-            draft_flags=self.draft_flags,
+            draft_flags=self.draft_flags, assisted_steps=self.steps,
             sequences=[self.stream.tokens], token_info=self.stream.info, token_times=self.stream.times,
             start_time=start, compile_s=request.programs.compile_s, stopped=run.stopped,
             kv_cache_bytes=cache_bytes(run.state.cache), kv_trace=run.kv_trace,

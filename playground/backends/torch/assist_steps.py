@@ -20,14 +20,17 @@ from typing import Any
 import torch
 
 from playground.backends.base import AssistStep
+from playground.backends.torch.probes import TokenProbe
 from playground.backends.torch.transformers_hooks import wrap_candidate_generator
 
 
 class AssistRecorder:
-    """Collects one {drafted, accepted} record per verification step."""
+    """Collects one {drafted, accepted} record per verification step, and tells the token probe (if any) where
+    each verification pass starts and what it kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe: TokenProbe | None = None) -> None:
         self.steps: list[AssistStep] = []
+        self.probe = probe
 
     def drafted(self, input_ids: torch.Tensor, candidate_ids: torch.Tensor) -> None:
         """After get_candidates: the candidates (1, L + d) extend the sequence so far (1, L) by d drafted tokens."""
@@ -51,12 +54,22 @@ class AssistRecorder:
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
 
         def recording_get(input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            candidate_ids, logits = get_candidates(input_ids, *args, **kwargs)
+            if self.probe is not None:
+                self.probe.paused = True  # a draft model's own generate runs the main model's processor list
+            try:
+                candidate_ids, logits = get_candidates(input_ids, *args, **kwargs)
+            finally:
+                if self.probe is not None:
+                    self.probe.paused = False
             self.drafted(input_ids, candidate_ids)
+            if self.probe is not None:
+                self.probe.begin_step()
             return candidate_ids, logits
 
         def recording_update(input_ids: torch.Tensor, scores: torch.Tensor, num_matches: int) -> Any:
             self.accepted(num_matches)
+            if self.probe is not None:
+                self.probe.end_step(int(num_matches))
             return update(input_ids, scores, num_matches)
 
         generator.get_candidates = recording_get

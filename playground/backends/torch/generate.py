@@ -112,6 +112,8 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
     assistant = assistant_kwargs(spec, loaded.tokenizer, draft)
     cache = make_cache(spec, loaded.model, prompt_len)
     records = registry.strategy(spec.strategy).records
+    # one distribution per token exists for single-hypothesis decoding; assisted passes are sorted out per step
+    probe = TokenProbe() if records in ("tokens", "drafts") else None
     return _Run(
         config=config,
         assistant=assistant,
@@ -119,10 +121,9 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         streamer=TimingStreamer(emit) if streams(spec) else None,
         stop=StopWhen(should_stop),
         trace=CacheTrace(cache),
-        # one distribution per token only exists for single-hypothesis, one-token-per-step decoding
-        probe=TokenProbe() if records == "tokens" else None,
+        probe=probe,
         beams=BeamRecorder() if records == "beams" else None,
-        assist=AssistRecorder() if records == "drafts" else None,
+        assist=AssistRecorder(probe) if records == "drafts" else None,
     )
 
 

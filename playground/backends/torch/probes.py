@@ -45,6 +45,12 @@ class TokenProbe:
     `probing_processors` instead. The chosen token is only known at the next step (the last of `input_ids`
     then), so each step's distributions wait until then; `finish` resolves the last one. Between the filters,
     `stage` hooks note which tokens are still finite, so each alternative records what removed it.
+
+    Assisted decoding runs the list once per position of a verification pass (the drafts, then one more), each
+    seeing the drafts before it as generated. Between `begin_step` and `end_step(kept)` the probe keeps every
+    position's distributions; `end_step` drops the records of the positions past the main model's own token and
+    leaves that token's record open, since it is not the draft the next position saw. While `paused` (the draft
+    is being made: a draft model's generate runs the same list) nothing is recorded.
     """
 
     def __init__(self) -> None:
@@ -52,14 +58,36 @@ class TokenProbe:
         self._model: torch.Tensor | None = None  # (V,) this step's model probabilities
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None  # (model, final) of the unresolved step
         self._alive: list[tuple[str, torch.Tensor]] = []  # (stage, (V,) still finite after it) of this step
+        self._step: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # assisted: a pass's (model, final)s
+        self._step_start = 0  # assisted: the pass's first record
+        self.paused = False
         self.first = _Hook(self._see_model)
         self.last = _Hook(self._see_final)
 
     def stage(self, name: str) -> _Hook:
         """A hook to place after the processor or filter `name` (a CUT_STAGES name)."""
-        return _Hook(lambda _ids, scores: self._alive.append((name, torch.isfinite(scores[0]))))
+        def see(_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
+            if not self.paused:
+                self._alive.append((name, torch.isfinite(scores[0])))
+
+        return _Hook(see)
+
+    def begin_step(self) -> None:
+        """Assisted: a verification pass starts; its positions' records follow."""
+        self._step, self._step_start = [], len(self.records)
+
+    def end_step(self, kept: int) -> None:
+        """Assisted: the pass kept `kept` drafts and then the main model's own token."""
+        if self._step is None:
+            return
+        del self.records[self._step_start + kept + 1:]
+        if kept < len(self._step):
+            self._pending = self._step[kept]  # resolved by the token that follows, as a one-token step's is
+        self._step = None
 
     def _see_model(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
+        if self.paused:
+            return
         if self._pending is not None:
             self._resolve(int(input_ids[0, -1]))
         self._model = torch.softmax(scores[0].float(), dim=-1)  # (V,)
@@ -74,6 +102,8 @@ class TokenProbe:
         return None if bool(finite[token]) else "min_new_tokens"
 
     def _see_final(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
+        if self.paused:
+            return
         model = self._model if self._model is not None else torch.softmax(scores[0].float(), dim=-1)
         final = torch.softmax(scores[0].float(), dim=-1)  # (V,); filtered tokens are -inf: probability 0
         finite = torch.isfinite(scores[0])  # (V,)
@@ -85,6 +115,8 @@ class TokenProbe:
             "top_cut": [self._cut(i, finite) for i in top.tolist()],
         })
         self._pending = (model, final)
+        if self._step is not None:
+            self._step.append(self._pending)
 
     def _resolve(self, chosen: int) -> None:
         assert self._pending is not None
