@@ -1,4 +1,5 @@
-"""The page's look (theme, CSS) and the one line of JS that writes the settings into the address bar."""
+"""The page's look (theme, CSS) and its few lines of JS: the settings in the address bar, the Run shortcut, and
+notes where a typed number was put back in range."""
 
 from __future__ import annotations
 
@@ -38,7 +39,48 @@ SHORTCUT_JS = """() => {
   }, true);
 }"""
 
+# A slider's number box silently puts an out-of-range entry back in range when it loses focus; a bounded number
+# box keeps it, and the run is refused. Seen in the capture phase, before the component's own handler, the entry
+# is still the one typed: a plain number box is put in range here too (as if typed, so the page sees it), and a
+# note under the control says what was typed and what it became; an in-range entry clears the note.
+CLAMP_NOTE_JS = """() => {
+  if (window.__playgroundClampNotes) { return; }
+  window.__playgroundClampNotes = true;
+  // a preset or pasted settings replace every value: the notes about the old ones go with them
+  document.addEventListener('click', (event) => {
+    if (event.target.closest('.presets button, #apply-settings')) {
+      document.querySelectorAll('.clamp-note').forEach((note) => note.remove());
+    }
+  }, true);
+  document.addEventListener('change', (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.value === '') { return; }
+    const block = box.closest('[id]');
+    if (!block) { return; }
+    const typed = Number(box.value);
+    const low = box.min === '' ? -Infinity : Number(box.min);
+    const high = box.max === '' ? Infinity : Number(box.max);
+    let note = block.querySelector(':scope > .clamp-note');
+    if (typed >= low && typed <= high) { note?.remove(); return; }
+    if (!note) {
+      note = document.createElement('div');
+      note.className = 'clamp-note';
+      note.setAttribute('role', 'status');
+      block.appendChild(note);
+    }
+    const bound = typed > high ? box.max : box.min;
+    const limit = typed > high ? `above the maximum, ${bound}` : `below the minimum, ${bound}`;
+    note.textContent = `${box.value} is ${limit}: set to ${bound}`;
+    if (!block.querySelector('input[type=range]')) {
+      box.value = bound;
+      box.dispatchEvent(new Event('input', { bubbles: true }));
+    }
+  }, true);
+}"""
+
 CSS = """
+.clamp-note { font-size: 0.82em; color: #b45309; padding: 2px 0 0; }
+.dark .clamp-note { color: #fbbf24; }
 .gradio-container { max-width: 1600px !important; width: 100% !important; margin: 0 auto !important; }
 .intro h1 { margin-bottom: 2px; }
 .intro p { color: var(--body-text-color-subdued); margin-top: 0; }

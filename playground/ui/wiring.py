@@ -40,7 +40,7 @@ from playground.ui.page import Page, build_page
 from playground.ui.plots import drawn_series, step_axes
 from playground.ui.presets import PRESETS
 from playground.ui.run import forget_session, recolour, render, render_outputs, run_all, run_outputs, stop_flag
-from playground.ui.style import SHORTCUT_JS, WRITE_URL_JS
+from playground.ui.style import CLAMP_NOTE_JS, SHORTCUT_JS, WRITE_URL_JS
 
 HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a vanished client runs on
 
@@ -231,7 +231,8 @@ def _wire_run(page: Page) -> None:
         now = [str(updates[col.notice] if col.notice in updates else data[col.notice]) for col in page.columns]
         return updates | {page.run: page.run_label(data[page.visible], *now)}
 
-    on_private(page.prompt.input, recheck, page.setting_inputs() | set(notices), trigger_mode="always_last")
+    # change, not input: a paste, a fill or a restored prompt counts as much as a keystroke
+    on_private(page.prompt.change, recheck, page.setting_inputs() | set(notices), trigger_mode="always_last")
 
     @writes(page.status)
     def request_stop(request: gr.Request) -> Updates:
@@ -330,6 +331,7 @@ def build_ui() -> tuple[gr.Blocks, Page]:
         _wire_run(page)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
+        demo.load(None, None, None, js=CLAMP_NOTE_JS)  # out-of-range numbers say what they became
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
         warmup.wire(demo, notice, poll)
