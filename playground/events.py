@@ -1,4 +1,5 @@
-"""What flows out of a run, in order: progress while loading or compiling, text as it is generated, the Result."""
+"""What flows out of a run, in order: progress while loading or compiling, text as it is generated (or beam
+search's leading beam while it searches), the Result."""
 
 from __future__ import annotations
 
@@ -26,8 +27,17 @@ class TextEvent:
 
 
 @dataclass(frozen=True)
+class HypothesisEvent:
+    """Beam search's leading running beam so far, whole: it may still change (or lose to a finished beam), so
+    it replaces the last one rather than adding to it; the returned text arrives with DoneEvent."""
+
+    text: str
+    new_tokens: int
+
+
+@dataclass(frozen=True)
 class DoneEvent:
     result: Result  # the Result JSON (see docs/api.md)
 
 
-Event = ProgressEvent | TextEvent | DoneEvent
+Event = ProgressEvent | TextEvent | HypothesisEvent | DoneEvent

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
-from playground.events import DoneEvent, Event, ProgressEvent, TextEvent
+from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
 from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
@@ -153,6 +153,13 @@ class _Loaded:
 
 
 @dataclass
+class _Hypothesis:
+    """Beam search's leading beam (new token ids), as the backend previewed it."""
+
+    ids: list[int]
+
+
+@dataclass
 class _Finished:
     loaded: _Loaded
     prompt_tokens: int
@@ -228,10 +235,11 @@ class _Job:
         runs: list[tuple[GenerationOutput, float]] = []
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
+            preview = (lambda ids: self.reports.put(_Hypothesis(ids))) if index == 0 else None
             with GENERATION_LOCK:
                 before = cpu_sample()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
-                                          progress=self._progress)
+                                          progress=self._progress, preview=preview)
                 load = machine_load(before, cpu_sample())
             if load is not None:  # how much of the machine other work took while this run was timed
                 output.extra["machine_load"] = load
@@ -282,6 +290,8 @@ class _Job:
                 delta = text.add(report)
                 if delta:
                     yield TextEvent(delta, text.text, len(text.ids))
+            elif isinstance(report, _Hypothesis):
+                yield HypothesisEvent(text.tokenizer.decode(report.ids, skip_special_tokens=True), len(report.ids))
             elif isinstance(report, BaseException):
                 raise _user_error(report)
             elif isinstance(report, _Finished):

@@ -24,6 +24,9 @@ EmitTokens = Callable[[list[int]], None]
 ShouldStop = Callable[[], bool]
 # (fraction, message) while a backend prepares a run, e.g. compiles for it; the runner shows it on the column
 ReportProgress = Callable[[float, str], None]
+# Beam search streams nothing (its best sequence is only known at the end): backends call this with the leading
+# running beam's new token ids as the search goes, a preview the page shows until the real result replaces it
+PreviewTokens = Callable[[list[int]], None]
 
 
 class TokenInfo(TypedDict, total=False):
@@ -119,9 +122,10 @@ class Backend(Protocol):
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None) -> GenerationOutput:
+                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any;
-        `progress` hears of long preparations before the first token (a compile)."""
+        `progress` hears of long preparations before the first token (a compile), `preview` of beam search's
+        leading beam while it searches."""
         ...
 
 

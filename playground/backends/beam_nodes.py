@@ -35,6 +35,19 @@ class BeamTree:
             nodes[k]["kept"] = not nodes[k]["finished"]
         self._live = [int(k) for k in kept]
 
+    def leading(self) -> list[int]:
+        """The new tokens of the first running beam, the best (both searches keep their beams best first)."""
+        if not self.steps or not self._live:
+            return []
+        tokens: list[int] = []
+        index: int | None = self._live[0]
+        for step in reversed(self.steps):
+            if index is None:
+                break
+            tokens.append(step[index]["token"])
+            index = step[index]["parent"]
+        return tokens[::-1]
+
     def tree(self, best: list[int]) -> list[list[BeamNode]]:
         """The steps, with the path of the best returned sequence (its new tokens) marked as chosen."""
         parent: int | None = None

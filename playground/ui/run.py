@@ -13,7 +13,7 @@ import gradio as gr
 
 from playground import runner
 from playground.errors import PlaygroundError
-from playground.events import DoneEvent, ProgressEvent, TextEvent
+from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.metrics import busy_note
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
@@ -31,6 +31,8 @@ from playground.ui.table import empty_metrics, metrics_table, process_memory_not
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
 
 logger = logging.getLogger(__name__)
+# beam search returns its best sequence only at the end: meanwhile the card shows the leading beam, and says so
+LEADING_BEAM = "▶ searching: the leading beam after {tokens} tokens (it may change until the search ends)"
 # Streamed text is sent at most this often: every update costs the server (and a browser on the same machine)
 # CPU time that the 2 cores would otherwise give the generation being timed.
 STREAM_INTERVAL_S = 0.25
@@ -201,6 +203,9 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
         elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)
+        elif isinstance(event, HypothesisEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
+            last_sent = time.monotonic()  # each one is whole: the latest replaces the last
+            yield _text_update(run, i, event.text) | {col.notice: LEADING_BEAM.format(tokens=event.new_tokens)}
         elif isinstance(event, DoneEvent):
             yield _finish_column(run, i, event.result)
 

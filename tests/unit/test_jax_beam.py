@@ -182,6 +182,34 @@ def test_a_jax_beam_column_gives_the_result_the_page_shows(tmp_path, monkeypatch
     assert ours["metrics"]["tokens_per_s"] and ours["metrics"]["kv_cache_bytes"] > 0
 
 
+def test_the_leading_beam_is_previewed_while_the_search_runs_on_both_backends(tmp_path, monkeypatch):
+    """Beam search streams nothing, so the page shows its leading beam as it searches: PyTorch after every step,
+    JAX after every device call, the same beams (the same search) until the result replaces them."""
+    from playground.backends.jax.backend import JaxBackend
+    from playground.backends.jax.strategy import STEPS_PER_CALL
+    from playground.backends.torch.backend import TorchBackend
+
+    spec = beam(num_beams=3, max_new_tokens=24, min_new_tokens=24)
+    previews: dict[str, list[list[int]]] = {"torch": [], "jax": []}
+    for backend in (TorchBackend(), JaxBackend()):
+        backend.generate(model("llama"), PROMPT, spec.replace(backend=backend.name), lambda ids: None,
+                         lambda: False, preview=previews[backend.name].append)
+    ours, theirs = previews["jax"], previews["torch"]
+    assert [len(p) for p in theirs] == list(range(1, 25))  # one per step, each a token longer
+    assert len(ours) >= 24 // STEPS_PER_CALL - 1 and all(p in theirs for p in ours)
+
+
+def test_the_runner_turns_previews_into_hypothesis_events_before_the_result(tmp_path, monkeypatch):
+    from playground.events import DoneEvent, HypothesisEvent
+
+    with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as path:
+        events = list(runner.run("abc", RunSpec(model=path, strategy="beam", num_beams=2, max_new_tokens=8,
+                                                min_new_tokens=8, chat=False)))
+    hypotheses = [e for e in events if isinstance(e, HypothesisEvent)]
+    assert [e.new_tokens for e in hypotheses] == list(range(1, 9))
+    assert isinstance(events[-1], DoneEvent) and events.index(hypotheses[-1]) < len(events) - 1
+
+
 @pytest.mark.subprocess
 def test_beam_search_split_over_devices_gives_one_devices_sequences_and_scores():
     """The beams' caches split by KV heads over 2 devices: the same sequences and scores as on one."""

@@ -130,7 +130,7 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
     seen = []
 
     class Recording(TorchBackend):  # the real backend's preflight and memory, its generate recorded
-        def generate(self, model, input_ids, spec, emit, should_stop, draft=None, progress=None):
+        def generate(self, model, input_ids, spec, emit, should_stop, draft=None, progress=None, preview=None):
             seen.append(runner.GENERATION_LOCK.locked())
             from playground.backends.torch.generate import generate
 

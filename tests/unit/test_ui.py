@@ -12,10 +12,11 @@ import pytest
 
 from playground import compatibility
 from playground.errors import PlaygroundError
-from playground.events import DoneEvent, ProgressEvent, TextEvent
+from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.spec import RunSpec
 from playground.ui.chat import history, messages, record_turn
 from playground.ui.columns import (
+    MAX_COLUMNS,
     PROMPT_LOOKUP,
     column_settings,
     control_values,
@@ -387,6 +388,24 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(page, mon
     table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
     assert row(table, "decode speed") == ["10.0", "**★ 20.0**"]
     assert updates[-1][page.status].startswith("✓ 2 columns ran")
+
+
+def test_a_beam_column_shows_its_leading_beam_until_the_result_replaces_it(page, monkeypatch):
+    from playground import runner
+    from playground.ui import run as ui_run
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        yield HypothesisEvent("The sky", 2)
+        yield DoneEvent(fake_result([1, 2], strategy="beam"))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    col = page.columns[0]
+    data = page_data(page, {col.knobs["strategy"]: "beam", page.visible: [True] + [False] * (MAX_COLUMNS - 1)})
+    request = type("Request", (), {"session_hash": "beam-preview"})()
+    updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
+    preview = next(u for u in updates if u.get(col.output) == "The sky")
+    assert "leading beam after 2 tokens" in preview[col.notice] and "may change" in preview[col.notice]
+    assert [u[col.output] for u in updates if col.output in u][-1] != "The sky"  # the result replaced it
 
 
 def test_repeated_timing_interleaves_the_columns_and_reports_medians_with_ranges(page, monkeypatch):

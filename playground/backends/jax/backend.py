@@ -12,6 +12,7 @@ from playground.backends.base import (
     GenerationOutput,
     Held,
     MemoryNeed,
+    PreviewTokens,
     ReportProgress,
     ShouldStop,
 )
@@ -76,13 +77,13 @@ class JaxBackend:
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None) -> GenerationOutput:
+                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         from playground.backends.jax.decoder import announce_once, generate
         from playground.backends.jax.engine import compile_notices
 
         check_architecture(loaded.model.config)
         with compile_notices(announce_once(progress)):
-            return generate(loaded, input_ids, spec, emit, should_stop, draft)
+            return generate(loaded, input_ids, spec, emit, should_stop, draft, preview)
 
 
 def _text_config(loaded: LoadedModel) -> Any:

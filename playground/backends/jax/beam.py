@@ -86,6 +86,8 @@ class BeamSearch:
         for parents, tokens, scores, finished, kept in zip(*(r[: int(count)] for r in rows), strict=True):
             self.tree.add_step(scores.tolist(), tokens.tolist(), parents.tolist())
             self.tree.select(finished.tolist(), kept.tolist())
+        if request.preview is not None and not done:
+            request.preview(self.tree.leading())
         return Advance([], int(count), bool(done))
 
     def stop(self, request: Request, run: Run) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from playground import registry
-from playground.backends.base import EmitTokens, GenerationOutput, ReportProgress, ShouldStop
+from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ReportProgress, ShouldStop
 from playground.backends.jax import loop
 from playground.backends.jax.strategy import STEPS_PER_CALL
 from playground.models.loaded import LoadedModel
@@ -32,8 +32,9 @@ def announce_once(progress: ReportProgress | None) -> Callable[[], None]:
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-             should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
+             should_stop: ShouldStop, draft: LoadedModel | None = None,
+             preview: PreviewTokens | None = None) -> GenerationOutput:
     """One request of `spec` (already validated: RunSpec refuses what this path cannot run), streaming through
     `emit`; no compile announcements (JaxBackend.generate adds them)."""
     plugin = registry.strategy(spec.strategy).jax(spec, draft)
-    return loop.generate(loaded, input_ids, spec, emit, should_stop, plugin)
+    return loop.generate(loaded, input_ids, spec, emit, should_stop, plugin, preview)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import torch
 
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
@@ -32,7 +32,7 @@ __all__ = ["STEPS_PER_CALL", "cache_extra", "engine_extra", "generate"]
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-             should_stop: ShouldStop, strategy: Strategy) -> GenerationOutput:
+             should_stop: ShouldStop, strategy: Strategy, preview: PreviewTokens | None = None) -> GenerationOutput:
     """Prefill, then device calls until EOS, max_new_tokens or should_stop(), streaming each call's tokens.
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
@@ -40,6 +40,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     request = _prepare(loaded, prompt, spec, strategy)
+    request.preview = preview
     run, first = _prefill(request, strategy)
     if strategy.streams:
         emit(first.tokens)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from playground.backends.base import GenerationOutput
+from playground.backends.base import GenerationOutput, PreviewTokens
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.engine import Engine
 from playground.backends.jax.programs import Programs
@@ -36,6 +36,7 @@ class Request:
     plan: CachePlan  # each layer's layout, and the cache lengths decoding may step through
     programs: Programs
     scalars: dict[int, jax.Array] = field(default_factory=dict)  # small ints on the device, each put once
+    preview: PreviewTokens | None = None  # beam search: hears the leading beam after each call
 
     def scalar(self, value: int) -> jax.Array:
         """`value` as a device int32, put once per request (a chunk size, a draft count)."""

@@ -11,6 +11,7 @@ from playground.backends.base import (
     GenerationOutput,
     Held,
     MemoryNeed,
+    PreviewTokens,
     ReportProgress,
     ShouldStop,
 )
@@ -44,8 +45,8 @@ class TorchBackend:
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None) -> GenerationOutput:
+                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         # nothing is compiled on this path: generation starts at once, so there is no preparation to report
         from playground.backends.torch.generate import generate
 
-        return generate(loaded, input_ids, spec, emit, should_stop, draft)
+        return generate(loaded, input_ids, spec, emit, should_stop, draft, preview)

@@ -15,12 +15,18 @@ from typing import Any
 
 import torch
 
+from playground.backends.base import PreviewTokens
 from playground.backends.beam_nodes import BeamTree
 from playground.backends.torch.transformers_hooks import wrap_beam_steps
 
 
 class BeamRecorder(BeamTree):
-    """Collects each step's candidates from the library's own calls; `tree(best)` marks the returned path."""
+    """Collects each step's candidates from the library's own calls; `tree(best)` marks the returned path.
+    `preview` hears the leading running beam's new tokens after each step (topk ranks the kept beams best first)."""
+
+    def __init__(self, preview: PreviewTokens | None = None) -> None:
+        super().__init__()
+        self.preview = preview
 
     def candidates(self, out: tuple[torch.Tensor, ...], position: int, step: int) -> None:
         """After _get_top_k_continuations returned (scores (1, 2K), sequences (1, 2K, L), beam indices (1, 2K, S)):
@@ -33,6 +39,8 @@ class BeamRecorder(BeamTree):
         """At _get_running_beams_for_next_iteration: which candidates finished, and which K continue."""
         running = topk_log_probs + hits.to(torch.float32) * -1.0e9  # as the library ranks them
         self.select(hits[0].tolist(), torch.topk(running, k=num_beams)[1][0].tolist())
+        if self.preview is not None:
+            self.preview(self.leading())
 
 
 @contextmanager

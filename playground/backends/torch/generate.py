@@ -12,7 +12,7 @@ from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
 from playground import registry
-from playground.backends.base import EmitTokens, GenerationOutput, ShouldStop, eos_ids
+from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
@@ -70,10 +70,12 @@ def streams(spec: RunSpec) -> bool:
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-             should_stop: ShouldStop, draft: LoadedModel | None = None) -> GenerationOutput:
-    """model.generate with our cache, streamer, probes and stop criterion; new tokens stream through `emit`."""
+             should_stop: ShouldStop, draft: LoadedModel | None = None,
+             preview: PreviewTokens | None = None) -> GenerationOutput:
+    """model.generate with our cache, streamer, probes and stop criterion; new tokens stream through `emit`,
+    beam search's leading beam through `preview`."""
     prompt_len = input_ids.shape[1]
-    run = _prepare(loaded, prompt_len, spec, emit, should_stop, draft)
+    run = _prepare(loaded, prompt_len, spec, emit, should_stop, draft, preview)
     out, measured = _call_generate(loaded.model, input_ids, spec, run)
     sequences = [_trim(row.tolist(), run.config) for row in out.sequences[:, prompt_len:]]  # (N, new)
     if not run.streamer:
@@ -106,7 +108,7 @@ class _Measured:
 
 
 def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitTokens, should_stop: ShouldStop,
-             draft: LoadedModel | None) -> _Run:
+             draft: LoadedModel | None, preview: PreviewTokens | None = None) -> _Run:
     """The generation config, assistant arguments, cache, streamer, stop criterion and probes of one request."""
     config = generation_config(spec, loaded.model)
     assistant = assistant_kwargs(spec, loaded.tokenizer, draft)
@@ -122,7 +124,7 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         stop=StopWhen(should_stop),
         trace=CacheTrace(cache),
         probe=probe,
-        beams=BeamRecorder() if records == "beams" else None,
+        beams=BeamRecorder(preview) if records == "beams" else None,
         assist=AssistRecorder(probe) if records == "drafts" else None,
     )
 
