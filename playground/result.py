@@ -25,7 +25,7 @@ class Metrics(TypedDict):
     """
 
     load_s: float  # loading the models for this request (0 when they were already loaded)
-    compile_s: float  # tracing and compiling before the prompt ran (JAX; 0 when every program was cached)
+    compile_s: float  # compiling before the prompt ran: JAX programs, or quanto's kernels (0 when nothing was built)
     ttft_s: float | None  # prompt in to first new token on the host, compile excluded
     total_s: float  # the generation's wall time, compile included, load excluded
     tokens_per_s: float | None  # decode rate: tokens after the first / their time

@@ -98,3 +98,44 @@ def test_top_k_0_turns_top_k_off_instead_of_taking_transformers_default(tiny, to
                                                   input_ids_seq_length=3, encoder_input_ids=None,
                                                   prefix_allowed_tokens_fn=None, logits_processor=None)
     assert any(isinstance(p, TopKLogitsWarper) for p in processors) is expected
+
+
+class _SlowBuild:
+    """quanto's extension as a fresh install has it: not built, and a while to build."""
+
+    name = "quanto_cpp"
+
+    def __init__(self, folder, seconds: float) -> None:
+        self.build_directory, self.seconds, self.builds = str(folder), seconds, 0
+
+    @property
+    def lib(self):
+        import time
+
+        self.builds += 1
+        time.sleep(self.seconds)
+        return object()
+
+
+def test_the_quantized_caches_kernel_build_is_reported_as_compile_time_outside_the_timings(tiny, monkeypatch,
+                                                                                          tmp_path):
+    """A first 2/4-bit quantized run builds quanto's kernels before generating: announced, counted as compile
+    time (as the JAX path counts its compiles), and left out of time to first token."""
+    from optimum.quanto.library import extensions
+
+    from playground.backends.torch.backend import TorchBackend
+    from playground.backends.torch.caches.kernels import BUILD_NOTE
+    from playground.result import build_metrics
+
+    build = _SlowBuild(tmp_path, 0.5)
+    monkeypatch.setattr(extensions, "get_extension", lambda name: build)
+    heard: list[str] = []
+    spec = RunSpec(cache="quantized", cache_bits=4, residual_length=4, max_new_tokens=12, min_new_tokens=12)
+    out = TorchBackend().generate(tiny, PROMPT, spec, lambda ids: None, lambda: False,
+                                  progress=lambda fraction, message: heard.append(message))
+    metrics = build_metrics(out, out.token_times[-1], 0.0, None)
+    assert build.builds == 1 and heard[0] == BUILD_NOTE and heard[-1].startswith("built quanto's CPU kernels")
+    assert out.compile_s >= 0.5 and metrics["compile_s"] >= 0.5
+    assert 0 <= metrics["ttft_s"] < 0.5 < metrics["total_s"]  # the build is in the run's window, not its TTFT
+    plain = TorchBackend().generate(tiny, PROMPT, spec.replace(cache="dynamic"), lambda ids: None, lambda: False)
+    assert plain.compile_s == 0.0 and build.builds == 1  # other caches need no kernels

@@ -1,0 +1,41 @@
+"""The 2- and 4-bit quantized cache's CPU kernels, built before a run rather than inside it.
+
+transformers' QuantizedCache packs tokens with quanto, whose `unpack` runs a C++ extension that quanto builds with
+ninja the first time it is called in an environment (a fresh install, a restarted Space): about a minute on two
+cores. Left to itself that happens at the cache's first pack, in the middle of the timed run, as a minute-long
+stall after the first tokens. Built here first, it is reported apart, as the JAX path reports its compiles.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from playground.backends.base import ReportProgress
+from playground.spec import RunSpec
+
+PACKED_BITS = (2, 4)  # quanto's packed layouts; 8 bits is fp8, which needs no extension
+BUILD_NOTE = "building quanto's CPU kernels for the quantized cache (first use here only: about a minute)"
+
+
+def needs_quanto(spec: RunSpec) -> bool:
+    return spec.cache == "quantized" and spec.cache_bits in PACKED_BITS
+
+
+def prepare_quanto(spec: RunSpec, progress: ReportProgress | None = None) -> float:
+    """Seconds spent building (or loading) quanto's extension for this run's cache; 0 when it needs none or the
+    process has it already. `progress` hears of a build, since one takes a while."""
+    if not needs_quanto(spec):
+        return 0.0
+    from optimum.quanto.library.extensions import get_extension
+
+    extension = get_extension("quanto_cpp")
+    report = progress if not Path(extension.build_directory, f"{extension.name}.so").exists() else None
+    if report is not None:
+        report(0.0, BUILD_NOTE)
+    start = time.perf_counter()
+    _ = extension.lib  # builds on first use, then loads; later calls return the loaded library
+    seconds = time.perf_counter() - start
+    if report is not None:
+        report(1.0, f"built quanto's CPU kernels in {seconds:.0f} s")
+    return seconds
