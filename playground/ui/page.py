@@ -30,6 +30,7 @@ from playground.ui.export import (
 )
 from playground.ui.outcome import empty_outcome
 from playground.ui.plots import (
+    DRAWN_MS,
     MIN_STEP_SPAN,
     STEP_FORMAT,
     kv_frame,
@@ -77,6 +78,7 @@ class Page:
     process_memory: gr.Markdown
     speed_plot: gr.BarPlot
     latency_plot: gr.LinePlot
+    latency_note: gr.Markdown  # which slow arrivals the latency plot draws at its top edge
     kv_plot: gr.LinePlot
     settings_json: gr.Code
     url_token: gr.Textbox
@@ -275,18 +277,20 @@ def _comparison() -> dict[str, Any]:
                 download_csv = gr.DownloadButton("⬇ results CSV", interactive=False, size="sm",
                                                  elem_id="download-csv")
     with gr.Row(equal_height=False):
-        latency_plot = gr.LinePlot(latency_frame(empty, empty, empty), x="token", y="ms/token", elem_id="latency-plot",
-                                   title="ms/token per arrival (JAX: per chunk)",
-                                   tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
-                                   colors_in_legend=[], height=260, y_lim=[0, None], x_lim=[1, MIN_STEP_SPAN],
-                                   x_axis_format=STEP_FORMAT)
+        with gr.Column(min_width=300):
+            latency_plot = gr.LinePlot(latency_frame(empty, empty, empty), x="token", y=DRAWN_MS, y_title="ms/token",
+                                       elem_id="latency-plot", title="ms/token per arrival (JAX: per chunk)",
+                                       tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
+                                       colors_in_legend=[], height=260, y_lim=[0, None], x_lim=[1, MIN_STEP_SPAN],
+                                       x_axis_format=STEP_FORMAT)
+            latency_note = gr.Markdown("", elem_id="latency-note", elem_classes=["process-memory"])
         kv_plot = gr.LinePlot(kv_frame(empty, empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",
                               tooltip=["run", "decoding step", "KV cache (MiB)"], color="column",
                               color_map=colours, colors_in_legend=[], height=260, y_lim=[0, None],
                               x_lim=[1, MIN_STEP_SPAN], x_axis_format=STEP_FORMAT)
     return {"preset_note": preset_note, "metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
-            "latency_plot": latency_plot, "kv_plot": kv_plot,
+            "latency_plot": latency_plot, "latency_note": latency_note, "kv_plot": kv_plot,
             "download_json": download_json, "download_csv": download_csv}
 
 

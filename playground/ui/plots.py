@@ -14,6 +14,10 @@ from playground.ui.table import MIB, metric_value
 PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column position: cards, lines and bars
 MIN_STEP_SPAN = 24  # a step axis spans at least this many steps, so its ticks fall on whole steps (1, 2, 5, ...)
 STEP_FORMAT = "d"  # step axes count tokens: whole numbers only
+# the latency plot draws arrivals slower than OUTLIER_FACTOR x the 90th percentile at that height (latency_cap)
+OUTLIER_FACTOR = 4
+MIN_POINTS_TO_CAP = 10  # fewer arrivals than this have no meaningful percentile
+DRAWN_MS = "ms/token (drawn)"  # the plotted height; the tooltip keeps the real "ms/token"
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
     """Typed even when empty: the plot fixes its axis types (numeric or categorical) from the first frame it gets."""
@@ -85,12 +89,37 @@ def latency_frame(results: Sequence[Result | None], labels: Sequence[str | None]
                   positions: Sequence[int | None]) -> pd.DataFrame:
     """ms per token at each arrival, placed at the token count it reached: one point per token on the PyTorch
     path, one per chunk where tokens arrive together (the JAX path, accepted drafts)."""
-    rows = _placeholders(len(results), "token", "ms/token")
+    cap = latency_cap(results) or math.inf
+    rows = [{**row, DRAWN_MS: math.nan} for row in _placeholders(len(results), "token", "ms/token")]
     for position, label, result in _drawn(results, labels, positions):
         timeline = result["timeline"]
         for step, ms in zip(timeline["token_steps"], timeline["token_ms"], strict=True):
-            rows.append({"column": series_name(position), "run": label, "token": step, "ms/token": ms})
-    return _frame(rows, {"column": "str", "run": "str", "token": "int64", "ms/token": "float64"})
+            rows.append({"column": series_name(position), "run": label, "token": step, "ms/token": ms,
+                         DRAWN_MS: min(ms, cap)})
+    return _frame(rows, {"column": "str", "run": "str", "token": "int64", "ms/token": "float64",
+                         DRAWN_MS: "float64"})
+
+
+def latency_cap(results: Sequence[Result | None]) -> float | None:
+    """The top of the latency plot's axis when a few slow arrivals (a first-use stall, a busy moment) would
+    flatten every line: OUTLIER_FACTOR times the 90th percentile over all drawn arrivals; None when the slowest
+    arrival is within it."""
+    values = sorted(ms for result in results if result is not None for ms in result["timeline"]["token_ms"])
+    if len(values) < MIN_POINTS_TO_CAP:
+        return None
+    cap = OUTLIER_FACTOR * values[int(0.9 * (len(values) - 1))]
+    return cap if values[-1] > cap > 0 else None
+
+
+def latency_note(results: Sequence[Result | None]) -> str:
+    """Under the latency plot: which arrivals are drawn at its top edge, and how slow they really were."""
+    cap = latency_cap(results)
+    if cap is None:
+        return ""
+    slow = [ms for result in results if result is not None for ms in result["timeline"]["token_ms"] if ms > cap]
+    return (f"{len(slow)} arrival{'' if len(slow) == 1 else 's'} slower than {cap:,.0f} ms ({OUTLIER_FACTOR}× the "
+            f"90th percentile; the slowest {max(slow):,.0f} ms) drawn at the top edge, so the other points keep "
+            "their scale; hover a point for its real time")
 
 
 def kv_frame(results: Sequence[Result | None], labels: Sequence[str | None],

@@ -25,7 +25,7 @@ from playground.ui.events import Inputs, Updates
 from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
-from playground.ui.plots import kv_frame, latency_frame, throughput_frame
+from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame
 from playground.ui.settings import PageSettings
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
@@ -60,6 +60,7 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
         # named and coloured by position, as the cards are; legends name only the columns that ran
         page.speed_plot: throughput_frame(outcome["results"], outcome["labels"], outcome["positions"]),
         page.latency_plot: latency_frame(outcome["results"], outcome["labels"], outcome["positions"]),
+        page.latency_note: latency_note(outcome["results"]),
         page.kv_plot: kv_frame(outcome["results"], outcome["labels"], outcome["positions"]),
         page.diff: divergence_report(results, labels),
         page.process_memory: process_memory_note(results),
@@ -79,9 +80,9 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
 
 def render_outputs(page: Page) -> list[Any]:
     """What `render` sets."""
-    return [page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.kv_plot, page.diff,
-            page.legend] + [x for col in page.columns for x in (col.tokens, col.beam_tree, col.cache_step,
-                                                                 col.cache_strip)]
+    return [page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.latency_note, page.kv_plot,
+            page.diff, page.legend] + [x for col in page.columns for x in (col.tokens, col.beam_tree, col.cache_step,
+                                                                           col.cache_strip)]
 
 
 def recolour(page: Page, outcome: Outcome, colour_by: str) -> Updates:
@@ -282,7 +283,7 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
 def run_outputs(page: Page) -> list[Any]:
     """What `run_all` and `run_given` set as the columns run."""
     outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
-               page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
+               page.latency_note, page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
         outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree, col.cache_step, col.cache_strip]
     return outputs

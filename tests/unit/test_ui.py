@@ -35,7 +35,7 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
-from playground.ui.plots import kv_frame, latency_frame, throughput_frame
+from playground.ui.plots import DRAWN_MS, kv_frame, latency_cap, latency_frame, latency_note, throughput_frame
 from playground.ui.table import format_number, metrics_table
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
 
@@ -117,6 +117,21 @@ def test_metrics_table_shows_acceptance_only_with_an_assisted_column_and_dashes_
                                              (0.5, "0.50"), (0.0012, "0.0012"), (0.0, "0.00")])
 def test_numbers_are_short_and_never_scientific(value, text):
     assert format_number(value) == text
+
+
+def test_one_slow_arrival_is_drawn_at_the_top_edge_and_named_not_left_to_flatten_the_rest():
+    steady, stalled = fake_result([1, 2, 3]), fake_result([1, 2, 3])
+    steady["timeline"] = {**steady["timeline"], "token_ms": [100.0] * 20, "token_steps": list(range(2, 22))}
+    stalled["timeline"] = {**stalled["timeline"], "token_ms": [90.0] * 19 + [60_000.0],
+                           "token_steps": list(range(2, 22))}
+    results, labels, positions = [steady, stalled], ["1: a", "2: b"], [0, 1]
+    points = latency_frame(results, labels, positions).dropna()
+    assert latency_cap(results) == 400.0  # 4 x the 90th percentile (100 ms)
+    assert points[DRAWN_MS].max() == 400.0 and points["ms/token"].max() == 60_000.0  # the tooltip keeps the truth
+    note = latency_note(results)
+    assert note.startswith("1 arrival slower than 400 ms") and "60,000 ms" in note
+    assert latency_cap([steady]) is None and latency_note([steady]) == ""  # nothing to cut: the plain scale
+    assert (latency_frame([steady], ["1: a"], [0]).dropna()[DRAWN_MS] == 100.0).all()
 
 
 def test_plot_frames_are_typed_and_name_every_column_position():
