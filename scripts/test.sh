@@ -3,8 +3,8 @@
 # Usage: scripts/test.sh [--fast] [PYTEST ARGS...]
 #   no flag: the whole suite, slow integration tests included (what CI runs), on two pytest-xdist workers that
 #            each take whole files (a file's module fixtures, such as a loaded bundled model, are built once)
-#   --fast:  the tests that need no bundled model and start no fresh Python (markers `slow` and `subprocess`
-#            left out), on two workers: about 3 minutes
+#   --fast:  the tests that need no bundled model, start no fresh Python and sweep no JAX compiles of their own
+#            (markers `slow` and `subprocess` left out), on two workers: under 3 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 marks=(-n 2 --dist loadfile)

@@ -222,8 +222,8 @@ def _wire_run(page: Page) -> None:
 
     @writes(notices, page.run)
     def recheck(data: Inputs) -> Updates:
-        """A refusal left by the last run (an empty prompt) is checked again as the prompt is typed, so it never
-        outlives its cause; the Run button's count follows."""
+        """A refusal left by the last run (an empty prompt) is checked again as the prompt changes (typed, pasted
+        or restored: `change`, not `input`), so it never outlives its cause; the Run button's count follows."""
         updates: Updates = {}
         for col in page.columns:
             if str(data[col.notice]).startswith("⚠"):
@@ -231,7 +231,6 @@ def _wire_run(page: Page) -> None:
         now = [str(updates[col.notice] if col.notice in updates else data[col.notice]) for col in page.columns]
         return updates | {page.run: page.run_label(data[page.visible], *now)}
 
-    # change, not input: a paste, a fill or a restored prompt counts as much as a keystroke
     on_private(page.prompt.change, recheck, page.setting_inputs() | set(notices), trigger_mode="always_last")
 
     @writes(page.status)

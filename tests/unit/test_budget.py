@@ -113,6 +113,7 @@ def test_a_jax_run_whose_engine_does_not_fit_is_refused_before_it_allocates(two_
     assert created == []
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_a_jax_cache_is_counted_at_the_lengths_it_is_allocated_at(two_models, monkeypatch):
     config = tiny_llama().config
     engine = jax_engine.device_bytes(tiny_llama(), 1)

@@ -109,6 +109,7 @@ def _split(flags: list[bool], chunks: list[list[int]]) -> list[list[bool]]:
     return parts
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_eos_inside_the_drafts_ends_the_run():
     loaded = tiny_loaded("tiny-llama-eos", tiny_llama(seed=3))
     reference = plain(loaded, PROMPT, max_new_tokens=60, min_new_tokens=0)
@@ -206,6 +207,7 @@ def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
         RunSpec(assisted_sampling=True)
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
     from playground.tools import bench
 
@@ -257,6 +259,7 @@ def test_the_draft_count_follows_transformers_schedule():
     assert next_draft_count(MAX_DRAFTS, MAX_DRAFTS) == MAX_DRAFTS
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_seeded_sampling_with_a_draft_model_reproduces(llama, drafts):
     sampled = draft_spec(assisted_sampling=True, temperature=1.3, top_k=0, seed=11)
     first, _ = assisted(llama, PROMPT, sampled, drafts["other"])

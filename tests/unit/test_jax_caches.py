@@ -129,6 +129,7 @@ def test_own_window_layers_are_rings_and_the_global_layer_grows(gemma):
     assert out.kv_trace[0] == rings + 64 * one_layer and out.kv_cache_bytes == rings + 128 * one_layer
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_path, monkeypatch):
     """Through the runner and the Result into the page's KV plot data: on both backends the sliding and sink
     caches stop growing once their window is full, static is flat from the start, dynamic grows."""
@@ -157,6 +158,7 @@ def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_
 
 # -- quantized ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_quantized_bytes_follow_the_formula(llama64, bits):
     spec = RunSpec(backend="jax", cache="quantized", cache_bits=bits, residual_length=16, max_new_tokens=80,
@@ -170,6 +172,7 @@ def test_quantized_bytes_follow_the_formula(llama64, bits):
     assert out.kv_trace[0] < out.kv_cache_bytes  # it grows with the cache
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_quantized_error_is_no_worse_than_pytorch(llama64, bits):
     """Mean KL of the next-token distribution against full precision, 64 teacher-forced steps."""
@@ -183,6 +186,7 @@ def test_quantized_error_is_no_worse_than_pytorch(llama64, bits):
     assert ours < {2: 1e-2, 4: 1e-4, 8: 1e-5}[bits]
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_quantized_layers_on_a_model_with_its_own_window(gemma):
     out = jax_run(gemma, PROMPT, RunSpec(backend="jax", cache="quantized", cache_bits=8, max_new_tokens=NEW,
                                          min_new_tokens=NEW))[0]
@@ -197,6 +201,7 @@ CACHES = [{"cache": "static"}, {"cache": "dynamic"}, {"cache": "sliding", "windo
                                                               "residual_length": 8}]
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 @pytest.mark.parametrize("knobs", CACHES, ids=lambda k: k["cache"])
 def test_every_cache_samples_reproducibly_and_compiles_once(llama, knobs):
     spec = RunSpec(backend="jax", strategy="sampling", temperature=1.3, top_k=20, seed=3, max_new_tokens=40,
@@ -209,6 +214,7 @@ def test_every_cache_samples_reproducibly_and_compiles_once(llama, knobs):
     assert jax_run(llama, PROMPT, spec.replace(top_k=1))[0].sequences == jax_run(llama, PROMPT, greedy)[0].sequences
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 @pytest.mark.parametrize("knobs", CACHES[2:], ids=lambda k: k["cache"])
 def test_bounded_and_quantized_caches_stop_and_end_at_eos(knobs):
     loaded = tiny_loaded("tiny-llama-eos-caches", tiny_llama(seed=1))
@@ -285,6 +291,7 @@ def test_every_caches_programs_load_from_disk_in_a_restarted_process(tmp_path):
         assert run["compile_s"] < cold[cache]["compile_s"], cache  # what is left is tracing, not XLA
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_cache_bench_suite_reports_every_cache_on_both_backends(monkeypatch, llama64):
     """(Head size 64: quanto's groups of 64 must divide what the PyTorch quantized cache holds.)"""
     import json

@@ -297,6 +297,7 @@ def test_with_the_compile_cache_off_nothing_is_written_to_disk(tmp_path):
     assert not (tmp_path / "jax").exists()
 
 
+@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 def test_bench_reports_the_documented_object(monkeypatch, llama):
     from playground.tools import bench
 
