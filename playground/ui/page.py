@@ -267,10 +267,12 @@ def _comparison() -> dict[str, Any]:
                                    column_widths=[METRIC_COLUMN_WIDTH, *[RUN_COLUMN_WIDTH] * MAX_COLUMNS])
             process_memory = gr.Markdown("", elem_id="process-memory", elem_classes=["process-memory"])
         with gr.Column(scale=2, min_width=300):
-            speed_plot = gr.BarPlot(throughput_frame(empty, empty, empty), x="run", y="tokens/s", x_title="column",
+            # bars named by column number, as the legends and cards are (a run's full label is in the tooltip):
+            # long labels on the axis were cut on a phone
+            speed_plot = gr.BarPlot(throughput_frame(empty, empty, empty), x="bar", y="tokens/s", x_title="column",
                                     title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None],
                                     color="column", color_map=colours, colors_in_legend=[],  # the x axis names them
-                                    x_label_angle=-30)  # column labels are long: level, they overlap on a phone
+                                    tooltip=["run", "tokens/s"])
             with gr.Row():
                 download_json = gr.DownloadButton("⬇ results JSON", interactive=False, size="sm",
                                                   elem_id="download-json")

@@ -25,8 +25,9 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
 
 
 def series_name(position: int) -> str:
-    """A column's series in the plots: its number on the page (0-based position among the visible columns)."""
-    return f"column {position + 1}"
+    """A column's series in the plots: its number on the page (0-based position among the visible columns).
+    Short, so four of them fit a legend (and a bar axis) on a 390 px phone, where "column 4" was cut to "co"."""
+    return f"col {position + 1}"
 
 
 def series_colours(count: int) -> dict[str, str]:
@@ -73,16 +74,17 @@ def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | No
                      positions: Sequence[int | None]) -> pd.DataFrame:
     """Decode speed per column, coloured like its card and lines; positions without a result are named but not
     drawn. All three sequences are by column slot."""
-    rows = [{"column": series_name(position), "run": label, "tokens/s": metric_value(result, "tokens_per_s")}
+    rows = [{"column": series_name(position), "bar": series_name(position), "run": label,
+             "tokens/s": metric_value(result, "tokens_per_s")}
             for position, label, result in _drawn(results, labels, positions)
             if metric_value(result, "tokens_per_s") is not None]
     # the empty positions stack a zero on a drawn bar, so they add a colour to the domain but no empty category
     # (a NaN would make the whole stack NaN and hide the bar; with no bar at all, a zero would set the axis)
-    anchor, empty = (rows[0]["run"], 0.0) if rows else ("", math.nan)
+    anchor, empty = (rows[0]["bar"], 0.0) if rows else ("", math.nan)
     drawn = {row["column"] for row in rows}
-    rows += [{"column": series_name(i), "run": anchor, "tokens/s": empty}
+    rows += [{"column": series_name(i), "bar": anchor, "run": "", "tokens/s": empty}
              for i in range(len(results)) if series_name(i) not in drawn]
-    return _frame(rows, {"column": "str", "run": "str", "tokens/s": "float64"})
+    return _frame(rows, {"column": "str", "bar": "str", "run": "str", "tokens/s": "float64"})
 
 
 def latency_frame(results: Sequence[Result | None], labels: Sequence[str | None],

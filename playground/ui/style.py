@@ -79,6 +79,10 @@ CLAMP_NOTE_JS = """() => {
 }"""
 
 CSS = """
+/* the plots' y-axis labels sit a few px left of their SVG on a narrow screen; the block's padding has room. Their
+   y-axis titles would sit further out, past the block's edge: on a phone the plot titles carry the unit alone */
+#speed-plot svg, #latency-plot svg, #kv-plot svg { overflow: visible; }
+@media (max-width: 480px) { [aria-label^="Y-axis"] .role-axis-title { display: none; } }
 .clamp-note { font-size: 0.82em; color: #b45309; padding: 2px 0 0; }
 .dark .clamp-note { color: #fbbf24; }
 .gradio-container { max-width: 1600px !important; width: 100% !important; margin: 0 auto !important; }

@@ -89,6 +89,19 @@ def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_setti
         kind => document.querySelector(`.${kind}.card-${i}`).getBoundingClientRect().top))""")
     (settings_1, output_1), (settings_2, output_2) = tops
     assert settings_1 < output_1 < settings_2 < output_2  # settings, its output, next settings, its output
+    # every plot's text (axis labels, legend entries such as "col 2") lies inside what shows it: its SVG, or its
+    # block where the SVG lets text overflow; none is cut at an edge
+    cut = page.evaluate("""() => ['speed-plot', 'latency-plot', 'kv-plot'].flatMap(id => {
+        const svg = document.querySelector(`#${id} svg`);
+        const frame = getComputedStyle(svg).overflow === 'visible' ? document.getElementById(id) : svg;
+        const block = frame.getBoundingClientRect();
+        return [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => {
+            const r = t.getBoundingClientRect();
+            const outside = r.left < block.left - 0.5 || r.right > block.right + 0.5;
+            return r.width > 0 && outside ? `${id}: ${t.textContent}` : null;
+        }).filter(Boolean);
+    })""")
+    assert not cut, cut
     token = page.locator("#tokens-1 .tok").nth(1)
     token.scroll_into_view_if_needed()
     token.tap()  # no hover on a phone: a tap opens the token's alternatives

@@ -89,8 +89,8 @@ def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(ap
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('2 columns ran')",
                            timeout=300_000)
     page.locator("#remove-0").click()
-    page.wait_for_function("() => document.querySelector('#kv-plot')?.innerText.includes('column 1')"
-                           " && !document.querySelector('#kv-plot').innerText.includes('column 2')")
+    page.wait_for_function("() => document.querySelector('#kv-plot')?.innerText.includes('col 1')"
+                           " && !document.querySelector('#kv-plot').innerText.includes('col 2')")
     assert shown(1) == (False, True)
     titles = [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()]
     assert titles == ["Column 1"]

@@ -139,13 +139,13 @@ def test_plot_frames_are_typed_and_name_every_column_position():
     speed, latency, kv = (throughput_frame(results, labels, positions), latency_frame(results, labels, positions),
                           kv_frame(results, labels, positions))
     bars = speed[speed["tokens/s"] > 0]
-    assert list(bars["run"]) == ["1: greedy"] and list(bars["column"]) == ["column 1"]
-    assert speed["tokens/s"].dtype == float and set(speed["run"]) == {"1: greedy"}  # no empty category
-    assert set(speed["column"]) == {"column 1", "column 2"}  # every slot in the colour domain, as in the lines
+    assert list(bars["run"]) == ["1: greedy"] and list(bars["column"]) == ["col 1"]
+    assert speed["tokens/s"].dtype == float and set(speed["bar"]) == {"col 1"}  # no empty category on the axis
+    assert set(speed["column"]) == {"col 1", "col 2"}  # every slot in the colour domain, as in the lines
     points = latency.dropna()
     assert list(points["token"]) == [2, 3] and list(points["ms/token"]) == [100.0, 90.0]
-    assert set(points["run"]) == {"1: greedy"} and set(points["column"]) == {"column 1"}
-    assert set(latency["column"]) == {"column 1", "column 2"}  # an empty slot still names its colour
+    assert set(points["run"]) == {"1: greedy"} and set(points["column"]) == {"col 1"}
+    assert set(latency["column"]) == {"col 1", "col 2"}  # an empty slot still names its colour
     assert list(kv.dropna()["KV cache (MiB)"]) == [0.5, 1.0]
     assert throughput_frame([], [], [])["tokens/s"].dtype == float  # typed when empty: the plot keeps its axis type
 
@@ -154,7 +154,7 @@ def test_step_plots_name_only_the_running_columns_and_span_whole_steps():
     from playground.ui.plots import MIN_STEP_SPAN, PALETTE, series_colours, step_axes
 
     axes = step_axes(2, [8, 80])
-    assert axes == {"colors_in_legend": ["column 1", "column 2"], "x_lim": [1, 80]}
+    assert axes == {"colors_in_legend": ["col 1", "col 2"], "x_lim": [1, 80]}
     assert step_axes(1, [4])["x_lim"] == [1, MIN_STEP_SPAN]  # a short run still gets whole-step ticks
     assert list(series_colours(4).values()) == list(PALETTE)  # one palette: cards, lines and bars
 
@@ -546,7 +546,7 @@ def test_removing_a_column_takes_its_results_out_and_renumbers_the_rest(page):
     assert "tint-1" in updates[page.columns[2].output_box]["elem_classes"]
     assert updates[page.columns[0].tokens] == "" and updates[page.columns[0].chatbot] == []  # re-added: blank
     kv = updates[page.kv_plot].dropna()
-    assert set(kv["column"]) == {"column 1", "column 2"} and set(kv[kv["column"] == "column 1"]["run"]) == {
+    assert set(kv["column"]) == {"col 1", "col 2"} and set(kv[kv["column"] == "col 1"]["run"]) == {
         "1: sampling · dynamic"}
 
 
@@ -562,7 +562,7 @@ def test_a_column_added_before_others_renumbers_them_and_their_results(page):
     assert updates[page.results]["labels"][1:3] == ["2: sampling · dynamic", "3: beam · dynamic"]
     assert updates[page.metrics]["headers"] == ["metric", "2: sampling · dynamic", "3: beam · dynamic"]
     speed = updates[page.speed_plot]
-    assert set(speed[speed["tokens/s"] > 0]["column"]) == {"column 2", "column 3"}
+    assert set(speed[speed["tokens/s"] > 0]["column"]) == {"col 2", "col 3"}
 
 
 def test_run_says_how_many_columns_can_run(page):
