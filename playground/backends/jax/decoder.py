@@ -16,7 +16,7 @@ from playground.spec import RunSpec
 __all__ = ["COMPILING", "STEPS_PER_CALL", "announce_once", "generate"]
 
 
-COMPILING = "compiling for this prompt length, first time only; cached afterwards"
+COMPILING = "compiling the JAX programs for this prompt length (first time only, usually 5-60 s; cached afterwards)"
 
 
 def announce_once(progress: ReportProgress | None) -> Callable[[], None]:
