@@ -70,6 +70,7 @@ register_cache(CacheType(
     help="stores keys and values in 2, 4 or 8 bits, the newest tokens in full precision",
     knobs=("cache_bits", "residual_length"),
     torch=lazy(_TORCH_CACHES, "quantized_cache"), jax=lazy(_JAX_LAYOUTS, "quantized"),
+    torch_prepare=lazy("playground.backends.torch.caches.kernels", "prepare_quanto"),
     no_rollback={"torch": "rejected drafts would have to be removed from already-quantized blocks (no crop())",
                  "jax": "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"},
     retention=lazy(_RETENTION, "quantized_rows")))

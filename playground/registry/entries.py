@@ -57,6 +57,9 @@ class CacheType:
     # jax: (spec, text_config, model_has_sliding_layers, length) -> the Layout of every global layer (the
     # model's own sliding layers keep their ring); the layout is part of the compile key
     jax: Callable[[RunSpec, Any, bool, int], Any]
+    # torch: (spec, progress) -> seconds of one-time work the cache needs before a run (building its kernels),
+    # reported as the run's compile time; None: nothing to prepare
+    torch_prepare: Callable[[RunSpec, Any], float] | None = None
     # jax: one length for prompt + every new token, allocated up front; otherwise the cache grows by doubling
     preallocated: bool = False
     # backend -> why a verify pass's rejected drafts cannot be rolled back exactly on it; a backend absent here

@@ -49,11 +49,11 @@ class TorchBackend:
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         # model.generate compiles nothing; the one preparation is the quantized cache's kernels, built on first use,
         # and counted as this path's compile time (outside every timing, like the JAX path's)
-        from playground.backends.torch.caches.kernels import prepare_quanto
         from playground.backends.torch.generate import generate
 
         began = time.perf_counter()
-        build_s = prepare_quanto(spec, progress)
+        prepare = registry.cache_type(spec.cache).torch_prepare
+        build_s = prepare(spec, progress) if prepare is not None else 0.0
         output = generate(loaded, input_ids, spec, emit, should_stop, draft, preview)
         if build_s:  # the run's window opens before the build, as the JAX path's opens before its compiles
             output.start_time, output.compile_s = began, build_s

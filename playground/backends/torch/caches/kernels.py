@@ -18,14 +18,10 @@ PACKED_BITS = (2, 4)  # quanto's packed layouts; 8 bits is fp8, which needs no e
 BUILD_NOTE = "building quanto's CPU kernels for the quantized cache (first use here only: about a minute)"
 
 
-def needs_quanto(spec: RunSpec) -> bool:
-    return spec.cache == "quantized" and spec.cache_bits in PACKED_BITS
-
-
 def prepare_quanto(spec: RunSpec, progress: ReportProgress | None = None) -> float:
-    """Seconds spent building (or loading) quanto's extension for this run's cache; 0 when it needs none or the
-    process has it already. `progress` hears of a build, since one takes a while."""
-    if not needs_quanto(spec):
+    """The quantized cache's preparation (registry: torch_prepare): seconds spent building (or loading) quanto's
+    extension for this run's bits; 0 for 8 bits. `progress` hears of a build, since one takes a while."""
+    if spec.cache_bits not in PACKED_BITS:
         return 0.0
     from optimum.quanto.library.extensions import get_extension
 
