@@ -32,10 +32,10 @@ COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_toke
 BACKEND_KNOBS = {"jax": ("devices",)}
 # Knob groups of the settings card: a group is shown when the choice reads any of its knobs
 GROUPS = {
-    "sampling": SAMPLING_KNOBS,
-    "beam": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    "assisted": ("assistant", "prompt_lookup", "assisted_sampling"),
-    "quantized": ("cache_bits", "residual_length"),
+    "sampling_knobs": SAMPLING_KNOBS,
+    "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
+    "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
+    "bits_knobs": ("cache_bits", "residual_length"),
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
@@ -109,7 +109,7 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
     held: Mapping[str, Any] = values
     settings = cast(ColumnSettings, {k: _clean(k, held[k]) for k in keys
                                      if k not in ("assistant", "prompt_lookup", "assisted_sampling")})
-    if set(GROUPS["assisted"]) & set(registry.strategy(values["strategy"]).knobs):
+    if set(GROUPS["draft_knobs"]) & set(registry.strategy(values["strategy"]).knobs):
         if sampled:  # left out when off, so a shared link stays as short as before
             settings["assisted_sampling"] = True
         if values.get("draft_source") == PROMPT_LOOKUP:
@@ -255,14 +255,14 @@ def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) ->
 def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                     shown: Mapping[str, bool]) -> None:
     """Sampling, beam and assisted knobs, each group shown only for its strategy."""
-    with gr.Group(visible=shown["sampling"]) as groups["sampling"]:
+    with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
         with gr.Row():
             knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature", values)
             knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)", values)
         with gr.Row():
             knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)", values)
             knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)", values)
-    with gr.Group(visible=shown["beam"]) as groups["beam"]:
+    with gr.Group(visible=shown["beam_knobs"]) as groups["beam_knobs"]:
         with gr.Row():
             knobs["num_beams"] = _slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
             knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
@@ -271,7 +271,7 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
             knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty", values)
             knobs["early_stopping"] = gr.Checkbox(values["early_stopping"], label="early stopping",
                                                   elem_id=f"early_stopping-{index}")
-    with gr.Group(visible=shown["assisted"]) as groups["assisted"]:
+    with gr.Group(visible=shown["draft_knobs"]) as groups["draft_knobs"]:
         knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=values["draft_source"],
                                          label="draft tokens from", elem_id=f"draft_source-{index}")
         knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=values["assistant"], label="draft model",
@@ -289,7 +289,7 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
 def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                  shown: Mapping[str, bool]) -> None:
     """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX."""
-    with gr.Group(visible=shown["quantized"]) as groups["quantized"]:
+    with gr.Group(visible=shown["bits_knobs"]) as groups["bits_knobs"]:
         with gr.Row():
             knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=values["cache_bits"], label="cache bits",
                                            elem_id=f"cache_bits-{index}",

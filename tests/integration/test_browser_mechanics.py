@@ -63,6 +63,7 @@ def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(ap
     bars = page.locator("#tokens-1 .assist-bar")
     assert bars.count() > 0 and "drafted tokens accepted" in page.locator("#tokens-1 .assist-note").inner_text()
     assert page.locator("#tokens-1 .tok.draft").count() > 0  # prompt lookup drafts the repeated line
+    assert page.locator("#tokens-1 .tok[style*='background']").count() > 0  # coloured by probability, as on JAX
     assert not errors, errors
 
     page.emulate_media(color_scheme="dark")
@@ -83,7 +84,9 @@ def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(ap
     def shown(column: int) -> tuple[bool, bool]:
         return page.locator(f"#output-{column}").is_visible(), page.locator(f"#chat-{column}").is_visible()
 
-    page.wait_for_timeout(500)
+    chat_only = ("() => [0, 1].every(i => !document.querySelector(`#output-${i}`)?.checkVisibility()"
+                 " && document.querySelector(`#chat-${i}`)?.checkVisibility())")
+    page.wait_for_function(chat_only, timeout=30_000)  # the restore's visibility updates land after its status
     assert shown(0) == shown(1) == (False, True)
     page.locator("#run").click()
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('2 columns ran')",
@@ -95,9 +98,35 @@ def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(ap
     titles = [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()]
     assert titles == ["Column 1"]
     page.locator("#add-column").click()
-    page.wait_for_timeout(1500)
+    page.wait_for_function(chat_only, timeout=30_000)
     assert shown(0) == shown(1) == (False, True)
     assert [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()] == ["Column 1", "Column 2"]
     assert page.locator("#tokens-0").inner_text().strip() == ""  # the removed column's text did not come back
     _shoot(page, "chat-after-add")
     page.close()
+
+
+def test_a_jax_assisted_column_draws_its_verification_strip_and_a_beam_column_shows_text_while_it_searches(
+        app_url, browser):  # noqa: F811
+    columns = [{"strategy": "assisted", "backend": "jax", "cache": "static", "prompt_lookup": 3,
+                "max_new_tokens": NEW},
+               {"strategy": "beam", "num_beams": 4, "max_new_tokens": 64, "min_new_tokens": 64}]
+    token = encode_url_state(page_settings(PROMPT, 0, "auto", columns))
+    page, errors = _open(browser, f"{app_url}?s={token}")
+    page.wait_for_function(f"() => document.querySelector('#prompt textarea')?.value === {PROMPT!r}",
+                           timeout=30_000)
+    page.locator("#run").click()
+    # while the search runs: the leading beam's text, and the card saying it may still change
+    page.wait_for_function("() => document.querySelector('#notice-1')?.innerText.includes('leading beam')",
+                           timeout=300_000)
+    assert page.locator("#output-1 textarea").input_value().strip()
+    assert "ran" not in page.locator("#status").inner_text()  # before the search finished
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
+                           timeout=300_000)
+
+    bars = page.locator("#tokens-0 .assist-bar")  # the JAX column: one bar per verify pass, as on PyTorch
+    assert bars.count() > 1 and "drafted tokens accepted" in page.locator("#tokens-0 .assist-note").inner_text()
+    assert page.locator("#tokens-0 .tok.draft").count() > 0
+    assert page.locator("#tokens-0 .tok[style*='background']").count() > 0  # coloured by probability
+    assert not errors, errors
+    _shoot(page, "jax-assisted-beam-light")

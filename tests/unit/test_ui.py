@@ -202,9 +202,9 @@ def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hove
 
 def test_only_the_knobs_of_the_current_choice_are_shown():
     shown = visibility("sampling", "dynamic", "torch", "draft model")
-    assert shown["sampling"] and not shown["beam"] and not shown["quantized"] and not shown["devices"]
+    assert shown["sampling_knobs"] and not shown["beam_knobs"] and not shown["bits_knobs"] and not shown["devices"]
     shown = visibility("assisted", "sink", "jax", PROMPT_LOOKUP)
-    assert shown["assisted"] and shown["prompt_lookup"] and not shown["assistant"]
+    assert shown["draft_knobs"] and shown["prompt_lookup"] and not shown["assistant"]
     assert shown["window_box"] and shown["sink_tokens"] and shown["devices"]
 
 
@@ -246,8 +246,8 @@ def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
     spec = RunSpec.from_dict(sampled)
     assert spec.assisted_sampling and spec.temperature == 0.7 and problem(sampled) == ""
     assert control_values(sampled)["assisted_sampling"] is True  # a shared link sets the box again
-    assert visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, True)["sampling"]
-    assert not visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, False)["sampling"]
+    assert visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, True)["sampling_knobs"]
+    assert not visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, False)["sampling_knobs"]
     assert label(0, sampled) == "1: assisted (prompt lookup n=4, sampled) · dynamic"
 
 
@@ -503,7 +503,8 @@ def test_applying_settings_sets_every_column_and_its_visible_knobs(page):
     second = page.columns[1]
     assert updates[second.knobs["strategy"]]["value"] == "sampling"
     assert updates[second.knobs["temperature"]]["value"] == 0.7
-    assert updates[second.groups["sampling"]]["visible"] is True and updates[second.groups["beam"]]["visible"] is False
+    assert updates[second.groups["sampling_knobs"]]["visible"] is True
+    assert updates[second.groups["beam_knobs"]]["visible"] is False
     assert decode_url_state(updates[page.url_token])["columns"][1]["top_p"] == 0.9
 
 
