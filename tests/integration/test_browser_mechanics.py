@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from playground.ui.export import encode_url_state, page_settings
 from tests.integration.test_browser import _open, _set_slider, app_url, browser  # noqa: F401 - fixtures
@@ -34,14 +35,19 @@ def _shoot(page, name: str) -> None:
         page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
 
 
-def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(app_url, browser):  # noqa: F811
-    columns = [{"strategy": "greedy", "cache": "sliding", "window": WINDOW, "max_new_tokens": NEW},
-               {"strategy": "assisted", "cache": "dynamic", "prompt_lookup": 3, "max_new_tokens": NEW}]
-    token = encode_url_state(page_settings(PROMPT, 0, "auto", columns))
-    page, errors = _open(browser, f"{app_url}?s={token}")
+def _open_and_run(chromium, address: str, columns: list[dict]):
+    """Open the page on a share link holding these columns and PROMPT, and press Run once it is restored."""
+    page, errors = _open(chromium, f"{address}?s={encode_url_state(page_settings(PROMPT, 0, 'auto', columns))}")
     page.wait_for_function(f"() => document.querySelector('#prompt textarea')?.value === {PROMPT!r}",
                            timeout=30_000)
     page.locator("#run").click()
+    return page, errors
+
+
+def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(app_url, browser):  # noqa: F811
+    columns = [{"strategy": "greedy", "cache": "sliding", "window": WINDOW, "max_new_tokens": NEW},
+               {"strategy": "assisted", "cache": "dynamic", "prompt_lookup": 3, "max_new_tokens": NEW}]
+    page, errors = _open_and_run(browser, app_url, columns)
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
                            timeout=240_000)
 
@@ -84,10 +90,14 @@ def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(ap
     def shown(column: int) -> tuple[bool, bool]:
         return page.locator(f"#output-{column}").is_visible(), page.locator(f"#chat-{column}").is_visible()
 
-    chat_only = ("() => [0, 1].every(i => !document.querySelector(`#output-${i}`)?.checkVisibility()"
-                 " && document.querySelector(`#chat-${i}`)?.checkVisibility())")
-    page.wait_for_function(chat_only, timeout=30_000)  # the restore's visibility updates land after its status
-    assert shown(0) == shown(1) == (False, True)
+    def chat_only() -> None:
+        """Wait, with Playwright's own idea of visible, until each column shows its transcript and not its box."""
+        for column in (0, 1):
+            expect(page.locator(f"#output-{column}")).to_be_hidden(timeout=30_000)
+            expect(page.locator(f"#chat-{column}")).to_be_visible(timeout=30_000)
+        assert shown(0) == shown(1) == (False, True)
+
+    chat_only()  # the restore's visibility updates land after its status line
     page.locator("#run").click()
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('2 columns ran')",
                            timeout=300_000)
@@ -98,8 +108,7 @@ def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(ap
     titles = [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()]
     assert titles == ["Column 1"]
     page.locator("#add-column").click()
-    page.wait_for_function(chat_only, timeout=30_000)
-    assert shown(0) == shown(1) == (False, True)
+    chat_only()
     assert [t.inner_text() for t in page.locator(".card-title h3").all() if t.is_visible()] == ["Column 1", "Column 2"]
     assert page.locator("#tokens-0").inner_text().strip() == ""  # the removed column's text did not come back
     _shoot(page, "chat-after-add")
@@ -111,11 +120,7 @@ def test_a_jax_assisted_column_draws_its_verification_strip_and_a_beam_column_sh
     columns = [{"strategy": "assisted", "backend": "jax", "cache": "static", "prompt_lookup": 3,
                 "max_new_tokens": NEW},
                {"strategy": "beam", "num_beams": 4, "max_new_tokens": 64, "min_new_tokens": 64}]
-    token = encode_url_state(page_settings(PROMPT, 0, "auto", columns))
-    page, errors = _open(browser, f"{app_url}?s={token}")
-    page.wait_for_function(f"() => document.querySelector('#prompt textarea')?.value === {PROMPT!r}",
-                           timeout=30_000)
-    page.locator("#run").click()
+    page, errors = _open_and_run(browser, app_url, columns)
     # while the search runs: the leading beam's text, and the card saying it may still change
     page.wait_for_function("() => document.querySelector('#notice-1')?.innerText.includes('leading beam')",
                            timeout=300_000)
