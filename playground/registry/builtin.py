@@ -46,7 +46,6 @@ _JAX_LAYOUTS = "playground.backends.jax.caches.global_layers"
 _RETENTION = "playground.retention"
 
 # why a verify pass's rejected drafts cannot be undone, per backend
-_TORCH_NO_CROP = "transformers' assisted generation rolls rejected drafts back with crop(), which {} cannot do"
 _JAX_OVERWRITES = "a verify pass writes past the window, overwriting positions a rejected draft would need back"
 
 
@@ -63,16 +62,14 @@ register_cache(CacheType(
 register_cache(CacheType(
     name="static", label="static",
     help="allocated once for the prompt and every new token; fixed shapes (what compilers want)",
-    torch=lazy(_TORCH_CACHES, "static_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring"), preallocated=True,
-    no_rollback={"torch": _TORCH_NO_CROP.format("a static cache")}))
+    torch=lazy(_TORCH_CACHES, "static_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring"), preallocated=True))
 register_cache(CacheType(
     name="quantized", label="quantized",
     help="stores keys and values in 2, 4 or 8 bits, the newest tokens in full precision",
     knobs=("cache_bits", "residual_length"),
     torch=lazy(_TORCH_CACHES, "quantized_cache"), jax=lazy(_JAX_LAYOUTS, "quantized"),
     torch_prepare=lazy("playground.backends.torch.caches.kernels", "prepare_quanto"),
-    no_rollback={"torch": "rejected drafts would have to be removed from already-quantized blocks (no crop())",
-                 "jax": "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"},
+    no_rollback={"jax": "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"},
     retention=lazy(_RETENTION, "quantized_rows")))
 register_cache(CacheType(
     name="sliding", label="sliding window",

@@ -49,3 +49,19 @@ def test_universal_assisted_decoding_gemma_with_smollm2_draft_equals_plain_greed
     assert assisted["token_ids"] == plain["token_ids"]
     assert 0.0 <= assisted["metrics"]["acceptance_rate"] <= 1.0
     assert assisted["forward_passes"] <= plain["forward_passes"]
+
+
+@pytest.mark.parametrize(("model", "cache"), [
+    ("smollm2-135m", {"cache": "static"}),
+    ("gemma3-270m", {"cache": "quantized", "cache_bits": 4, "residual_length": 16}),
+])
+def test_prompt_lookup_over_a_static_or_quantized_cache_gives_plain_greedys_tokens(model, cache):
+    """PyTorch rolls rejected drafts out of these caches exactly (the quantized residual flushes 4 times)."""
+    prompt = "Repeat this line twice: the cat sat on the mat, the dog sat on the log."
+    plain = runner.run_to_result(prompt, RunSpec(model=model, max_new_tokens=64, **cache))
+    assisted = runner.run_to_result(prompt, RunSpec(model=model, strategy="assisted", prompt_lookup=4,
+                                                    max_new_tokens=64, **cache))
+    assert assisted["token_ids"] == plain["token_ids"]
+    steps = assisted["assisted_steps"]
+    assert sum(len(s["drafted"]) - s["accepted"] for s in steps) > 0  # some drafts were rejected, and undone
+    assert assisted["forward_passes"] < plain["forward_passes"]

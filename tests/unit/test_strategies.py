@@ -77,7 +77,7 @@ def test_prompt_lookup_equals_plain_greedy_and_reports_acceptance(tiny):
     ({"strategy": "assisted"}, "needs exactly one source of draft tokens"),
     ({"strategy": "assisted", "assistant": "x", "prompt_lookup": 3}, "needs exactly one source"),
     ({"prompt_lookup": 3}, "only apply to strategy 'assisted'"),
-    ({"strategy": "assisted", "prompt_lookup": 3, "cache": "static"}, "crop()"),
+    ({"strategy": "assisted", "prompt_lookup": 3, "cache": "sink", "window": 12}, "sink cache has evicted"),
     ({"cache": "quantized", "cache_bits": 3}, "cache_bits 3 is not one of: 2, 4, 8"),
 ])
 def test_impossible_combinations_are_refused_up_front(spec, fragment):
@@ -110,6 +110,46 @@ def test_assisted_decoding_over_a_sliding_window_equals_plain_greedy_over_it(tin
     lookup = generate(tiny, RunSpec(max_new_tokens=30, cache="sliding", window=8, strategy="assisted",
                                     prompt_lookup=3))
     assert lookup.sequences == plain.sequences
+
+
+ROLLBACK_CACHES = {
+    "static": {"cache": "static"},
+    "fp8": {"cache": "quantized", "cache_bits": 8},
+    "quanto-4": {"cache": "quantized", "cache_bits": 4, "residual_length": 8},
+    "quanto-2": {"cache": "quantized", "cache_bits": 2, "residual_length": 4},
+}
+
+
+@pytest.mark.parametrize("model", ["llama", "gemma3"])
+@pytest.mark.parametrize("cache", ROLLBACK_CACHES)
+def test_assisted_decoding_rolls_static_and_quantized_caches_back_to_plain_greedys_tokens(tiny, model, cache):
+    """60 tokens: the quantized caches flush their residual many times, Gemma3's window (8) is crossed."""
+    loaded = tiny if model == "llama" else tiny_loaded(model=tiny_gemma())
+    plain = generate(loaded, RunSpec(max_new_tokens=60, **ROLLBACK_CACHES[cache]))
+    lookup = generate(loaded, RunSpec(max_new_tokens=60, strategy="assisted", prompt_lookup=6,
+                                      **ROLLBACK_CACHES[cache]))
+    assert lookup.sequences == plain.sequences
+    assert lookup.acceptance_rate is not None and 0 < lookup.acceptance_rate < 1  # rejected drafts rolled back
+    assert lookup.forward_passes < 60
+
+
+@pytest.mark.parametrize("cache", ["static", "quanto-4"])
+def test_a_draft_model_over_a_static_or_quantized_cache_gives_plain_greedys_tokens(tiny, draft_model, cache):
+    plain = generate(tiny, RunSpec(max_new_tokens=40, **ROLLBACK_CACHES[cache]))
+    draft, _ = LOADED.get(draft_model)
+    assisted = generate(tiny, RunSpec(strategy="assisted", assistant=draft_model, max_new_tokens=40,
+                                      **ROLLBACK_CACHES[cache]), draft)
+    assert assisted.sequences == plain.sequences and assisted.forward_passes < 40
+
+
+def test_a_quantized_cache_caps_drafts_where_plain_decoding_would_quantize(tiny):
+    """Residual 4: no pass may carry a draft past the next flush, and the prompt's pass carries none."""
+    spec = RunSpec(max_new_tokens=40, strategy="assisted", prompt_lookup=6, cache="quantized", cache_bits=4,
+                   residual_length=4)
+    steps = generate(tiny, spec).assisted_steps
+    assert steps[0]["drafted"] == []
+    assert max(len(step["drafted"]) for step in steps) <= 3
+    assert any(step["drafted"] for step in steps)
 
 
 def test_sink_cache_on_a_model_with_native_sliding_layers_is_refused_with_the_alternative():

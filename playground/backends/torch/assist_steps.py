@@ -28,9 +28,10 @@ class AssistRecorder:
     """Collects one {drafted, accepted} record per verification step, and tells the token probe (if any) where
     each verification pass starts and what it kept."""
 
-    def __init__(self, probe: TokenProbe | None = None) -> None:
+    def __init__(self, probe: TokenProbe | None = None, draft_room: Callable[[], int | None] | None = None) -> None:
         self.steps: list[AssistStep] = []
         self.probe = probe
+        self.draft_room = draft_room  # the cache's cap on the next pass's drafts (None: no cap)
 
     def drafted(self, input_ids: torch.Tensor, candidate_ids: torch.Tensor) -> None:
         """After get_candidates: the candidates (1, L + d) extend the sequence so far (1, L) by d drafted tokens."""
@@ -49,6 +50,17 @@ class AssistRecorder:
         proposed = self.proposed()
         return sum(step["accepted"] for step in self.steps) / proposed if proposed else None
 
+    def capped(self, input_ids: torch.Tensor, candidate_ids: torch.Tensor,
+               logits: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The candidates (1, L + d) and their draft logits (1, d, V) cut to the cache's draft room. A pass left
+        without drafts passes no logits, so speculative sampling draws from the main model alone."""
+        room = self.draft_room() if self.draft_room is not None else None
+        drafted = candidate_ids.shape[1] - input_ids.shape[1]
+        if room is None or drafted <= room:
+            return candidate_ids, logits
+        kept = candidate_ids[:, :input_ids.shape[1] + room]
+        return kept, (logits[:, :room] if logits is not None and room > 0 else None)
+
     def watch(self, generator: Any) -> Any:
         """The generator with its two per-step methods recording into this recorder (on the instance only)."""
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
@@ -61,6 +73,7 @@ class AssistRecorder:
             finally:
                 if self.probe is not None:
                     self.probe.paused = False
+            candidate_ids, logits = self.capped(input_ids, candidate_ids, logits)
             self.drafted(input_ids, candidate_ids)
             if self.probe is not None:
                 self.probe.begin_step()

@@ -15,6 +15,7 @@ from playground import registry
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
+from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.config import assistant_kwargs, generation_config
 from playground.backends.torch.probes import (
@@ -125,7 +126,7 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         trace=CacheTrace(cache),
         probe=probe,
         beams=BeamRecorder(preview) if records == "beams" else None,
-        assist=AssistRecorder(probe) if records == "drafts" else None,
+        assist=AssistRecorder(probe, lambda: draft_room(cache)) if records == "drafts" else None,
     )
 
 

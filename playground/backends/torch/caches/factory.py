@@ -5,15 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import Cache, DynamicCache, QuantizedCache, StaticCache
-from transformers.cache_utils import (
-    DynamicSlidingWindowLayer,
-    Fp8QuantizedLayer,
-    QuantoQuantizedLayer,
-    get_layer_types_and_kwargs,
-)
+from transformers import Cache, DynamicCache, StaticCache
+from transformers.cache_utils import DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
 from playground import registry
+from playground.backends.torch.caches.croppable_quantized import CroppableFp8Layer, CroppableQuantoLayer
+from playground.backends.torch.caches.croppable_static import CroppableStaticCache
 from playground.backends.torch.caches.sink import SinkCache
 from playground.backends.torch.caches.sliding import make_sliding_cache
 from playground.errors import PlaygroundError
@@ -49,7 +46,12 @@ def dynamic_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
 
 
 def static_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
-    """Sized for this request exactly: prompt + every token we may generate."""
+    """Sized for this request exactly: prompt + every token we may generate. An assisted run's cache can roll
+    rejected drafts back, and has room for the last verify pass, whose prompt-lookup drafts may run up to
+    `prompt_lookup` tokens past the end (a draft model's drafts stop at the end)."""
+    if spec.strategy == "assisted":
+        return CroppableStaticCache(_text_config(model),
+                                    max_cache_len=prompt_tokens + spec.max_new_tokens + spec.prompt_lookup)
     return StaticCache(config=_text_config(model), max_cache_len=prompt_tokens + spec.max_new_tokens)
 
 
@@ -68,17 +70,14 @@ def quantized_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
 
 def make_quantized_cache(config: Any, bits: int, residual_length: int) -> Cache:
     """2/4 bits: quanto, per-channel groups, newest `residual_length` tokens in full precision (KIVI);
-    8 bits: fp8, per tensor, appendable (no residual). transformers' QuantizedCache refuses models with
-    sliding layers (Gemma3); for those the global layers are quantized and the sliding layers keep their
-    bounded full-precision window, which is what a dynamic cache would keep for them too."""
+    8 bits: fp8, per tensor, appendable (no residual). Both are transformers' layers made croppable for assisted
+    decoding (croppable_quantized.py). transformers' QuantizedCache refuses models with sliding layers (Gemma3);
+    here the global layers are quantized and the sliding layers keep their bounded full-precision window, which
+    is what a dynamic cache would keep for them too."""
     layer_types, _ = get_layer_types_and_kwargs(config)
-    if set(layer_types) == {"full_attention"}:
-        if bits == 8:
-            return QuantizedCache(backend="fp8", config=config)
-        return QuantizedCache(backend="quanto", config=config, nbits=bits, residual_length=residual_length)
 
     def quantized_layer() -> Any:
-        return Fp8QuantizedLayer() if bits == 8 else QuantoQuantizedLayer(nbits=bits, residual_length=residual_length)
+        return CroppableFp8Layer() if bits == 8 else CroppableQuantoLayer(nbits=bits, residual_length=residual_length)
 
     layers = [quantized_layer() if kind == "full_attention" else DynamicSlidingWindowLayer(config.sliding_window)
               for kind in layer_types]
