@@ -45,8 +45,6 @@ _TORCH_CACHES = "playground.backends.torch.caches.factory"
 _JAX_LAYOUTS = "playground.backends.jax.caches.global_layers"
 _RETENTION = "playground.retention"
 
-# why a verify pass's rejected drafts cannot be undone, per backend
-_JAX_OVERWRITES = "a verify pass writes past the window, overwriting positions a rejected draft would need back"
 
 
 def _check_sinks(spec: RunSpec) -> None:
@@ -69,14 +67,12 @@ register_cache(CacheType(
     knobs=("cache_bits", "residual_length"),
     torch=lazy(_TORCH_CACHES, "quantized_cache"), jax=lazy(_JAX_LAYOUTS, "quantized"),
     torch_prepare=lazy("playground.backends.torch.caches.kernels", "prepare_quanto"),
-    no_rollback={"jax": "a verify pass would quantize rejected drafts into the store, which a rollback cannot undo"},
     retention=lazy(_RETENTION, "quantized_rows")))
 register_cache(CacheType(
     name="sliding", label="sliding window",
     help="keeps only the last `window` tokens (the model's own window where it has sliding layers)",
     knobs=("window",),
     torch=lazy(_TORCH_CACHES, "sliding_cache"), jax=lazy(_JAX_LAYOUTS, "sliding"),
-    no_rollback={"jax": _JAX_OVERWRITES},
     check_model=lazy("playground.backends.torch.caches.sliding", "check_model"),
     retention=lazy(_RETENTION, "sliding_rows")))
 register_cache(CacheType(
@@ -84,8 +80,7 @@ register_cache(CacheType(
     help="keeps the first `sink_tokens` tokens forever plus the most recent ones (StreamingLLM)",
     knobs=("window", "sink_tokens"),
     torch=lazy(_TORCH_CACHES, "sink_cache"), jax=lazy(_JAX_LAYOUTS, "sink"),
-    no_rollback={"torch": "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys",
-                 "jax": _JAX_OVERWRITES},
+    no_rollback={"torch": "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"},
     check_model=lazy("playground.backends.torch.caches.sink", "check_model"),
     validate=_check_sinks,
     retention=lazy(_RETENTION, "sink_rows")))

@@ -67,27 +67,3 @@ def test_preflight_refuses_a_model_on_disk_before_loading(tmp_path, monkeypatch)
     with pytest.raises(PlaygroundError, match="state-space model"):
         runner.preflight(RunSpec(model=str(folder), backend="jax", cache="static"))
     runner.preflight(RunSpec(model=str(folder), backend="torch"))  # PyTorch runs it: nothing refused
-
-
-@pytest.mark.parametrize(("config", "refused"), [
-    ({"model_type": "gemma3_text", "num_hidden_layers": 6, "sliding_window": 32}, True),  # 5 sliding : 1 global
-    ({"model_type": "mistral", "sliding_window": 64}, True),
-    ({"model_type": "qwen2", "use_sliding_window": False}, False),
-    ({"model_type": "llama", "num_hidden_layers": 2}, False),
-])
-def test_jax_assisted_over_sliding_layers_is_refused_before_loading(config, refused, monkeypatch):
-    """Rejected drafts are rolled back by moving the cache position, which a sliding layer's ring cannot undo:
-    the runner says so from the config on disk, in the cache planner's words, before the model loads."""
-    from playground import runner
-    from playground.backends.jax.architectures import ROLLBACK_REFUSAL
-
-    monkeypatch.setattr(runner, "check_available", lambda name: None)
-    monkeypatch.setattr(runner, "saved_config", lambda name: config)
-    spec = RunSpec(model="on-disk", backend="jax", strategy="assisted", prompt_lookup=4)
-    if refused:
-        with pytest.raises(PlaygroundError) as caught:
-            runner.preflight(spec)
-        assert str(caught.value) == ROLLBACK_REFUSAL
-    else:
-        runner.preflight(spec)
-    runner.preflight(spec.replace(strategy="greedy", prompt_lookup=0))  # plain decoding over the same layers runs

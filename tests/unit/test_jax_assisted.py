@@ -138,21 +138,56 @@ def test_lookup_matches_transformers_choice():
     assert lookup_module.lookup(np.array([1, 2, 3]), 4).tolist() == []
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"cache": "quantized"}, "use cache 'dynamic' or 'static'"),
-    ({"cache": "sliding"}, "use cache 'dynamic' or 'static'"),
-    ({"cache": "sink"}, "use cache 'dynamic' or 'static'"),
-    ({"assistant": "smollm2-135m"}, "exactly one source of draft tokens"),
-])
-def test_refused_before_anything_loads(overrides, message):
-    with pytest.raises(PlaygroundError, match=message):
-        spec(**overrides)
+def test_one_source_of_drafts_is_required_before_anything_loads():
+    with pytest.raises(PlaygroundError, match="exactly one source of draft tokens"):
+        spec(assistant="smollm2-135m")
 
 
-def test_sliding_window_layers_are_refused_with_the_reason():
+BOUNDED = {  # windows of 12 and 16 over 12 + 60 tokens; residual flushes every 4 or 8 tokens
+    "sliding": {"cache": "sliding", "window": 12},
+    "sink": {"cache": "sink", "window": 16, "sink_tokens": 4},
+    "fp8-groups": {"cache": "quantized", "cache_bits": 8},
+    "quantized-4": {"cache": "quantized", "cache_bits": 4, "residual_length": 8},
+    "quantized-2": {"cache": "quantized", "cache_bits": 2, "residual_length": 4},
+}
+
+
+QUICK = ("sliding",)  # each cache compiles its own programs: the quick lane keeps one
+
+
+@pytest.mark.parametrize("cache", [*QUICK, *(pytest.param(name, marks=pytest.mark.slow)
+                                             for name in BOUNDED if name not in QUICK)])
+def test_bounded_and_quantized_caches_roll_drafts_back_to_plain_greedys_tokens(llama, cache):
+    """A verify pass writes into spare ring slots and each of its tokens sees what a single step would: without
+    the spare slots these runs leave plain greedy's text within a few tokens."""
+    for prompt in (PROMPT, grounded(llama)):
+        out, chunks = assisted(llama, prompt, spec(max_new_tokens=60, min_new_tokens=60, **BOUNDED[cache]))
+        assert out.sequences[0] == plain(llama, prompt, max_new_tokens=60, min_new_tokens=60, **BOUNDED[cache])
+        assert [t for chunk in chunks for t in chunk] == out.sequences[0]
+        steps = out.assisted_steps
+        assert sum(len(step["drafted"]) - step["accepted"] for step in steps) > 0  # rollback was exercised
+
+
+@pytest.mark.slow  # compiles Gemma3's programs, which no quick test shares
+@pytest.mark.parametrize("cache", ["static", "sliding"])
+def test_a_model_with_its_own_sliding_layers_runs_assisted_decoding(cache):
+    """Gemma3 in miniature (window 8): 12 + 60 tokens cross its window many times."""
     gemma = tiny_loaded("tiny-gemma", tiny_gemma(sliding_window=8))
-    with pytest.raises(PlaygroundError, match="sliding-window layers"):
-        assisted(gemma, PROMPT, spec())
+    for prompt in (PROMPT, grounded(gemma)):
+        out, _ = assisted(gemma, prompt, spec(cache=cache, max_new_tokens=60, min_new_tokens=60))
+        assert out.sequences[0] == plain(gemma, prompt, cache=cache, max_new_tokens=60, min_new_tokens=60)
+        assert out.acceptance_rate is not None and 0 < out.acceptance_rate < 1
+
+
+def test_a_bounded_cache_stays_bounded_through_assisted_decoding(llama):
+    """The spare slots are the only extra: the cache's bytes stop growing once the window is full."""
+    sliding = BOUNDED["sliding"]
+    out, _ = assisted(llama, PROMPT, spec(max_new_tokens=60, min_new_tokens=60, **sliding))
+    longer, _ = assisted(llama, PROMPT, spec(max_new_tokens=120, min_new_tokens=120, **sliding))
+    assert out.kv_cache_bytes == longer.kv_cache_bytes
+    # a ring of window + width - 1 slots: (k, v) x 2 kv heads x 16 dims x 4 bytes, per layer
+    layers = llama.model.config.num_hidden_layers
+    assert out.kv_cache_bytes == (12 + 5) * 2 * 2 * 16 * 4 * layers
 
 
 # -- sampling ---------------------------------------------------------------------------------------------------

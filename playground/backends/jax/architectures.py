@@ -74,28 +74,3 @@ def check_architecture(config: Mapping[str, Any] | Any) -> None:
     raise PlaygroundError(
         f"backend=jax cannot run model type '{kind}': {reason}; run it with backend 'torch' "
         f"(the JAX path runs: {', '.join(sorted(VERIFIED))})")
-
-
-ROLLBACK_REFUSAL = (
-    "strategy 'assisted' on the JAX path needs every layer to keep every position (rejected drafts are rolled "
-    "back by moving the cache position); this model's sliding-window layers overwrite positions a rejected "
-    "draft would need back: use backend 'torch' for assisted decoding here")
-
-
-def check_assisted_layers(config: Mapping[str, Any]) -> None:
-    """Refuse JAX assisted decoding on a model with sliding-window layers, from its config on disk, before it
-    loads (the cache planner refuses the same after loading, when no config was on disk)."""
-    from transformers import AutoConfig  # configuration classes only: no torch import
-
-    text = dict(config.get("text_config") or config)
-    kind = text.pop("model_type", None)
-    try:  # the config class derives layer types the JSON may leave out (Gemma's pattern, Qwen2's flag)
-        built = AutoConfig.for_model(str(kind), **text)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return  # an unusual config: the cache planner decides once the model is loaded
-    # transformers' rule (cache_utils.get_layer_types_and_kwargs): explicit layer types, else a sliding window
-    # on the config makes every layer sliding
-    layer_types = getattr(built, "layer_types", None) or (
-        ["sliding_attention"] if getattr(built, "sliding_window", None) is not None else [])
-    if "sliding_attention" in layer_types:
-        raise PlaygroundError(ROLLBACK_REFUSAL)

@@ -41,6 +41,11 @@ def draft_widths(drafts: int) -> tuple[int, ...]:
     return (drafts + 1,)
 
 
+def verify_widths(spec: RunSpec) -> tuple[int, ...]:
+    """The verify widths a request compiles: prompt lookup's n + 1, or a draft model's most drafts + 1."""
+    return draft_widths(spec.prompt_lookup) if spec.assistant is None else (MAX_DRAFTS + 1,)
+
+
 class AssistedDecoding:
     """Plain decoding's start and grow programs, a verify pass per cache layouts and width, and the draft counts."""
 
@@ -49,7 +54,7 @@ class AssistedDecoding:
     def __init__(self, spec: RunSpec, draft: LoadedModel | None) -> None:
         self.spec = spec
         self.draft = draft
-        self.widths = draft_widths(spec.prompt_lookup) if draft is None else (MAX_DRAFTS + 1,)
+        self.widths = verify_widths(spec)
         self.mode = SamplingMode()
         self.eos: tuple[int, ...] = ()
         self.drafter: Drafter | None = None  # the draft model's side, or None for prompt lookup

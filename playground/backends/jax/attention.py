@@ -14,11 +14,15 @@ import jax.numpy as jnp
 
 
 class Segment(NamedTuple):
-    """Cached keys and values one new token attends over, and which of their slots it may see."""
+    """Cached keys and values new tokens attend over, and which of their slots each may see.
 
-    keys: jax.Array  # (B, KV, N, D)
+    One new token (step_attention): keys (B, KV, N, D), allowed (N,). A block of W new tokens (block_attention)
+    may also give each its own mask, allowed (W, N), and its own keys, (B, KV, W, N, D): sinks rotated for
+    each query's eviction count."""
+
+    keys: jax.Array
     values: jax.Array  # (B, KV, N, D)
-    allowed: jax.Array  # (N,) bool
+    allowed: jax.Array  # bool
 
 
 def _softcapped(scores: jax.Array, softcap: float | None) -> jax.Array:
@@ -94,3 +98,36 @@ def gather_ring(chunk: jax.Array, length: jax.Array, slots: int, first: int = 0)
     held = first + ring_positions(slots, length - 1 - first)  # (slots,)
     index = jnp.clip(held, 0, chunk.shape[2] - 1)
     return jnp.take(chunk, index, axis=2)
+
+
+def block_attention(query: jax.Array, segments: list[Segment], scaling: float, softcap: float | None) -> jax.Array:
+    """W new tokens (B, H, W, D) over segments (the cache read before their write, and their own keys), one
+    softmax over all; returns (B, W, H, D). Grouped-query without repeating K/V: query head h reads kv head
+    h // groups, and row m = g * W + w of a group is query w."""
+    batch, heads, width, dim = query.shape
+    kv_heads = segments[0].values.shape[1]
+    groups = heads // kv_heads
+    rows = query.reshape(batch, kv_heads, groups * width, dim)  # (B, KV, M, D)
+    scores = []
+    for s in segments:
+        if s.keys.ndim == 5:  # a key row per query: (B, KV, W, N, D) -> (B, KV, M, N, D)
+            raw = jnp.einsum("bkmd,bkmnd->bkmn", rows, jnp.tile(s.keys, (1, 1, groups, 1, 1)))
+        else:
+            raw = jnp.einsum("bkmd,bknd->bkmn", rows, s.keys)
+        allowed = s.allowed if s.allowed.ndim == 1 else jnp.tile(  # (N,), or (W, N) -> (M, N)
+            jnp.broadcast_to(s.allowed, (width, s.allowed.shape[-1])), (groups, 1))
+        scores.append(jnp.where(allowed, _softcapped(raw * scaling, softcap), -jnp.inf))
+    probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)  # (B, KV, M, sum N)
+    values = jnp.concatenate([s.values for s in segments], axis=2)  # (B, KV, sum N, D)
+    out = jnp.einsum("bkmn,bknd->bkmd", probs, values).reshape(batch, heads, width, dim)
+    return out.transpose(0, 2, 1, 3)
+
+
+def block_positions(position: jax.Array, width: int) -> jax.Array:
+    """(W,) the positions a block of W new tokens is written at."""
+    return position + jnp.arange(width, dtype=jnp.asarray(position).dtype)
+
+
+def write_ring_rows(array: jax.Array, rows: jax.Array, slots: jax.Array) -> jax.Array:
+    """Rows (B, KV, W, ...) written at their ring slots (W,), which may wrap past the end."""
+    return array.at[:, :, slots].set(rows.astype(array.dtype))

@@ -16,7 +16,7 @@ from playground.backends.base import (
     ReportProgress,
     ShouldStop,
 )
-from playground.backends.jax.architectures import check_architecture, check_assisted_layers
+from playground.backends.jax.architectures import check_architecture
 from playground.compatibility import check_draft_vocabulary
 from playground.models.shapes import check_head_split
 from playground.registry.builtin import DRAFT_CACHE
@@ -35,20 +35,14 @@ class JaxBackend:
 
     def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
                   draft_config: Mapping[str, Any] | None) -> None:
-        """An architecture this path does not run, a drafting strategy over sliding-window layers (their rings
-        cannot roll rejected drafts back), a draft of another vocabulary, or a device count that does not
-        divide the heads."""
-        drafts = registry.strategy(spec.strategy).drafts
+        """An architecture this path does not run, a draft of another vocabulary, or a device count that does
+        not divide the heads."""
         if spec.assistant is not None:
             check_draft_vocabulary(spec.assistant, dict(config) if config else None,
                                    dict(draft_config) if draft_config else None)
-            if draft_config is not None:
-                check_assisted_layers(draft_config)
         if config is None:
             return
         check_architecture(config)
-        if drafts:
-            check_assisted_layers(config)
         text = config.get("text_config") or config
         if isinstance(text.get("num_attention_heads"), int):
             check_head_split(text["num_attention_heads"], spec.devices)
@@ -58,12 +52,17 @@ class JaxBackend:
         """The engine's device copy of the weights (once per model and device count; it lives as long as the
         model) and the cache's arrays as its plan allocates them: bounded layers at their bound, quantized
         arrays at their bytes, old and new arrays together while a growing cache doubles."""
+        from playground.backends.jax.assisted import verify_widths
+        from playground.backends.jax.caches.extend import assisted_plan
         from playground.backends.jax.caches.plan import peak_bytes, plan_cache
         from playground.backends.jax.decoder import STEPS_PER_CALL
         from playground.backends.jax.engine import device_bytes
 
         total = prompt_tokens + spec.max_new_tokens
-        plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
+        if registry.strategy(spec.strategy).drafts:  # room for the last verify pass, and spare ring slots
+            plan = assisted_plan(spec, _text_config(loaded), prompt_tokens, max(verify_widths(spec)))
+        else:
+            plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
         rows = registry.strategy(spec.strategy).rows(spec)
         need, growing = peak_bytes(plan, rows)
         resident = [(loaded, _engine_weights(loaded, spec.devices, device_bytes))]

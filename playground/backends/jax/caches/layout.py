@@ -54,6 +54,16 @@ class Layout(Protocol):
         """One new token (B, KV, 1, D) at `position`: the updated arrays and how its query attends."""
         ...
 
+    def with_room(self, width: int) -> Layout:
+        """This layout with room for verify passes of `width` tokens to be rolled back (caches/extend.py)."""
+        ...
+
+    def extend(self, arrays: Arrays, keys: jax.Array, values: jax.Array,
+               position: jax.Array) -> tuple[Arrays, Attend]:
+        """W new tokens (B, KV, W, D) from `position` (a verify pass): the updated arrays and how they attend,
+        each query as a single step at its position would."""
+        ...
+
 
 def write_row(array: jax.Array, row: jax.Array, slot: jax.Array) -> jax.Array:
     """Write one row in place at `slot` along the slot axis. dynamic_update_slice clamps instead of guarding,

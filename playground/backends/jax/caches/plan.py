@@ -131,7 +131,8 @@ def describe(layouts: Layouts) -> dict[str, int]:
     counts: dict[str, int] = {}
     for layout in layouts:
         name = type(layout).__name__.removesuffix("Layout").lower()
-        details = {k: v for k, v in vars(layout).items() if k not in ("heads", "head_dim", "inv_freq")}
+        details = {k: v for k, v in vars(layout).items()
+                   if k not in ("heads", "head_dim", "inv_freq") and not (k == "spare" and v == 0)}
         key = f"{name}({', '.join(f'{k}={v}' for k, v in details.items())})"
         counts[key] = counts.get(key, 0) + 1
     return counts

@@ -19,7 +19,16 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax.attention import Segment, gather_ring, prompt_attention, ring_positions, step_attention
+from playground.backends.jax.attention import (
+    Segment,
+    block_attention,
+    block_positions,
+    gather_ring,
+    prompt_attention,
+    ring_positions,
+    step_attention,
+    write_ring_rows,
+)
 from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
 
 QUANT_GROUP = 64  # channels per scale, as transformers' q_group_size
@@ -62,7 +71,13 @@ class QuantLayout:
     bits: int
     store: int  # positions in the quantized store
     residual: int  # newest tokens also kept in full precision (0: none)
-    slots: int  # ring slots now: min(residual, store)
+    slots: int  # ring slots now: min(residual + spare, store), none without a residual
+    spare: int = 0  # ring slots past the residual: a verify pass of spare + 1 tokens overwrites none it needs
+
+    @property
+    def fresh(self) -> int:
+        """The newest positions a token reads in full precision, itself included; older ones from the store."""
+        return max(min(self.residual, self.store), 1)
 
     @property
     def window(self) -> int | None:
@@ -80,7 +95,11 @@ class QuantLayout:
         return leaves
 
     def resized(self, length: int) -> QuantLayout:
-        return dataclasses.replace(self, store=length, slots=min(self.residual, length))
+        return dataclasses.replace(self, store=length,
+                                   slots=min(self.residual + self.spare, length) if self.residual else 0)
+
+    def with_room(self, width: int) -> QuantLayout:
+        return dataclasses.replace(self, spare=width - 1)
 
     def _quantized(self, x: jax.Array, kind: str) -> Arrays:
         data, scale, zero = quantize(x, self.bits, group_size(self.head_dim))
@@ -105,7 +124,7 @@ class QuantLayout:
     def step(self, arrays: Arrays, key: jax.Array, value: jax.Array,
              position: jax.Array) -> tuple[Arrays, Attend]:
         # the store serves the positions the ring no longer holds (all but the new token's with no ring)
-        older = jnp.arange(self.store) <= position - max(self.slots, 1)
+        older = jnp.arange(self.store) <= position - self.fresh
         segments = [Segment(self._read(arrays, "keys"), self._read(arrays, "values"), older)]
         written = dict(arrays)
         for kind, row in (("keys", key), ("values", value)):
@@ -113,8 +132,39 @@ class QuantLayout:
                 written[name] = write_row(arrays[name], part, position)
         if self.slots:
             held = ring_positions(self.slots, position)
-            segments.append(Segment(arrays["keys"], arrays["values"], (held >= 0) & (held < position)))
+            recent = (held >= 0) & (held < position) & (held > position - self.fresh)
+            segments.append(Segment(arrays["keys"], arrays["values"], recent))
             slot = jnp.mod(position, self.slots)
             written["keys"], written["values"] = write_row(arrays["keys"], key, slot), write_row(arrays["values"],
                                                                                               value, slot)
         return written, partial(step_attention, segments=segments, new_key=key, new_value=value)
+
+    def extend(self, arrays: Arrays, keys: jax.Array, values: jax.Array,
+               position: jax.Array) -> tuple[Arrays, Attend]:
+        """W tokens at once, each reading what plain decoding would show it: the store (and the block's own
+        tokens, quantized) up to `fresh` positions back, full precision after. Every token is quantized once,
+        on its own, so the block's codes are the ones single steps would write."""
+        width = keys.shape[2]
+        queries = block_positions(position, width)  # (W,)
+        cut = queries[:, None] - self.fresh  # (W, 1): the newest position each query reads from the store
+        stored = jnp.arange(self.store)[None, :]
+        segments = [Segment(self._read(arrays, "keys"), self._read(arrays, "values"),
+                            (stored < position) & (stored <= cut))]
+        written = dict(arrays)
+        quantized = {}
+        for kind, rows in (("keys", keys), ("values", values)):
+            parts = self._quantized(rows, kind)
+            for name, part in parts.items():
+                written[name] = write_row(arrays[name], part, position)  # the plan leaves room for the block
+            quantized[kind] = self._read(parts, kind)  # (B, KV, W, D) as the store will give them back
+        if self.slots:
+            held = ring_positions(self.slots, position - 1)  # (slots,) before the write
+            segments.append(Segment(arrays["keys"], arrays["values"],
+                                    (held >= 0) & (held < position) & (held[None, :] > cut)))
+            slots = jnp.mod(queries, self.slots)
+            written["keys"] = write_ring_rows(arrays["keys"], keys, slots)
+            written["values"] = write_ring_rows(arrays["values"], values, slots)
+        own = queries[None, :] <= queries[:, None]  # (W, W)
+        segments.append(Segment(quantized["keys"], quantized["values"], own & (queries[None, :] <= cut)))
+        segments.append(Segment(keys, values, own & (queries[None, :] > cut)))
+        return written, partial(block_attention, segments=segments)

@@ -17,13 +17,28 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax.attention import Segment, gather_ring, prompt_attention, ring_positions, step_attention
+from playground.backends.jax.attention import (
+    Segment,
+    block_attention,
+    block_positions,
+    gather_ring,
+    prompt_attention,
+    ring_positions,
+    step_attention,
+    write_ring_rows,
+)
 from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
 
 
-def ring_slots(window: int | None, length: int) -> int:
-    """Slots for a cache of `length` positions: all of them, or the window once the cache is longer."""
-    return length if window is None else min(window, length)
+def ring_slots(window: int | None, length: int, spare: int = 0) -> int:
+    """Slots for a cache of `length` positions: all of them, or the window (and `spare` slots a verify pass
+    writes into) once the cache is longer."""
+    return length if window is None else min(window + spare, length)
+
+
+def in_window(held: jax.Array, query: jax.Array, window: int | None) -> jax.Array:
+    """Whether the positions `held` lie within `window` of the query position(s) (always, with no window)."""
+    return jnp.ones(held.shape, bool) if window is None else held > query - window
 
 
 @dataclass(frozen=True)
@@ -34,13 +49,17 @@ class RingLayout:
     head_dim: int
     slots: int
     window: int | None = None  # each token sees itself and window - 1 before it; None: global
+    spare: int = 0  # slots past the window: a verify pass of spare + 1 tokens overwrites none it needs back
 
     def leaves(self) -> LeafShapes:
         shape = (self.heads, self.slots, self.head_dim)
         return {"keys": (shape, jnp.float32), "values": (shape, jnp.float32)}
 
     def resized(self, length: int) -> RingLayout:
-        return dataclasses.replace(self, slots=ring_slots(self.window, length))
+        return dataclasses.replace(self, slots=ring_slots(self.window, length, self.spare))
+
+    def with_room(self, width: int) -> RingLayout:
+        return dataclasses.replace(self, spare=width - 1)
 
     def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:
         arrays = {"keys": gather_ring(keys, length, self.slots), "values": gather_ring(values, length, self.slots)}
@@ -50,6 +69,21 @@ class RingLayout:
              position: jax.Array) -> tuple[Arrays, Attend]:
         slot = jnp.mod(position, self.slots)
         held = ring_positions(self.slots, position)  # (slots,); the write slot holds `position` itself
-        seen = Segment(arrays["keys"], arrays["values"], (held >= 0) & (held < position))
+        seen = Segment(arrays["keys"], arrays["values"],
+                       (held >= 0) & (held < position) & in_window(held, position, self.window))
         written = {"keys": write_row(arrays["keys"], key, slot), "values": write_row(arrays["values"], value, slot)}
         return written, partial(step_attention, segments=[seen], new_key=key, new_value=value)
+
+    def extend(self, arrays: Arrays, keys: jax.Array, values: jax.Array,
+               position: jax.Array) -> tuple[Arrays, Attend]:
+        """W tokens at once, each seeing the ring as plain decoding would have left it for its position. A
+        rejected draft's slot reads as `slots` positions older than it is: out of every window, given spare."""
+        queries = block_positions(position, keys.shape[2])  # (W,)
+        held = ring_positions(self.slots, position - 1)  # (slots,) before the write
+        seen = (held >= 0) & (held < position) & in_window(held[None, :], queries[:, None], self.window)
+        own = (queries[None, :] <= queries[:, None]) & in_window(queries[None, :], queries[:, None], self.window)
+        slots = jnp.mod(queries, self.slots)
+        written = {"keys": write_ring_rows(arrays["keys"], keys, slots),
+                   "values": write_ring_rows(arrays["values"], values, slots)}
+        segments = [Segment(arrays["keys"], arrays["values"], seen), Segment(keys, values, own)]
+        return written, partial(block_attention, segments=segments)

@@ -17,7 +17,16 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax.attention import Segment, gather_ring, prompt_attention, ring_positions, step_attention
+from playground.backends.jax.attention import (
+    Segment,
+    block_attention,
+    block_positions,
+    gather_ring,
+    prompt_attention,
+    ring_positions,
+    step_attention,
+    write_ring_rows,
+)
 from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
 
 
@@ -30,9 +39,15 @@ def rotate_keys(keys: jax.Array, shift: jax.Array, inv_freq: tuple[float, ...]) 
     return keys * jnp.cos(emb) + rotated_half * jnp.sin(emb)
 
 
-def ring_room(sinks: int, window: int, length: int) -> int:
-    """Ring slots for a cache of `length` positions: the recent room, or less while the cache is shorter."""
-    return max(1, min(window - sinks, length - sinks))
+def rotate_keys_per_query(keys: jax.Array, shifts: jax.Array, inv_freq: tuple[float, ...]) -> jax.Array:
+    """Keys (B, KV, N, D) moved by each query's shift (W,): (B, KV, W, N, D)."""
+    return jax.vmap(lambda shift: rotate_keys(keys, shift, inv_freq), out_axes=2)(shifts)
+
+
+def ring_room(sinks: int, window: int, length: int, spare: int = 0) -> int:
+    """Ring slots for a cache of `length` positions: the recent room (and `spare` slots a verify pass writes
+    into), or less while the cache is shorter."""
+    return max(1, min(window - sinks + spare, length - sinks))
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,12 @@ class SinkLayout:
     cache_window: int  # sinks + recent tokens kept
     slots: int
     inv_freq: tuple[float, ...]  # the model's RoPE inverse frequencies (D/2,)
+    spare: int = 0  # ring slots past the recent room: a verify pass of spare + 1 tokens overwrites none it needs
+
+    @property
+    def recent(self) -> int:
+        """Recent tokens a query sees, itself included."""
+        return self.cache_window - self.sinks
 
     @property
     def window(self) -> int | None:
@@ -59,7 +80,10 @@ class SinkLayout:
         return leaves
 
     def resized(self, length: int) -> SinkLayout:
-        return dataclasses.replace(self, slots=ring_room(self.sinks, self.cache_window, length))
+        return dataclasses.replace(self, slots=ring_room(self.sinks, self.cache_window, length, self.spare))
+
+    def with_room(self, width: int) -> SinkLayout:
+        return dataclasses.replace(self, spare=width - 1)
 
     def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:
         arrays = {"keys": gather_ring(keys, length, self.slots, first=self.sinks),
@@ -73,7 +97,8 @@ class SinkLayout:
     def step(self, arrays: Arrays, key: jax.Array, value: jax.Array,
              position: jax.Array) -> tuple[Arrays, Attend]:
         held = self.sinks + ring_positions(self.slots, position - self.sinks)  # (slots,)
-        segments = [Segment(arrays["keys"], arrays["values"], (held >= self.sinks) & (held < position))]
+        recent = (held >= self.sinks) & (held < position) & (held > position - self.recent)
+        segments = [Segment(arrays["keys"], arrays["values"], recent)]
         slot = jnp.mod(position - self.sinks, self.slots)  # a sink token's write here stays masked until reused
         written = {"keys": write_row(arrays["keys"], key, slot), "values": write_row(arrays["values"], value, slot)}
         if self.sinks:
@@ -85,3 +110,30 @@ class SinkLayout:
             for name, row in (("sink_keys", key), ("sink_values", value)):
                 written[name] = jnp.where(is_sink, write_row(arrays[name], row, index), arrays[name])
         return written, partial(step_attention, segments=segments, new_key=key, new_value=value)
+
+    def extend(self, arrays: Arrays, keys: jax.Array, values: jax.Array,
+               position: jax.Array) -> tuple[Arrays, Attend]:
+        """W tokens at once, each seeing what plain decoding would show it: its own recent tokens, and the sinks
+        rotated by its own eviction count (a key row per query)."""
+        width = keys.shape[2]
+        queries = block_positions(position, width)  # (W,)
+        evicted = jnp.maximum(queries + 1 - self.cache_window, 0)  # (W,)
+        held = self.sinks + ring_positions(self.slots, position - 1 - self.sinks)  # (slots,) before the write
+        recent = (held >= self.sinks) & (held < position) & (held[None, :] > queries[:, None] - self.recent)
+        segments = [Segment(arrays["keys"], arrays["values"], recent)]
+        # the block's own tokens: recent ones as they are; any at a sink position rotated as a sink
+        is_sink = queries < self.sinks  # (W,)
+        own_rows = jnp.where(is_sink[None, None, None, :, None],
+                             rotate_keys_per_query(keys, evicted, self.inv_freq), keys[:, :, None])
+        own = (queries[None, :] <= queries[:, None]) & (
+            (queries[None, :] > queries[:, None] - self.recent) | is_sink[None, :])
+        written = {name: write_ring_rows(arrays[name], rows, jnp.mod(queries - self.sinks, self.slots))
+                   for name, rows in (("keys", keys), ("values", values))}
+        if self.sinks:
+            moved = rotate_keys_per_query(arrays["sink_keys"], evicted, self.inv_freq)  # (B, KV, W, S, D)
+            segments.insert(0, Segment(moved, arrays["sink_values"], jnp.arange(self.sinks) < position))
+            index = jnp.where(is_sink, queries, self.sinks)  # past the end: dropped
+            for name, rows in (("sink_keys", keys), ("sink_values", values)):
+                written[name] = arrays[name].at[:, :, index].set(rows.astype(arrays[name].dtype), mode="drop")
+        segments.append(Segment(own_rows, values, own))
+        return written, partial(block_attention, segments=segments)

@@ -1,0 +1,17 @@
+"""The JAX quantized cache's error on gemma3-270m, against full precision and PyTorch's quantized cache
+(tests/integration/quantized_error.py; the other bundled model has its own file, so the two run side by side)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torchax")
+pytest.importorskip("jax")
+
+from tests.integration.quantized_error import check_quantized_cache_error  # noqa: E402
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_quantized_cache_error_against_full_precision(bits):
+    check_quantized_cache_error("gemma3-270m", bits)
