@@ -1,5 +1,5 @@
-"""JAX assisted decoding (prompt lookup, a draft model, sampled) with the main model on 1 and 2 devices
-(test_jax_assisted). Needs XLA_FLAGS=--xla_force_host_platform_device_count=2 (or more)."""
+"""JAX assisted decoding (prompt lookup, a draft model, sampled, over a sink cache) with the main model on 1 and
+2 devices (test_jax_assisted). Needs XLA_FLAGS=--xla_force_host_platform_device_count=2 (or more)."""
 
 import json
 
@@ -17,10 +17,11 @@ def main() -> None:
     report = {}
     for n in (1, 2):
         for name, extra in (("lookup", {"prompt_lookup": 5}), ("draft", {"assistant": "d"}),
-                            ("sampled", {"assistant": "d", "assisted_sampling": True, "seed": 4})):
+                            ("sampled", {"assistant": "d", "assisted_sampling": True, "seed": 4}),
+                            ("sink", {"prompt_lookup": 5, "cache": "sink", "window": 16, "sink_tokens": 4})):
             spec = base.replace(strategy="assisted", devices=n, **extra)
             out = JaxBackend().generate(main_model, ids, spec, lambda c: None, lambda: False,
-                                        draft if name != "lookup" else None)
+                                        draft if "assistant" in extra else None)
             report[f"{name}-{n}"] = out.sequences[0]
     print(json.dumps(report))
 

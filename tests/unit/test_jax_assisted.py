@@ -254,6 +254,9 @@ def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
     for name in ("torch-prompt-lookup", "jax-prompt-lookup"):
         assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
     assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
+    for name in ("jax-prompt-lookup-sliding", "jax-prompt-lookup-sink"):  # against plain greedy over their cache
+        assert rows[name]["same_tokens_as_jax"] is True and rows[name]["prompt_tokens"] > 256
+    assert result["ratios"]["jax_prompt_lookup_sink_vs_static"] > 0
     assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
     assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
 
@@ -324,12 +327,13 @@ def test_a_draft_of_another_vocabulary_is_refused(llama):
 
 @pytest.mark.subprocess
 def test_sharded_main_model_gives_one_devices_tokens():
-    """The main model split over 2 devices, the draft on one: the same tokens, greedy and sampled."""
+    """The main model split over 2 devices, the draft on one: the same tokens, greedy and sampled, and over a
+    bounded cache whose verify passes write into spare ring slots."""
     import os
 
     from tests.helpers import run_script
 
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     report = run_script("sharded_assisted", env)
-    for name in ("lookup", "draft", "sampled"):
+    for name in ("lookup", "draft", "sampled", "sink"):
         assert report[f"{name}-2"] == report[f"{name}-1"]

@@ -135,3 +135,23 @@ def test_assisted_records_are_plain_greedys_on_both_backends(llama, drafts):
     if draft is None:
         jax_out, _ = jax_run(llama, prompt, assisted.replace(backend="jax", cache="static"))
         assert_same_records(jax_out.token_info, plain.token_info)
+
+
+@pytest.mark.parametrize(("backend", "cache"), [
+    ("jax", {"cache": "sink", "window": 12, "sink_tokens": 2}),
+    ("jax", {"cache": "quantized", "cache_bits": 4, "residual_length": 4}),
+    ("torch", {"cache": "quantized", "cache_bits": 4, "residual_length": 4}),
+])
+def test_a_verify_pass_over_a_bounded_or_quantized_cache_scores_as_plain_decoding_does(llama, backend, cache):
+    """7 + 16 tokens cross the 12-token window and flush the residual 4 times. Each verified position's
+    distribution is the one plain decoding computes there over the same cache: what speculative sampling draws
+    from (its rule is test_jax_assisted's first-token test), so it follows the main model's distribution."""
+    knobs = {"backend": backend, "max_new_tokens": NEW, "min_new_tokens": NEW, **cache}
+    run = jax_run if backend == "jax" else torch_run
+    own = run(llama, PROMPT, RunSpec(backend=backend, max_new_tokens=NEW))[0].sequences[0]
+    prompt = torch.tensor([PROMPT[0].tolist() + own + PROMPT[0].tolist()])  # 30 tokens: quanto's groups fit
+    plain, _ = run(llama, prompt, RunSpec(**knobs))
+    assisted, _ = run(llama, prompt, RunSpec(strategy="assisted", prompt_lookup=4, **knobs))
+    assert assisted.sequences == plain.sequences
+    assert any(s["accepted"] < len(s["drafted"]) for s in assisted.assisted_steps)
+    assert_same_records(assisted.token_info, plain.token_info)
