@@ -80,7 +80,6 @@ register_cache(CacheType(
     help="keeps the first `sink_tokens` tokens forever plus the most recent ones (StreamingLLM)",
     knobs=("window", "sink_tokens"),
     torch=lazy(_TORCH_CACHES, "sink_cache"), jax=lazy(_JAX_LAYOUTS, "sink"),
-    no_rollback={"torch": "rejected drafts cannot be rolled back once the sink cache has evicted and re-rotated keys"},
     check_model=lazy("playground.backends.torch.caches.sink", "check_model"),
     validate=_check_sinks,
     retention=lazy(_RETENTION, "sink_rows")))

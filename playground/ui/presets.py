@@ -113,6 +113,27 @@ def _assisted_torch_vs_jax() -> Preset:
        "same in all three; compare tokens per forward pass and decode speed in the table.")
 
 
+# tokens: holds the chat-formatted COPY_PROMPT (87 SmolLM2 tokens), and prompt + 56 new tokens outgrow it
+EVERY_CACHE_WINDOW = 112
+
+
+def _assisted_every_cache() -> Preset:
+    lookup = _greedy(max_new_tokens=56, strategy="assisted", prompt_lookup=10, backend="jax")
+    knobs: dict[str, dict[str, Any]] = {
+        "static": {},
+        "quantized": {"cache_bits": 4, "residual_length": 16},
+        "sliding": {"window": EVERY_CACHE_WINDOW},
+        "sink": {"window": EVERY_CACHE_WINDOW, "sink_tokens": 4},
+    }
+    columns = tuple(cast(Column, {**lookup, "cache": cache, **k}) for cache, k in knobs.items())
+    return Preset(COPY_PROMPT, columns, (
+        f"Prompt lookup (10 drafts) on the JAX decoder over four caches. Each column's text is plain greedy's over "
+        f"its own cache (rejected drafts are rolled back exactly, bounded rings keep 10 spare slots for them): "
+        f"sliding and sink evict once the passage outgrows their {EVERY_CACHE_WINDOW} tokens, and quantized reads "
+        f"all but its newest 16 tokens at 4 bits. Compare drafts accepted and tokens per forward pass; each "
+        f"column compiles on its first run."))
+
+
 PRESETS: dict[str, Preset] = {
     "Greedy vs sampling vs beam": _strategies(),
     "Cache shoot-out": _cache_shoot_out(),
@@ -120,4 +141,5 @@ PRESETS: dict[str, Preset] = {
     "Beam on PyTorch vs JAX": _beam_torch_vs_jax(),
     "Assisted vs plain": _assisted(),
     "Assisted on PyTorch vs JAX": _assisted_torch_vs_jax(),
+    "Assisted on every cache": _assisted_every_cache(),
 }

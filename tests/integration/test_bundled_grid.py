@@ -48,10 +48,12 @@ def test_universal_assisted_decoding_gemma_with_smollm2_draft_equals_plain_greed
 
 @pytest.mark.parametrize(("model", "cache"), [
     ("smollm2-135m", {"cache": "static"}),
+    ("smollm2-135m", {"cache": "sink", "window": 48, "sink_tokens": 4}),
     ("gemma3-270m", {"cache": "quantized", "cache_bits": 4, "residual_length": 16}),
 ])
-def test_prompt_lookup_over_a_static_or_quantized_cache_gives_plain_greedys_tokens(model, cache):
-    """PyTorch rolls rejected drafts out of these caches exactly (the quantized residual flushes 4 times)."""
+def test_prompt_lookup_over_a_static_sink_or_quantized_cache_gives_plain_greedys_tokens(model, cache):
+    """PyTorch rolls rejected drafts out of these caches exactly (the sink window and the quantized residual are
+    crossed several times)."""
     prompt = "Repeat this line twice: the cat sat on the mat, the dog sat on the log."
     plain = runner.run_to_result(prompt, RunSpec(model=model, max_new_tokens=64, **cache))
     assisted = runner.run_to_result(prompt, RunSpec(model=model, strategy="assisted", prompt_lookup=4,

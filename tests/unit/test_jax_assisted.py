@@ -255,8 +255,10 @@ def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
         assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
     assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
     for name in ("jax-prompt-lookup-sliding", "jax-prompt-lookup-sink"):  # against plain greedy over their cache
-        assert rows[name]["same_tokens_as_jax"] is True and rows[name]["prompt_tokens"] > 256
+        assert rows[name]["same_tokens_as_jax"] is True
     assert result["ratios"]["jax_prompt_lookup_sink_vs_static"] > 0
+    assert result["ratios"]["jax_prompt_lookup_sliding_passes_vs_static"] > 0
+    assert "verify passes/s" in bench.format_table(result)
     assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
     assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
 
@@ -288,6 +290,15 @@ def test_greedy_with_a_draft_model_gives_plain_greedy_tokens(llama, drafts, cach
         assert out.forward_passes == 1 + 3
     else:
         assert out.acceptance_rate < 0.5
+
+
+@pytest.mark.slow  # compiles the bounded caches' draft-model programs, which no quick test shares
+@pytest.mark.parametrize("cache", ["sink", "quantized-4"])
+def test_a_draft_model_over_a_bounded_or_quantized_cache_gives_plain_greedy_tokens(llama, drafts, cache):
+    knobs = {"max_new_tokens": 60, "min_new_tokens": 60, **BOUNDED[cache]}
+    out, _ = assisted(llama, PROMPT, draft_spec(**knobs), drafts["other"])
+    assert out.sequences[0] == plain(llama, PROMPT, **knobs)
+    assert out.acceptance_rate < 1  # an unrelated draft: its rejected drafts were rolled back
 
 
 def test_the_draft_count_follows_transformers_schedule():

@@ -114,7 +114,7 @@ def test_sampling_and_beam_search_run_past_the_window():
     assert out.shape == (1, 42) and all(layer.keys.shape[-2] == 12 for layer in cache.layers)
 
 
-def test_crop_only_before_eviction():
+def test_crop_after_eviction_only_under_past_recording():
     model = tiny_llama()
     cache = SinkCache(model.config, 8, 2)
     with torch.no_grad():

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from playground import compatibility
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.spec import RunSpec
@@ -252,12 +251,9 @@ def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
 
 
 def test_refused_combinations_are_flagged_with_the_reason():
-    refused = next(((b, s, c) for b, s, c, in [("torch", "assisted", "sink"), ("jax", "assisted", "sink")]
-                    if compatibility.refusal(b, s, c)), None)
-    assert refused is not None
-    backend, strategy, cache = refused
-    text = notice_text({"backend": backend, "strategy": strategy, "cache": cache, "assistant": "smollm2-135m"})
-    assert "cannot run" in text and compatibility.refusal(backend, strategy, cache) in text
+    text = notice_text({"backend": "jax", "weights": "int8"})
+    assert text.startswith("⚠ ") and "weights 'int8' are not supported on the JAX path" in text
+    assert notice_text({"backend": "jax", "strategy": "assisted", "cache": "sink", "prompt_lookup": 4}) == ""
     assert label(1, {"strategy": "beam", "cache": "static", "backend": "jax"}) == "2: beam · static · jax"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from playground.backends.torch.probes import (
     count_forward_passes,
     probing_processors,
 )
+from playground.backends.torch.transformers_hooks import with_attention_mask
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -132,8 +134,10 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
 
 def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run) -> tuple[Any, _Measured]:
     """model.generate, seeded and timed, counting main-model forward passes."""
+    block_mask = getattr(run.cache, "block_mask", None) if run.assist is not None else None
     with torch.inference_mode(), count_forward_passes(model) as passes, recording_assist(model, run.assist), \
-            probing_processors(model, run.probe), recording_beams(model, run.beams):
+            probing_processors(model, run.probe), recording_beams(model, run.beams), \
+            (with_attention_mask(model, run.cache, block_mask) if block_mask else nullcontext()):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
         out = model.generate(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import torch
 from transformers.masking_utils import AttentionMaskInterface
 
 # the transformers version these hooks were written and checked against (requirements.txt pins it)
@@ -57,6 +58,28 @@ def wrap_beam_steps(model: Any, top_k: Callable[[Any], Any], running: Callable[[
     with ExitStack() as stack:
         stack.enter_context(wrapped(model, TOP_K_CONTINUATIONS, top_k))
         stack.enter_context(wrapped(model, RUNNING_BEAMS, running))
+        yield
+
+
+@contextmanager
+def with_attention_mask(model: Any, cache: Any, mask_for: Callable[[int], Any]) -> Iterator[None]:
+    """Each forward over `cache` of a chunk for which mask_for(length) gives a (1, 1, q, keys) bool mask gets
+    it as its attention mask, additive in the model's dtype: transformers passes a 4D mask to attention as it
+    is. Forwards over another cache (a draft that is this same model, with its own cache) are left alone."""
+    def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
+        def masked(*args: Any, **kwargs: Any) -> Any:
+            ids = kwargs.get("input_ids")
+            if ids is None or kwargs.get("past_key_values") is not cache:
+                return forward(*args, **kwargs)
+            mask = mask_for(ids.shape[1])
+            if mask is not None:
+                low = torch.finfo(model.dtype).min
+                kwargs["attention_mask"] = torch.zeros(mask.shape, dtype=model.dtype, device=ids.device).masked_fill(
+                    ~mask.to(ids.device), low)
+            return forward(*args, **kwargs)
+        return masked
+
+    with wrapped(model, "forward", wrap):
         yield
 
 

@@ -121,10 +121,11 @@ class SinkLayout:
         held = self.sinks + ring_positions(self.slots, position - 1 - self.sinks)  # (slots,) before the write
         recent = (held >= self.sinks) & (held < position) & (held[None, :] > queries[:, None] - self.recent)
         segments = [Segment(arrays["keys"], arrays["values"], recent)]
-        # the block's own tokens: recent ones as they are; any at a sink position rotated as a sink
+        # the block's own tokens: recent ones as they are; one at a sink position is seen as a sink, rotated by the
+        # query's eviction count, which is 0 for every query of a block narrower than the recent room + 1
         is_sink = queries < self.sinks  # (W,)
-        own_rows = jnp.where(is_sink[None, None, None, :, None],
-                             rotate_keys_per_query(keys, evicted, self.inv_freq), keys[:, :, None])
+        own_rows = keys if width <= self.recent + 1 else jnp.where(
+            is_sink[None, None, None, :, None], rotate_keys_per_query(keys, evicted, self.inv_freq), keys[:, :, None])
         own = (queries[None, :] <= queries[:, None]) & (
             (queries[None, :] > queries[:, None] - self.recent) | is_sink[None, :])
         written = {name: write_ring_rows(arrays[name], rows, jnp.mod(queries - self.sinks, self.slots))
