@@ -118,15 +118,13 @@ def test_assisted_on_both_backends_keeps_plain_greedy_in_fewer_passes():
     assert rejects_drafts(torch_lookup) and rejects_drafts(jax_lookup)
 
 
-def test_assisted_on_every_cache_accepts_drafts_and_keeps_each_caches_greedy_text():
+def test_assisted_on_every_cache_accepts_and_rejects_drafts_on_each():
+    """Each column's tokens equal plain greedy's over its cache: tests/integration/test_jax_assisted.py checks
+    that on SmolLM2 for every bounded cache; here, that every column has drafts to show, kept and struck."""
     results = run_preset("Assisted on every cache")
     for key, result in results.items():
-        spec = RunSpec.from_dict({**PRESETS["Assisted on every cache"].columns[int(key[0]) - 1], "seed": 0})
-        plain = runner.run_to_result(PRESETS["Assisted on every cache"].prompt, spec.replace(strategy="greedy",
-                                                                                           prompt_lookup=0))
         steps = result["assisted_steps"]
         print(f"{key}: {sum(s['accepted'] for s in steps)} drafts accepted in {result['forward_passes']} passes")
-        assert result["token_ids"] == plain["token_ids"], key
         assert sum(s["accepted"] for s in steps) > 10 and rejects_drafts(result), key
     windowed = [r for key, r in results.items() if ":sliding:" in key or ":sink:" in key]
     assert all(r["prompt_tokens"] + r["new_tokens"] > EVERY_CACHE_WINDOW for r in windowed)  # the windows evict

@@ -23,8 +23,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--top-p", "abc"], "invalid float value: 'abc'"),
     (["--prefix-ids", "1,x"], "prefix ids must be whole numbers separated by commas"),
     (["--prefix-ids=-4"], "prefix_ids[0]=-4 is not a token id"),
-    (["--backend", "jax", "--strategy", "assisted", "--prompt-lookup", "3", "--cache", "sliding"],
-     "use cache 'dynamic' or 'static', or backend 'torch'"),
+    (["--backend", "jax", "--weights", "int8"], "weights 'int8' are not supported on the JAX path"),
     (["--backend", "jax", "--strategy", "beam", "--num-beams", "2", "--num-return-sequences", "3"],
      "raise num_beams or lower num_return_sequences"),
 ])
