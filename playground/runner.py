@@ -176,6 +176,9 @@ class _Finished:
         return combine_runs(results)
 
 
+WIND_DOWN_S = 30.0  # the most a finished run's worker is waited for (it has sent its last report)
+
+
 class _Job:
     """One run: a worker thread that loads and generates, and the queue of what it reports, in order."""
 
@@ -293,13 +296,21 @@ class _Job:
             elif isinstance(report, _Hypothesis):
                 yield HypothesisEvent(text.tokenizer.decode(report.ids, skip_special_tokens=True), len(report.ids))
             elif isinstance(report, BaseException):
+                self._wind_down()
                 raise _user_error(report)
             elif isinstance(report, _Finished):
+                self._wind_down()
                 tail = text.finish()
                 if tail:
                     yield TextEvent(tail, text.text, len(text.ids))
                 yield DoneEvent(report.result(self.spec))
                 return
+
+    def _wind_down(self) -> None:
+        """Wait for the worker, which has sent its last report, to return. A process that exits right after a
+        run (the CLI) would otherwise tear down torch while that thread still frees the run's tensors, and
+        die with "terminate called without an active exception" (seen once in a loaded test run)."""
+        self._thread.join(timeout=WIND_DOWN_S)
 
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,

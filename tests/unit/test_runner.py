@@ -42,6 +42,26 @@ def test_result_json_has_the_contract_keys(local_model):
     assert set(result["versions"]) == {"torch", "transformers", "jax", "torchax", "gradio"}
 
 
+def test_a_finished_run_leaves_no_worker_behind(local_model, monkeypatch):
+    """The CLI exits right after its run: the worker must have returned by then, not still be freeing tensors
+    while the interpreter tears torch down. A worker slow to return after its last report is waited for."""
+    import threading
+    import time
+
+    finished = runner._Job._work
+
+    def slow_to_return(self):
+        finished(self)
+        time.sleep(0.5)  # what freeing a large run's tensors can take on a loaded machine
+
+    monkeypatch.setattr(runner._Job, "_work", slow_to_return)
+    runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=4))
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("run-") and t.is_alive()]
+    with pytest.raises(PlaygroundError):
+        runner.run_to_result("abc", RunSpec(model="no-such-model", max_new_tokens=4))
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("run-") and t.is_alive()]
+
+
 def test_second_run_finds_the_model_loaded(local_model):
     runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=2))
     again = runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=2))
