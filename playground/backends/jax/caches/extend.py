@@ -13,11 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
-
 from playground import registry
 from playground.backends.jax.caches import plan as cache_plan
-from playground.backends.jax.caches.layout import Arrays, Attend, Layout
 from playground.backends.jax.caches.plan import CachePlan
 from playground.spec import RunSpec
 
@@ -30,8 +27,3 @@ def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> Ca
     lengths = cache_plan.cache_lengths(registry.cache_type(spec.cache), prompt_len, total, width)
     return CachePlan(tuple(layer.with_room(width).resized(lengths[0]) for layer in plain.layers), tuple(lengths))
 
-
-def extend(layout: Layout, arrays: Arrays, keys: jax.Array, values: jax.Array,
-           position: jax.Array) -> tuple[Arrays, Attend]:
-    """Tokens (B, KV, W, D) at positions position..position + W - 1: the updated arrays and how they attend."""
-    return layout.extend(arrays, keys, values, position)

@@ -16,7 +16,6 @@ import torch
 from torchax import interop
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from playground.backends.jax.caches.extend import extend
 from playground.backends.jax.caches.layout import Layout
 
 # attribute `update` puts on the keys it returns: the layout's attention callback, read by traced.attention_forward
@@ -51,7 +50,7 @@ class JaxLayer(CacheLayerMixin):
             self.arrays, attend = self.layout.step(self.arrays, keys, values, self.cumulative_length)
             self.cumulative_length = self.cumulative_length + 1
         elif self.arrays:  # several tokens after the prompt: assisted decoding's verify pass (caches/extend.py)
-            self.arrays, attend = extend(self.layout, self.arrays, keys, values, self.cumulative_length)
+            self.arrays, attend = self.layout.extend(self.arrays, keys, values, self.cumulative_length)
             self.cumulative_length = self.cumulative_length + keys.shape[2]
         else:
             self.arrays, attend = self.layout.prefill(keys, values, self.cumulative_length)
