@@ -20,6 +20,12 @@ Rules, as the caches implement them:
   newest `residual_length` in a full-precision ring that attention reads instead, so there the newest
   min(written, R) tokens are full precision (none with 8 bits). Its sliding and sink caches keep what the
   PyTorch ones keep (their tokens are tested equal).
+
+Assisted decoding writes several tokens per forward pass: the last accepted token and the drafts, which the
+main model then accepts or rejects. `verify_retention` draws the cache as such a pass leaves it, before its
+rollback: what the cache held before the pass (the rule above), then the pass's tokens, all held. A bounded
+ring has room for them past its window (PyTorch's caches grow by the pass and crop back; the JAX rings have
+`spare` slots more), so no rejected draft displaces a position some window still needs.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Literal
 
 from playground import registry
 
-State = Literal["kept", "sink", "evicted", "quantized", "unwritten"]
+State = Literal["kept", "sink", "evicted", "quantized", "unwritten", "accepted", "rejected"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +52,7 @@ class CacheSettings:
     layer_types: tuple[str, ...] = ("full_attention",)
     model_window: int | None = None  # the model's own sliding window, when it has sliding layers
     backend: str = "torch"  # the quantized caches differ in which tokens stay full precision
+    spare: int = 0  # JAX assisted decoding: ring slots past the window, for a verify pass's drafts
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,11 @@ def _count(layers: int, what: str) -> str:
     return f"{layers} {what}layer{'' if layers == 1 else 's'}"
 
 
+def _bounded(settings: CacheSettings, window: int) -> str:
+    """A ring's size: its window, and the spare slots a verify pass writes its drafts into."""
+    return f"window {window}" + (f" + {settings.spare} spare slots" if settings.spare else "")
+
+
 @dataclass(frozen=True)
 class Written:
     """What a retention rule is given: the settings and where the cache stands at the step drawn."""
@@ -104,13 +116,14 @@ class Written:
         if not (self.sliding and self.settings.model_window):
             return []
         window = self.settings.model_window
-        return [CacheRow(_count(self.sliding, "sliding ") + f" (window {window})",
+        return [CacheRow(_count(self.sliding, "sliding ") + f" ({_bounded(self.settings, window)})",
                          _window(self.total, self.n, _slid(window, self.n)))]
 
 
 def sink_rows(at: Written) -> list[CacheRow]:
     s = at.settings
-    return [CacheRow(_count(at.full, "") + " (sinks + window)", _sink(at.total, at.n, s.sink_tokens, s.window))]
+    return [CacheRow(_count(at.full, "") + f" (sinks + recent, {_bounded(s, s.window)})",
+                     _sink(at.total, at.n, s.sink_tokens, s.window))]
 
 
 def quantized_rows(at: Written) -> list[CacheRow]:
@@ -125,7 +138,8 @@ def sliding_rows(at: Written) -> list[CacheRow]:
         return [*at.model_window_rows(),
                 CacheRow(_count(at.full, "global ") + " (no window)", _window(at.total, at.n, at.n))]
     kept = _slid(at.settings.window, at.n)
-    return [CacheRow(_count(at.full, "") + f" (window {at.settings.window})", _window(at.total, at.n, kept))]
+    return [CacheRow(_count(at.full, "") + f" ({_bounded(at.settings, at.settings.window)})",
+                     _window(at.total, at.n, kept))]
 
 
 def retains(cache: str) -> bool:
@@ -135,18 +149,61 @@ def retains(cache: str) -> bool:
 
 def retention(settings: CacheSettings, prompt_tokens: int, new_tokens: int, step: int) -> list[CacheRow]:
     """Per group of layers, the state of each of the prompt_tokens + new_tokens positions at step `step`."""
+    return _rows(settings, prompt_tokens, prompt_tokens + new_tokens, written(prompt_tokens, step))
+
+
+def _rows(settings: CacheSettings, prompt_tokens: int, total: int, n: int) -> list[CacheRow]:
+    """The cache's rows over `total` positions once `n` are written."""
     rule = registry.cache_type(settings.cache).retention if settings.cache in registry.cache_names() else None
     if rule is None:
         drawn = [c.name for c in registry.caches() if c.retention is not None]
         raise ValueError(f"retention is drawn for caches {tuple(drawn)}, not {settings.cache!r}")
     kinds = Counter(settings.layer_types)
-    at = Written(settings, prompt_tokens, prompt_tokens + new_tokens, written(prompt_tokens, step),
-                 kinds.get("sliding_attention", 0), kinds.get("full_attention", 0))
+    at = Written(settings, prompt_tokens, total, n, kinds.get("sliding_attention", 0), kinds.get("full_attention", 0))
     return list(rule(at))
 
 
-def settings_for(spec: dict[str, object], layer_types: Sequence[str], model_window: int | None) -> CacheSettings:
-    """CacheSettings from a Result's spec and attention layout."""
+@dataclass(frozen=True)
+class VerifyPass:
+    """One forward pass of assisted decoding: `drafted` tokens checked after the last accepted one, the first
+    `accepted` of them kept; `before` new tokens came out of the passes before it."""
+
+    before: int
+    drafted: int
+    accepted: int
+
+
+def verify_retention(settings: CacheSettings, prompt_tokens: int, new_tokens: int,
+                     verify: VerifyPass) -> list[CacheRow]:
+    """Per group of layers, each position's state as a verify pass leaves the cache before rolling back.
+
+    Positions before the pass's first token are what the cache held after the previous pass. The pass writes
+    the last accepted token (the whole prompt, on a first pass) and its drafts, and holds all of them until
+    the rollback: past its window, if need be, but never in a slot some window still reads. The drafts are
+    drawn accepted or rejected; a rejected one's position is written again, with another token, later on.
+    """
+    if not verify.drafted:  # an ordinary step: the pass wrote one token and verified nothing
+        return retention(settings, prompt_tokens, new_tokens, verify.before + 1)
+    start = prompt_tokens + verify.before - 1 if verify.before else 0  # the pass's first position
+    end = max(start + 1, prompt_tokens)  # past the token(s) it feeds; its drafts follow
+    total = max(prompt_tokens + new_tokens, end + verify.drafted)  # a last pass may draft past the run's end
+    held_before = _rows(settings, prompt_tokens, total, start)
+    fed = _rows(settings, prompt_tokens, total, end)
+    rows = []
+    for old, new in zip(held_before, fed, strict=True):
+        held: list[State] = ["kept" if state == "evicted" else state for state in new.states[start:end]]
+        accepted: list[State] = ["accepted"] * verify.accepted
+        rejected: list[State] = ["rejected"] * (verify.drafted - verify.accepted)
+        drafts = accepted + rejected
+        states = [*old.states[:start], *held, *drafts]
+        states += ["unwritten"] * (total - len(states))
+        rows.append(CacheRow(new.layers, tuple(states)))
+    return rows
+
+
+def settings_for(spec: dict[str, object], layer_types: Sequence[str], model_window: int | None,
+                 spare: int = 0) -> CacheSettings:
+    """CacheSettings from a Result's spec and attention layout (and a JAX assisted run's spare ring slots)."""
 
     def number(key: str, default: int) -> int:
         value = spec.get(key, default)
@@ -155,4 +212,4 @@ def settings_for(spec: dict[str, object], layer_types: Sequence[str], model_wind
     return CacheSettings(cache=str(spec.get("cache")), window=number("window", 256),
                          sink_tokens=number("sink_tokens", 4), cache_bits=number("cache_bits", 4),
                          residual_length=number("residual_length", 128), layer_types=tuple(layer_types),
-                         model_window=model_window, backend=str(spec.get("backend", "torch")))
+                         model_window=model_window, backend=str(spec.get("backend", "torch")), spare=spare)

@@ -1,5 +1,7 @@
 """What the cache still holds: a strip over the prompt and the output of a sliding, sink or quantized column,
-showing at a chosen step which positions the cache keeps, which are sinks, evicted or quantized.
+showing at a chosen step which positions the cache keeps, which are sinks, evicted or quantized. An assisted
+column's slider moves over its verify passes instead: each pass's drafts are drawn where the cache holds them,
+accepted or rejected, past the window of a bounded ring.
 
 The states come from `playground.retention` (checked against the real caches by the tests), fed with the
 column's applied spec, its Result's token counts and the model's attention layout; each strip row is a group
@@ -16,12 +18,23 @@ import gradio as gr
 from gradio.blocks import Block
 
 from playground.result import Result
-from playground.retention import CacheRow, State, retains, retention, settings_for, written
+from playground.retention import (
+    CacheRow,
+    State,
+    VerifyPass,
+    retains,
+    retention,
+    settings_for,
+    verify_retention,
+    written,
+)
 from playground.ui.events import Updates, on_private, writes
 from playground.ui.outcome import Outcome
 
 STATE_TEXT: dict[str, str] = {"kept": "kept (full precision)", "sink": "sink", "evicted": "evicted",
-                              "quantized": "quantized", "unwritten": "not written yet"}
+                              "quantized": "quantized", "unwritten": "not written yet",
+                              "accepted": "draft, accepted by this pass",
+                              "rejected": "draft, rejected by this pass (rolled back, rewritten later)"}
 
 CACHE_CSS = """
 .cache-strip { font-size: 0.82em; color: var(--body-text-color); }
@@ -36,6 +49,8 @@ CACHE_CSS = """
 .cache-evicted { background: repeating-linear-gradient(45deg, #e5e7eb 0 3px, #9ca3af 3px 5px); }
 .cache-quantized { background: #f59e0b; }
 .cache-unwritten { background: transparent; }
+.cache-accepted { background: #2563eb; }
+.cache-rejected { background: #dc2626; }
 .cache-key { display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 8px; border-radius: 2px;
              vertical-align: middle; }
 """
@@ -49,10 +64,42 @@ def strip_applies(result: Result | None) -> bool:
     return retains(str(spec.get("cache")))
 
 
+def verify_passes(result: Result) -> list[VerifyPass]:
+    """An assisted run's forward passes, each with the new tokens before it (empty for other runs)."""
+    passes, before = [], 0
+    for record in result.get("assisted_steps") or []:
+        passes.append(VerifyPass(before, len(record["drafted"]), record["accepted"]))
+        before += record["accepted"] + 1
+    return passes
+
+
+def spare_slots(result: Result) -> int:
+    """The slots a JAX assisted run's rings keep past their windows: its widest verify pass, less the token
+    it feeds. PyTorch's caches have none: they grow by each pass and crop back."""
+    widths = result.get("extra", {}).get("verify_widths") or [1]
+    return max(widths) - 1 if result["spec"].get("backend") == "jax" else 0
+
+
 def rows_at(result: Result, step: int) -> list[CacheRow]:
+    """The rows at step `step`, or during verify pass `step` of an assisted run."""
     layout = result["attention_layers"]
-    settings = settings_for(result["spec"], layout["layer_types"], layout["sliding_window"])
+    settings = settings_for(result["spec"], layout["layer_types"], layout["sliding_window"], spare_slots(result))
+    passes = verify_passes(result)
+    if passes:
+        return verify_retention(settings, result["prompt_tokens"], result["new_tokens"], passes[step - 1])
     return retention(settings, result["prompt_tokens"], result["new_tokens"], step)
+
+
+def slider_steps(result: Result) -> int:
+    """How far the slider goes: the verify passes of an assisted run, else the new tokens."""
+    return len(verify_passes(result)) or result["new_tokens"]
+
+
+def first_shown(result: Result) -> int:
+    """The step drawn first: an assisted run's last pass that rejected a draft (the rollback is what the strip
+    is there to show), else the last step."""
+    rejecting = [i + 1 for i, p in enumerate(verify_passes(result)) if p.accepted < p.drafted]
+    return rejecting[-1] if rejecting else slider_steps(result)
 
 
 def _runs(states: Sequence[State], prompt_tokens: int) -> str:
@@ -72,9 +119,9 @@ def _runs(states: Sequence[State], prompt_tokens: int) -> str:
 
 def _summary(row: CacheRow) -> str:
     counts = {state: row.states.count(state) for state in STATE_TEXT}
-    held = counts["kept"] + counts["sink"] + counts["quantized"]
+    held = sum(counts[s] for s in ("kept", "sink", "quantized", "accepted", "rejected"))
     parts = [f"holds {held} of {held + counts['evicted']}"]
-    parts += [f"{counts[s]} {s}" for s in ("sink", "quantized", "evicted") if counts[s]]
+    parts += [f"{counts[s]} {s}" for s in ("sink", "quantized", "evicted", "accepted", "rejected") if counts[s]]
     return ", ".join(parts)
 
 
@@ -87,26 +134,48 @@ def _legend(rows: Sequence[CacheRow]) -> str:
 
 
 def cache_strip_html(result: Result | None, step: int) -> str:
-    """The strip of every layer group at `step` (clamped to the run's steps); empty where no strip applies."""
+    """The strip of every layer group at `step` (clamped to the run's steps, or its verify passes); empty where
+    no strip applies."""
     if result is None or not strip_applies(result):
         return ""
-    step = min(max(int(step), 1), result["new_tokens"])
+    last = slider_steps(result)
+    step = min(max(int(step), 1), last)
     prompt = result["prompt_tokens"]
-    head = (f"<b>KV cache at step {step} of {result['new_tokens']}</b>: {written(prompt, step)} positions written "
-            f"({prompt} prompt + {step - 1} new)")
+    passes = verify_passes(result)
+    if passes:
+        head = _pass_head(result, passes[step - 1], step, last)
+    else:
+        head = (f"<b>KV cache at step {step} of {last}</b>: {written(prompt, step)} positions written "
+                f"({prompt} prompt + {step - 1} new)")
     rows = rows_at(result, step)
     drawn = "".join(f"<div class='cache-row'><div class='cache-label'>{html.escape(row.layers)}: {_summary(row)}"
                     f"</div><div class='cache-bar'>{_runs(row.states, prompt)}</div></div>" for row in rows)
     return f"<div class='cache-strip'><div>{head}</div>{drawn}{_legend(rows)}</div>"
 
 
+def _pass_head(result: Result, verify: VerifyPass, index: int, passes: int) -> str:
+    """What verify pass `index` wrote, and where a bounded ring keeps its drafts."""
+    fed = f"new token {verify.before}" if verify.before else f"the {result['prompt_tokens']}-token prompt"
+    head = f"<b>KV cache during forward pass {index} of {passes}</b>: it wrote {fed}"
+    if not verify.drafted:
+        return head + " and no drafts"
+    rejected = verify.drafted - verify.accepted
+    head += f" and {verify.drafted} drafts: {verify.accepted} accepted, {rejected} rejected"
+    spare = spare_slots(result)
+    room = (f"each bounded ring has {spare} spare slots past its window for a pass's drafts" if spare else
+            "the cache grows by the pass's tokens, and crop() then takes the rejected ones out")
+    return f"{head} · {room}; a rejected draft's slot is masked until a later token overwrites it"
+
+
 def strip_updates(step_slider: Block, strip: Block, result: Result | None) -> Updates:
     """A finished column's slider (set to the last step) and strip; both hidden where no strip applies."""
     if result is None or not strip_applies(result):
         return {step_slider: gr.update(visible=False), strip: gr.update(value="", visible=False)}
-    last = result["new_tokens"]
-    return {step_slider: gr.update(visible=True, minimum=1, maximum=max(last, 2), value=last, interactive=last > 1),
-            strip: gr.update(value=cache_strip_html(result, last), visible=True)}
+    last = slider_steps(result)
+    label = "KV cache during forward pass" if verify_passes(result) else "KV cache at step"
+    return {step_slider: gr.update(visible=True, minimum=1, maximum=max(last, 2), value=first_shown(result),
+                                   interactive=last > 1, label=label),
+            strip: gr.update(value=cache_strip_html(result, first_shown(result)), visible=True)}
 
 
 def wire_strip(column: int, step_slider: gr.Slider, strip: gr.HTML, results: gr.State) -> None:

@@ -81,3 +81,38 @@ def test_the_legend_names_only_the_states_drawn():
     html = cache_strip_html(result("sliding", window=8), 20)
     assert "cache-key cache-evicted" in html and "cache-key cache-sink" not in html
     assert "cache-key cache-quantized" not in html
+
+
+def assisted(backend: str) -> dict[str, Any]:
+    """A prompt-lookup run over a window of 8: 20 new tokens from 14 forward passes; pass 2 drafts 5 tokens
+    after new token 1 and keeps 2, pass 4 keeps all 4 of its drafts."""
+    r = result("sliding", window=8, backend=backend, strategy="assisted", prompt_lookup=10)
+    drafts = [(0, 0), (5, 2), (0, 0), (4, 4)] + [(0, 0)] * 10
+    r["assisted_steps"] = [{"drafted": list(range(n)), "drafted_text": ["x"] * n, "accepted": a} for n, a in drafts]
+    r["extra"] = {"verify_widths": [11]} if backend == "jax" else {}
+    return r
+
+
+def test_an_assisted_strip_moves_over_passes_and_draws_each_pass_drafts_in_the_ring():
+    r = assisted("jax")
+    html = cache_strip_html(r, 2)  # feeds new token 1 (position 10), drafts 11-15
+    assert "forward pass 2 of 14" in html and "5 drafts: 2 accepted, 3 rejected" in html
+    assert runs(html, "evicted") == [(0, 2)] and runs(html, "kept") == [(3, 9), (10, 10)]  # the window before it
+    assert runs(html, "accepted") == [(11, 12)] and runs(html, "rejected") == [(13, 15)]
+    assert "window 8 + 10 spare slots" in html and "10 spare slots past its window" in html
+    assert "holds 13 of 16" in html and "cache-key cache-rejected" in html
+    plain = cache_strip_html(r, 3)  # no drafts: an ordinary step, writing new token 4 (position 13)
+    assert "accepted" not in plain.split("·")[0] and runs(plain, "rejected") == []
+    assert runs(plain, "kept") == [(7, 9), (10, 13)]  # 14 written, the last 7 kept
+    torch_html = cache_strip_html(assisted("torch"), 2)
+    assert "spare" not in torch_html and "crop() then takes the rejected ones out" in torch_html
+    assert runs(torch_html, "rejected") == [(13, 15)]
+
+
+def test_an_assisted_column_slider_counts_passes_and_starts_at_the_last_rollback():
+    demo, page = build_ui()
+    col = page.columns[0]
+    updates = strip_updates(col.cache_step, col.cache_strip, assisted("jax"))
+    slider = updates[col.cache_step]
+    assert slider["maximum"] == 14 and slider["value"] == 2 and slider["label"] == "KV cache during forward pass"
+    assert "forward pass 2 of 14" in updates[col.cache_strip]["value"]

@@ -9,8 +9,9 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from playground.backends.torch.caches.factory import make_cache
 from playground.backends.torch.caches.sink import rope_inv_freq, rotate_keys
+from playground.backends.torch.transformers_hooks import with_attention_mask
 from playground.result import attention_layers
-from playground.retention import CacheSettings, retention
+from playground.retention import CacheSettings, VerifyPass, retention, verify_retention
 from playground.spec import RunSpec
 from tests.helpers import tiny_gemma, tiny_llama
 
@@ -123,6 +124,33 @@ def test_gemma3_sliding_layers_keep_the_models_window_and_global_layers_their_ro
             assert global_layer._quantized_keys.shape[-2] == len(positions(global_row.states, "quantized"))
             residual = global_layer.keys
             assert (residual.shape[-2] if residual.dim() == 4 else 0) == len(positions(global_row.states, "kept"))
+
+
+@pytest.mark.parametrize(("cache", "after"), [("sliding", 9), ("sink", 9), ("sliding", 1), ("sliding", 0)])
+def test_a_verify_pass_holds_its_drafts_past_the_window_until_rollback(cache, after):
+    """A verify pass with 5 drafts after `after` new tokens (the first pass feeds the prompt, the others the
+    last new token): the cache holds what the strip shows, drafts included (accepted or not: the keys are
+    written before the main model judges them)."""
+    model, spec = tiny_llama(), RunSpec(cache=cache, window=8, sink_tokens=3)
+    reference = reference_keys(model)[0]
+    settings = CacheSettings(cache=cache, window=8, sink_tokens=3)
+    cache_object = make_cache(spec, model, PROMPT)
+    for step, _ in steps(model, cache_object) if after else ():
+        if step == after:
+            break
+    for layer in cache_object.layers:
+        layer.activate_past_recording()
+    start, end = (PROMPT + after - 1, PROMPT + after) if after else (0, PROMPT)  # what the pass feeds
+    masks = cache_object.block_mask if cache == "sink" else lambda _: None  # the sink cache's per-query windows
+    with torch.no_grad(), with_attention_mask(model, cache_object, masks):
+        model(input_ids=TOKENS[:, start:end + 5], past_key_values=cache_object)
+    [row] = verify_retention(settings, PROMPT, NEW, VerifyPass(before=after, drafted=5, accepted=2))
+    assert positions(row.states, "accepted") == [end, end + 1]
+    assert positions(row.states, "rejected") == [end + 2, end + 3, end + 4]
+    layer = cache_object.layers[0]
+    stored = layer.keys[0, :, 3:] if cache == "sink" else layer.keys[0]
+    assert held_positions(stored, reference) == positions(row.states, "kept", "accepted", "rejected")
+    assert bool(positions(row.states, "evicted")) == (after > 0), "past the window: some positions evicted"
 
 
 def test_other_caches_are_not_drawn():
