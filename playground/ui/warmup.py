@@ -25,8 +25,8 @@ from playground.ui.page import DEFAULT_PROMPT
 
 logger = logging.getLogger(__name__)
 # JAX greedy runs of the page's default prompt. Programs are keyed by the prompt's bucket and each layer's cache
-# layout: the page's defaults (the growing cache, 64 new tokens: its lengths from 64 positions up) and the static
-# cache at the same length, which shares the growing cache's last programs.
+# layout: the page's defaults (the growing cache, 64 new tokens: one length, 128 positions, for a short prompt)
+# and the static cache, which shares the growing cache's programs at the same length.
 WARMUP_SPECS = (RunSpec(backend="jax"), RunSpec(backend="jax", cache="static"))
 POLL_S = 2.0
 

@@ -101,12 +101,12 @@ def test_the_window_changes_the_tokens(llama):
 # -- bytes: flat, stepwise, bounded ----------------------------------------------------------------------------
 
 def test_static_is_flat_and_dynamic_steps_up_to_it(llama):
-    new = 100  # 5 + 100 tokens: dynamic grows 64 -> 128, static holds 128 from the start
+    new = 200  # 5 + 200 tokens: dynamic grows 128 -> 256, static holds 256 from the start
     static = jax_run(llama, PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=new, min_new_tokens=new))[0]
     dynamic = jax_run(llama, PROMPT, RunSpec(backend="jax", max_new_tokens=new, min_new_tokens=new))[0]
     row = kv_row_bytes(llama.model.config)
-    assert static.kv_trace == [128 * row] * new
-    assert dynamic.kv_trace[0] == 64 * row and dynamic.kv_trace[-1] == 128 * row
+    assert static.kv_trace == [256 * row] * new
+    assert dynamic.kv_trace[0] == 128 * row and dynamic.kv_trace[-1] == 256 * row
     assert sorted(dynamic.kv_trace) == dynamic.kv_trace and len(set(dynamic.kv_trace)) == 2
     assert dynamic.sequences == static.sequences
 
@@ -114,19 +114,19 @@ def test_static_is_flat_and_dynamic_steps_up_to_it(llama):
 @pytest.mark.parametrize("knobs", [{"cache": "sliding", "window": 16}, {"cache": "sink", "window": 16,
                                                                          "sink_tokens": 4}])
 def test_bounded_caches_stay_bounded_over_three_windows(llama, knobs):
-    new = 5 * 16  # five windows
+    new = 9 * 16  # nine windows
     out = jax_run(llama, PROMPT, RunSpec(backend="jax", max_new_tokens=new, min_new_tokens=new, **knobs))[0]
     bound = 16 * kv_row_bytes(llama.model.config)
     assert out.kv_trace == [bound] * new  # a ring of the window from the start, never growing
-    assert out.extra["cache_lengths"][-1] == 128  # while the cache length it was planned for doubled
+    assert out.extra["cache_lengths"] == [128, 192]  # while the cache length it was planned for grew
 
 
 def test_own_window_layers_are_rings_and_the_global_layer_grows(gemma):
-    new = 120
+    new = 200
     out = jax_run(gemma, PROMPT, RunSpec(backend="jax", cache="sliding", max_new_tokens=new, min_new_tokens=new))[0]
     one_layer = kv_row_bytes(gemma.model.config, layers=1)
     rings = 2 * 8 * one_layer  # two sliding layers, 8 slots each
-    assert out.kv_trace[0] == rings + 64 * one_layer and out.kv_cache_bytes == rings + 128 * one_layer
+    assert out.kv_trace[0] == rings + 128 * one_layer and out.kv_cache_bytes == rings + 256 * one_layer
 
 
 @pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
@@ -140,12 +140,12 @@ def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_
               {"cache": "static"}, {"cache": "dynamic"}]
     with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as model:
         for backend in ("torch", "jax"):
-            results = [runner.run_to_result("abc", RunSpec(model=model, backend=backend, chat=False, max_new_tokens=80,
-                                                           min_new_tokens=80, **knobs)) for knobs in caches]
+            results = [runner.run_to_result("abc", RunSpec(model=model, backend=backend, chat=False, max_new_tokens=160,
+                                                           min_new_tokens=160, **knobs)) for knobs in caches]
             frame = kv_frame(results, [c["cache"] for c in caches], range(len(caches))).dropna()
             sizes = {c["cache"]: frame[frame["column"] == series_name(i)]["KV cache (MiB)"].tolist()
                      for i, c in enumerate(caches)}
-            assert all(len(trace) == 80 for trace in sizes.values()), backend
+            assert all(len(trace) == 160 for trace in sizes.values()), backend
             for bounded in ("sliding", "sink"):  # the window (16) is full by step 14: three windows and more after
                 assert len(set(sizes[bounded][16:])) == 1, (backend, bounded)
                 assert sizes[bounded][-1] < sizes["static"][-1] / 4, (backend, bounded)
@@ -161,10 +161,10 @@ def test_the_pages_kv_plot_shows_bounded_caches_flattening_on_both_backends(tmp_
 @pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_quantized_bytes_follow_the_formula(llama64, bits):
-    spec = RunSpec(backend="jax", cache="quantized", cache_bits=bits, residual_length=16, max_new_tokens=80,
-                   min_new_tokens=80)
+    spec = RunSpec(backend="jax", cache="quantized", cache_bits=bits, residual_length=16, max_new_tokens=160,
+                   min_new_tokens=160)
     out = jax_run(llama64, PROMPT, spec)[0]
-    store = 128  # 5 + 80 positions, rounded up; the quantized store grows 64 -> 128 with the cache
+    store = 192  # 5 + 160 positions, rounded up; the quantized store grows 128 -> 192 with the cache
     per_position = 64 * bits // 8 + 2 * 4  # one head's codes, packed, + a scale and a zero point (one group)
     residual = 0 if bits == 8 else 16 * 64 * 4  # the newest 16 tokens in full precision
     layers_kv_heads_kv = 2 * 1 * 2
@@ -191,7 +191,7 @@ def test_quantized_layers_on_a_model_with_its_own_window(gemma):
     out = jax_run(gemma, PROMPT, RunSpec(backend="jax", cache="quantized", cache_bits=8, max_new_tokens=NEW,
                                          min_new_tokens=NEW))[0]
     assert out.extra["cache_layers"] == {"ring(slots=8, window=8)": 2,
-                                         "quant(bits=8, store=64, residual=0, slots=0)": 1}
+                                         "quant(bits=8, store=128, residual=0, slots=0)": 1}
 
 
 # -- sampling, compile once, stop ------------------------------------------------------------------------------

@@ -66,10 +66,10 @@ def test_greedy_matches_generate(request, which, cache):
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_greedy_matches_generate_while_the_cache_grows(request, which):
     loaded = request.getfixturevalue(which)
-    out, _ = jax_run(loaded, PROMPT, spec(cache="dynamic", max_new_tokens=100, min_new_tokens=100))
-    assert out.extra["cache_lengths"] == [64, 128]
+    out, _ = jax_run(loaded, PROMPT, spec(cache="dynamic", max_new_tokens=200, min_new_tokens=200))
+    assert out.extra["cache_lengths"] == [128, 256]
     assert out.kv_trace[0] < out.kv_trace[-1] == out.kv_cache_bytes  # the global layers doubled
-    assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, 100, "dynamic")
+    assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, 200, "dynamic")
 
 
 def test_greedy_matches_generate_for_another_prompt_bucket(llama):
@@ -236,7 +236,8 @@ def test_buckets():
     # preallocated: prompt + new tokens, rounded up to 64 (the padded prompt may be longer: padding is dropped)
     assert static_length(5, 24) == 64 and static_length(40, 128) == 192 and static_length(129, 1) == 192
     # growing: doubling from the first power of two (at least 64) holding the prompt and a chunk, up to that
-    assert growth_lengths(40, 128, 8) == [64, 128, 192] and growth_lengths(5, 24, 8) == [64]
+    assert growth_lengths(40, 128, 8) == [128, 192] and growth_lengths(5, 24, 8) == [64]
+    assert growth_lengths(40, 300, 8) == [128, 256, 384]
     assert growth_lengths(60, 1000, 8) == [128, 256, 512, 1024, 1088] and growth_lengths(300, 8, 8) == [320]
 
 

@@ -28,8 +28,11 @@ from playground.models.shapes import attention_shape
 from playground.spec import RunSpec
 
 MIN_PREFILL_BUCKET = 16
-# A growing cache starts at least this long; each length it steps through compiles its decode program once.
-GROWTH_FLOOR = 64
+# A growing cache starts at least this long; each length it steps through compiles its decode program once
+# (the growing, sink and quantized decode programs take 5-10 s each on 2 cores), so the page's defaults (a chat
+# prompt and 64 new tokens: under 128 positions) compile one, as static does. 128 positions of SmolLM2's
+# cache are 5.9 MB.
+GROWTH_FLOOR = 128
 # A preallocated cache is prompt + max_new_tokens rounded up to this, so nearby requests share programs.
 STATIC_GRANULE = 64
 
