@@ -1,10 +1,12 @@
-"""CLI: `python -m playground run|bench|models`; bad input exits 2 with one `error:` line, never a traceback."""
+"""CLI: `python -m playground run|sweep|bench|models`; bad input exits 2 with one `error:` line, never a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -15,6 +17,8 @@ from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths, public
 from playground.spec import BACKENDS, WEIGHTS, RunSpec
+from playground.sweep.knobs import KNOBS
+from playground.sweep.prompt_sets import SETS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -43,26 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
     run.add_argument("--prompt", required=True, help="text to continue (or the user turn, in chat mode)")
-    for field in fields(RunSpec):
-        flag = "--" + field.name.replace("_", "-")
-        if field.name == "chat":
-            run.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                             help="apply the chat template (default: when the model is an instruct model)")
-        elif field.name == "early_stopping":
-            run.add_argument(flag, action="store_true", default=None, help="beam search: stop at num_beams finished")
-        elif field.name == "assisted_sampling":
-            run.add_argument(flag, action="store_true", default=None,
-                             help="assisted decoding: sample with the sampling knobs (speculative sampling)")
-        elif field.name == "assistant":
-            run.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
-        elif field.name == "prefix_ids":
-            run.add_argument(flag, type=_token_ids, default=None, metavar="ID,ID,...",
-                             help="token ids forced after the prompt; generation continues from the last of them")
-        else:
-            kind = {"int": int, "float": float}.get(str(field.type), str)
-            run.add_argument(flag, type=kind, default=None, choices=_choices().get(field.name),
-                             help=f"default: {field.default}")
+    _add_spec_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
+
+    sweep = commands.add_parser("sweep", help="run one knob over several values on a set of prompts: a row per "
+                                              "run and per-value medians of speed, memory and text measures")
+    sweep.add_argument("--knob", choices=KNOBS, help="the RunSpec knob to move")
+    sweep.add_argument("--values", help="its values, comma-separated, e.g. 0.2,0.7,1.2")
+    sweep.add_argument("--prompt-set", default=None, help="a shipped prompt set (see --list-prompt-sets; "
+                                                           "default: stories)")
+    sweep.add_argument("--prompts-file", default=None, metavar="FILE", help="your own prompts, one per line")
+    sweep.add_argument("--seeds", type=int, default=1,
+                       help="seeds per prompt when the strategy samples (default 1; deterministic runs use one)")
+    sweep.add_argument("--list-prompt-sets", action="store_true", help="name the shipped prompt sets and stop")
+    sweep.add_argument("--csv", default=None, metavar="FILE", help="also write the rows to FILE as CSV")
+    sweep.add_argument("--json", action="store_true", help="print the sweep's JSON object")
+    _add_spec_options(sweep)
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default="smollm2-135m")
@@ -77,6 +77,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("models", help="list the model catalog")
     return parser
+
+
+def _add_spec_options(command: argparse.ArgumentParser) -> None:
+    """A --flag per RunSpec field."""
+    for field in fields(RunSpec):
+        flag = "--" + field.name.replace("_", "-")
+        if field.name == "chat":
+            command.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                 help="apply the chat template (default: when the model is an instruct model)")
+        elif field.name == "early_stopping":
+            command.add_argument(flag, action="store_true", default=None,
+                                 help="beam search: stop at num_beams finished")
+        elif field.name == "assisted_sampling":
+            command.add_argument(flag, action="store_true", default=None,
+                                 help="assisted decoding: sample with the sampling knobs (speculative sampling)")
+        elif field.name == "assistant":
+            command.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
+        elif field.name == "prefix_ids":
+            command.add_argument(flag, type=_token_ids, default=None, metavar="ID,ID,...",
+                                 help="token ids forced after the prompt; generation continues from the last of them")
+        else:
+            kind = {"int": int, "float": float}.get(str(field.type), str)
+            command.add_argument(flag, type=kind, default=None, choices=_choices().get(field.name),
+                                 help=f"default: {field.default}")
 
 
 def _token_ids(text: str) -> list[int]:
@@ -123,6 +147,46 @@ def command_run(args: argparse.Namespace) -> None:
         print(f"warning: {busy}", file=sys.stderr)
 
 
+def command_sweep(args: argparse.Namespace) -> None:
+    from playground.sweep import prompt_sets
+    from playground.sweep.knobs import parse_values
+    from playground.sweep.run import Sweep, format_table, run_sweep, to_csv
+
+    if args.list_prompt_sets:
+        for name, found in SETS.items():
+            print(f"{name:<10} {len(found.prompts)} prompts: {found.about}")
+        return
+    if not args.knob or args.values is None:
+        fail("sweep needs --knob and --values (or --list-prompt-sets)")
+    if args.prompt_set and args.prompts_file:
+        fail("give --prompt-set or --prompts-file, not both")
+    if args.prompts_file:
+        try:
+            prompts = prompt_sets.pasted_prompts(Path(args.prompts_file).read_text(encoding="utf-8"))
+        except OSError as exc:
+            fail(f"cannot read --prompts-file {args.prompts_file}: {exc.strerror or exc}")
+    else:
+        prompts = prompt_sets.prompt_set(args.prompt_set or "stories")
+    sweep = Sweep(args.knob, parse_values(args.knob, args.values), spec_from_args(args), prompts, args.seeds)
+    stop = threading.Event()
+
+    def interrupted(signum: int, frame: object) -> None:
+        print("stopping: the run under way ends at its next token; the rows that finished are kept", file=sys.stderr)
+        stop.set()
+
+    def progress(done: int, total: int, what: str) -> None:
+        print(f"[{done:>3}/{total}] {what}", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        result = run_sweep(sweep, stop.is_set, progress)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if args.csv:
+        Path(args.csv).write_text(to_csv(result), encoding="utf-8")
+    print(json.dumps(result) if args.json else format_table(result))
+
+
 def command_bench(args: argparse.Namespace) -> None:
     from playground.tools import bench, bench_caches  # imported here: they load torch and jax
 
@@ -155,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """The CLI (also the `playground` console script)."""
     host.apply_thread_limits()  # before torch or jax start their thread pools
     args = build_parser().parse_args(argv)
-    handler = {"run": command_run, "bench": command_bench, "models": command_models}[args.command]
+    handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench,
+               "models": command_models}[args.command]
     try:
         handler(args)
     except PlaygroundError as exc:
