@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -22,7 +23,8 @@ from playground.events import DoneEvent
 from playground.models import public
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.sweep import measures
+from playground.sweep import measures, prompt_sets
+from playground.sweep.knobs import parse_values
 
 MAX_SEEDS = 8
 MEASURES = ("distinct_1", "distinct_2", "repeat_4gram_rate", "mean_logprob", "agreement", "first_divergence",
@@ -32,8 +34,9 @@ METRICS = ("tokens_per_s", "ttft_s", "kv_cache_bytes", "compile_s", "acceptance_
 Progress = Callable[[int, int, str], object]  # (runs done, runs in all, what runs next)
 
 
-# new tokens one sweep may ask for in all: about 20 minutes of SmolLM2 on 2 cores locally, 4 on a public Space
-SWEEP_TOKENS, PUBLIC_SWEEP_TOKENS = 100_000, 20_000
+# new tokens one sweep may ask for in all. SmolLM2 decodes 30-45 tok/s on 2 cores, so locally up to about
+# 45 minutes; on a public Space a sweep holds the one queue slot while it runs, so about 2 minutes there.
+SWEEP_TOKENS, PUBLIC_SWEEP_TOKENS = 100_000, 5_000
 
 
 def max_sweep_tokens() -> int:
@@ -80,6 +83,31 @@ class Sweep:
     def planned_tokens(self, specs: Sequence[RunSpec]) -> int:
         runs = sum(x.max_new_tokens * x.num_return_sequences for x in specs) * len(self.prompts) * len(self.seed_list())
         return runs + self.reference(specs).max_new_tokens * len(self.prompts)
+
+
+def sweep_from_json(prompts: str, text: str) -> Sweep:
+    """The API's request: `prompts` is a shipped set's name or one prompt per line; `text` is a JSON object
+    {"knob", "values" (a list, or a comma-separated string), "spec" (RunSpec keys), "seeds"}."""
+    try:
+        data = json.loads(text or "")
+    except json.JSONDecodeError as exc:
+        example = '{"knob": "temperature", "values": [0.2, 1.0], "spec": {"strategy": "sampling"}}'
+        raise PlaygroundError(f"sweep is not valid JSON ({exc.msg}); send an object such as {example}") from None
+    if not isinstance(data, dict):
+        raise PlaygroundError(f"sweep must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - {"knob", "values", "spec", "seeds"})
+    if unknown or "knob" not in data or "values" not in data:
+        raise PlaygroundError(f"sweep takes the keys knob, values, spec and seeds (knob and values required)"
+                              f"{'; unknown: ' + ', '.join(unknown) if unknown else ''}")
+    values = data["values"]
+    written = ",".join(str(v) for v in values) if isinstance(values, list) else str(values)
+    seeds = data.get("seeds", 1)
+    if not isinstance(seeds, int) or isinstance(seeds, bool):
+        raise PlaygroundError(f"seeds must be a whole number, got {seeds!r}")
+    chosen = prompts.strip()
+    found = prompt_sets.prompt_set(chosen) if chosen in prompt_sets.SETS else prompt_sets.pasted_prompts(prompts)
+    return Sweep(str(data["knob"]), parse_values(str(data["knob"]), written),
+                 RunSpec.from_dict(data.get("spec") or {}), found, seeds)
 
 
 def _one_run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool]) -> Result | None:

@@ -41,6 +41,7 @@ from playground.ui.plots import drawn_series, step_axes
 from playground.ui.presets import PRESETS
 from playground.ui.run import forget_session, recolour, render, render_outputs, run_all, run_outputs, stop_flag
 from playground.ui.style import CLAMP_NOTE_JS, SHORTCUT_JS, WRITE_URL_JS
+from playground.ui.sweep_api import api_sweep
 
 HEARTBEAT_S = 0.25  # how often the run API yields while generating: the most a vanished client runs on
 
@@ -333,6 +334,7 @@ def build_ui() -> tuple[gr.Blocks, Page]:
         demo.load(None, None, None, js=CLAMP_NOTE_JS)  # out-of-range numbers say what they became
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
+        gr.api(api_sweep, api_name="sweep")
         warmup.wire(demo, notice, poll)
     return demo, page
 

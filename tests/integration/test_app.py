@@ -1,4 +1,4 @@
-"""The served app: the `run` API answers through gradio_client, refuses bad input, and keeps serving."""
+"""The served app: the `run` and `sweep` APIs answer through gradio_client, refuse bad input, and keep serving."""
 
 import pytest
 
@@ -49,3 +49,15 @@ def test_a_repeated_jax_request_compiles_nothing(client):
     assert second["metrics"]["compile_s"] == 0.0
     assert second["token_ids"] == first["token_ids"]
     assert second["extra"]["weights_moved_s"] == 0.0  # the engine (weights on the device) was reused
+
+
+def test_sweep_endpoint_returns_a_row_per_value_and_refuses_bad_input(client):
+    from gradio_client.exceptions import AppError
+
+    sweep = '{"knob": "max_new_tokens", "values": [4, 8], "spec": {"chat": false}}'
+    result = client.predict("The capital of France is\nOnce upon a time", sweep, api_name="/sweep")
+    assert [(r["value"], r["prompt_index"]) for r in result["rows"]] == [(4, 0), (4, 1), (8, 0), (8, 1)]
+    assert [a["value"] for a in result["aggregates"]] == [4, 8]
+    assert all(r["measures"]["agreement"] == 1.0 for r in result["rows"] if r["value"] == 8)  # greedy = reference
+    with pytest.raises(AppError, match="cannot sweep 'seed'"):
+        client.predict("stories", '{"knob": "seed", "values": [1, 2]}', api_name="/sweep")

@@ -6,6 +6,8 @@ import csv
 import io
 import json
 import random
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -15,7 +17,7 @@ from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from playground.sweep import measures, prompt_sets
 from playground.sweep.knobs import parse_values
-from playground.sweep.run import Sweep, run_sweep, to_csv
+from playground.sweep.run import Sweep, run_sweep, sweep_from_json, to_csv
 from tests.helpers import allowed_tiny_model
 
 PROMPTS = ("abc", "hello there")
@@ -90,7 +92,7 @@ def test_a_public_deployment_caps_a_sweep_lower(monkeypatch):
     monkeypatch.delenv("PLAYGROUND_MAX_SWEEP_TOKENS", raising=False)
     monkeypatch.setenv("PLAYGROUND_PUBLIC", "1")
     sweep = Sweep("top_k", tuple(range(1, 11)), RunSpec(strategy="sampling", max_new_tokens=256), PROMPTS, seeds=8)
-    with pytest.raises(PlaygroundError, match=r"over the limit of 20000 \(PLAYGROUND_MAX_SWEEP_TOKENS\)"):
+    with pytest.raises(PlaygroundError, match=r"over the limit of 5000 \(PLAYGROUND_MAX_SWEEP_TOKENS\)"):
         run_sweep(sweep)
 
 
@@ -178,3 +180,46 @@ def test_the_cli_lists_the_prompt_sets_and_refuses_bad_input_in_one_line(capsys)
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == ("error: temperature values must be numbers separated by commas, "
                                               "got 'hot'")
+
+
+# -- API ----------------------------------------------------------------------------------------------------------
+
+def test_the_api_takes_pasted_prompts_or_a_set_name_and_returns_the_cli_object(model):
+    from playground.ui.sweep_api import api_sweep
+
+    request = json.dumps({"knob": "max_new_tokens", "values": [3, 5], "spec": {"model": model, "chat": False}})
+    outputs = list(api_sweep("abc\n\nhello there", request))
+    result = outputs[-1]
+    assert [(r["value"], r["prompt_index"]) for r in result["rows"]] == [(3, 0), (3, 1), (5, 0), (5, 1)]
+    assert result["prompts"] == ["abc", "hello there"] and all(o is None for o in outputs[:-1])
+    named = sweep_from_json("facts", json.dumps({"knob": "top_k", "values": "5,10", "seeds": 2}))
+    assert named.prompts == prompt_sets.SETS["facts"].prompts and named.values == (5, 10) and named.seeds == 2
+
+
+@pytest.mark.parametrize(("prompts", "request_text", "fragment"), [
+    ("abc", "{", "sweep is not valid JSON"),
+    ("abc", '{"knob": "temperature"}', "sweep takes the keys knob, values, spec and seeds"),
+    ("abc", '{"knob": "temperature", "values": [1], "colour": 1}', "unknown: colour"),
+    ("abc", '{"knob": "top_p", "values": [0.5, 2.0], "spec": {"strategy": "sampling"}}', "top_p=2.0"),
+    ("", '{"knob": "top_k", "values": [1]}', "no prompts given"),
+])
+def test_the_api_refuses_bad_requests_with_the_reason(prompts, request_text, fragment):
+    import gradio as gr
+
+    from playground.ui.sweep_api import api_sweep
+
+    with pytest.raises(gr.Error, match=fragment):
+        list(api_sweep(prompts, request_text))
+
+
+def test_a_client_that_goes_away_stops_the_sweep(model, monkeypatch):
+    from playground.ui import sweep_api
+
+    monkeypatch.setattr(sweep_api, "HEARTBEAT_S", 0.05)
+    request = json.dumps({"knob": "max_new_tokens", "values": [200, 300], "spec": {"model": model, "chat": False}})
+    stream = sweep_api.api_sweep("abc\nhello there", request)
+    assert next(stream) is None  # running
+    start = time.monotonic()
+    stream.close()  # what Gradio does when the client disconnects: the run under way stops at its next token
+    assert time.monotonic() - start < 5
+    assert not any(t.name == "sweep" and t.is_alive() for t in threading.enumerate())
