@@ -187,17 +187,14 @@ def verify_retention(settings: CacheSettings, prompt_tokens: int, new_tokens: in
     start = prompt_tokens + verify.before - 1 if verify.before else 0  # the pass's first position
     end = max(start + 1, prompt_tokens)  # past the token(s) it feeds; its drafts follow
     total = max(prompt_tokens + new_tokens, end + verify.drafted)  # a last pass may draft past the run's end
-    held_before = _rows(settings, prompt_tokens, total, start)
-    fed = _rows(settings, prompt_tokens, total, end)
+    accepted: list[State] = ["accepted"] * verify.accepted
+    rejected: list[State] = ["rejected"] * (verify.drafted - verify.accepted)
+    unwritten: list[State] = ["unwritten"] * (total - end - verify.drafted)
     rows = []
-    for old, new in zip(held_before, fed, strict=True):
+    for old, new in zip(_rows(settings, prompt_tokens, total, start), _rows(settings, prompt_tokens, total, end),
+                        strict=True):
         held: list[State] = ["kept" if state == "evicted" else state for state in new.states[start:end]]
-        accepted: list[State] = ["accepted"] * verify.accepted
-        rejected: list[State] = ["rejected"] * (verify.drafted - verify.accepted)
-        drafts = accepted + rejected
-        states = [*old.states[:start], *held, *drafts]
-        states += ["unwritten"] * (total - len(states))
-        rows.append(CacheRow(new.layers, tuple(states)))
+        rows.append(CacheRow(new.layers, (*old.states[:start], *held, *accepted, *rejected, *unwritten)))
     return rows
 
 

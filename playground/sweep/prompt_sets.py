@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from playground.errors import PlaygroundError
 
-MAX_PROMPTS = 32  # a pasted list is cut to this many, with a message
+MAX_PROMPTS = 32  # a longer pasted list is refused, with the count
 
 
 @dataclass(frozen=True)

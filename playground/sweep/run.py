@@ -29,7 +29,6 @@ from playground.sweep.knobs import parse_values
 MAX_SEEDS = 8
 MEASURES = ("distinct_1", "distinct_2", "repeat_4gram_rate", "mean_logprob", "agreement", "first_divergence",
             "tokens_per_pass")
-METRICS = ("tokens_per_s", "ttft_s", "kv_cache_bytes", "compile_s", "acceptance_rate")
 
 Progress = Callable[[int, int, str], object]  # (runs done, runs in all, what runs next)
 
@@ -58,8 +57,18 @@ class Sweep:
     prompts: tuple[str, ...]
     seeds: int = 1
 
-    def specs(self) -> list[RunSpec]:
-        """The spec of each value, validated; a value the spec refuses is named in the error."""
+    def checked_specs(self) -> list[RunSpec]:
+        """The spec of each value, validated (a value the spec refuses is named in the error), once the sweep's
+        new tokens are known to fit its cap: what is checked before anything runs."""
+        specs = self._specs()
+        planned, cap = self.planned_tokens(specs), max_sweep_tokens()
+        if planned > cap:
+            raise PlaygroundError(f"this sweep asks for up to {planned} new tokens in all, over the limit of {cap} "
+                                  "(PLAYGROUND_MAX_SWEEP_TOKENS): use fewer values, prompts or seeds, or lower "
+                                  "max_new_tokens")
+        return specs
+
+    def _specs(self) -> list[RunSpec]:
         if not 1 <= self.seeds <= MAX_SEEDS:
             raise PlaygroundError(f"seeds must be 1 to {MAX_SEEDS}, got {self.seeds}")
         built = []
@@ -131,12 +140,7 @@ def _row_measures(result: Result, reference: Result) -> dict[str, float | int | 
 def run_sweep(sweep: Sweep, should_stop: Callable[[], bool] = lambda: False,
               progress: Progress = lambda done, total, what: None) -> dict[str, Any]:
     """The sweep's JSON object: a row per (value, prompt, seed) that finished, and per-value aggregates."""
-    specs = sweep.specs()
-    planned, cap = sweep.planned_tokens(specs), max_sweep_tokens()
-    if planned > cap:
-        raise PlaygroundError(f"this sweep asks for up to {planned} new tokens in all, over the limit of {cap} "
-                              "(PLAYGROUND_MAX_SWEEP_TOKENS): use fewer values, prompts or seeds, or lower "
-                              "max_new_tokens")
+    specs = sweep.checked_specs()
     seeds = sweep.seed_list()
     total = len(sweep.prompts) * (1 + len(specs) * len(seeds))
     done, compiles, stopped = 0, 0, False

@@ -11,6 +11,7 @@ import html
 from collections.abc import Sequence
 
 from playground.result import AssistRecord
+from playground.retention import VerifyPass
 
 STRIP_HEIGHT = 36  # px of the tallest bar
 MAX_BARS = 160  # longer runs are cut here, with a note, to keep the page light
@@ -27,19 +28,27 @@ ASSIST_CSS = """
 """
 
 
+def verify_passes(steps: Sequence[AssistRecord] | None) -> list[VerifyPass]:
+    """Each verification step as a pass, with the new tokens before it: a step adds its accepted drafts and
+    then one token of the main model."""
+    passes, before = [], 0
+    for step in steps or []:
+        passes.append(VerifyPass(before, len(step["drafted"]), step["accepted"]))
+        before += step["accepted"] + 1
+    return passes
+
+
 def rejected_at(steps: Sequence[AssistRecord] | None) -> dict[int, list[str]]:
     """Token index of each step's own (main-model) token -> the texts of the drafted tokens it replaced.
 
-    A step adds its accepted drafts and then one token of the main model, so the step's own token sits at
-    (tokens before the step) + accepted; the drafted tokens from `accepted` on were rejected there.
+    The step's own token sits at (tokens before the step) + accepted; the drafted tokens from `accepted` on
+    were rejected there.
     """
     found: dict[int, list[str]] = {}
-    position = 0
-    for step in steps or []:
+    for step, verify in zip(steps or [], verify_passes(steps), strict=True):
         rejected = step["drafted_text"][step["accepted"]:]
         if rejected:
-            found[position + step["accepted"]] = list(rejected)
-        position += step["accepted"] + 1
+            found[verify.before + verify.accepted] = list(rejected)
     return found
 
 

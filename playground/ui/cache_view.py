@@ -28,6 +28,7 @@ from playground.retention import (
     verify_retention,
     written,
 )
+from playground.ui.assist_view import verify_passes
 from playground.ui.events import Updates, on_private, writes
 from playground.ui.outcome import Outcome
 
@@ -64,15 +65,6 @@ def strip_applies(result: Result | None) -> bool:
     return retains(str(spec.get("cache")))
 
 
-def verify_passes(result: Result) -> list[VerifyPass]:
-    """An assisted run's forward passes, each with the new tokens before it (empty for other runs)."""
-    passes, before = [], 0
-    for record in result.get("assisted_steps") or []:
-        passes.append(VerifyPass(before, len(record["drafted"]), record["accepted"]))
-        before += record["accepted"] + 1
-    return passes
-
-
 def spare_slots(result: Result) -> int:
     """The slots a JAX assisted run's rings keep past their windows: its widest verify pass, less the token
     it feeds. PyTorch's caches have none: they grow by each pass and crop back."""
@@ -80,26 +72,20 @@ def spare_slots(result: Result) -> int:
     return max(widths) - 1 if result["spec"].get("backend") == "jax" else 0
 
 
-def rows_at(result: Result, step: int) -> list[CacheRow]:
-    """The rows at step `step`, or during verify pass `step` of an assisted run."""
+def rows_at(result: Result, step: int, passes: list[VerifyPass]) -> list[CacheRow]:
+    """The rows at step `step`, or during verify pass `step` of an assisted run (`passes` not empty)."""
     layout = result["attention_layers"]
     settings = settings_for(result["spec"], layout["layer_types"], layout["sliding_window"], spare_slots(result))
-    passes = verify_passes(result)
     if passes:
         return verify_retention(settings, result["prompt_tokens"], result["new_tokens"], passes[step - 1])
     return retention(settings, result["prompt_tokens"], result["new_tokens"], step)
 
 
-def slider_steps(result: Result) -> int:
-    """How far the slider goes: the verify passes of an assisted run, else the new tokens."""
-    return len(verify_passes(result)) or result["new_tokens"]
-
-
-def first_shown(result: Result) -> int:
+def first_shown(passes: list[VerifyPass], last: int) -> int:
     """The step drawn first: an assisted run's last pass that rejected a draft (the rollback is what the strip
     is there to show), else the last step."""
-    rejecting = [i + 1 for i, p in enumerate(verify_passes(result)) if p.accepted < p.drafted]
-    return rejecting[-1] if rejecting else slider_steps(result)
+    rejecting = [i + 1 for i, p in enumerate(passes) if p.accepted < p.drafted]
+    return rejecting[-1] if rejecting else last
 
 
 def _runs(states: Sequence[State], prompt_tokens: int) -> str:
@@ -138,16 +124,16 @@ def cache_strip_html(result: Result | None, step: int) -> str:
     no strip applies."""
     if result is None or not strip_applies(result):
         return ""
-    last = slider_steps(result)
+    passes = verify_passes(result.get("assisted_steps"))
+    last = len(passes) or result["new_tokens"]  # the slider moves over an assisted run's passes
     step = min(max(int(step), 1), last)
     prompt = result["prompt_tokens"]
-    passes = verify_passes(result)
     if passes:
         head = _pass_head(result, passes[step - 1], step, last)
     else:
         head = (f"<b>KV cache at step {step} of {last}</b>: {written(prompt, step)} positions written "
                 f"({prompt} prompt + {step - 1} new)")
-    rows = rows_at(result, step)
+    rows = rows_at(result, step, passes)
     drawn = "".join(f"<div class='cache-row'><div class='cache-label'>{html.escape(row.layers)}: {_summary(row)}"
                     f"</div><div class='cache-bar'>{_runs(row.states, prompt)}</div></div>" for row in rows)
     return f"<div class='cache-strip'><div>{head}</div>{drawn}{_legend(rows)}</div>"
@@ -171,11 +157,13 @@ def strip_updates(step_slider: Block, strip: Block, result: Result | None) -> Up
     """A finished column's slider (set to the last step) and strip; both hidden where no strip applies."""
     if result is None or not strip_applies(result):
         return {step_slider: gr.update(visible=False), strip: gr.update(value="", visible=False)}
-    last = slider_steps(result)
-    label = "KV cache during forward pass" if verify_passes(result) else "KV cache at step"
-    return {step_slider: gr.update(visible=True, minimum=1, maximum=max(last, 2), value=first_shown(result),
+    passes = verify_passes(result.get("assisted_steps"))
+    last = len(passes) or result["new_tokens"]
+    first = first_shown(passes, last)
+    label = "KV cache during forward pass" if passes else "KV cache at step"
+    return {step_slider: gr.update(visible=True, minimum=1, maximum=max(last, 2), value=first,
                                    interactive=last > 1, label=label),
-            strip: gr.update(value=cache_strip_html(result, first_shown(result)), visible=True)}
+            strip: gr.update(value=cache_strip_html(result, first), visible=True)}
 
 
 def wire_strip(column: int, step_slider: gr.Slider, strip: gr.HTML, results: gr.State) -> None:

@@ -24,7 +24,7 @@ def api_sweep(prompts: str, sweep: str) -> Iterator[dict[str, Any] | None]:
     {"knob", "values", "spec", "seeds"}; returns the same JSON object as `python -m playground sweep --json`."""
     try:
         request = sweep_from_json(prompts, sweep)
-        request.specs()  # bad values are refused here, before a thread starts
+        request.checked_specs()  # bad values and a sweep over its cap are refused before a thread starts
     except PlaygroundError as exc:
         raise gr.Error(str(exc)) from None
     stop = threading.Event()
