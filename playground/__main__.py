@@ -112,9 +112,9 @@ def _token_ids(text: str) -> list[int]:
             f"prefix ids must be whole numbers separated by commas, got {text!r}") from None
 
 
-def spec_from_args(args: argparse.Namespace) -> RunSpec:
+def spec_from_args(args: argparse.Namespace, **overrides: object) -> RunSpec:
     given = {f.name: getattr(args, f.name) for f in fields(RunSpec) if getattr(args, f.name) is not None}
-    return RunSpec.from_dict(given)
+    return RunSpec.from_dict({**given, **overrides})
 
 
 def command_run(args: argparse.Namespace) -> None:
@@ -167,7 +167,9 @@ def command_sweep(args: argparse.Namespace) -> None:
             fail(f"cannot read --prompts-file {args.prompts_file}: {exc.strerror or exc}")
     else:
         prompts = prompt_sets.prompt_set(args.prompt_set or "stories")
-    sweep = Sweep(args.knob, parse_values(args.knob, args.values), spec_from_args(args), prompts, args.seeds)
+    values = parse_values(args.knob, args.values)
+    # the base spec holds the first value, so a knob the strategy needs (prompt_lookup) is never its refused default
+    sweep = Sweep(args.knob, values, spec_from_args(args, **{args.knob: values[0]}), prompts, args.seeds)
     stop = threading.Event()
 
     def interrupted(signum: int, frame: object) -> None:

@@ -10,6 +10,11 @@ KNOBS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "num_be
 INTEGER_KNOBS = {"top_k", "num_beams", "window", "sink_tokens", "cache_bits", "residual_length", "prompt_lookup",
                  "max_new_tokens"}
 MAX_VALUES = 12
+# the measure a sweep's quality-against-speed scatter plots for each knob: what that knob is known to move
+QUALITY_MEASURE = {"temperature": "distinct_2", "top_p": "distinct_2", "top_k": "distinct_2", "min_p": "distinct_2",
+                   "repetition_penalty": "repeat_4gram_rate", "num_beams": "mean_logprob", "window": "agreement",
+                   "sink_tokens": "agreement", "cache_bits": "agreement", "residual_length": "agreement",
+                   "prompt_lookup": "tokens_per_pass", "max_new_tokens": "mean_logprob"}
 
 
 def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
@@ -29,3 +34,13 @@ def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
     if len(set(values)) != len(values):
         raise PlaygroundError(f"{knob} values repeat: {text!r}")
     return values
+
+
+def compile_note(knob: str, shapes: bool) -> str:
+    """What a JAX sweep of `knob` compiles, and why; `shapes` is the registry's word on whether the knob sets an
+    array shape in the compiled programs (max_new_tokens sizes the cache, so it does too)."""
+    if shapes:
+        return (f"{knob} sets an array shape in the compiled JAX programs, so each new value compiles its own "
+                "programs (first time only: they are cached for later sweeps)")
+    return (f"{knob} is an argument of the compiled JAX programs: one compile serves every value of the sweep, "
+            "and later values report a compile time of 0 s")

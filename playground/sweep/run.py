@@ -31,6 +31,7 @@ MEASURES = ("distinct_1", "distinct_2", "repeat_4gram_rate", "mean_logprob", "ag
             "tokens_per_pass")
 
 Progress = Callable[[int, int, str], object]  # (runs done, runs in all, what runs next)
+RowDone = Callable[[dict[str, Any], Result], object]  # a finished row and its run's full Result (token records)
 
 
 # new tokens one sweep may ask for in all. SmolLM2 decodes 30-45 tok/s on 2 cores, so locally up to about
@@ -115,8 +116,13 @@ def sweep_from_json(prompts: str, text: str) -> Sweep:
         raise PlaygroundError(f"seeds must be a whole number, got {seeds!r}")
     chosen = prompts.strip()
     found = prompt_sets.prompt_set(chosen) if chosen in prompt_sets.SETS else prompt_sets.pasted_prompts(prompts)
-    return Sweep(str(data["knob"]), parse_values(str(data["knob"]), written),
-                 RunSpec.from_dict(data.get("spec") or {}), found, seeds)
+    knob = str(data["knob"])
+    values = parse_values(knob, written)
+    spec = data.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise PlaygroundError(f"spec must be a JSON object of run settings, got {type(spec).__name__}")
+    # the base holds the first value, so a knob the strategy needs (prompt_lookup) is never its refused default
+    return Sweep(knob, values, RunSpec.from_dict({**spec, knob: values[0]}), found, seeds)
 
 
 def _one_run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool]) -> Result | None:
@@ -138,8 +144,10 @@ def _row_measures(result: Result, reference: Result) -> dict[str, float | int | 
 
 
 def run_sweep(sweep: Sweep, should_stop: Callable[[], bool] = lambda: False,
-              progress: Progress = lambda done, total, what: None) -> dict[str, Any]:
-    """The sweep's JSON object: a row per (value, prompt, seed) that finished, and per-value aggregates."""
+              progress: Progress = lambda done, total, what: None,
+              row_done: RowDone = lambda row, result: None) -> dict[str, Any]:
+    """The sweep's JSON object: a row per (value, prompt, seed) that finished, and per-value aggregates;
+    `row_done` sees each row as it finishes (the page draws the curves as they grow)."""
     specs = sweep.checked_specs()
     seeds = sweep.seed_list()
     total = len(sweep.prompts) * (1 + len(specs) * len(seeds))
@@ -168,6 +176,7 @@ def run_sweep(sweep: Sweep, should_stop: Callable[[], bool] = lambda: False,
         rows.append({"value": sweep.values[value_index], "prompt_index": prompt_index, "seed": seed,
                      "text": result["text"], "token_ids": result["token_ids"], "metrics": result["metrics"],
                      "measures": _row_measures(result, references[prompt_index])})
+        row_done(rows[-1], result)
     progress(done, total, "stopped" if stopped else "done")
     return {"knob": sweep.knob, "values": list(sweep.values), "base_spec": sweep.spec.to_dict(),
             "prompts": list(sweep.prompts), "seeds": seeds, "rows": rows,

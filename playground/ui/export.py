@@ -187,15 +187,20 @@ def delete_old_exports(root: Path, max_age_s: float = EXPORT_MAX_AGE_S) -> None:
             continue  # removed meanwhile by another request
 
 
+def export_folder() -> tuple[Path, str]:
+    """A fresh folder for one export (Gradio serves files by path, so one user's download never shows another's)
+    and a time stamp for its file names; folders older than EXPORT_MAX_AGE_S go first."""
+    root = export_root()
+    root.mkdir(parents=True, exist_ok=True)
+    delete_old_exports(root)
+    return Path(tempfile.mkdtemp(prefix="export-", dir=root)), time.strftime("%Y%m%d-%H%M%S")
+
+
 def write_exports(settings: PageSettings, results: Sequence[Result | None],
                   labels: Sequence[str]) -> tuple[Path, Path]:
     """Fresh files per export (Gradio serves them by path, so one user's download never shows another's);
     folders older than EXPORT_MAX_AGE_S go on each export (Gradio's copies go with the page's delete_cache)."""
-    root = export_root()
-    root.mkdir(parents=True, exist_ok=True)
-    delete_old_exports(root)
-    folder = Path(tempfile.mkdtemp(prefix="export-", dir=root))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder, stamp = export_folder()
     json_path = folder / f"decoding-playground-{stamp}.json"
     csv_path = folder / f"decoding-playground-{stamp}.csv"
     json_path.write_text(results_json(settings, results), encoding="utf-8")

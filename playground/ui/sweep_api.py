@@ -2,7 +2,7 @@
 
 It yields null at most every HEARTBEAT_S while the sweep runs and the sweep's JSON object last (gradio_client's
 predict returns the last). A client that goes away closes the generator: the sweep stops at the next token of
-the run under way. Only the API runs sweeps for now; the page has no sweep tab.
+the run under way.
 """
 
 from __future__ import annotations

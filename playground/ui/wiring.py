@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import branch, warmup
+from playground.ui import branch, sweep_tab, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import column_settings, notice_text, wire
@@ -324,11 +324,16 @@ def build_ui() -> tuple[gr.Blocks, Page]:
     with gr.Blocks(title="Decoding Playground", fill_width=True,
                    delete_cache=(EXPORT_MAX_AGE_S, EXPORT_MAX_AGE_S)) as demo:
         notice, poll = warmup.banner()  # above the page: shown only while a warm-up runs
-        page = build_page()
+        with gr.Tabs(elem_id="tabs"):
+            with gr.Tab("Compare settings", id="compare", elem_id="compare-tab"):
+                page = build_page()
+            with gr.Tab("Sweep a knob", id="sweep", elem_id="sweep-tab"):
+                sweep = sweep_tab.build_sweep_tab()
         show_chat = Handler(page.chat_visibility, tuple(page.chat_outputs()))
         _wire_layout(page, show_chat)
         restore = _wire_settings(page, show_chat)
         _wire_run(page)
+        sweep_tab.wire(sweep)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.load(None, None, None, js=CLAMP_NOTE_JS)  # out-of-range numbers say what they became

@@ -71,6 +71,17 @@ def test_a_value_the_spec_refuses_is_named_before_anything_runs():
         run_sweep(sweep)
 
 
+def test_a_knob_the_strategy_needs_is_swept_from_a_base_that_holds_its_first_value(capsys):
+    """Assisted decoding refuses prompt_lookup=0 with no assistant: the base spec takes the first swept value."""
+    sweep = sweep_from_json("grounded", '{"knob": "prompt_lookup", "values": [2, 8], "spec": {"strategy": "assisted"}}')
+    assert [s.prompt_lookup for s in sweep.checked_specs()] == [2, 8] and sweep.spec.prompt_lookup == 2
+    with pytest.raises(PlaygroundError, match="spec must be a JSON object"):
+        sweep_from_json("facts", '{"knob": "top_k", "values": [2], "spec": [1]}')
+    with pytest.raises(SystemExit) as stopped:  # the CLI gets as far as checking the model, so the base was valid
+        main(["sweep", "--knob", "prompt_lookup", "--values", "2,4", "--strategy", "assisted", "--model", "nope"])
+    assert stopped.value.code == 2 and "nope" in capsys.readouterr().err
+
+
 def test_prompt_sets_ship_eight_prompts_each_and_pasted_prompts_are_one_per_line():
     assert {name: len(s.prompts) for name, s in prompt_sets.SETS.items()} == {"stories": 8, "facts": 8,
                                                                               "grounded": 8}

@@ -1,0 +1,81 @@
+"""The sweep tab in a real browser: a preset fills the tab, the sweep runs, every plot has one point per value,
+and clicking a point opens that row's tokens.
+
+Screenshots (light, dark and a 390 px wide phone) go to $PLAYGROUND_SHOTS when it is set.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from playground.sweep.presets import SWEEP_PRESETS
+from tests.integration.test_browser import _open, _set_slider, app_url, browser  # noqa: F401 - fixtures
+from tests.integration.test_browser_mechanics import _shoot
+
+pytestmark = pytest.mark.slow
+PRESET = "Sliding window on a long output"
+LINE_PLOTS = 7  # sweep-plot-0 ... 6 are curves, sweep-plot-7 the scatter
+
+
+def _marks(page, plot: int) -> list[str]:
+    """Vega's descriptions of a plot's marks (a point's fields, "window: 64; ...; series: median")."""
+    return page.eval_on_selector_all(f"#sweep-plot-{plot} svg path[role='graphics-symbol']",
+                                     "marks => marks.map(m => m.getAttribute('aria-label') || '')")
+
+
+def _table_cell(page, first: str, column: str) -> list:
+    """The medians table's cell in the row that starts with `first`, under the header `column` (and, for a
+    failure's message, the headers and rows)."""
+    return page.evaluate("""([first, column]) => {
+      const heads = [...document.querySelectorAll('#sweep-table [role=columnheader]')]
+        .map(h => h.innerText.trim());
+      const rows = [...document.querySelectorAll('#sweep-table [role=row]')]
+        .map(r => [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()));
+      const row = rows.find(cells => cells[0] === first);
+      return row ? [row[heads.findIndex(h => h.startsWith(column))], heads, rows] : [null, heads, rows];
+    }""", [first, column])
+
+
+def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_url, browser):  # noqa: F811
+    page, errors = _open(browser, app_url)
+    page.get_by_role("tab", name="Sweep a knob").click()
+    page.locator("#sweep-preset-1").click()  # the window preset: 16 to 256 on a long output
+    page.wait_for_function("() => document.querySelector('#sweep-preset-note')?.innerText.includes('window')",
+                           timeout=10_000)
+    values = [int(v) for v in SWEEP_PRESETS[PRESET].values.split(",")]
+    assert page.locator("#sweep-values textarea, #sweep-values input").first.input_value() == ",".join(map(str, values))
+    assert "window sets an array shape" in page.locator("#sweep-compile-note").inner_text()
+    # the preset as it is, on PyTorch (no compiles to wait for) and one prompt of 40 tokens, to keep the test short
+    page.locator("#sweep-backend").get_by_label("torch").check()
+    _set_slider(page, "sweep-prompt-count", 1)
+    page.locator("#sweep-max-new-tokens input").fill("40")
+    page.locator("#sweep-run").click()
+    page.wait_for_function("() => /sweep done/.test(document.querySelector('#sweep-status')?.innerText || '')",
+                           timeout=240_000)
+    assert f"{len(values)} rows over {len(values)} values of window" in page.locator("#sweep-status").inner_text()
+
+    for plot in range(LINE_PLOTS):
+        medians = {re.match(r"window: ([\d,]+)", m).group(1).replace(",", "") for m in _marks(page, plot)
+                   if "series: median" in m and m.startswith("window:")}
+        assert sorted(int(v) for v in medians) == values, (plot, _marks(page, plot))
+    points = [m for m in _marks(page, LINE_PLOTS) if "row:" in m]
+    assert len(points) == len(values)
+    # the widest window holds the prompt and all 40 new tokens: it agrees with full attention on every token
+    cell, heads, rows = _table_cell(page, "256", "agreement")
+    assert cell == "1", (heads, rows)
+
+    target = page.locator(f"#sweep-plot-{LINE_PLOTS} svg path[role='graphics-symbol'][aria-label*='window: 16;']")
+    target.click(force=True)
+    page.wait_for_function("() => document.querySelector('#sweep-tokens')?.innerText.includes('window=16 ')",
+                           timeout=10_000)
+    assert 0 < page.locator("#sweep-tokens .tok").count() <= 40  # a narrow window may end early at EOS
+    assert page.locator("#sweep-download-json").is_enabled()
+    _shoot(page, "sweep-light")
+    page.emulate_media(color_scheme="dark")
+    _shoot(page, "sweep-dark")
+    page.set_viewport_size({"width": 390, "height": 900})
+    _shoot(page, "sweep-phone")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390 + 1
+    assert not errors

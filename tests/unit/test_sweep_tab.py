@@ -1,0 +1,159 @@
+"""The page's sweep tab: its curves, scatter and table from a sweep's rows, which row a clicked point opens, the
+presets' requests, and a run through the tab's handler on a tiny model (rows drawn, Stop keeps them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+import pytest
+
+from playground.errors import PlaygroundError
+from playground.sweep.presets import SWEEP_PRESETS
+from playground.ui import sweep_tab
+from playground.ui.run import stop_flag
+from playground.ui.sweep_frames import (
+    MEASURES,
+    SCATTER_SPEED,
+    aggregate_table,
+    clicked_row,
+    measure_frame,
+    quality_measure,
+    row_label,
+    scatter_frame,
+)
+from tests.helpers import allowed_tiny_model
+
+
+def _row(value: float, prompt: int, agreement: float, speed: float, seed: int = 0) -> dict[str, Any]:
+    return {"value": value, "prompt_index": prompt, "seed": seed, "text": f"p{prompt} v{value}",
+            "metrics": {"tokens_per_s": speed, "kv_cache_bytes": 2**20 * value, "compile_s": 0.0, "ttft_s": 0.1,
+                        "acceptance_rate": None},
+            "token_ids": [prompt, 1, 2],
+            "measures": {"agreement": agreement, "distinct_2": 1.0, "repeat_4gram_rate": 0.0, "mean_logprob": -1.0,
+                         "tokens_per_pass": 1.0, "first_divergence": None, "distinct_1": 1.0}}
+
+
+SWEEP = {"knob": "window", "values": [16, 64],
+         "rows": [_row(16, 0, 0.2, 30.0), _row(16, 1, 0.6, 32.0), _row(16, 2, 0.4, 34.0),
+                  _row(64, 0, 1.0, 29.0), _row(64, 1, 0.9, 31.0), _row(64, 2, 1.0, 30.0)]}
+AGREEMENT = next(i for i, m in enumerate(MEASURES) if m.key == "agreement")
+
+
+def test_a_curve_is_each_values_median_lowest_and_highest_with_undrawn_placeholders():
+    frame = measure_frame(SWEEP, MEASURES[AGREEMENT])
+    drawn = frame.dropna()
+    label = MEASURES[AGREEMENT].label
+    assert len(drawn) == 3 * len(SWEEP["values"])  # one point per value in each series
+    by = {(r["window"], r["series"]): r[label] for _, r in drawn.iterrows()}
+    assert by[(16, "median")] == pytest.approx(0.4) and by[(16, "lowest")] == 0.2 and by[(16, "highest")] == 0.6
+    assert by[(64, "median")] == 1.0 and by[(64, "lowest")] == 0.9
+    assert frame[label].isna().sum() == 3  # every series named before its first row, so its colour is fixed
+    kv = measure_frame(SWEEP, next(m for m in MEASURES if m.key == "kv_cache_mib")).dropna()
+    assert sorted(kv[kv["series"] == "median"]["KV cache (MiB)"]) == [16.0, 64.0]
+
+
+def test_the_scatter_has_a_point_per_value_that_opens_its_median_row():
+    frame = scatter_frame(SWEEP)
+    assert list(frame["window"]) == ["16", "64"]
+    assert list(frame[SCATTER_SPEED]) == [32.0, 30.0]
+    assert quality_measure("window").key == "agreement" and quality_measure("temperature").key == "distinct_2"
+    assert list(frame["row"]) == [2, 3]  # the rows whose agreement is nearest each value's median
+    assert scatter_frame({**SWEEP, "rows": []}).empty
+
+
+def test_a_clicked_mark_names_its_row():
+    label = MEASURES[AGREEMENT].label
+    assert clicked_row(SWEEP, len(MEASURES), f"{SCATTER_SPEED}: 30; {label}: 1; window: 64; row: 3") == 3
+    assert clicked_row(SWEEP, AGREEMENT, f"window: 16; {label}: 0.6; series: highest") == 1
+    assert clicked_row(SWEEP, AGREEMENT, f"window: 16; {label}: 0.2; series: lowest") == 0
+    assert clicked_row(SWEEP, AGREEMENT, f"window: 64; {label}: 1; series: median") in (3, 5)
+    assert clicked_row(SWEEP, AGREEMENT, f"window: 1,024; {label}: 1; series: median") in (3, 5)  # nearest value
+    assert clicked_row(SWEEP, AGREEMENT, "X-axis titled 'window'") is None
+    assert clicked_row(SWEEP, len(MEASURES), "row: 99") is None and clicked_row(None, 0, "row: 1") is None
+
+
+def test_the_table_has_a_line_per_value_with_units():
+    from playground.sweep.run import aggregates
+
+    table = aggregate_table({**SWEEP, "aggregates": aggregates(SWEEP["values"], SWEEP["rows"])})
+    assert list(table["window"]) == ["16", "64"] and list(table["KV (MiB)"]) == [16.0, 64.0]
+    assert list(table["rows"]) == [3, 3] and row_label(SWEEP, 4) == "window=64 · prompt 2 · seed 0"
+
+
+@pytest.fixture(scope="module")
+def tab() -> sweep_tab.SweepTab:
+    with gr.Blocks():
+        return sweep_tab.build_sweep_tab()
+
+
+def _data(tab: sweep_tab.SweepTab, **changes: Any) -> dict[Any, Any]:
+    values = {"prompt_set": "stories", "prompt_count": 2, "own_prompts": "", "knob": "temperature",
+              "values": "0.5,1.0", "seeds": 1, "model": "smollm2-135m", "backend": "torch", "strategy": "sampling",
+              "cache": "dynamic", "max_new_tokens": 8, "other": '{"chat": false}', **changes}
+    return {getattr(tab, name): value for name, value in values.items()}
+
+
+@pytest.mark.parametrize("name", list(SWEEP_PRESETS))
+def test_every_preset_puts_a_runnable_sweep_on_the_tab(tab, name):
+    updates = sweep_tab.apply_preset(tab, name)
+    preset = SWEEP_PRESETS[name]
+    data = {c: (u.get("value") if isinstance(u, dict) else u) for c, u in updates.items() if c in tab.inputs()}
+    data[tab.own_prompts] = ""
+    sweep = tab.request(data)
+    specs = sweep.checked_specs()  # valid for every value, under the token cap
+    assert sweep.knob == preset.knob and len(specs) == len(preset.values.split(","))
+    assert len(sweep.prompts) == preset.prompt_count and all(getattr(s, preset.knob) in sweep.values for s in specs)
+    assert preset.note in updates[tab.preset_note]
+
+
+@pytest.mark.parametrize(("changes", "fragment"), [
+    ({"other": "{window: 3"}, "not valid JSON"), ({"other": "[1]"}, "JSON object"),
+    ({"prompt_set": sweep_tab.OWN_PROMPTS, "own_prompts": "  \n"}, "no prompts given"),
+    ({"values": "0.5,x"}, "numbers separated by commas"), ({"other": '{"windoww": 3}'}, "windoww")])
+def test_bad_input_is_refused_with_the_reason(tab, changes, fragment):
+    with pytest.raises(PlaygroundError, match=fragment):
+        tab.request(_data(tab, **changes)).checked_specs()
+
+
+class _Request:
+    session_hash = "sweep-tab-test"
+
+
+@pytest.fixture
+def model(monkeypatch, tmp_path):
+    with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as path:
+        yield path
+
+
+def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(tab, model, monkeypatch):
+    monkeypatch.setattr(sweep_tab, "DRAW_INTERVAL_S", 0.0)
+    updates = list(sweep_tab.run_sweep_tab(tab, _data(tab, model=model), _Request(), lambda *a, **k: None))
+    final = updates[-1]
+    kept = final[tab.state]
+    assert "✓ sweep done: 4 rows over 2 values" in final[tab.status]
+    assert len(kept["tokens"]) == len(kept["sweep"]["rows"]) == 4
+    assert final[tab.row_choice]["value"] == row_label(kept["sweep"], 0)
+    assert any(tab.plots[0] in u and not u[tab.plots[0]]["value"].dropna().empty for u in updates[1:-1])
+    shown = sweep_tab.choose_row(tab, kept, row_label(kept["sweep"], 3))
+    assert "prompt 2" in shown[tab.tokens] and "data-pos='0'" in shown[tab.tokens]
+
+    # Stop once the first row is drawn: the finish keeps the rows that finished
+    runs = sweep_tab.run_sweep_tab(tab, _data(tab, model=model, values="0.5,0.7,0.9"), _Request(), lambda *a, **k: None)
+    last: dict[Any, Any] = {}
+    for update in runs:
+        last = update
+        if tab.plots[0] in update and not update[tab.plots[0]]["value"].dropna().empty:
+            stop_flag(_Request()).set()
+    assert "■ stopped: kept the" in last[tab.status]
+    rows = last[tab.state]["sweep"]["rows"]
+    assert 1 <= len(rows) < 6 and all(r["value"] == 0.5 for r in rows[:2])
+
+
+def test_the_tab_leaves_the_public_endpoints_as_named():
+    """Gradio names endpoints after handler functions, private ones too: a tab handler called `run` once pushed
+    the public /run to /run_1."""
+    from playground.ui.wiring import build_ui
+
+    demo, _ = build_ui()
+    assert sorted(demo.get_api_info()["named_endpoints"]) == ["/run", "/sweep"]
