@@ -66,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default="smollm2-135m")
-    bench.add_argument("--suite", choices=("default", "caches"), default="default",
+    bench.add_argument("--suite", choices=("default", "caches", "sweeps"), default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
-                            "both backends over long runs")
+                            "both backends over long runs; sweeps: the page's sweep presets, first and again")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches)")
     bench.add_argument("--rounds", type=int, default=None,
@@ -198,6 +198,12 @@ def command_bench(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(message, file=sys.stderr)
 
+    if args.suite == "sweeps":
+        from playground.tools import bench_sweeps
+
+        result = bench_sweeps.run_sweep_suite(progress)
+        print(json.dumps(result) if args.json else bench_sweeps.format_table(result))
+        return
     if args.suite == "caches":
         result = bench_caches.run_cache_suite(args.model, new_tokens, progress=progress, rounds=args.rounds)
         print(json.dumps(result) if args.json else bench_caches.format_table(result))

@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground.spec import RunSpec
+from playground.sweep import prompt_sets
+from playground.sweep.knobs import parse_values
+from playground.sweep.run import Sweep
+
 
 @dataclass(frozen=True)
 class SweepPreset:
@@ -19,6 +24,12 @@ class SweepPreset:
     spec: dict[str, Any] = field(default_factory=dict)
     seeds: int = 1
     note: str = ""
+
+    def sweep(self) -> Sweep:
+        """The sweep as the page runs it from this preset (the base holds the knob's first value)."""
+        values = parse_values(self.knob, self.values)
+        return Sweep(self.knob, values, RunSpec.from_dict({**self.spec, self.knob: values[0]}),
+                     prompt_sets.prompt_set(self.prompt_set)[: self.prompt_count], self.seeds)
 
 
 SWEEP_PRESETS: dict[str, SweepPreset] = {
@@ -41,8 +52,9 @@ SWEEP_PRESETS: dict[str, SweepPreset] = {
              "and the KV bytes grow from 2 to 4 bits; 8 bits keeps no full-precision residual, so at this length "
              "it holds about as many bytes as 4 bits with its 16-token residual."),
     "Prompt-lookup drafts on grounded prompts": SweepPreset(
-        knob="prompt_lookup", values="2,4,8,16", prompt_set="grounded", prompt_count=4,
+        knob="prompt_lookup", values="2,4,8,16,32", prompt_set="grounded", prompt_count=4,
         spec={"strategy": "assisted", "backend": "jax", "max_new_tokens": 64},
-        note="tokens per forward pass rise with the draft length; tokens/s peaks where longer drafts are "
-             "rejected often enough that their verification costs more than they save."),
+        note="tokens per forward pass rise with the draft length; tokens/s rises while drafts are accepted, "
+             "then falls once long drafts are rejected often enough that verifying them costs more than they save "
+             "(on SmolLM2 it peaks around 8)."),
 }

@@ -45,3 +45,8 @@ def test_models_lists_the_catalog():
     done = cli("models")
     assert done.returncode == 0
     assert "smollm2-135m" in done.stdout and "gemma3-270m" in done.stdout
+
+
+def test_bench_names_its_suites_when_given_another():
+    done = cli("bench", "--suite", "speed")
+    assert done.returncode == 2 and "choose from 'default', 'caches', 'sweeps'" in done.stderr

@@ -105,6 +105,8 @@ def test_every_preset_puts_a_runnable_sweep_on_the_tab(tab, name):
     assert sweep.knob == preset.knob and len(specs) == len(preset.values.split(","))
     assert len(sweep.prompts) == preset.prompt_count and all(getattr(s, preset.knob) in sweep.values for s in specs)
     assert preset.note in updates[tab.preset_note]
+    bench_sweep = preset.sweep()  # what `bench --suite sweeps` runs is what the page runs
+    assert bench_sweep.checked_specs() == specs and bench_sweep.prompts == sweep.prompts
 
 
 @pytest.mark.parametrize(("changes", "fragment"), [
