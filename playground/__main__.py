@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
 
     commands.add_parser("models", help="list the model catalog")
+    from playground.tools import soak
+
+    soak.build_parser(commands.add_parser(
+        "soak", help="serve the app and send it random valid requests from several clients for some minutes; "
+                     "fails on a failed request or on memory still rising after the warm-up"))
     return parser
 
 
@@ -223,12 +228,20 @@ def command_models(args: argparse.Namespace) -> None:
           f"{', '.join(map(str, paths.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
 
 
+def command_soak(args: argparse.Namespace) -> None:
+    from playground.tools import soak
+
+    code = soak.command_soak(args)
+    if code:
+        raise SystemExit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The CLI (also the `playground` console script)."""
     host.apply_thread_limits()  # before torch or jax start their thread pools
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench,
-               "models": command_models}[args.command]
+               "models": command_models, "soak": command_soak}[args.command]
     try:
         handler(args)
     except PlaygroundError as exc:

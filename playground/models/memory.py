@@ -11,7 +11,7 @@ from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 
 # the rest is for what the budget does not count: the Python process, torch's and XLA's libraries and
-# workspaces, compiled programs, the page's server
+# workspaces, activations during a step, the page's server (compiled JAX programs are counted at their bound)
 DEFAULT_BUDGET_SHARE = 0.6
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -19,12 +19,18 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 def budget_bytes() -> int:
     """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of the memory this process may use
     (the container's cgroup limit, or physical RAM if that is smaller: see host.py)."""
-    raw = os.environ.get("PLAYGROUND_MEMORY_BUDGET", "").strip().upper().removesuffix("B")
+    raw = os.environ.get("PLAYGROUND_MEMORY_BUDGET", "").strip()
     if not raw:
         return int(host.limits().memory_bytes * DEFAULT_BUDGET_SHARE)
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)I?", raw)
+    return parse_size("PLAYGROUND_MEMORY_BUDGET", raw)
+
+
+def parse_size(name: str, raw: str) -> int:
+    """A size setting: bytes, or a number with a K/M/G/T suffix (8G, 512MiB, 1.5 GB)."""
+    text = raw.strip().upper().removesuffix("B")
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)I?", text)
     if not match:
-        raise PlaygroundError(f"PLAYGROUND_MEMORY_BUDGET={raw!r} is not a size; use bytes or e.g. 8G")
+        raise PlaygroundError(f"{name}={raw!r} is not a size; use bytes or e.g. 8G")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 

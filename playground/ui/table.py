@@ -162,9 +162,20 @@ def empty_metrics() -> dict[str, Any]:
 
 
 def process_memory_note(results: Sequence[Result | None]) -> str:
-    """The process's peak resident memory: one figure for the page, since every column shares the process."""
+    """The process's peak resident memory: one figure for the page, since every column shares the process; and
+    what the JAX engines' compiled programs take of it, against their bound."""
     peaks = [r["metrics"]["peak_rss_bytes"] for r in results if r and r["metrics"]["peak_rss_bytes"] is not None]
     if not peaks:
         return ""
-    return (f"Process peak resident memory during these runs: {max(peaks) / MIB:.0f} MiB (all columns share one "
+    note = (f"Process peak resident memory during these runs: {max(peaks) / MIB:.0f} MiB (all columns share one "
             "process and its loaded models; each column's own memory is in the table).")
+    engines: dict[tuple[Any, Any], tuple[int, int]] = {}  # the last figure per engine: columns run in turn
+    for result in results:
+        if result and "program_cache_bytes" in result["extra"]:
+            key = (result["spec"]["model"], result["spec"]["devices"])
+            engines[key] = (result["extra"]["program_cache_bytes"], result["extra"]["program_cache_bound_bytes"])
+    if engines:
+        kept, bound = sum(b for b, _ in engines.values()), sum(b for _, b in engines.values())
+        note += (f" Compiled JAX programs kept in memory: {kept / MIB:.0f} MiB of their {bound / MIB:.0f} MiB "
+                 "bound (PLAYGROUND_PROGRAM_CACHE per model; older programs are dropped, and reload from disk).")
+    return note

@@ -22,6 +22,7 @@ from tests.helpers import (
 
 jax = pytest.importorskip("jax")
 from playground.backends.jax import engine as jax_engine  # noqa: E402
+from playground.backends.jax.program_cache import program_cache_bound  # noqa: E402
 
 
 def misaligned(model):
@@ -99,8 +100,10 @@ def test_a_jax_run_counts_its_engine_in_the_budget(two_models):
     (held,) = loaded.LOADED.keys()
     model = loaded.LOADED.get(*held)[0]
     engine, reused = jax_engine.engine_for(model.model, 1)
-    assert reused and model.held == {"the JAX engine's weights on 1 device": new_device_bytes(engine, model.model)}
-    assert loaded.LOADED.resident_bytes() == model.weight_bytes + new_device_bytes(engine, model.model)
+    programs = program_cache_bound()
+    assert reused and model.held == {"the JAX engine's weights on 1 device": new_device_bytes(engine, model.model),
+                                     "the JAX engine's compiled programs on 1 device": programs}
+    assert loaded.LOADED.resident_bytes() == model.weight_bytes + new_device_bytes(engine, model.model) + programs
 
 
 def test_a_jax_run_whose_engine_does_not_fit_is_refused_before_it_allocates(two_models, monkeypatch):
@@ -117,7 +120,9 @@ def test_a_jax_run_whose_engine_does_not_fit_is_refused_before_it_allocates(two_
 def test_a_jax_cache_is_counted_at_the_lengths_it_is_allocated_at(two_models, monkeypatch):
     config = tiny_llama().config
     engine = jax_engine.device_bytes(tiny_llama(), 1)
-    fits_256 = memory.weight_bytes_estimate(config, "fp32") + engine + memory.kv_bytes_estimate(config, 256)
+    monkeypatch.setenv("PLAYGROUND_PROGRAM_CACHE", "1M")  # counted too: programs past it are dropped, not refused
+    fits_256 = (memory.weight_bytes_estimate(config, "fp32") + engine + 2**20
+                + memory.kv_bytes_estimate(config, 256))
     monkeypatch.setenv("PLAYGROUND_MEMORY_BUDGET", str(fits_256 + 100))
     spec = RunSpec(model=two_models[0], backend="jax", cache="static", max_new_tokens=4, chat=False)
     runner.run_to_result("abc", spec)  # a 64-position cache

@@ -50,3 +50,10 @@ def test_models_lists_the_catalog():
 def test_bench_names_its_suites_when_given_another():
     done = cli("bench", "--suite", "speed")
     assert done.returncode == 2 and "choose from 'default', 'caches', 'sweeps'" in done.stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--minutes", "0"], "--minutes must be above 0"), (["--url", "http://127.0.0.1:1"], "--url needs --pid")])
+def test_soak_refuses_what_it_cannot_run(args, fragment):
+    done = cli("soak", *args)
+    assert done.returncode == 2 and fragment in done.stderr

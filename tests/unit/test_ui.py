@@ -35,7 +35,7 @@ from playground.ui.export import (
     write_exports,
 )
 from playground.ui.plots import DRAWN_MS, kv_frame, latency_cap, latency_frame, latency_note, throughput_frame
-from playground.ui.table import format_number, metrics_table
+from playground.ui.table import format_number, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
 
 VERSIONS = {"torch": "2.13.0", "transformers": "5.23.0", "jax": None, "torchax": None, "gradio": "6.31.0"}
@@ -70,6 +70,18 @@ def row(table: dict[str, Any], prefix: str) -> list[str]:
 
 
 # metrics table
+
+
+def test_the_memory_note_adds_each_engines_compiled_programs_against_their_bound():
+    torch_only = [fake_result([1, 2]), None]
+    assert process_memory_note(torch_only).startswith("Process peak resident memory during these runs: 900 MiB")
+    assert "Compiled JAX programs" not in process_memory_note(torch_only)
+    jax = [fake_result([1, 2]) for _ in range(3)]
+    for result, kept, model in zip(jax, (10, 30, 5), ("a", "a", "b"), strict=True):
+        result["spec"]["model"] = model
+        result["extra"] = {"program_cache_bytes": kept * 2**20, "program_cache_bound_bytes": 1024 * 2**20}
+    # model a's engine: its last column's figure (30 MiB); model b's: 5 MiB; a bound each
+    assert "Compiled JAX programs kept in memory: 35 MiB of their 2048 MiB bound" in process_memory_note(jax)
 
 
 def test_metrics_table_marks_the_best_value_per_row_with_units_in_labels():

@@ -17,6 +17,7 @@ from playground.backends.base import (
     ShouldStop,
 )
 from playground.backends.jax.architectures import check_architecture
+from playground.backends.jax.program_cache import program_cache_bound
 from playground.compatibility import check_draft_vocabulary
 from playground.models.shapes import check_head_split
 from playground.registry.builtin import DRAFT_CACHE
@@ -49,9 +50,10 @@ class JaxBackend:
 
     def memory_needed(self, loaded: LoadedModel, spec: RunSpec, prompt_tokens: int,
                       draft: LoadedModel | None) -> MemoryNeed:
-        """The engine's device copy of the weights (once per model and device count; it lives as long as the
-        model) and the cache's arrays as its plan allocates them: bounded layers at their bound, quantized
-        arrays at their bytes, old and new arrays together while a growing cache doubles."""
+        """The engine's device copy of the weights and the bound of its compiled programs (once per model and
+        device count; both live as long as the model), and the cache's arrays as its plan allocates them:
+        bounded layers at their bound, quantized arrays at their bytes, old and new arrays together while a
+        growing cache doubles."""
         from playground.backends.jax.assisted import verify_widths
         from playground.backends.jax.caches.extend import assisted_plan
         from playground.backends.jax.caches.plan import peak_bytes, plan_cache
@@ -65,11 +67,12 @@ class JaxBackend:
             plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
         rows = registry.strategy(spec.strategy).rows(spec)
         need, growing = peak_bytes(plan, rows)
-        resident = [(loaded, _engine_weights(loaded, spec.devices, device_bytes))]
+        resident = [(loaded, _engine_weights(loaded, spec.devices, device_bytes)),
+                    (loaded, _engine_programs(spec.devices))]
         if draft is not None:  # the draft's engine is its own, on one device; its cache is preallocated
             need += peak_bytes(plan_cache(spec.replace(cache=DRAFT_CACHE), _text_config(draft), prompt_tokens,
                                           STEPS_PER_CALL))[0]
-            resident.append((draft, _engine_weights(draft, 1, device_bytes)))
+            resident += [(draft, _engine_weights(draft, 1, device_bytes)), (draft, _engine_programs(1))]
         what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} beams" if rows > 1 else "") + (
             " (old and new arrays while it grows)" if growing else "")
         return MemoryNeed(Held(what, need, hint="lower max_new_tokens"), resident)
@@ -92,3 +95,8 @@ def _text_config(loaded: LoadedModel) -> Any:
 def _engine_weights(loaded: LoadedModel, devices: int, device_bytes: Any) -> Held:
     what = f"the JAX engine's weights on {devices} device{'s' if devices > 1 else ''}"
     return Held(what, device_bytes(loaded.model, devices), hint="use the torch backend, or unload other models")
+
+
+def _engine_programs(devices: int) -> Held:
+    what = f"the JAX engine's compiled programs on {devices} device{'s' if devices > 1 else ''}"
+    return Held(what, program_cache_bound(), hint="lower PLAYGROUND_PROGRAM_CACHE, or unload other models")

@@ -1,10 +1,11 @@
 """One Engine per loaded model (and device count): weights on the devices, and its compiled programs.
 
 Weights move to the JAX devices once per model and are passed to every compiled function as arguments
-(never baked in as constants). Compiled programs are kept in memory by their static key, and on disk in
-JAX's persistent compilation cache under $PLAYGROUND_CACHE/jax, so a restarted process loads instead of
-compiling. Engines sit in a WeakKeyDictionary keyed by the torch model: when the model LRU drops a model,
-its device weights and programs go with it.
+(never baked in as constants). Compiled programs are kept in memory by their static key, up to a byte bound
+(program_cache.py), and on disk in JAX's persistent compilation cache under $PLAYGROUND_CACHE/jax, so a
+restarted process, or a program dropped from memory, loads instead of compiling. Engines sit in a
+WeakKeyDictionary keyed by the torch model: when the model LRU drops a model, its device weights and programs
+go with it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from playground.backends.jax import sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
+from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
 from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo
 from playground.models.paths import cache_root
 
@@ -122,7 +124,7 @@ class Engine:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.weight_bytes = traced.weight_bytes(self.weights)
         self.sharding_info = tensor_parallel.describe(self.mesh, config)
-        self.compiled: dict[tuple, Any] = {}
+        self.programs = ProgramCache(program_cache_bound())
         self.move_s = time.perf_counter() - start
 
     # -- shardings -------------------------------------------------------------------------------------------
@@ -244,13 +246,17 @@ class Engine:
 
     # -- compile registry --------------------------------------------------------------------------------------
     def program(self, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
-        """The compiled program for `key`, and the seconds spent tracing and compiling it now (0.0 if cached)."""
-        if key in self.compiled:
-            return self.compiled[key], 0.0
+        """The compiled program for `key`, and the seconds spent tracing and compiling (or loading from the
+        on-disk cache) it now: 0.0 if kept in memory."""
+        program = self.programs.lookup(key)
+        if program is not None:
+            return program, 0.0
         _COMPILE_NOTICE.get()()
         start = time.perf_counter()
-        self.compiled[key] = build()
-        return self.compiled[key], time.perf_counter() - start
+        program = build()
+        seconds = time.perf_counter() - start
+        self.programs.add(key, program)
+        return program, seconds
 
     def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:

@@ -143,5 +143,7 @@ def engine_extra(request: Request) -> dict[str, Any]:
     """`extra`'s engine figures: weights moved, their bytes on the devices, programs compiled, sharding."""
     engine = request.engine
     return {"weights_moved_s": 0.0 if request.reused else round(engine.move_s, 3),
-            "device_weight_bytes": engine.weight_bytes, "compiled_programs": len(engine.compiled),
+            "device_weight_bytes": engine.weight_bytes, "compiled_programs": len(engine.programs),
+            "program_cache_bytes": engine.programs.bytes, "program_cache_bound_bytes": engine.programs.bound,
+            "program_cache_evictions": engine.programs.evictions,
             **engine.sharding_info}

@@ -1,0 +1,19 @@
+"""A short soak of the served app: random valid requests over both bundled models, both backends, every strategy
+and cache, some clients leaving mid-stream; nothing fails and memory stays flat once warmed up."""
+
+import pytest
+
+from playground.tools import soak
+from playground.tools.serve import serve_app
+
+pytestmark = pytest.mark.slow
+
+
+def test_three_minutes_of_varied_requests_fail_nothing_and_memory_stays_flat():
+    # a small program bound, so the programs of the whole run cannot fit and the bound is what holds memory
+    with serve_app(env={"PLAYGROUND_PROGRAM_CACHE": "256M"}) as app:
+        result = soak.run_soak(app.url, app.pid, minutes=3.0, clients=3, warmup_minutes=1.0, seed=1)
+    print(soak.summary(result))
+    assert result["failed"] == 0 and result["served"] > 0, result["failures"]
+    assert result["rss_rise"] is not None and result["rss_rise"] <= soak.RSS_RISE_LIMIT
+    assert result["still_answers"] and result["ok"]
