@@ -1,13 +1,15 @@
 """Compiled programs are kept up to a byte bound, least recently used dropped first; a dropped program is built
 again when needed, and the tokens do not change."""
 
+import os
+
 import pytest
 import torch
 
 from playground.backends.jax.program_cache import ProgramCache, program_bytes, program_cache_bound
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from tests.helpers import jax_run, tiny_llama, tiny_loaded
+from tests.helpers import jax_run, run_script, tiny_llama, tiny_loaded
 
 jax = pytest.importorskip("jax")
 
@@ -58,3 +60,17 @@ def test_a_bound_too_small_for_one_request_drops_programs_yet_the_tokens_stay(mo
     assert first.extra["compiled_programs"] == 1 and first.extra["program_cache_evictions"] > 0
     assert again.compile_s > 0  # its programs had been dropped, so they were built again
     assert first.extra["program_cache_bytes"] < reference.extra["program_cache_bytes"]
+
+
+@pytest.mark.subprocess
+def test_the_bound_holds_over_a_mix_of_shapes_and_a_dropped_program_reloads_from_disk(tmp_path):
+    env = {**os.environ, "PLAYGROUND_CACHE": str(tmp_path), "PLAYGROUND_COMPILE_CACHE": "1", "JAX_PLATFORMS": "cpu",
+           "PLAYGROUND_PROGRAM_CACHE": "24M"}  # a few of the tiny model's programs (~8 MiB each, as counted)
+    report = run_script("program_cache_reload", env)
+    kept = list(zip(report["kept_bytes"], report["kept_programs"], strict=True))
+    assert all(size <= report["bound"] for size, count in kept if count > 1), kept  # one may be past it alone
+    assert report["evictions"] > 0  # the mix did not fit: programs were dropped
+    assert report["again_tokens"] == report["first_tokens"]
+    assert report["again_evictions"] > report["evictions"]  # its programs had been dropped and came back ...
+    assert report["written_by_again"] == []  # ... from the disk cache, not from XLA
+    assert report["again_compile_s"] < report["first_compile_s"] / 2
