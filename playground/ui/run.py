@@ -196,11 +196,13 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
-            desc = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else "")
+            desc, mark = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else ""), "⏳"
+            if run.stop.is_set():  # a load or a compile cannot be cut short: say when the stop takes effect
+                desc, mark = f"stops once this ends: {event.message} · {event.elapsed_s:.0f} s so far", "■"
             progress(event.fraction, desc=f"column {i + 1}: {desc}")
             # on the status line too, beside Run where the eye is: the card's notice may be a screen further down
-            yield {col.notice: f"⏳ {desc}",
-                   run.page.status: f"⏳ **Column {i + 1}:** {desc}\n\n{_waiting_status(run.active, slot)}"}
+            yield {col.notice: f"{mark} {desc}",
+                   run.page.status: f"{mark} **Column {i + 1}:** {desc}\n\n{_waiting_status(run.active, slot)}"}
         elif isinstance(event, TextEvent) and round_ == 0 and time.monotonic() - last_sent >= STREAM_INTERVAL_S:
             last_sent = time.monotonic()  # updates in between are skipped: the next one carries their text
             yield _text_update(run, i, event.text)

@@ -237,7 +237,8 @@ def _wire_run(page: Page) -> None:
     @writes(page.status)
     def request_stop(request: gr.Request) -> Updates:
         stop_flag(request).set()
-        return {page.status: "■ Stopping after the current token…"}
+        return {page.status: "■ Stopping after the current token (a column that is loading or compiling stops once "
+                             "that ends)…"}
 
     on_private(page.stop.click, request_stop)  # outside the queue, so it is not stuck behind the run it stops
 

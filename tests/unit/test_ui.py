@@ -493,6 +493,26 @@ def test_stop_before_a_column_skips_it(page, monkeypatch):
     assert "1 column ran, 1 not run (stopped)" in updates[-1][page.status]
 
 
+def test_stop_during_a_compile_says_the_column_stops_once_the_compile_ends(page, monkeypatch):
+    from playground import runner
+    from playground.events import ProgressEvent
+    from playground.ui import run as ui_run
+
+    request = type("Request", (), {"session_hash": "stop-compile-session"})()
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        yield ProgressEvent(0.0, "compiling the JAX programs")
+        ui_run.stop_flag(request).set()  # Stop pressed while XLA compiles: the runner ticks the stage's age
+        yield ProgressEvent(0.0, "compiling the JAX programs", elapsed_s=12.4)
+        yield DoneEvent(fake_result([1]))
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    updates = list(ui_run.run_all(page, page_data(page), request, lambda *a, **k: None))
+    notices = [u[page.columns[0].notice] for u in updates if page.columns[0].notice in u]
+    assert "⏳ compiling the JAX programs" in notices
+    assert "■ stops once this ends: compiling the JAX programs · 12 s so far" in notices
+
+
 def test_colour_toggle_redraws_only_the_token_views(page):
     from playground.ui.outcome import empty_outcome
     from playground.ui.run import recolour
