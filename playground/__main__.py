@@ -66,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default="smollm2-135m")
-    bench.add_argument("--suite", choices=("default", "caches", "sweeps"), default="default",
+    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile"), default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
-                            "both backends over long runs; sweeps: the page's sweep presets, first and again")
+                            "both backends over long runs; sweeps: the page's sweep presets, first and again; "
+                            "compile: every JAX cell's first request on both bundled models (with "
+                            "PLAYGROUND_COMPILE_CACHE=0 for cold compiles)")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches)")
     bench.add_argument("--rounds", type=int, default=None,
@@ -203,6 +205,12 @@ def command_bench(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(message, file=sys.stderr)
 
+    if args.suite == "compile":
+        from playground.tools import bench_compile
+
+        result = bench_compile.run_compile_suite(progress)
+        print(json.dumps(result) if args.json else bench_compile.format_table(result))
+        return
     if args.suite == "sweeps":
         from playground.tools import bench_sweeps
 

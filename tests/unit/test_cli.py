@@ -49,7 +49,7 @@ def test_models_lists_the_catalog():
 
 def test_bench_names_its_suites_when_given_another():
     done = cli("bench", "--suite", "speed")
-    assert done.returncode == 2 and "choose from 'default', 'caches', 'sweeps'" in done.stderr
+    assert done.returncode == 2 and "choose from 'default', 'caches', 'sweeps', 'compile'" in done.stderr
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
