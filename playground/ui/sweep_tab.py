@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from playground.sweep import prompt_sets
 from playground.sweep.knobs import KNOBS, compile_note, parse_values
 from playground.sweep.presets import SWEEP_PRESETS
 from playground.sweep.run import MAX_SEEDS, Sweep, aggregates, run_sweep, to_csv
-from playground.ui.events import Handler, Inputs, Updates, on_private, writes
+from playground.ui.events import Inputs, Updates
 from playground.ui.export import export_folder
 from playground.ui.run import stop_flag
 from playground.ui.sweep_frames import (
@@ -118,7 +117,7 @@ class SweepTab:
         return Sweep(knob, values, RunSpec.from_dict(base), prompts, int(data[self.seeds] or 1))
 
 
-def _note(knob: str, backend: str) -> str:
+def compile_note_for(knob: str, backend: str) -> str:
     if backend != "jax":
         return f"PyTorch compiles nothing: every value of {knob} runs at once."
     shapes = knob == "max_new_tokens" or registry.knob(knob).shapes
@@ -162,22 +161,32 @@ def build_sweep_tab() -> SweepTab:
                                        label="max new tokens", elem_id="sweep-max-new-tokens")
             other = gr.Textbox("{}", label="other settings (JSON of run settings, e.g. {\"residual_length\": 16})",
                                elem_id="sweep-other")
-    compile_text = gr.Markdown(_note(preset.knob, preset.spec.get("backend", spec.backend)),
+    compile_text = gr.Markdown(compile_note_for(preset.knob, preset.spec.get("backend", spec.backend)),
                                elem_id="sweep-compile-note")
     with gr.Row():
         run = gr.Button("▶ Run sweep", variant="primary", elem_id="sweep-run")
         stop = gr.Button("■ Stop (keeps finished rows)", interactive=False, elem_id="sweep-stop")
     status = gr.Markdown("", elem_id="sweep-status")
+    plots, table, row_choice, tokens, download_json, download_csv = _results_area(preset.knob, preset.values)
+    return SweepTab(presets, preset_note, prompt_set, prompt_count, own_prompts, knob, values, seeds, model, backend,
+                    strategy, cache, max_new_tokens, other, compile_text, run, stop, status, plots, table, row_choice,
+                    tokens, download_json, download_csv, gr.State(None))
+
+
+def _results_area(knob: str, values: str) -> tuple[list[Any], gr.Dataframe, gr.Dropdown, gr.HTML,
+                                                   gr.DownloadButton, gr.DownloadButton]:
+    """Below Run: a curve per measure and the scatter (empty until rows arrive), the medians table, the row
+    shown in the token view, and the downloads."""
     plots: list[Any] = []
-    empty = empty_sweep(preset.knob, parse_values(preset.knob, preset.values))
+    empty = empty_sweep(knob, parse_values(knob, values))
     with gr.Row(equal_height=True, elem_id="sweep-plots"):
         for i, measure in enumerate(MEASURES):
-            plots.append(gr.LinePlot(measure_frame(empty, measure), x=preset.knob, y=measure.label, color="series",
+            plots.append(gr.LinePlot(measure_frame(empty, measure), x=knob, y=measure.label, color="series",
                                      color_map=SERIES_COLOURS, tooltip="all",
                                      height=260, min_width=300, elem_id=f"sweep-plot-{i}", label=measure.label))
-        quality = quality_measure(preset.knob)
-        plots.append(gr.ScatterPlot(scatter_frame(empty), x=SCATTER_SPEED, y=quality.label, color=preset.knob,
-                                    tooltip=[preset.knob, SCATTER_SPEED, quality.label, "row"], height=260,
+        quality = quality_measure(knob)
+        plots.append(gr.ScatterPlot(scatter_frame(empty), x=SCATTER_SPEED, y=quality.label, color=knob,
+                                    tooltip=[knob, SCATTER_SPEED, quality.label, "row"], height=260,
                                     min_width=300, elem_id=f"sweep-plot-{len(MEASURES)}",
                                     label=f"{quality.label} against speed (a point per value)"))
     table = gr.Dataframe(None, label="medians per value", interactive=False, elem_id="sweep-table", wrap=True)
@@ -186,9 +195,7 @@ def build_sweep_tab() -> SweepTab:
     with gr.Row():
         download_json = gr.DownloadButton("⬇ sweep JSON", interactive=False, size="sm", elem_id="sweep-download-json")
         download_csv = gr.DownloadButton("⬇ sweep CSV", interactive=False, size="sm", elem_id="sweep-download-csv")
-    return SweepTab(presets, preset_note, prompt_set, prompt_count, own_prompts, knob, values, seeds, model, backend,
-                    strategy, cache, max_new_tokens, other, compile_text, run, stop, status, plots, table, row_choice,
-                    tokens, download_json, download_csv, gr.State(None))
+    return plots, table, row_choice, tokens, download_json, download_csv
 
 
 def apply_preset(tab: SweepTab, name: str) -> Updates:
@@ -201,7 +208,7 @@ def apply_preset(tab: SweepTab, name: str) -> Updates:
             tab.own_prompts: gr.update(visible=False), tab.model: spec.model, tab.backend: backend,
             tab.strategy: preset.spec.get("strategy", spec.strategy), tab.cache: preset.spec.get("cache", spec.cache),
             tab.max_new_tokens: preset.spec.get("max_new_tokens", spec.max_new_tokens),
-            tab.other: json.dumps(other), tab.compile_note: _note(preset.knob, backend),
+            tab.other: json.dumps(other), tab.compile_note: compile_note_for(preset.knob, backend),
             tab.preset_note: f"**What to look for** ({name}): {preset.note}"}
 
 
@@ -306,7 +313,7 @@ def run_sweep_tab(tab: SweepTab, data: Inputs, request: gr.Request, progress: gr
            tab.status: f"⏳ starting: {len(sweep.prompts)} prompts, {len(sweep.values)} values",
            tab.row_choice: gr.update(choices=[], value=None), tab.tokens: "", tab.state: None,
            tab.download_json: gr.update(interactive=False), tab.download_csv: gr.update(interactive=False),
-           tab.compile_note: _note(sweep.knob, sweep.spec.backend), **_plot_updates(tab, empty)}
+           tab.compile_note: compile_note_for(sweep.knob, sweep.spec.backend), **_plot_updates(tab, empty)}
     threading.Thread(target=work, name="sweep-page", daemon=True).start()
     try:
         yield from _follow(tab, sweep, events, rows, tokens, progress, started)
@@ -358,51 +365,3 @@ def _finish(tab: SweepTab, result: dict[str, Any], tokens: list[Any], seconds: f
             tab.download_json: gr.update(value=str(json_path), interactive=bool(labels)),
             tab.download_csv: gr.update(value=str(csv_path), interactive=bool(labels)),
             **_plot_updates(tab, result)}
-
-
-def wire(tab: SweepTab) -> None:
-    """The tab's events: presets, the prompt and knob choices (outside the queue), the run (queued, like a page
-    run: the runner's generation lock keeps one generation at a time), Stop, and row picks. The handlers are named
-    for the tab: Gradio names endpoints after functions, private ones too, and a plain `run` would push the
-    public `/run` to `/run_1`."""
-    preset_outputs = (tab.knob, tab.values, tab.seeds, tab.prompt_set, tab.prompt_count, tab.own_prompts, tab.model,
-                      tab.backend, tab.strategy, tab.cache, tab.max_new_tokens, tab.other, tab.compile_note,
-                      tab.preset_note)
-    for name, button in tab.presets.items():
-        on_private(button.click, Handler(partial(apply_preset, tab, name), preset_outputs))
-    on_private(tab.prompt_set.input, Handler(partial(choose_prompts, tab), (tab.prompt_count, tab.own_prompts)),
-               tab.prompt_set)
-
-    @writes(tab.compile_note)
-    def sweep_compile_note(knob: str, backend: str) -> Updates:
-        return {tab.compile_note: _note(knob, backend)}
-
-    on_private(partial(gr.on, [tab.knob.input, tab.backend.input]), sweep_compile_note, [tab.knob, tab.backend])
-    outputs = (tab.run, tab.stop, tab.status, tab.row_choice, tab.tokens, tab.state, tab.download_json,
-               tab.download_csv, tab.compile_note, tab.table, *tab.plots)
-
-    @writes(outputs)
-    def run_sweep_on_page(data: Inputs, request: gr.Request,
-            progress: gr.Progress = gr.Progress()) -> Iterator[Updates]:  # noqa: B008 - Gradio idiom
-        yield from run_sweep_tab(tab, data, request, progress)
-
-    on_private(tab.run.click, run_sweep_on_page, set(tab.inputs()), queue=True, show_progress_on=[tab.status])
-
-    @writes(tab.status)
-    def stop_sweep(request: gr.Request) -> Updates:
-        stop_flag(request).set()
-        return {tab.status: "■ Stopping after the current token; the finished rows stay…"}
-
-    on_private(tab.stop.click, stop_sweep)
-
-    @writes(tab.row_choice, tab.tokens)
-    def pick_sweep_row(kept: dict[str, Any] | None, label: str | None) -> Updates:
-        return choose_row(tab, kept, label)
-
-    on_private(tab.row_choice.input, pick_sweep_row, [tab.state, tab.row_choice])
-
-    @writes(tab.row_choice, tab.tokens)
-    def click_sweep_point(kept: dict[str, Any] | None, evt: gr.EventData) -> Updates:
-        return click_point(tab, kept, evt)
-
-    on_private(tab.tokens.click, click_sweep_point, tab.state)

@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import branch, sweep_tab, warmup
+from playground.ui import branch, sweep_tab, sweep_wiring, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import column_settings, notice_text, wire
@@ -180,6 +180,9 @@ def _wire_settings(page: Page, show_chat: Handler) -> Handler:
     return restore
 
 
+STOPPING = "■ Stopping after the current token (a column that is loading or compiling stops once that ends)…"
+
+
 def _wire_run(page: Page) -> None:
     """Run (and the prompt's Enter): snapshot the settings, lock the controls, run the columns in the queue,
     unlock, offer the exports. The address follows every settings change; Stop works outside the queue."""
@@ -237,8 +240,7 @@ def _wire_run(page: Page) -> None:
     @writes(page.status)
     def request_stop(request: gr.Request) -> Updates:
         stop_flag(request).set()
-        return {page.status: "■ Stopping after the current token (a column that is loading or compiling stops once "
-                             "that ends)…"}
+        return {page.status: STOPPING}
 
     on_private(page.stop.click, request_stop)  # outside the queue, so it is not stuck behind the run it stops
 
@@ -334,7 +336,7 @@ def build_ui() -> tuple[gr.Blocks, Page]:
         _wire_layout(page, show_chat)
         restore = _wire_settings(page, show_chat)
         _wire_run(page)
-        sweep_tab.wire(sweep)
+        sweep_wiring.wire(sweep)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.load(None, None, None, js=CLAMP_NOTE_JS)  # out-of-range numbers say what they became
