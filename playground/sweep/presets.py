@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground.spec import RunSpec
 from playground.sweep import prompt_sets
 from playground.sweep.knobs import parse_values
 from playground.sweep.run import Sweep
@@ -27,9 +26,8 @@ class SweepPreset:
 
     def sweep(self) -> Sweep:
         """The sweep as the page runs it from this preset (the base holds the knob's first value)."""
-        values = parse_values(self.knob, self.values)
-        return Sweep(self.knob, values, RunSpec.from_dict({**self.spec, self.knob: values[0]}),
-                     prompt_sets.prompt_set(self.prompt_set)[: self.prompt_count], self.seeds)
+        return Sweep.over(self.knob, parse_values(self.knob, self.values), self.spec,
+                          prompt_sets.prompt_set(self.prompt_set)[: self.prompt_count], self.seeds)
 
 
 SWEEP_PRESETS: dict[str, SweepPreset] = {

@@ -58,6 +58,13 @@ class Sweep:
     prompts: tuple[str, ...]
     seeds: int = 1
 
+    @classmethod
+    def over(cls, knob: str, values: tuple[float | int, ...], base: dict[str, Any], prompts: tuple[str, ...],
+             seeds: int = 1) -> Sweep:
+        """The sweep of `knob` over `values` from the run settings `base`. The base spec holds the first value,
+        so a knob the strategy needs (prompt_lookup) is never its refused default."""
+        return cls(knob, values, RunSpec.from_dict({**base, knob: values[0]}), prompts, seeds)
+
     def checked_specs(self) -> list[RunSpec]:
         """The spec of each value, validated (a value the spec refuses is named in the error), once the sweep's
         new tokens are known to fit its cap: what is checked before anything runs."""
@@ -121,8 +128,7 @@ def sweep_from_json(prompts: str, text: str) -> Sweep:
     spec = data.get("spec") or {}
     if not isinstance(spec, dict):
         raise PlaygroundError(f"spec must be a JSON object of run settings, got {type(spec).__name__}")
-    # the base holds the first value, so a knob the strategy needs (prompt_lookup) is never its refused default
-    return Sweep(knob, values, RunSpec.from_dict({**spec, knob: values[0]}), found, seeds)
+    return Sweep.over(knob, values, spec, found, seeds)
 
 
 def _one_run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool]) -> Result | None:

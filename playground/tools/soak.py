@@ -28,11 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import psutil
-
 from playground import registry
 from playground.errors import PlaygroundError
-from playground.metrics import percentile
+from playground.metrics import PeakRss, percentile
 from playground.spec import RunSpec
 from playground.sweep.prompt_sets import SETS
 from playground.tools.serve import serve_app
@@ -54,7 +52,7 @@ _GENERIC_ERROR = "has not enabled verbose error reporting"  # gradio_client's wo
 class Record:
     """One request as a client saw it."""
 
-    at_s: float  # when it was sent, from the soak's start
+    at_s: float  # when it was sent, from the clients' start (the loading requests before it: negative)
     outcome: str  # served, refused, failed or dropped
     latency_s: float
     spec: dict[str, Any]
@@ -113,19 +111,12 @@ class RssSeries:
     """The app's resident memory (and its children's) every `interval_s`, as (seconds, bytes) pairs."""
 
     def __init__(self, pid: int, interval_s: float) -> None:
-        self.process = psutil.Process(pid)
+        self.rss = PeakRss(pid=pid, children=True).rss  # its reading only: this class keeps every sample
         self.interval_s = interval_s
         self.start = time.monotonic()  # moved to the clients' start once the models are loaded
         self.samples: list[tuple[float, int]] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def rss(self) -> int:
-        try:
-            own = self.process.memory_info().rss
-            return int(own + sum(c.memory_info().rss for c in self.process.children(recursive=True)))
-        except psutil.Error:
-            return 0
 
     def _run(self) -> None:
         while True:

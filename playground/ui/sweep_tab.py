@@ -110,11 +110,9 @@ class SweepTab:
             raise PlaygroundError("other settings must be a JSON object of run settings, such as {\"window\": 64}")
         knob = data[self.knob]
         values = parse_values(knob, data[self.values] or "")
-        # the base holds the first value, so a knob the strategy needs (prompt_lookup) is never its refused default
         base = {"model": data[self.model], "backend": data[self.backend], "strategy": data[self.strategy],
-                "cache": data[self.cache], "max_new_tokens": int(data[self.max_new_tokens] or 1), **other,
-                knob: values[0]}
-        return Sweep(knob, values, RunSpec.from_dict(base), prompts, int(data[self.seeds] or 1))
+                "cache": data[self.cache], "max_new_tokens": int(data[self.max_new_tokens] or 1), **other}
+        return Sweep.over(knob, values, base, prompts, int(data[self.seeds] or 1))
 
 
 def compile_note_for(knob: str, backend: str) -> str:

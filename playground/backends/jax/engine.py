@@ -350,7 +350,6 @@ def engine_for(model: PreTrainedModel, devices: int) -> tuple[Engine, bool]:
         return engine, False
 
 
-
 def engines_of(model: PreTrainedModel) -> list[Engine]:
     """The model's engines (one per device count it ran on); none if it never ran on JAX."""
     with _ENGINES_LOCK:

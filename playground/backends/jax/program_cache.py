@@ -48,8 +48,8 @@ def _return_freed_memory() -> None:
 
 
 class ProgramCache:
-    """Compiled programs by key, least recently used first, with their bytes; `get` builds what is missing and
-    drops the oldest programs past the bound (never the one just built)."""
+    """Compiled programs by key, least recently used first, with their bytes; `add` drops the oldest programs
+    past the bound (never the one just added)."""
 
     def __init__(self, bound: int, size: Callable[[Any], int] = program_bytes) -> None:
         self.bound = bound
@@ -60,9 +60,6 @@ class ProgramCache:
 
     def __len__(self) -> int:
         return len(self._programs)
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._programs
 
     @property
     def bytes(self) -> int:
