@@ -14,6 +14,16 @@ from playground.errors import PlaygroundError
 from playground.registry import BACKENDS
 
 WEIGHTS = ("fp32", "bf16", "int8", "nf4")
+# Weights the JAX path refuses, and the measured reason (python -m playground.tools.bench_matmul, SmolLM2's output
+# head, one jitted product on a 2-core AMD EPYC). It runs fp32, and int8 converted inside the product (int8.py).
+JAX_REFUSED_WEIGHTS = {
+    "bf16": "bf16 weights are not offered on the JAX path: int8 reads half their bytes and measured faster at "
+            "every row count (one row 0.83 ms against bf16's 1.73 ms and fp32's 3.06 ms), and XLA on CPU converts "
+            "a bf16 matrix whole before a product of 2 or more rows (43 ms, fp32 6.4 ms); use int8 or fp32",
+    "nf4": "4-bit weights are not offered on the JAX path: XLA on CPU does not fuse unpacking two weights per byte "
+           "into the product, so they measured slower than fp32 (int4 in groups of 64: 5.4 ms for one row against "
+           "fp32's 3.3 ms and int8's 0.86 ms; 44 ms for 2 rows); use int8 or fp32",
+}
 
 
 class Combination(Protocol):
@@ -48,6 +58,11 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
     return None if why is None else f"{why}; {_instead(backend, cache)}"
 
 
+def weights_refusal(backend: str, weights: str) -> str | None:
+    """Why `weights` cannot run on `backend`, or None when they can."""
+    return JAX_REFUSED_WEIGHTS.get(weights) if backend == "jax" else None
+
+
 def check_combination(spec: Combination) -> None:
     """Raise the PlaygroundError users see for a combination that cannot run, naming what to pick instead."""
     reason = refusal(spec.backend, spec.strategy, spec.cache)
@@ -55,11 +70,9 @@ def check_combination(spec: Combination) -> None:
         raise PlaygroundError(
             f"backend={spec.backend} strategy={spec.strategy} cache={spec.cache} cannot run: {reason}"
         )
-    if spec.backend == "jax" and spec.weights != "fp32":
-        raise PlaygroundError(
-            f"weights '{spec.weights}' are not supported on the JAX path (bitsandbytes layers only run in "
-            "PyTorch, and XLA on CPU converts bf16 instead of fusing it); use fp32 or backend 'torch'"
-        )
+    why = weights_refusal(spec.backend, spec.weights)
+    if why is not None:
+        raise PlaygroundError(f"backend={spec.backend} weights={spec.weights} cannot run: {why}, or backend 'torch'")
     if spec.backend == "torch" and spec.devices != 1:
         raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
 

@@ -170,7 +170,9 @@ class _Finished:
     def result(self, spec: RunSpec) -> Result:
         """One Result; repeated runs combined (medians, every run kept)."""
         model, draft = self.loaded.model, self.loaded.draft
-        weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
+        weights = self.runs[0][0].weight_bytes
+        if weights is None:
+            weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
         results = [build_result(spec, model, self.prompt_tokens, output, end, self.loaded.load_s if i == 0 else 0.0,
                                 self.peak_rss, weights, self.quality) for i, (output, end) in enumerate(self.runs)]
         return combine_runs(results)
@@ -210,10 +212,11 @@ class _Job:
     def _load(self) -> _Loaded:
         """The main model, then the draft (never evicting the main model for it); both count in load_s."""
         start = time.perf_counter()
-        model, _ = LOADED.get(self.spec.model, self.spec.weights, self._progress, check=self._check_config)
+        weights = backend_for(self.spec.backend).source_weights(self.spec)
+        model, _ = LOADED.get(self.spec.model, weights, self._progress, check=self._check_config)
         draft = None
         if self.spec.assistant is not None:
-            draft, _ = LOADED.get(self.spec.assistant, self.spec.weights, self._progress, keep=[model])
+            draft, _ = LOADED.get(self.spec.assistant, weights, self._progress, keep=[model])
         return _Loaded(model, draft, time.perf_counter() - start)
 
     def _work(self) -> None:
@@ -257,7 +260,7 @@ class _Job:
         from playground.backends.torch.reference import judge  # imported here: keeps torch out of page start-up
 
         reference = loaded.model
-        if self.spec.weights != "fp32":
+        if loaded.model.weights != "fp32":
             keep = [loaded.model] + ([loaded.draft] if loaded.draft is not None else [])
             reference, _ = LOADED.get(self.spec.model, "fp32", self._progress, keep=keep)
         with GENERATION_LOCK:

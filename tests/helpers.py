@@ -224,7 +224,7 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int], room:
     from playground.backends.jax.caches.plan import plan_cache, prefill_bucket
     from playground.backends.jax.engine import engine_for
 
-    engine, _ = engine_for(loaded.model, spec.devices)
+    engine, _ = engine_for(loaded.model, spec.devices, spec.weights)
     prompt_len = ids.shape[1]
     plan = plan_cache(spec, engine.config, max(prompt_len, room), 1)
     prefill, _ = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))

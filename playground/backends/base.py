@@ -82,6 +82,9 @@ class GenerationOutput:
     beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
     assisted_steps: list[AssistStep] | None = None  # assisted: per verification step, drafted and accepted
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
+    # bytes of the weights the run read (main and draft) where they are not the loaded torch models' own
+    # (a JAX engine's int8 copy); None: the loaded models' bytes
+    weight_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,10 @@ class Backend(Protocol):
     backend's module imports neither torch nor jax (the page asks `preflight` while it starts)."""
 
     name: str
+
+    def source_weights(self, spec: RunSpec) -> str:
+        """The precision of the torch model this backend runs from (the runner loads that one)."""
+        ...
 
     def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
                   draft_config: Mapping[str, Any] | None) -> None:

@@ -71,8 +71,9 @@ def rates(start: float, times: list[float]) -> tuple[float | None, float | None]
 
 
 def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: BandwidthProbe,
-           compile_s: float = 0.0) -> dict[str, Any]:
-    """Median tokens/s and TTFT over ROUNDS runs, the bandwidth sampled before each (warm-up done by the caller)."""
+           compile_s: float = 0.0, **figures: Any) -> dict[str, Any]:
+    """Median tokens/s and TTFT over ROUNDS runs, the bandwidth sampled before each (warm-up done by the caller);
+    `figures` are added to the row as they are."""
     speeds, ttfts = [], []
     for _ in range(ROUNDS):
         probe.sample()
@@ -80,7 +81,7 @@ def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: 
         speeds.append(rate or 0.0)
         ttfts.append(ttft or 0.0)
     return {"name": name, "tokens_per_s": statistics.median(speeds), "ttft_s": statistics.median(ttfts),
-            "compile_s": compile_s}
+            "compile_s": compile_s, **figures}
 
 
 def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: str,
@@ -96,21 +97,25 @@ def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: 
     return _timed(f"torch-{cache}", run_once, probe)
 
 
-def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe) -> dict[str, Any]:
+def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
+              weights: str = "fp32") -> dict[str, Any]:
     """The JAX decoder: a cold call (it compiles, or loads from the persistent cache: its compile_s is what
-    we report), then ROUNDS warm calls."""
+    we report), then ROUNDS warm calls. With int8 weights the row also says how many bytes a step reads."""
     from playground.backends.jax import decoder
     from playground.spec import RunSpec
 
     spec = RunSpec(model=loaded.name, backend="jax", cache="static", max_new_tokens=new_tokens,
-                   min_new_tokens=new_tokens)
+                   min_new_tokens=new_tokens, weights=weights)
 
     def run_once() -> tuple[float, list[float]]:
         out = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
         return out.start_time, out.token_times
 
     cold = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
-    return _timed("jax", run_once, probe, compile_s=round(cold.compile_s, 3))
+    if weights == "fp32":
+        return _timed("jax", run_once, probe, compile_s=round(cold.compile_s, 3))
+    return _timed(f"jax-{weights}", run_once, probe, compile_s=round(cold.compile_s, 3),
+                  weight_bytes=cold.extra["device_weight_bytes"])
 
 
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
@@ -131,6 +136,8 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             configs.append(bench_torch(loaded, ids, max_new_tokens, cache, probe))
         progress(f"jax: compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
+        progress(f"jax-int8: int8 weights, compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
+        configs.append(bench_jax(loaded, ids, max_new_tokens, probe, weights="int8"))
         configs += bench_grounded(loaded, max_new_tokens, probe, progress, _timed)
         for backend in ("torch", "jax"):
             progress(f"{backend}-beam{BEAMS}: {BEAMS} beams, {max_new_tokens} tokens, warm-up + {ROUNDS} timed")
@@ -153,6 +160,8 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         "ratios": {
             "jax_vs_torch_dynamic": round(jax_rate / dynamic_rate, 3) if dynamic_rate else None,
             "jax_vs_roofline": round(jax_rate / roofline, 3) if roofline else None,
+            "jax_int8_vs_jax": _ratio(by_name, "jax-int8", "jax"),
+            "jax_int8_vs_torch_dynamic": _ratio(by_name, "jax-int8", "torch-dynamic"),
             **grounded_ratios(by_name),
             "jax_beam4_vs_torch_beam4": _ratio(by_name, f"jax-beam{BEAMS}", f"torch-beam{BEAMS}"),
         },
@@ -189,6 +198,9 @@ def format_table(result: dict[str, Any]) -> str:
     ratios = result["ratios"]
     lines += ["", f"jax / torch-dynamic: {cell(ratios['jax_vs_torch_dynamic'], '.2f')}x   "
                   f"jax / roofline: {cell(ratios['jax_vs_roofline'], '.0%')}"]
+    if ratios.get("jax_int8_vs_jax") is not None:
+        lines.append(f"jax-int8 / jax: {cell(ratios['jax_int8_vs_jax'], '.2f')}x   jax-int8 / torch-dynamic: "
+                     f"{cell(ratios['jax_int8_vs_torch_dynamic'], '.2f')}x (% roofline: of the fp32 weights' bytes)")
     lines += assisted_lines(result)
     if "jax_beam4_vs_torch_beam4" in ratios:
         lines.append(f"jax-beam4 / torch-beam4: {cell(ratios['jax_beam4_vs_torch_beam4'], '.2f')}x "

@@ -24,14 +24,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from playground.backends.jax.int8 import quantize_rows
+
 HEAD = (49152, 576)  # SmolLM2-135M's tied embedding: the largest matrix a step reads
 BLOCKS = (256, 1024, 4096)  # rows of int8 weights converted at a time
 
 
-def quantize_rows(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 with one scale per output row (the absmax over the row maps to 127)."""
-    scale = np.maximum(np.abs(weight).max(axis=1), 1e-12) / 127.0
-    return np.round(weight / scale[:, None]).astype(np.int8), scale.astype(np.float32)
+INT4_GROUP = 64  # weights per int4 scale along a row
+
+
+def quantize_int4(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int4 per group of INT4_GROUP weights in a row, two per byte: (N, K // 2) uint8, (N, K // G)."""
+    n, k = weight.shape
+    groups = weight.reshape(n, k // INT4_GROUP, INT4_GROUP)
+    scale = np.maximum(np.abs(groups).max(axis=2), 1e-12) / 7.0
+    q = (np.clip(np.round(groups / scale[..., None]), -8, 7) + 8).astype(np.uint8).reshape(n, k)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8), scale.astype(np.float32)
 
 
 def fp32(x: jax.Array, weight: jax.Array) -> jax.Array:
@@ -50,6 +58,15 @@ def int8(x: jax.Array, q: jax.Array, scale: jax.Array) -> jax.Array:
 def int8_rows(x: jax.Array, q: jax.Array, scale: jax.Array) -> jax.Array:
     """One matrix-vector product per input row: every row reads (and converts) the whole matrix again."""
     return jax.lax.map(lambda row: (row[None] @ q.T.astype(jnp.float32))[0], x) * scale
+
+
+def int4(x: jax.Array, packed: jax.Array, scale: jax.Array) -> jax.Array:
+    """Two weights per byte unpacked, scaled per group and multiplied, written inline."""
+    n, half = packed.shape
+    low = (packed & 0xF).astype(jnp.int8) - 8
+    high = (packed >> 4).astype(jnp.int8) - 8
+    q = jnp.stack([low, high], axis=-1).reshape(n, half * 2 // INT4_GROUP, INT4_GROUP)
+    return x @ (q.astype(jnp.float32) * scale[..., None]).reshape(n, half * 2).T
 
 
 def int8_blocked(x: jax.Array, q: jax.Array, scale: jax.Array, *, block: int) -> jax.Array:
@@ -76,6 +93,7 @@ def median_ms(fn: Callable[..., jax.Array], *args: jax.Array, repeats: int) -> f
 def layouts(weight: np.ndarray) -> dict[str, tuple[Callable[..., jax.Array], tuple[jax.Array, ...], int]]:
     """name -> (product, weight arguments, bytes of weights it reads)."""
     q, scale = quantize_rows(weight)
+    packed, group_scale = quantize_int4(weight)
     w32, w16 = jnp.asarray(weight), jnp.asarray(weight, jnp.bfloat16)
     q8, s = jnp.asarray(q), jnp.asarray(scale)
     int8_bytes = q.nbytes + scale.nbytes
@@ -84,6 +102,7 @@ def layouts(weight: np.ndarray) -> dict[str, tuple[Callable[..., jax.Array], tup
         "bf16": (bf16, (w16,), weight.nbytes // 2),
         "int8": (int8, (q8, s), int8_bytes),
         "int8-rows": (int8_rows, (q8, s), int8_bytes),
+        "int4": (int4, (jnp.asarray(packed), jnp.asarray(group_scale)), packed.nbytes + group_scale.nbytes),
     }
     for block in BLOCKS:
         if weight.shape[0] % block == 0:

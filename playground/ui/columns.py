@@ -93,6 +93,11 @@ def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
             for c in offered(registry.cache_names(), 2)]
 
 
+def weights_choices(backend: str) -> list[tuple[str, str]]:
+    """Every precision; those this backend refuses carry a ✗ (the notice says why)."""
+    return [(w if compatibility.weights_refusal(backend, w) is None else f"{w} ✗ on {backend}", w) for w in WEIGHTS]
+
+
 def _clean(key: str, value: Any) -> Any:
     """Sliders and number boxes hand back floats; RunSpec wants ints where the field is an int."""
     if key in INT_KEYS and isinstance(value, float) and value.is_integer():
@@ -207,14 +212,15 @@ class ColumnControls:
             earlier = updates.get(component)
             updates[component] = {**earlier, **update} if isinstance(earlier, dict) else update
         choices = self.choices(values)
-        for key in ("strategy", "cache"):
+        for key in ("strategy", "cache", "weights"):
             updates[self.knobs[key]] = {**choices[self.knobs[key]], "value": values[key]}
         return updates
 
     def choices(self, values: ColumnValues) -> Updates:
-        """The strategy and cache dropdowns: refused choices marked, the chosen entry's help underneath."""
+        """The strategy, cache and weights dropdowns: refused choices marked, the chosen entry's help underneath."""
         strategy, cache = values["strategy"], values["cache"]
-        return {self.knobs["strategy"]: gr.update(choices=strategy_choices(values["backend"], cache),
+        return {self.knobs["weights"]: gr.update(choices=weights_choices(values["backend"])),
+                self.knobs["strategy"]: gr.update(choices=strategy_choices(values["backend"], cache),
                                                   info=registry.strategy(strategy).help),
                 self.knobs["cache"]: gr.update(choices=cache_choices(values["backend"], strategy),
                                                info=registry.cache_type(cache).help)}
@@ -238,7 +244,7 @@ def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) ->
     with gr.Row():
         knobs["model"] = gr.Dropdown(model_choices(), value=values["model"], label="model",
                                      allow_custom_value=True, elem_id=f"model-{index}", scale=3, min_width=120)
-        knobs["weights"] = gr.Dropdown(list(WEIGHTS), value=values["weights"], label="weights",
+        knobs["weights"] = gr.Dropdown(weights_choices(values["backend"]), value=values["weights"], label="weights",
                                        elem_id=f"weights-{index}", scale=2, min_width=80)
     with gr.Row():
         knobs["strategy"] = gr.Dropdown(strategy_choices(values["backend"], values["cache"]), value=values["strategy"],
@@ -357,7 +363,7 @@ def wire(col: ColumnControls) -> None:
     inputs = set(col.knobs.values())
     structural = ("backend", "strategy", "cache", "draft_source", "assisted_sampling")
 
-    @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"])
+    @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"], col.knobs["weights"])
     def restructure(data: Inputs) -> Updates:
         current = col.read(data)
         return {**col.structure(current), **col.choices(current)}

@@ -8,10 +8,15 @@ import pytest
 pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
-from tests.integration.quantized_error import check_quantized_cache_error  # noqa: E402
+from tests.integration.quantized_error import check_int8_weights_error, check_quantized_cache_error  # noqa: E402
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("bits", [8, 4, 2])
 def test_quantized_cache_error_against_full_precision(bits):
     check_quantized_cache_error("gemma3-270m", bits)
+
+
+@pytest.mark.slow
+def test_int8_weights_stay_within_the_kl_target():
+    check_int8_weights_error("gemma3-270m")

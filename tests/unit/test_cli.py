@@ -23,7 +23,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--top-p", "abc"], "invalid float value: 'abc'"),
     (["--prefix-ids", "1,x"], "prefix ids must be whole numbers separated by commas"),
     (["--prefix-ids=-4"], "prefix_ids[0]=-4 is not a token id"),
-    (["--backend", "jax", "--weights", "int8"], "weights 'int8' are not supported on the JAX path"),
+    (["--backend", "jax", "--weights", "bf16"], "weights=bf16 cannot run: bf16 weights are not offered on the JAX"),
+    (["--backend", "jax", "--weights", "nf4"], "weights=nf4 cannot run: 4-bit weights are not offered on the JAX"),
     (["--backend", "jax", "--strategy", "beam", "--num-beams", "2", "--num-return-sequences", "3"],
      "raise num_beams or lower num_return_sequences"),
 ])

@@ -306,14 +306,17 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
-    assert [c["name"] for c in result["configs"]][:3] == ["torch-dynamic", "torch-static", "jax"]
+    assert [c["name"] for c in result["configs"]][:4] == ["torch-dynamic", "torch-static", "jax", "jax-int8"]
     assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"][:3])
-    assert {"jax_vs_torch_dynamic", "jax_vs_roofline"} <= set(result["ratios"])
+    assert 0 < result["configs"][3]["weight_bytes"] < llama.weight_bytes  # the bytes an int8 step reads
+    assert {"jax_vs_torch_dynamic", "jax_vs_roofline", "jax_int8_vs_jax", "jax_int8_vs_torch_dynamic"} <= set(
+        result["ratios"])
+    assert result["ratios"]["jax_int8_vs_jax"] > 0
     names = [c["name"] for c in result["configs"]]
     assert names[-2:] == ["torch-beam4", "jax-beam4"]
     assert {"jax_beam4_vs_torch_beam4", "jax_prompt_lookup_vs_jax"} <= set(result["ratios"])
     assert result["ratios"]["jax_beam4_vs_torch_beam4"] > 0
     assert result["roofline_tokens_per_s"] == round(10.0e9 / llama.weight_bytes, 2)
     table = bench.format_table(result)
-    assert "torch-dynamic" in table and "jax" in table and "roofline" in table
+    assert "torch-dynamic" in table and "jax" in table and "roofline" in table and "jax-int8 / jax:" in table
     json.dumps(result)

@@ -23,6 +23,7 @@ from playground.ui.columns import (
     notice_text,
     problem,
     visibility,
+    weights_choices,
 )
 from playground.ui.export import (
     decode_url_state,
@@ -263,8 +264,12 @@ def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
 
 
 def test_refused_combinations_are_flagged_with_the_reason():
-    text = notice_text({"backend": "jax", "weights": "int8"})
-    assert text.startswith("⚠ ") and "weights 'int8' are not supported on the JAX path" in text
+    text = notice_text({"backend": "jax", "weights": "bf16"})
+    assert text.startswith("⚠ ") and "bf16 weights are not offered on the JAX path: int8 reads half" in text
+    assert notice_text({"backend": "jax", "weights": "int8"}) == ""
+    assert weights_choices("jax") == [("fp32", "fp32"), ("bf16 ✗ on jax", "bf16"), ("int8", "int8"),
+                                      ("nf4 ✗ on jax", "nf4")]
+    assert all(label == value for label, value in weights_choices("torch"))
     assert notice_text({"backend": "jax", "strategy": "assisted", "cache": "sink", "prompt_lookup": 4}) == ""
     assert label(1, {"strategy": "beam", "cache": "static", "backend": "jax"}) == "2: beam · static · jax"
 

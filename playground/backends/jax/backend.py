@@ -34,6 +34,10 @@ class JaxBackend:
 
     name = "jax"
 
+    def source_weights(self, spec: RunSpec) -> str:
+        """Always fp32: the engine quantizes its own int8 copy from it (bitsandbytes layers do not trace)."""
+        return "fp32"
+
     def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
                   draft_config: Mapping[str, Any] | None) -> None:
         """An architecture this path does not run, a draft of another vocabulary, or a device count that does
@@ -67,12 +71,12 @@ class JaxBackend:
             plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
         rows = registry.strategy(spec.strategy).rows(spec)
         need, growing = peak_bytes(plan, rows)
-        resident = [(loaded, _engine_weights(loaded, spec.devices, device_bytes)),
+        resident = [(loaded, _engine_weights(loaded, spec, spec.devices, device_bytes)),
                     (loaded, _engine_programs(spec.devices))]
         if draft is not None:  # the draft's engine is its own, on one device; its cache is preallocated
             need += peak_bytes(plan_cache(spec.replace(cache=DRAFT_CACHE), _text_config(draft), prompt_tokens,
                                           STEPS_PER_CALL))[0]
-            resident += [(draft, _engine_weights(draft, 1, device_bytes)), (draft, _engine_programs(1))]
+            resident += [(draft, _engine_weights(draft, spec, 1, device_bytes)), (draft, _engine_programs(1))]
         what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} beams" if rows > 1 else "") + (
             " (old and new arrays while it grows)" if growing else "")
         return MemoryNeed(Held(what, need, hint="lower max_new_tokens"), resident)
@@ -92,9 +96,11 @@ def _text_config(loaded: LoadedModel) -> Any:
     return loaded.model.config.get_text_config(decoder=True)
 
 
-def _engine_weights(loaded: LoadedModel, devices: int, device_bytes: Any) -> Held:
-    what = f"the JAX engine's weights on {devices} device{'s' if devices > 1 else ''}"
-    return Held(what, device_bytes(loaded.model, devices), hint="use the torch backend, or unload other models")
+def _engine_weights(loaded: LoadedModel, spec: RunSpec, devices: int, device_bytes: Any) -> Held:
+    precision = "" if spec.weights == "fp32" else f" ({spec.weights})"
+    what = f"the JAX engine's weights{precision} on {devices} device{'s' if devices > 1 else ''}"
+    return Held(what, device_bytes(loaded.model, devices, spec.weights),
+                hint="use the torch backend, or unload other models")
 
 
 def _engine_programs(devices: int) -> Held:

@@ -37,4 +37,4 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     """One request of `spec` (already validated: RunSpec refuses what this path cannot run), streaming through
     `emit`; no compile announcements (JaxBackend.generate adds them)."""
     plugin = registry.strategy(spec.strategy).jax(spec, draft)
-    return loop.generate(loaded, input_ids, spec, emit, should_stop, plugin, preview)
+    return loop.generate(loaded, input_ids, spec, emit, should_stop, plugin, preview, draft)

@@ -77,7 +77,7 @@ class Drafter:
 
     def __init__(self, draft: LoadedModel, main_vocab: int, spec: RunSpec, prompt_len: int, bucket: int,
                  mode: SamplingMode) -> None:
-        self.engine, _ = engine_for(draft.model, 1)
+        self.engine, _ = engine_for(draft.model, 1, spec.weights)
         if self.engine.vocab_size != main_vocab:
             raise PlaygroundError(draft_vocabulary_refusal(draft.name, self.engine.vocab_size, main_vocab))
         width = MAX_DRAFTS + 1

@@ -109,7 +109,7 @@ def compile_notices(notify: Callable[[], None]) -> Iterator[None]:
 class Engine:
     """Device weights, the traced twin and the compiled prefill/decode programs of one model."""
 
-    def __init__(self, model: PreTrainedModel, devices: int) -> None:
+    def __init__(self, model: PreTrainedModel, devices: int, weights: str = "fp32") -> None:
         start = time.perf_counter()
         config = model.config.get_text_config(decoder=True)
         tensor_parallel.check(config, devices)
@@ -118,7 +118,8 @@ class Engine:
         self.config = config
         self.env = torchax.default_env()
         # fused projections would mix q/k/v rows in one split; on a mesh each projection is split by heads
-        self.twin = traced.build_twin(model, fuse=self.mesh is None)
+        self.precision = weights  # "fp32", or "int8": every linear layer int8 (int8.py)
+        self.twin = traced.build_twin(model, fuse=self.mesh is None, int8=weights == "int8")
         place = tensor_parallel.placer(self.mesh, config) if self.mesh is not None else None
         self.weights = traced.jax_weights(model, self.twin, place)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -309,48 +310,53 @@ def _shareable(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.data_ptr() % DLPACK_ALIGNMENT == 0
 
 
-def device_bytes(model: PreTrainedModel, devices: int) -> int:
-    """Bytes an Engine for (model, devices) allocates beyond the model's own tensors, counted before it does
-    (the memory budget reserves them first). On one device fused q/k/v and gate/up matrices are new arrays and
-    the other weights are shared through DLPack when aligned; on a mesh every weight is copied to the devices,
-    split ones once in all and replicated ones once per device. Tied weights count once, as jax_weights()
-    places them once."""
+def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") -> int:
+    """Bytes an Engine for (model, devices, weights) allocates beyond the model's own tensors, counted before it
+    does (the memory budget reserves them first). On one device fused q/k/v and gate/up matrices are new arrays
+    and the other weights are shared through DLPack when aligned; int8 matrices and their scales are always new;
+    on a mesh every weight is copied to the devices, split ones once in all and replicated ones once per device.
+    Tied weights count once, as jax_weights() places them once."""
     config = model.config.get_text_config(decoder=True)
-    twin = traced.build_twin(model, fuse=devices == 1)
+    twin = traced.build_twin(model, fuse=devices == 1, int8=weights == "int8")
     tensors = traced.model_tensors(model)
     total, seen = 0, set()
     for name, sources in twin.sources.items():
         parts = [tensors[s] for s in sources]
-        key = tuple((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts)
+        scale_name = twin.int8_scales.get(name)
+        key = (scale_name is not None, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
         if key in seen:
             continue
         seen.add(key)
-        size = sum(p.numel() * p.element_size() for p in parts)
-        if devices > 1:
-            split = any(tensor_parallel.weight_spec(name, parts[0].dim(), config, devices))
-            total += size if split else size * devices
-        elif len(parts) > 1 or not _shareable(parts[0]):
-            total += size
+        numel = sum(p.numel() for p in parts)
+        arrays = [(name, numel * parts[0].element_size(), parts[0].dim())] if scale_name is None else [
+            (name, numel, 2), (scale_name, sum(p.shape[0] for p in parts) * 4, 1)]
+        for array_name, size, ndim in arrays:
+            if devices > 1:
+                split = any(tensor_parallel.weight_spec(array_name, ndim, config, devices))
+                total += size if split else size * devices
+            elif scale_name is not None or len(parts) > 1 or not _shareable(parts[0]):
+                total += size
     return total
 
 
-_ENGINES: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, Engine]] = weakref.WeakKeyDictionary()
+_ENGINES: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[int, str], Engine]] = weakref.WeakKeyDictionary()
 _ENGINES_LOCK = threading.Lock()
 
 
-def engine_for(model: PreTrainedModel, devices: int) -> tuple[Engine, bool]:
-    """The model's engine for `devices` devices, and whether it already existed (weights already moved)."""
+def engine_for(model: PreTrainedModel, devices: int, weights: str = "fp32") -> tuple[Engine, bool]:
+    """The model's engine for `devices` devices and `weights` precision, and whether it already existed
+    (weights already moved)."""
     enable_persistent_cache()
     with _ENGINES_LOCK:
         per_model = _ENGINES.setdefault(model, {})
-        if devices in per_model:
-            return per_model[devices], True
-        engine = Engine(model, devices)
-        per_model[devices] = engine
+        if (devices, weights) in per_model:
+            return per_model[devices, weights], True
+        engine = Engine(model, devices, weights)
+        per_model[devices, weights] = engine
         return engine, False
 
 
 def engines_of(model: PreTrainedModel) -> list[Engine]:
-    """The model's engines (one per device count it ran on); none if it never ran on JAX."""
+    """The model's engines (one per device count and precision it ran on); none if it never ran on JAX."""
     with _ENGINES_LOCK:
         return list(_ENGINES.get(model, {}).values())

@@ -32,7 +32,8 @@ __all__ = ["STEPS_PER_CALL", "cache_extra", "engine_extra", "generate"]
 
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
-             should_stop: ShouldStop, strategy: Strategy, preview: PreviewTokens | None = None) -> GenerationOutput:
+             should_stop: ShouldStop, strategy: Strategy, preview: PreviewTokens | None = None,
+             draft: LoadedModel | None = None) -> GenerationOutput:
     """Prefill, then device calls until EOS, max_new_tokens or should_stop(), streaming each call's tokens.
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
@@ -46,6 +47,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         emit(first.tokens)
     _decode(request, run, strategy, spec, emit, should_stop)
     out = strategy.output(request, run, start)
+    if request.engine.precision != "fp32":  # the run read the engine's own copy, not the torch model's
+        drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []
+        out.weight_bytes = sum(e.weight_bytes for e in [request.engine, *drafts])
     if not strategy.streams:
         emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
     return out
@@ -53,7 +57,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
 
 def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec, strategy: Strategy) -> Request:
     """The model's engine, the cache plan and every program this request runs, compiled now if they are new."""
-    engine, reused = engine_for(loaded.model, spec.devices)
+    engine, reused = engine_for(loaded.model, spec.devices, spec.weights)
     prompt_len = prompt.shape[1]
     bucket = cache_plan.prefill_bucket(prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
@@ -140,10 +144,12 @@ def cache_extra(request: Request, run: Run) -> dict[str, Any]:
 
 
 def engine_extra(request: Request) -> dict[str, Any]:
-    """`extra`'s engine figures: weights moved, their bytes on the devices, programs compiled, sharding."""
+    """`extra`'s engine figures: weights moved, their precision and bytes on the devices, programs compiled,
+    sharding."""
     engine = request.engine
     return {"weights_moved_s": 0.0 if request.reused else round(engine.move_s, 3),
-            "device_weight_bytes": engine.weight_bytes, "compiled_programs": len(engine.programs),
+            "device_weights": engine.precision, "device_weight_bytes": engine.weight_bytes,
+            "compiled_programs": len(engine.programs),
             "program_cache_bytes": engine.programs.bytes, "program_cache_bound_bytes": engine.programs.bound,
             "program_cache_evictions": engine.programs.evictions,
             **engine.sharding_info}

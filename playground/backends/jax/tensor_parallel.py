@@ -19,12 +19,13 @@ from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape, check_head_split
 
 AXIS = "tp"
-# parameter name suffix -> (which dimension is split, which config count must divide by N)
+# parameter name suffix -> (which dimension is split, which config count must divide by N); an int8 weight's
+# per-row scale splits with its rows, and is whole on every device where the weight is split by columns
 _RULES: tuple[tuple[str, int, str], ...] = (
-    (r"\.q_proj\.(weight|bias)$", 0, "heads"),
-    (r"\.[kv]_proj\.(weight|bias)$", 0, "kv_heads"),
+    (r"\.q_proj\.(weight|bias|scale)$", 0, "heads"),
+    (r"\.[kv]_proj\.(weight|bias|scale)$", 0, "kv_heads"),
     (r"\.o_proj\.weight$", 1, "heads"),
-    (r"\.(gate|up)_proj\.(weight|bias)$", 0, "mlp"),
+    (r"\.(gate|up)_proj\.(weight|bias|scale)$", 0, "mlp"),
     (r"\.down_proj\.weight$", 1, "mlp"),
 )
 

@@ -12,7 +12,7 @@ read in its own layout and updated in place (attention.py and caches/).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -23,8 +23,10 @@ from torch import nn
 from torchax import interop
 from transformers import AttentionInterface, PreTrainedModel
 
+from playground.backends.jax import int8, int8_store
 from playground.backends.jax.attention import prompt_attention
 from playground.backends.jax.caches.pytree import PENDING
+from playground.backends.jax.int8 import Int8Linear
 
 ATTENTION = "playground_jax"
 FUSE_GROUPS = (("qkv_fused", ("q_proj", "k_proj", "v_proj")), ("gate_up_fused", ("gate_proj", "up_proj")))
@@ -55,20 +57,29 @@ AttentionInterface.register(ATTENTION, attention_forward)
 
 
 class FusedLinear(nn.Module):
-    """Several nn.Linear sharing one input, computed as one matrix product; parts read slices of it."""
+    """Several nn.Linear sharing one input, computed as one matrix product; parts read slices of it.
+    With `int8`, the fused matrix is int8 with a scale per row (int8.py)."""
 
-    def __init__(self, parts: list[nn.Linear]) -> None:
+    def __init__(self, parts: list[nn.Linear], int8: bool = False) -> None:
         super().__init__()
         self.sizes = [p.out_features for p in parts]
-        self.weight = nn.Parameter(torch.empty(sum(self.sizes), parts[0].in_features, device="meta"))
+        shape = (sum(self.sizes), parts[0].in_features)
+        dtype = torch.int8 if int8 else torch.float32
+        self.weight = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
+        self.scale = nn.Parameter(torch.empty(shape[0], device="meta"), requires_grad=False) if int8 else None
         has_bias = parts[0].bias is not None
         self.bias = nn.Parameter(torch.empty(sum(self.sizes), device="meta")) if has_bias else None
         self._stash: tuple[torch.Tensor, torch.Tensor] | None = None
 
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scale is None:
+            return nn.functional.linear(x, self.weight, self.bias)
+        return int8.linear(x, self.weight, self.scale, self.bias, blocked=True)
+
     def part(self, index: int, x: torch.Tensor) -> torch.Tensor:
         # the model calls q_proj(h), k_proj(h), v_proj(h) on the same h: compute once, hand out slices
         if self._stash is None or self._stash[0] is not x:
-            self._stash = (x, nn.functional.linear(x, self.weight, self.bias))
+            self._stash = (x, self._product(x))
         start = sum(self.sizes[:index])
         return self._stash[1][..., start: start + self.sizes[index]]
 
@@ -102,14 +113,16 @@ class Twin:
     module: nn.Module
     sources: dict[str, list[str]]  # twin name -> real names (several: rows concatenated in this order)
     fused: list[FusedLinear]
+    int8_scales: dict[str, str] = field(default_factory=dict)  # int8 weight's twin name -> its scale's
 
     def clear(self) -> None:
         for f in self.fused:
             f.clear()
 
 
-def build_twin(model: PreTrainedModel, fuse: bool) -> Twin:
-    """A meta-device copy of `model` using our attention, with projections fused if asked."""
+def build_twin(model: PreTrainedModel, fuse: bool, int8: bool = False) -> Twin:
+    """A meta-device copy of `model` using our attention, with projections fused if asked, and every linear
+    layer (the output head too) int8 if asked. Embeddings, norms and biases stay fp32."""
     config = copy.deepcopy(model.config)
     # mixture-of-experts layers: the default grouped matmul (aten::_grouped_mm) has no torchax lowering; the
     # batched one gathers each token's chosen experts with fixed shapes, and reads only those experts' weights.
@@ -126,7 +139,7 @@ def build_twin(model: PreTrainedModel, fuse: bool) -> Twin:
             for fused_name, names in FUSE_GROUPS:
                 if not _fusable(module, names):
                     continue
-                owner = FusedLinear([getattr(module, n) for n in names])
+                owner = FusedLinear([getattr(module, n) for n in names], int8)
                 setattr(module, fused_name, owner)
                 for i, n in enumerate(names):
                     setattr(module, n, FusedPart(owner, i))
@@ -135,9 +148,23 @@ def build_twin(model: PreTrainedModel, fuse: bool) -> Twin:
                 if owner.bias is not None:
                     sources[f"{prefix}{fused_name}.bias"] = [f"{prefix}{n}.bias" for n in names]
                 fused.append(owner)
+    if int8:
+        _int8_linears(twin, blocked=fuse)
+    scales = {f"{path}.weight": f"{path}.scale" for path, module in twin.named_modules(remove_duplicate=False)
+              if isinstance(module, (Int8Linear, FusedLinear)) and module.scale is not None}
     for name in state_names(twin):
-        sources.setdefault(name, [name])
-    return Twin(twin, sources, fused)
+        if name not in scales.values():
+            sources.setdefault(name, [name])
+    return Twin(twin, sources, fused, scales)
+
+
+def _int8_linears(twin: nn.Module, blocked: bool) -> None:
+    """Every nn.Linear becomes an Int8Linear of the same shape (a mesh splits rows itself: not blocked)."""
+    for module in list(twin.modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, child_name, Int8Linear(child.in_features, child.out_features,
+                                                       child.bias is not None, blocked))
 
 
 def state_names(module: nn.Module) -> list[str]:
@@ -173,19 +200,29 @@ def _placed(name: str, parts: list[torch.Tensor], place: Any) -> jax.Array:
 
 
 def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, jax.Array]:
-    """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array.
+    """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array. An int8
+    weight and its scale come from the model's fp32 tensor, quantized once (int8_store.py keeps it on disk).
 
     `place(name, array)` puts an array on its devices (sharding); default: the default device.
     """
     tensors = model_tensors(model)
-    by_source: dict[tuple, jax.Array] = {}
+    by_source: dict[tuple, Any] = {}
     weights: dict[str, jax.Array] = {}
     for name, source_names in twin.sources.items():
         parts = [tensors[s] for s in source_names]
-        key = tuple((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts)
+        scale_name = twin.int8_scales.get(name)
+        key = (scale_name is not None, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
         if key not in by_source:
-            by_source[key] = _placed(name, parts, place)
-        weights[name] = by_source[key]
+            if scale_name is None:
+                by_source[key] = _placed(name, parts, place)
+            else:
+                q, scale = int8_store.quantized(np.concatenate([_to_numpy(p) for p in parts]))
+                put = place or (lambda _, host: jnp.asarray(host))
+                by_source[key] = (put(name, q), put(scale_name, scale))
+        if scale_name is None:
+            weights[name] = by_source[key]
+        else:
+            weights[name], weights[scale_name] = by_source[key]
     return weights
 
 

@@ -30,6 +30,10 @@ class TorchBackend:
 
     name = "torch"
 
+    def source_weights(self, spec: RunSpec) -> str:
+        """transformers runs the weights as loaded: fp32, bf16, or bitsandbytes' int8 and nf4 layers."""
+        return spec.weights
+
     def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
                   draft_config: Mapping[str, Any] | None) -> None:
         """Everything transformers runs, this path runs: RunSpec's checks are the refusals."""
