@@ -66,15 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default="smollm2-135m")
-    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile"), default="default",
+    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights"), default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
                             "both backends over long runs; sweeps: the page's sweep presets, first and again; "
                             "compile: every JAX cell's first request on both bundled models (with "
-                            "PLAYGROUND_COMPILE_CACHE=0 for cold compiles)")
+                            "PLAYGROUND_COMPILE_CACHE=0 for cold compiles); weights: every weight precision on "
+                            "both backends, speed and KL from fp32")
     bench.add_argument("--max-new-tokens", type=int, default=None,
-                       help="default: 128 (suite default), 1024 (suite caches)")
+                       help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
     bench.add_argument("--rounds", type=int, default=None,
-                       help="suite caches: timed rounds of every configuration (default 3; the median is reported)")
+                       help="suites caches and weights: timed rounds of every configuration (default 3; the "
+                            "median is reported)")
     bench.add_argument("--json", action="store_true")
 
     commands.add_parser("models", help="list the model catalog")
@@ -199,7 +201,7 @@ def command_sweep(args: argparse.Namespace) -> None:
 def command_bench(args: argparse.Namespace) -> None:
     from playground.tools import bench, bench_caches  # imported here: they load torch and jax
 
-    new_tokens = args.max_new_tokens or (1024 if args.suite == "caches" else 128)
+    new_tokens = args.max_new_tokens or {"caches": 1024, "weights": 64}.get(args.suite, 128)
     if new_tokens < 2:
         fail(f"--max-new-tokens={new_tokens} is too small; the benchmark needs at least 2")
     def progress(message: str) -> None:
@@ -216,6 +218,12 @@ def command_bench(args: argparse.Namespace) -> None:
 
         result = bench_sweeps.run_sweep_suite(progress)
         print(json.dumps(result) if args.json else bench_sweeps.format_table(result))
+        return
+    if args.suite == "weights":
+        from playground.tools import bench_weights
+
+        result = bench_weights.run_weights_suite(args.model, new_tokens, progress, rounds=args.rounds or 3)
+        print(json.dumps(result) if args.json else bench_weights.format_table(result))
         return
     if args.suite == "caches":
         result = bench_caches.run_cache_suite(args.model, new_tokens, progress=progress, rounds=args.rounds)

@@ -18,6 +18,12 @@ if TYPE_CHECKING:  # type names only: building a Result needs no model code
     from playground.spec import RunSpec
 
 
+# The output judged by the fp32 model: mean log-prob per token, the token where it leaves fp32 greedy, and with
+# weights other than fp32 the mean KL from fp32's next-token distributions (runner.py's _judge)
+Quality = tuple[float | None, int | None, float | None]
+NO_QUALITY: Quality = (None, None, None)
+
+
 class Metrics(TypedDict):
     """Timings in seconds (ms where the key says so), sizes in bytes; None where a figure does not exist.
 
@@ -37,6 +43,8 @@ class Metrics(TypedDict):
     acceptance_rate: float | None  # assisted only
     mean_logprob: float | None  # the output under the fp32 model with a dynamic cache: mean log-prob per token
     greedy_divergence: int | None  # first token where that model's greedy choice differs; None: never
+    kl_vs_fp32: NotRequired[float | None]  # weights other than fp32: mean KL (nats) of the next-token distribution
+    # from the fp32 model's, along the output, both with full attention; absent with fp32 weights
     ttft_s_runs: NotRequired[list[float | None]]
     tokens_per_s_runs: NotRequired[list[float | None]]
     ms_per_token_p50_runs: NotRequired[list[float | None]]
@@ -145,7 +153,7 @@ def versions() -> dict[str, str | None]:
 
 
 def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak_rss: int | None,
-                  weight_bytes: int = 0, quality: tuple[float | None, int | None] = (None, None)) -> Metrics:
+                  weight_bytes: int = 0, quality: Quality = NO_QUALITY) -> Metrics:
     """The metrics block of one run; None where a figure does not exist (e.g. per-token times of beam search)."""
     times = output.token_times
     new_tokens = len(output.sequences[0]) if output.sequences else 0
@@ -159,7 +167,7 @@ def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak
         # ttft_s leaves it out for the strategies that stream
         tokens_per_s = new_tokens / (total_s - output.compile_s)
     p50, p90 = percentile(timing.ms_per_token, 50), percentile(timing.ms_per_token, 90)
-    return {
+    metrics: Metrics = {
         "load_s": round(load_s, 4),
         "compile_s": round(output.compile_s, 4),
         "ttft_s": round(times[0] - output.start_time - output.compile_s, 4) if times else None,
@@ -174,6 +182,9 @@ def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak
         "mean_logprob": quality[0],
         "greedy_divergence": quality[1],
     }
+    if quality[2] is not None:
+        metrics["kl_vs_fp32"] = quality[2]
+    return metrics
 
 
 # Timings that vary from run to run: repeated runs report their median and keep every value.
@@ -242,7 +253,7 @@ def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:
 
 def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output: GenerationOutput,
                  end: float, load_s: float, peak_rss: int | None, weight_bytes: int = 0,
-                 quality: tuple[float | None, int | None] = (None, None)) -> Result:
+                 quality: Quality = NO_QUALITY) -> Result:
     """The Result of one run: texts decoded, metrics summarized, the spec normalized."""
     tokenizer = loaded.tokenizer
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in output.sequences]

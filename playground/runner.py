@@ -22,7 +22,7 @@ from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
-from playground.result import Result, build_result, combine_runs
+from playground.result import NO_QUALITY, Quality, Result, build_result, combine_runs
 from playground.spec import RunSpec, check_vocabulary
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class _Finished:
     prompt_tokens: int
     runs: list[tuple[GenerationOutput, float]]  # each timed run's output and when it ended
     peak_rss: int
-    quality: tuple[float | None, int | None]  # the first run's output under the fp32 model (see `_judge`)
+    quality: Quality  # the first run's output under the fp32 model (see `_judge`)
 
     def result(self, spec: RunSpec) -> Result:
         """One Result; repeated runs combined (medians, every run kept)."""
@@ -229,7 +229,7 @@ class _Job:
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once
-                quality = (None, None) if self.stop_requested() else self._judge(loaded, input_ids,
+                quality = NO_QUALITY if self.stop_requested() else self._judge(loaded, input_ids,
                                                                                    runs[0][0].sequences[0])
             self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
@@ -254,10 +254,11 @@ class _Job:
                 break
         return runs
 
-    def _judge(self, loaded: _Loaded, input_ids: Any, new_ids: list[int]) -> tuple[float | None, int | None]:
+    def _judge(self, loaded: _Loaded, input_ids: Any, new_ids: list[int]) -> Quality:
         """The output read by the full-precision model (the run's own when it is fp32): quality beside speed, so
-        the cost of int8 weights, a 2-bit cache or a short window is a number. Not timed."""
-        from playground.backends.torch.reference import judge  # imported here: keeps torch out of page start-up
+        the cost of int8 weights, a 2-bit cache or a short window is a number. With other weights than fp32, also
+        the mean KL of the run's model's next-token distributions from fp32's along the output. Not timed."""
+        from playground.backends.torch.reference import judge, mean_kl  # here: keeps torch out of page start-up
 
         reference = loaded.model
         if loaded.model.weights != "fp32":
@@ -265,7 +266,11 @@ class _Job:
             reference, _ = LOADED.get(self.spec.model, "fp32", self._progress, keep=keep)
         with GENERATION_LOCK:
             verdict = judge(reference.model, input_ids, new_ids)
-        return verdict.mean_logprob, verdict.greedy_divergence
+            kl = None
+            if self.spec.weights != "fp32" and verdict.log_probs is not None:
+                mine = backend_for(self.spec.backend).logprobs_along(loaded.model, self.spec, input_ids, new_ids)
+                kl = float(f"{mean_kl(verdict.log_probs, mine):.4g}")  # 4 significant figures: it can be tiny
+        return verdict.mean_logprob, verdict.greedy_divergence, kl
 
     def _reports(self) -> Iterator[object]:
         """The worker's reports; while a stage (a load, a compile) runs with nothing new to say, its progress

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -181,65 +180,19 @@ def torch_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> 
     return torch.stack(rows)
 
 
-def _teacher_forced_scan(engine):
-    """The engine's jitted teacher-forced scan, made once per engine (the prompt length is an argument, and the
-    engine is held weakly), so later calls with the same cache layout reuse its trace and compiled program."""
-    import jax
-    import jax.numpy as jnp
-
-    known = _TEACHER_FORCED_SCANS.get(engine)
-    if known is not None:
-        return known
-    engine_ref = weakref.ref(engine)
-
-    @jax.jit
-    def steps(weights, cache, tokens, prompt_len):
-        alive = engine_ref()
-        assert alive is not None  # a scan is only called through its live engine
-        forward = alive.forward
-
-        def body(cache, xs):
-            token, position = xs
-            logits, cache = forward(weights, cache, token[None, None], position[None, None], 1)
-            return cache, logits[0, -1]
-
-        positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
-        return jax.lax.scan(body, cache, (tokens, positions))[1]
-
-    _TEACHER_FORCED_SCANS[engine] = steps
-    return steps
-
-
-_TEACHER_FORCED_SCANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int], room: int = 0) -> torch.Tensor:
     """The same figures from the JAX decoder's cache for `spec` (laid out at its final length), stepping the
-    traced model through the forced tokens in one jitted scan. `room`: lay the cache out for a prompt this long
-    (at least the real one), so prompts of different lengths share one layout and one compiled scan; the slots
-    past the prompt's own length are masked, as a growing cache's are."""
-    import jax.numpy as jnp
-    import numpy as np
+    traced model through the forced tokens in one jitted scan (playground/backends/jax/teacher_forced.py)."""
+    from playground.backends.jax.teacher_forced import logprobs_along
 
-    from playground.backends.jax.caches.plan import plan_cache, prefill_bucket
-    from playground.backends.jax.engine import engine_for
-
-    engine, _ = engine_for(loaded.model, spec.devices, spec.weights)
-    prompt_len = ids.shape[1]
-    plan = plan_cache(spec, engine.config, max(prompt_len, room), 1)
-    prefill, _ = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))
-    padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
-    padded[:, :prompt_len] = ids.numpy()
-    first, cache = prefill(engine.weights, jnp.asarray(padded), jnp.int32(prompt_len))
-    steps = _teacher_forced_scan(engine)
-    rest = steps(engine.weights, cache, jnp.asarray(forced[:-1], jnp.int32), jnp.int32(prompt_len))
-    logits = np.concatenate([np.asarray(first), np.asarray(rest)])
-    return torch.log_softmax(torch.from_numpy(logits).float(), dim=-1)
+    return logprobs_along(loaded, spec, ids, forced, room)
 
 
 def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
     """Mean over rows of KL(reference || other), both log-probabilities."""
-    return float((reference.exp() * (reference - other)).sum(-1).mean())
+    from playground.backends.torch.reference import mean_kl as kl
+
+    return kl(reference, other)
 
 
 class FixedBandwidth:

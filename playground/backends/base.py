@@ -127,6 +127,12 @@ class Backend(Protocol):
         """What the run will allocate beside the loaded torch weights."""
         ...
 
+    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
+                       new_ids: list[int]) -> torch.Tensor:
+        """Log-probabilities (N, V) of the distribution each of `new_ids` came from, under this backend's model at
+        spec's weights with full attention: set against the fp32 model's, what the precision costs. Not timed."""
+        ...
+
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:

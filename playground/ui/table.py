@@ -44,7 +44,10 @@ ROWS = (
     Row("draft acceptance (%)", "acceptance_rate", False),
     Row("quality: mean log-prob per token under fp32 (nats)", "mean_logprob", False),
     Row("leaves fp32 greedy at token", "greedy_divergence", None),
+    Row("KL vs fp32 weights (nats)", "kl_vs_fp32", True),
 )
+# rows shown only when some column has the figure: acceptance (assisted), KL (weights other than fp32)
+OPTIONAL_ROWS = ("acceptance_rate", "kl_vs_fp32")
 # when columns generated different numbers of tokens, totals are compared per token
 TOTAL_PER_TOKEN = Row("total per token (ms)", "total_ms_per_token", True, "total_ms_per_token_runs")
 
@@ -127,11 +130,12 @@ def best_index(values: Sequence[float | int | None], lower_better: bool | None,
 
 
 def _rows(results: Sequence[Result | None]) -> list[Row]:
-    """The rows that apply: acceptance only with an assisted column, totals per token when counts differ."""
+    """The rows that apply: acceptance only with an assisted column, KL only with a column not at fp32, totals per
+    token when counts differ."""
     counts = {r["new_tokens"] for r in results if r}
     rows = []
     for row in ROWS:
-        if row.key == "acceptance_rate" and all(metric_value(r, row.key) is None for r in results):
+        if row.key in OPTIONAL_ROWS and all(metric_value(r, row.key) is None for r in results):
             continue
         rows.append(TOTAL_PER_TOKEN if row.key == "total_s" and len(counts) > 1 else row)
     return rows
@@ -157,7 +161,7 @@ def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> di
 
 def empty_metrics() -> dict[str, Any]:
     """The figures a run will fill in; no column heads until a column has a result."""
-    rows = [row.label for row in ROWS if row.key != "acceptance_rate"]
+    rows = [row.label for row in ROWS if row.key not in OPTIONAL_ROWS]
     return {"headers": ["metric", "no results yet"], "data": [[label, ""] for label in rows]}
 
 
@@ -169,10 +173,10 @@ def process_memory_note(results: Sequence[Result | None]) -> str:
         return ""
     note = (f"Process peak resident memory during these runs: {max(peaks) / MIB:.0f} MiB (all columns share one "
             "process and its loaded models; each column's own memory is in the table).")
-    engines: dict[tuple[Any, Any], tuple[int, int]] = {}  # the last figure per engine: columns run in turn
+    engines: dict[tuple[Any, Any, Any], tuple[int, int]] = {}  # the last figure per engine: columns run in turn
     for result in results:
         if result and "program_cache_bytes" in result["extra"]:
-            key = (result["spec"]["model"], result["spec"]["devices"])
+            key = (result["spec"]["model"], result["spec"]["devices"], result["spec"]["weights"])
             engines[key] = (result["extra"]["program_cache_bytes"], result["extra"]["program_cache_bound_bytes"])
     if engines:
         kept, bound = sum(b for b, _ in engines.values()), sum(b for _, b in engines.values())

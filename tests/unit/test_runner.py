@@ -188,6 +188,23 @@ def test_quality_is_the_output_read_by_the_fp32_model(local_model):
     bf16 = runner.run_to_result("abc", RunSpec(model=local_model, weights="bf16", max_new_tokens=8))
     assert (local_model, "fp32") in loaded.LOADED.keys()  # judged by the full-precision model
     assert bf16["metrics"]["mean_logprob"] is not None
+    assert "kl_vs_fp32" not in greedy["metrics"] and 0 < bf16["metrics"]["kl_vs_fp32"] < 0.01
+
+
+def test_int8_weights_on_jax_report_their_kl_from_fp32(local_model):
+    from playground.backends.jax.backend import JaxBackend
+    from playground.backends.torch.reference import logprobs_along, mean_kl
+
+    spec = RunSpec(model=local_model, backend="jax", weights="int8", cache="sliding", window=16, max_new_tokens=8)
+    result = runner.run_to_result("abc", spec)
+    kl = result["metrics"]["kl_vs_fp32"]
+    assert 0 < kl < 0.05
+    model = loaded.LOADED.get(local_model, "fp32")[0]  # the JAX path runs from (and is judged by) the fp32 model
+    prompt = runner.encode_prompt(model, "abc", None)
+    new_ids = result["token_ids"]
+    expected = mean_kl(logprobs_along(model.model, prompt, new_ids),
+                       JaxBackend().logprobs_along(model, spec, prompt, new_ids))
+    assert kl == pytest.approx(expected, rel=1e-3)
 
 
 def test_a_long_silent_stage_repeats_its_progress_with_the_time_it_has_taken(monkeypatch):

@@ -95,7 +95,14 @@ def test_metrics_table_marks_the_best_value_per_row_with_units_in_labels():
     assert row(table, "memory: weights + KV cache (MiB)") == ["101", "101"]  # the column's own, not the process's
     assert row(table, "new tokens") == ["2", "2"]  # counts are not ranked
     assert row(table, "load") == ["1.00", "1.00"] and row(table, "compile") == ["0.00", "0.00"]  # order-dependent
-    assert not any(r[0].startswith(("draft acceptance", "peak RSS")) for r in table["data"])
+    assert not any(r[0].startswith(("draft acceptance", "peak RSS", "KL vs fp32")) for r in table["data"])
+
+
+def test_the_kl_row_appears_with_a_column_whose_weights_are_not_fp32():
+    int8 = fake_result([1, 2])
+    int8["metrics"]["kl_vs_fp32"] = 0.0023
+    table = metrics_table([fake_result([1, 2]), int8], ["1: fp32", "2: int8"])
+    assert row(table, "KL vs fp32 weights (nats)") == ["–", "0.0023"]
 
 
 @pytest.mark.parametrize(("speeds", "marked"), [((10.0, 11.5), False), ((10.0, 12.5), True), ((10.0, 10.004), False)])

@@ -81,6 +81,17 @@ class JaxBackend:
             " (old and new arrays while it grows)" if growing else "")
         return MemoryNeed(Held(what, need, hint="lower max_new_tokens"), resident)
 
+    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
+                       new_ids: list[int]) -> torch.Tensor:
+        """Through the engine for spec's weights, with a static cache (every position attended, as the fp32
+        reference attends them)."""
+        from playground.backends.jax.teacher_forced import logprobs_along
+        from playground.spec import RunSpec
+
+        static = RunSpec(model=spec.model, backend="jax", cache="static", weights=spec.weights,
+                         devices=spec.devices, max_new_tokens=max(1, len(new_ids)))
+        return logprobs_along(loaded, static, prompt_ids, new_ids)
+
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:

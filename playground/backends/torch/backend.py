@@ -48,6 +48,12 @@ class TorchBackend:
             need += memory.kv_bytes_estimate(draft.model.config, total)
         return MemoryNeed(Held(f"the KV cache for {total} tokens x {sequences} sequence(s)", need))
 
+    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
+                       new_ids: list[int]) -> torch.Tensor:
+        from playground.backends.torch.reference import logprobs_along
+
+        return logprobs_along(loaded.model, prompt_ids, new_ids)
+
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:

@@ -3,7 +3,7 @@ judgement of any output under the fp32 model (what a cheaper setting costs in qu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,6 +28,21 @@ class Judgement:
 
     mean_logprob: float | None  # mean log-probability per generated token, in nats (None: nothing generated)
     greedy_divergence: int | None  # first token where greedy decoding would have chosen otherwise; None: never
+    log_probs: torch.Tensor | None = field(default=None, repr=False, compare=False)  # (N, V) the model's, per token
+
+
+def logprobs_along(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> torch.Tensor:
+    """Log-probabilities (N, V) of the distribution each new token came from, in one forward pass over prompt +
+    output (no cache: full attention)."""
+    ids = torch.cat([prompt_ids, torch.tensor([new_ids], dtype=prompt_ids.dtype)], dim=1)  # (1, T + N)
+    with torch.inference_mode():
+        out = model(ids, attention_mask=torch.ones_like(ids))
+    return torch.log_softmax(out.logits[0, prompt_ids.shape[1] - 1: -1].float(), dim=-1)
+
+
+def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """Mean over rows of KL(reference || other) in nats, both log-probabilities (N, V)."""
+    return float((reference.exp() * (reference - other)).sum(-1).mean())
 
 
 def judge(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> Judgement:
@@ -35,12 +50,8 @@ def judge(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> Judgement
     the greedy reference, so the first position whose token is not the argmax is where it leaves greedy."""
     if not new_ids:
         return Judgement(None, None)
-    ids = torch.cat([prompt_ids, torch.tensor([new_ids], dtype=prompt_ids.dtype)], dim=1)  # (1, T + N)
-    with torch.inference_mode():
-        out = model(ids, attention_mask=torch.ones_like(ids))
-    logits = out.logits[0, prompt_ids.shape[1] - 1: -1].float()  # (N, V): the distribution each new token came from
-    log_probs = torch.log_softmax(logits, dim=-1)
+    log_probs = logprobs_along(model, prompt_ids, new_ids)
     chosen = torch.tensor(new_ids)
     mean = float(log_probs.gather(1, chosen[:, None]).mean())
     differs = torch.nonzero(log_probs.argmax(dim=-1) != chosen)
-    return Judgement(round(mean, 5), int(differs[0, 0]) if len(differs) else None)
+    return Judgement(round(mean, 5), int(differs[0, 0]) if len(differs) else None, log_probs)
