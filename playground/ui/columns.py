@@ -168,7 +168,7 @@ def output_classes(slot: int, position: int) -> list[str]:
 
 def label(position: int, settings: ColumnSettings) -> str:
     """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
-    and backend when not the default."""
+    and backend and weights when not the defaults."""
     strategy = str(settings.get("strategy", SPEC_DEFAULTS["strategy"]))
     if registry.strategy(strategy).drafts:
         lookup = settings.get("prompt_lookup")
@@ -177,6 +177,8 @@ def label(position: int, settings: ColumnSettings) -> str:
     parts = [f"{position + 1}: {strategy}", settings.get("cache", SPEC_DEFAULTS["cache"])]
     if settings.get("backend", "torch") != "torch":
         parts.append(settings["backend"])
+    if settings.get("weights", "fp32") != "fp32":
+        parts.append(settings["weights"])
     return " · ".join(parts)
 
 

@@ -279,6 +279,8 @@ def test_refused_combinations_are_flagged_with_the_reason():
     assert all(label == value for label, value in weights_choices("torch"))
     assert notice_text({"backend": "jax", "strategy": "assisted", "cache": "sink", "prompt_lookup": 4}) == ""
     assert label(1, {"strategy": "beam", "cache": "static", "backend": "jax"}) == "2: beam · static · jax"
+    assert label(1, {"strategy": "greedy", "cache": "static", "backend": "jax", "weights": "int8"}) == (
+        "2: greedy · static · jax · int8")
 
 
 # reproducibility: settings JSON, links, exports
