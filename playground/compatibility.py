@@ -14,15 +14,18 @@ from playground.errors import PlaygroundError
 from playground.registry import BACKENDS
 
 WEIGHTS = ("fp32", "bf16", "int8", "nf4")
-# Weights the JAX path refuses, and the measured reason (python -m playground.tools.bench_matmul, SmolLM2's output
-# head, one jitted product on a 2-core AMD EPYC). It runs fp32, and int8 converted inside the product (int8.py).
+# Weights the JAX path refuses, and the measured reason (python -m playground.tools.bench_matmul on SmolLM2's output
+# head, and a bf16 decoder built as the int8 one is, on a 2-core AMD EPYC; docs/benchmarks.md). It runs fp32, and
+# int8 converted inside the product (int8.py).
 JAX_REFUSED_WEIGHTS = {
-    "bf16": "bf16 weights are not offered on the JAX path: int8 reads half their bytes and measured faster at "
-            "every row count (one row 0.83 ms against bf16's 1.73 ms and fp32's 3.06 ms), and XLA on CPU converts "
-            "a bf16 matrix whole before a product of 2 or more rows (43 ms, fp32 6.4 ms); use int8 or fp32",
+    "bf16": "bf16 weights are not offered on the JAX path: they measured slower than fp32 in the decode loop "
+            "(24.8 tok/s against 45.9 on SmolLM2; XLA on CPU hoists an inline conversion out of the loop, and "
+            "converting a block of rows at a time took 35 ms per output-head product against fp32's 2.9 ms), "
+            "while int8 ran at 125 tok/s; use int8 or fp32",
     "nf4": "4-bit weights are not offered on the JAX path: XLA on CPU does not fuse unpacking two weights per byte "
-           "into the product, so they measured slower than fp32 (int4 in groups of 64: 5.4 ms for one row against "
-           "fp32's 3.3 ms and int8's 0.86 ms; 44 ms for 2 rows); use int8 or fp32",
+           "into the product, so they measured slower than fp32 (int4 in groups of 64: 7.0 ms per output-head "
+           "product, inline or a block of rows at a time, against fp32's 2.9 ms and int8's 0.9 ms); use int8 or "
+           "fp32",
 }
 
 

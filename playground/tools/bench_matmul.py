@@ -69,6 +69,21 @@ def int4(x: jax.Array, packed: jax.Array, scale: jax.Array) -> jax.Array:
     return x @ (q.astype(jnp.float32) * scale[..., None]).reshape(n, half * 2).T
 
 
+def int4_blocked(x: jax.Array, packed: jax.Array, scale: jax.Array, *, block: int) -> jax.Array:
+    """Blocks of `block` weight rows, each unpacked and converted once and multiplied by all input rows."""
+    n = packed.shape[0]
+    pairs = (packed.reshape(n // block, block, -1), scale.reshape(n // block, block, -1))
+    out = jax.lax.map(lambda b: int4(x, *b), pairs)  # (n // block, M, block)
+    return jnp.moveaxis(out, 0, 1).reshape(x.shape[0], n)
+
+
+def bf16_blocked(x: jax.Array, weight: jax.Array, *, block: int) -> jax.Array:
+    """Blocks of `block` bf16 weight rows, each converted once and multiplied by all input rows."""
+    n, k = weight.shape
+    out = jax.lax.map(lambda b: x @ b.astype(jnp.float32).T, weight.reshape(n // block, block, k))
+    return jnp.moveaxis(out, 0, 1).reshape(x.shape[0], n)
+
+
 def int8_blocked(x: jax.Array, q: jax.Array, scale: jax.Array, *, block: int) -> jax.Array:
     """Blocks of `block` weight rows, each converted once and multiplied by all input rows."""
     n, k = q.shape
@@ -107,6 +122,10 @@ def layouts(weight: np.ndarray) -> dict[str, tuple[Callable[..., jax.Array], tup
     for block in BLOCKS:
         if weight.shape[0] % block == 0:
             found[f"int8-blocked-{block}"] = (partial(int8_blocked, block=block), (q8, s), int8_bytes)
+    if weight.shape[0] % BLOCKS[-1] == 0:  # the block size the JAX path uses for large matrices
+        found[f"bf16-blocked-{BLOCKS[-1]}"] = (partial(bf16_blocked, block=BLOCKS[-1]), (w16,), weight.nbytes // 2)
+        found[f"int4-blocked-{BLOCKS[-1]}"] = (partial(int4_blocked, block=BLOCKS[-1]), found["int4"][1],
+                                               found["int4"][2])
     return found
 
 
