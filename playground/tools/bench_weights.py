@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from playground.backends.torch.reference import logprobs_along, mean_kl, reference_greedy
 from playground.models.loaded import LOADED
 from playground.result import Result
@@ -45,26 +47,33 @@ def _first_difference(tokens: list[int], reference: list[int]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b), None)
 
 
-def kl_from_fp32(model: str, backend: str, weights: str) -> float:
-    """Mean KL from the fp32 torch model's next-token distributions, over KL_STEPS of fp32 greedy's tokens on
-    each of KL_PROMPTS (every position attended on both sides)."""
-    spec = RunSpec(model=model, backend=backend, weights=weights, cache="static", max_new_tokens=KL_STEPS)
-    runner_backend = backend_for(backend)
-    values = []
+def fp32_references(model: str) -> list[tuple[torch.Tensor, list[int], torch.Tensor]]:
+    """Per prompt of KL_PROMPTS: its ids, fp32 greedy's KL_STEPS tokens on it, and the fp32 torch model's
+    log-probabilities along them (every position attended). Computed once per suite, shared by every row."""
+    reference = LOADED.get(model, "fp32")[0]
+    found = []
     for text in KL_PROMPTS:
-        reference = LOADED.get(model, "fp32")[0]
         ids = encode_prompt(reference, text, None)
         forced = reference_greedy(reference.model, ids, KL_STEPS)
-        full = logprobs_along(reference.model, ids, forced)
-        mine = LOADED.get(model, runner_backend.source_weights(spec), keep=[reference])[0]
-        values.append(mean_kl(full, runner_backend.logprobs_along(mine, spec, ids, forced)))
-    return statistics.fmean(values)
+        found.append((ids, forced, logprobs_along(reference.model, ids, forced)))
+    return found
+
+
+def kl_from_fp32(model: str, backend: str, weights: str,
+                 references: list[tuple[torch.Tensor, list[int], torch.Tensor]]) -> float:
+    """Mean KL from the fp32 torch model's next-token distributions, over the references' tokens."""
+    spec = RunSpec(model=model, backend=backend, weights=weights, cache="static", max_new_tokens=KL_STEPS)
+    runner_backend = backend_for(backend)
+    mine = LOADED.get(model, runner_backend.source_weights(spec))[0]
+    return statistics.fmean(mean_kl(full, runner_backend.logprobs_along(mine, spec, ids, forced))
+                            for ids, forced, full in references)
 
 
 def run_weights_suite(model: str, new_tokens: int, progress: Callable[[str], Any], rounds: int = 3) -> dict[str, Any]:
     """A row per backend x precision, and the ratios the JAX path's int8 is judged by."""
     rows = []
     reference_tokens: list[int] | None = None
+    references: list[tuple[torch.Tensor, list[int], torch.Tensor]] | None = None
     for backend, precisions in PRECISIONS.items():
         for weights in precisions:
             row: dict[str, Any] = {"backend": backend, "weights": weights}
@@ -78,7 +87,11 @@ def run_weights_suite(model: str, new_tokens: int, progress: Callable[[str], Any
                     reference_tokens = reference_tokens or result["token_ids"]  # torch fp32 comes first
                     row["leaves_fp32_greedy_at"] = _first_difference(result["token_ids"], reference_tokens)
             progress(f"{backend} {weights}: KL from fp32 over {len(KL_PROMPTS)} prompts x {KL_STEPS} steps")
-            row["kl_vs_fp32"] = None if weights == "fp32" else float(f"{kl_from_fp32(model, backend, weights):.4g}")
+            if weights != "fp32":
+                references = references or fp32_references(model)
+                row["kl_vs_fp32"] = float(f"{kl_from_fp32(model, backend, weights, references):.4g}")
+            else:
+                row["kl_vs_fp32"] = None
             rows.append(row)
     return {"model": model, "new_tokens": new_tokens, "prompt": "grounded", "rounds": rounds, "rows": rows,
             "ratios": _ratios(rows)}

@@ -323,7 +323,7 @@ def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") ->
     for name, sources in twin.sources.items():
         parts = [tensors[s] for s in sources]
         scale_name = twin.int8_scales.get(name)
-        key = (scale_name is not None, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
+        key = traced.source_key(twin, name, parts)
         if key in seen:
             continue
         seen.add(key)

@@ -51,10 +51,13 @@ def quantized(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _save(path: Path, q: np.ndarray, scale: np.ndarray) -> None:
     """Written to a temporary file and renamed, so a reader never sees half a file; a read-only disk is fine."""
+    tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
+            tmp_name = tmp.name
             np.savez(tmp, q=q, scale=scale)
-        os.replace(tmp.name, path)
+        os.replace(tmp_name, path)
     except OSError:
-        pass
+        if tmp_name is not None:  # a full disk: leave no half-written file behind
+            Path(tmp_name).unlink(missing_ok=True)

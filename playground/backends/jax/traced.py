@@ -199,6 +199,12 @@ def _placed(name: str, parts: list[torch.Tensor], place: Any) -> jax.Array:
     return place(name, host) if place else jnp.asarray(host)
 
 
+def source_key(twin: Twin, name: str, parts: list[torch.Tensor]) -> tuple:
+    """What makes two twin weights one array: the same source tensors (tied weights), stored the same way (the
+    output head quantized to int8 is not the fp32 embedding it is tied to)."""
+    return (name in twin.int8_scales, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
+
+
 def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, jax.Array]:
     """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array. An int8
     weight and its scale come from the model's fp32 tensor, quantized once (int8_store.py keeps it on disk).
@@ -211,7 +217,7 @@ def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, ja
     for name, source_names in twin.sources.items():
         parts = [tensors[s] for s in source_names]
         scale_name = twin.int8_scales.get(name)
-        key = (scale_name is not None, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
+        key = source_key(twin, name, parts)
         if key not in by_source:
             if scale_name is None:
                 by_source[key] = _placed(name, parts, place)
