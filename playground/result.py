@@ -32,7 +32,7 @@ class Metrics(TypedDict):
 
     load_s: float  # loading the models for this request (0 when they were already loaded)
     compile_s: float  # compiling before the prompt ran: JAX programs, or quanto's kernels (0 when nothing was built)
-    ttft_s: float | None  # prompt in to first new token on the host, compile excluded
+    ttft_s: float | None  # prompt in to first new token on the host, compile (and moving JAX weights) excluded
     total_s: float  # the generation's wall time, compile included, load excluded
     tokens_per_s: float | None  # decode rate: tokens after the first / their time
     ms_per_token_p50: float | None  # over arrivals (a token, a JAX chunk, accepted drafts + 1): ms per token

@@ -241,6 +241,28 @@ def test_buckets():
     assert growth_lengths(60, 1000, 8) == [128, 256, 512, 1024, 1088] and growth_lengths(300, 8, 8) == [320]
 
 
+def test_moving_the_weights_counts_in_neither_ttft_nor_the_run_time(monkeypatch):
+    """A model's first JAX request moves its weights to the devices: that is loading (extra.weights_moved_s), not
+    the time to a first token nor the generation's wall time. A slow move must show in neither."""
+    import time
+
+    from playground.backends.jax import engine as jax_engine
+    from playground.result import build_metrics
+
+    move = jax_engine.traced.jax_weights
+
+    def slow_move(*args, **kwargs):
+        time.sleep(1.0)
+        return move(*args, **kwargs)
+
+    monkeypatch.setattr(jax_engine.traced, "jax_weights", slow_move)
+    out, _ = jax_run(tiny_loaded("tiny-llama-slow-move", tiny_llama(seed=3)), PROMPT,
+                     spec(max_new_tokens=3, min_new_tokens=3))
+    metrics = build_metrics(out, time.perf_counter(), 0.0, None)
+    assert out.extra["weights_moved_s"] >= 1.0
+    assert metrics["ttft_s"] < 1.0 and metrics["total_s"] - metrics["compile_s"] < 1.0
+
+
 def test_engine_is_reused_and_freed_with_its_model():
     from playground.backends.jax import engine as jax_engine
 

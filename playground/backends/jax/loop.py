@@ -38,9 +38,14 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
+    # moving the weights to the devices (a model's first JAX request) is loading, as in the runner's load_s: it
+    # is reported as extra.weights_moved_s, and neither TTFT nor total_s counts it
+    engine, reused = engine_for(loaded.model, spec.devices, spec.weights)
+    if draft is not None:
+        engine_for(draft.model, 1, spec.weights)  # the draft model's too (the Drafter finds it there)
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
-    request = _prepare(loaded, prompt, spec, strategy)
+    request = _prepare(engine, reused, loaded, prompt, spec, strategy)
     request.preview = preview
     run, first = _prefill(request, strategy)
     if strategy.streams:
@@ -55,9 +60,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     return out
 
 
-def _prepare(loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec, strategy: Strategy) -> Request:
-    """The model's engine, the cache plan and every program this request runs, compiled now if they are new."""
-    engine, reused = engine_for(loaded.model, spec.devices, spec.weights)
+def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec,
+             strategy: Strategy) -> Request:
+    """The cache plan and every program this request runs on the model's engine, compiled now if they are new."""
     prompt_len = prompt.shape[1]
     bucket = cache_plan.prefill_bucket(prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
