@@ -15,7 +15,7 @@ demo, _ = build_ui()  # builds components only: models load lazily on the first 
 # run outside the queue (queue=False), so nobody's clicks wait behind a generation. Queued here, not under
 # __main__, so a host that imports this module and launches `demo` itself gets the same queue.
 demo.queue(default_concurrency_limit=1, max_size=int(os.environ.get("PLAYGROUND_QUEUE_SIZE", "32")))
-warmup.start()  # PLAYGROUND_WARMUP=1 (default on a Space): load the default model, compile the JAX decoder
+warmup.start()  # PLAYGROUND_WARMUP=1 (default on a Space): compile the default columns and the presets on JAX
 
 if __name__ == "__main__":
     demo.launch(css=CSS, theme=THEME)

@@ -17,6 +17,7 @@ from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
+from playground.generation_slot import GenerationSlot
 from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
@@ -29,9 +30,8 @@ if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
 TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
-# One generation at a time per process, whichever backend: on 2 vCPUs two concurrent runs only slow each other
-# and falsify both timings, and torch's global RNG makes seeds reproducible only when runs do not interleave.
-GENERATION_LOCK = threading.Lock()
+# One generation at a time per process, whichever backend (generation_slot.py says why, and how the warm-up yields).
+GENERATION_LOCK = GenerationSlot()
 BACKEND_CLASSES: dict[str, Callable[[], Backend]] = {"torch": TorchBackend, "jax": JaxBackend}
 
 

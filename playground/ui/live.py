@@ -13,6 +13,8 @@ class WarmUpState:
     phase: str = "off"  # off | running | done | failed
     detail: str = ""
     seconds: float = 0.0
+    done: int = 0  # requests warmed so far
+    total: int = 0  # requests to warm
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The served app with PLAYGROUND_WARMUP=1: the default model loads and the JAX decoder compiles in the
+"""The served app with PLAYGROUND_WARMUP=default: the default model loads and the JAX decoder compiles in the
 background, so the first JAX request after it compiles nothing and moves no weights."""
 
 import time
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 def test_after_the_warm_up_a_default_jax_request_compiles_nothing():
     from gradio_client import Client
 
-    with serve_app(env={"HF_HUB_OFFLINE": "1", "PLAYGROUND_WARMUP": "1"}) as app:
+    with serve_app(env={"HF_HUB_OFFLINE": "1", "PLAYGROUND_WARMUP": "default"}) as app:
         client = Client(app.url, verbose=False)
         deadline = time.monotonic() + 600
         status = client.predict(api_name="/warmup")

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from playground import generation_slot
 from playground.events import ProgressEvent
 from playground.models import paths
 from playground.ui import export, warmup
@@ -72,27 +73,85 @@ def test_warm_up_is_opt_in_except_on_a_space(fresh_warmup, warm, space_id, expec
         assert warmup.start() is None and warmup.status()["phase"] == "off"
 
 
-def test_the_page_says_so_while_the_warm_up_runs(fresh_warmup):
+def test_the_page_shows_the_warm_ups_progress_request_by_request(fresh_warmup):
     release, seen = threading.Event(), []
 
     def fake_run(prompt, spec):
-        seen.append((prompt, spec.backend, spec.strategy))
+        seen.append((prompt, spec.backend, spec.cache))
         yield ProgressEvent(0.5, "loading smollm2-135m (fp32)")
         release.wait(10)
         yield ProgressEvent(1.0, "smollm2-135m ready")
 
     fresh_warmup.setattr(warmup.runner, "run", fake_run)
-    fresh_warmup.setenv("PLAYGROUND_WARMUP", "1")
+    fresh_warmup.setenv("PLAYGROUND_WARMUP", "default")
     thread = warmup.start()
     deadline = time.monotonic() + 5
     while "loading" not in warmup.notice() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert "Warming up** (loading smollm2-135m (fp32))" in warmup.notice()
+    assert "Warming up** 1 of 2 (default column · jax · dynamic: loading smollm2-135m)" in warmup.notice()
     assert warmup.start() is None  # once
     release.set()
     thread.join(5)
-    assert warmup.notice() == "" and warmup.status()["phase"] == "done"
-    assert seen == [(warmup.DEFAULT_PROMPT, "jax", "greedy")] * len(warmup.WARMUP_SPECS)
+    assert warmup.notice() == "" and warmup.status()["phase"] == "done" and warmup.status()["done"] == 2
+    assert seen == [(warmup.DEFAULT_PROMPT, "jax", "dynamic"), (warmup.DEFAULT_PROMPT, "jax", "static")]
+
+
+def test_a_warm_up_covers_every_presets_jax_columns_once():
+    from playground.spec import RunSpec
+    from playground.ui.chat import MODES
+    from playground.ui.presets import PRESETS
+
+    planned = warmup.planned("presets")
+    keys = [(r.prompt, r.spec) for r in planned]
+    assert len(keys) == len(set(keys))  # each prompt and spec once
+    for name, preset in PRESETS.items():
+        for column in preset.columns:
+            if column["backend"] == "jax":  # what the page runs after the preset's click
+                assert (preset.prompt, RunSpec.from_dict({**column, "chat": MODES[preset.mode]})) in keys, name
+    assert all(r.spec.backend == "jax" for r in planned)
+    assert [r.label for r in warmup.planned("default")] == ["default column · jax · dynamic",
+                                                            "default column · jax · static"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", "presets"), ("default", "default"), ("0", ""), ("no", "")])
+def test_the_warm_up_scope_comes_from_the_environment(fresh_warmup, value, expected):
+    fresh_warmup.setenv("PLAYGROUND_WARMUP", value)
+    assert warmup.scope() == expected
+
+
+def test_a_run_waiting_for_the_slot_goes_before_the_warm_ups_next_request(fresh_warmup):
+    """The warm-up's first request holds the slot; a visitor's run waits for it; the warm-up's second request
+    starts only after the visitor's run has finished."""
+    from playground import runner
+
+    order, visitor_waiting, first_started = [], threading.Event(), threading.Event()
+
+    def fake_run(prompt, spec):
+        first_started.set()
+        with runner.GENERATION_LOCK:
+            order.append(f"warm-up {spec.cache} starts")
+            visitor_waiting.wait(5)
+            time.sleep(0.05)
+            order.append(f"warm-up {spec.cache} ends")
+        yield ProgressEvent(1.0, "done")
+
+    def visitor():
+        first_started.wait(5)
+        time.sleep(0.05)
+        threading.Timer(0.05, visitor_waiting.set).start()  # set once the visitor is blocked on the slot
+        with runner.GENERATION_LOCK:
+            order.append("visitor runs")
+            time.sleep(0.1)
+
+    fresh_warmup.setattr(warmup.runner, "run", fake_run)
+    fresh_warmup.setattr(generation_slot, "QUIET_S", 0.2)
+    fresh_warmup.setenv("PLAYGROUND_WARMUP", "default")
+    guest = threading.Thread(target=visitor)
+    guest.start()
+    warmup.start().join(10)
+    guest.join(5)
+    assert order == ["warm-up dynamic starts", "warm-up dynamic ends", "visitor runs", "warm-up static starts",
+                     "warm-up static ends"]
 
 
 def test_a_failed_warm_up_is_reported_and_the_page_carries_on(fresh_warmup):
@@ -101,9 +160,10 @@ def test_a_failed_warm_up_is_reported_and_the_page_carries_on(fresh_warmup):
         yield
 
     fresh_warmup.setattr(warmup.runner, "run", failing)
-    fresh_warmup.setenv("PLAYGROUND_WARMUP", "1")
+    fresh_warmup.setenv("PLAYGROUND_WARMUP", "default")
     warmup.start().join(5)
-    assert warmup.status() == {"phase": "failed", "detail": "no model here", "seconds": LIVE_RUNS.warmup.seconds}
+    assert warmup.status() == {"phase": "failed", "detail": "no model here", "seconds": LIVE_RUNS.warmup.seconds,
+                               "done": 0, "total": 2}
     assert warmup.notice() == ""
 
 
