@@ -247,9 +247,11 @@ class Engine:
         return self.pin(dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
 
     # -- compile registry --------------------------------------------------------------------------------------
-    def program(self, key: tuple, build: Callable[[], Any]) -> tuple[Any, float]:
+    def program(self, key: tuple, build: Callable[[], Any],
+                warm: Callable[[Any], None] | None = None) -> tuple[Any, float]:
         """The compiled program for `key`, and the seconds spent tracing and compiling (or loading from the
-        on-disk cache) it now: 0.0 if kept in memory."""
+        on-disk cache) it now: 0.0 if kept in memory. `warm(program)`, if given, runs it once after it is sized
+        (XLA's CPU executables with a sort no longer serialize once they have run)."""
         program = self.programs.lookup(key)
         if program is not None:
             return program, 0.0
@@ -257,21 +259,24 @@ class Engine:
         start = time.perf_counter()
         program = build()
         self.programs.add(key, program)  # sizes it by serializing its executable: part of making it ready
+        if warm is not None:
+            warm(program)
         return program, time.perf_counter() - start
 
     def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> tuple[Any, float]:
         def build() -> Any:
             fn = jax.jit(partial(self._prefill, layouts=layouts))
-            compiled = fn.lower(self.weights, self.spec((batch, bucket), jnp.int32),
-                                self.spec((), jnp.int32)).compile(COMPILER_OPTIONS)
+            return fn.lower(self.weights, self.spec((batch, bucket), jnp.int32),
+                            self.spec((), jnp.int32)).compile(COMPILER_OPTIONS)
+
+        def warm(compiled: Any) -> None:
             # XLA's CPU backend hands the prompt's multi-row products to YNNPACK, which prepares each of them on
-            # the program's first execution (SmolLM2: ~0.9 s, against ~0.1 s for a warm prefill). Run it once
+            # the program's first execution (SmolLM2: ~0.5 s, against ~0.1 s for a warm prefill). Run it once
             # on zeros now, so that cost counts as compiling and not in the first request's TTFT.
             jax.block_until_ready(compiled(self.weights, self.put(np.zeros((batch, bucket), np.int32)),
                                            self.put(np.int32(1))))
-            return compiled
 
-        return self.program(("prefill", batch, bucket, layouts), build)
+        return self.program(("prefill", batch, bucket, layouts), build, warm)
 
     def start_program(self, bucket: int, layouts: Layouts, mode: SamplingMode, eos: tuple[int, ...],
                       batch: int = 1) -> tuple[Any, float]:
