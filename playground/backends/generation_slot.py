@@ -47,11 +47,6 @@ class GenerationSlot:
     def locked(self) -> bool:
         return self._lock.locked()
 
-    def waiting(self) -> int:
-        """Runs blocked on the slot right now."""
-        with self._changed:
-            return self._waiting
-
     def wait_until_free(self, quiet_s: float | None = None) -> None:
         """Block until no run holds or waits for the slot, and none has released it in the last `quiet_s`
         (default QUIET_S)."""

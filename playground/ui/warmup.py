@@ -9,7 +9,6 @@ than one request: before each request it waits until no run holds or waits for t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -44,8 +43,8 @@ class WarmUp(NamedTuple):
     spec: RunSpec
 
 
-def default_requests(prompt: str = DEFAULT_PROMPT) -> list[WarmUp]:
-    return [WarmUp(f"default column · jax · {spec.cache}", prompt, spec) for spec in WARMUP_SPECS]
+def default_requests() -> list[WarmUp]:
+    return [WarmUp(f"default column · jax · {spec.cache}", DEFAULT_PROMPT, spec) for spec in WARMUP_SPECS]
 
 
 def preset_requests() -> list[WarmUp]:
@@ -65,9 +64,8 @@ def planned(scope: str) -> list[WarmUp]:
     requests = default_requests() + (preset_requests() if scope == "presets" else [])
     seen, distinct = set(), []
     for request in requests:
-        key = (request.prompt, json.dumps(request.spec.to_dict(), sort_keys=True))
-        if key not in seen:
-            seen.add(key)
+        if (request.prompt, request.spec) not in seen:
+            seen.add((request.prompt, request.spec))
             distinct.append(request)
     return distinct
 
@@ -87,12 +85,11 @@ def enabled() -> bool:
     return bool(scope())
 
 
-def start(requests: list[WarmUp] | None = None) -> threading.Thread | None:
+def start() -> threading.Thread | None:
     """Start the warm-up in a background thread when it is enabled (once); returns the thread."""
     if not enabled() or not LIVE_RUNS.claim_warmup():
         return None
-    plan = planned(scope()) if requests is None else requests
-    thread = threading.Thread(target=_run, args=(plan,), name="warm-up", daemon=True)
+    thread = threading.Thread(target=_run, args=(planned(scope()),), name="warm-up", daemon=True)
     thread.start()
     return thread
 

@@ -41,8 +41,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     # moving the weights to the devices (a model's first JAX request) is loading, as in the runner's load_s: it
     # is reported as extra.weights_moved_s, and neither TTFT nor total_s counts it
     engine, reused = engine_for(loaded.model, spec.devices, spec.weights)
-    if draft is not None:
-        engine_for(draft.model, 1, spec.weights)  # the draft model's too (the Drafter finds it there)
+    drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []  # the Drafter's engine
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
     request = _prepare(engine, reused, loaded, prompt, spec, strategy)
@@ -52,9 +51,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         emit(first.tokens)
     _decode(request, run, strategy, spec, emit, should_stop)
     out = strategy.output(request, run, start)
-    if request.engine.precision != "fp32":  # the run read the engine's own copy, not the torch model's
-        drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []
-        out.weight_bytes = sum(e.weight_bytes for e in [request.engine, *drafts])
+    if engine.precision != "fp32":  # the run read the engine's own copy, not the torch model's
+        out.weight_bytes = sum(e.weight_bytes for e in [engine, *drafts])
     if not strategy.streams:
         emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
     return out
