@@ -95,6 +95,9 @@ def done_notice(result: Result) -> str:
     """The column's one-line summary under its output."""
     metrics = result["metrics"]
     count = result["new_tokens"]
+    if result["extra"].get("stopped_while_compiling"):
+        return (f"■ stopped while compiling, after {metrics['compile_s']:.0f} s: the compile goes on in the "
+                "background, so these settings start sooner next time")
     parts = [f"✓ {count} token{'' if count == 1 else 's'}"]
     if metrics["tokens_per_s"]:
         parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")

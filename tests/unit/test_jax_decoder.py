@@ -190,6 +190,7 @@ def test_sampled_token_probabilities_are_those_of_the_filtered_distribution(llam
 
 
 def test_should_stop_ends_early(llama):
+    jax_run(llama, PROMPT, spec(max_new_tokens=40, min_new_tokens=40))  # compiled first: a compile polls too
     polls = []
 
     def stop():

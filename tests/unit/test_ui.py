@@ -527,6 +527,27 @@ def test_stop_during_a_compile_says_the_column_stops_once_the_compile_ends(page,
     assert "■ stops once this ends: compiling the JAX programs · 12 s so far" in notices
 
 
+def test_a_run_stopped_while_compiling_says_the_compile_goes_on_in_the_background(page, monkeypatch):
+    from playground import runner
+    from playground.events import ProgressEvent
+    from playground.ui import run as ui_run
+
+    request = type("Request", (), {"session_hash": "stopped-compiling-session"})()
+    stopped = fake_result([])
+    stopped["stopped"], stopped["extra"] = True, {"stopped_while_compiling": True}
+    stopped["metrics"] |= {"compile_s": 7.6, "ttft_s": None, "tokens_per_s": None}
+
+    def fake_run(prompt, spec, should_stop=None, history=None):
+        yield ProgressEvent(0.0, "compiling the JAX programs")
+        ui_run.stop_flag(request).set()  # the JAX path stops waiting for its compile at once
+        yield DoneEvent(stopped)
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    updates = list(ui_run.run_all(page, page_data(page), request, lambda *a, **k: None))
+    notices = [u[page.columns[0].notice] for u in updates if page.columns[0].notice in u]
+    assert notices[-1].startswith("■ stopped while compiling, after 8 s: the compile goes on in the background")
+
+
 def test_colour_toggle_redraws_only_the_token_views(page):
     from playground.ui.outcome import empty_outcome
     from playground.ui.run import recolour

@@ -24,6 +24,7 @@ from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.compiling import Pending
 from playground.backends.jax.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, next_draft_count
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.lookup import lookup
@@ -67,27 +68,28 @@ class AssistedDecoding:
         self.next_drafts = min(FIRST_DRAFTS, MAX_DRAFTS)  # a draft model's next proposal size
         self.pending: tuple[jax.Array, int, jax.Array | None] | None = None  # the next pass's drafts, from width()
 
-    def bind(self, engine: Engine, prompt_len: int, bucket: int, eos: tuple[int, ...]) -> tuple[CachePlan, float]:
+    def bind(self, engine: Engine, prompt_len: int, bucket: int,
+             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
         """Greedy, or the sampling knobs' mode when the run samples (speculative sampling); the draft model's
-        engine and programs, compiled now if new."""
+        engine and programs (the request waits for them with its own)."""
         samples = registry.strategy(self.spec.strategy).samples(self.spec.assisted_sampling)
         self.mode = sampling.mode_for(self.spec, engine.vocab_size, samples=samples)
         self.eos = eos
         plan = assisted_plan(self.spec, engine.config, prompt_len, max(self.widths))
         if self.draft is None:
-            return plan, 0.0
+            return plan, []
         self.drafter = Drafter(self.draft, engine.vocab_size, self.spec, prompt_len, bucket, self.mode)
-        return plan, self.drafter.programs.compile_s
+        return plan, self.drafter.programs.asked
 
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> tuple[Any, float]:
+    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         return engine.start_program(bucket, layouts, self.mode, self.eos)
 
-    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, tuple[Any, float]]:
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
         with_q = self.drafter is not None and not self.mode.greedy
         return {(layouts, width): verify_program(engine, layouts, width, self.mode, self.eos, with_q)
                 for width in self.widths}
 
-    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> tuple[Any, float]:
+    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
         return engine.grow_program(old, new, self.mode)
 
     def knobs(self, engine: Engine) -> Knobs[jax.Array]:

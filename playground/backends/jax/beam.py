@@ -22,6 +22,7 @@ from playground.backends.jax.beam_search import BeamKnobs, BeamMode, beam_mode
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import Engine
 from playground.backends.jax.loop import cache_extra, engine_extra
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
@@ -39,23 +40,24 @@ class BeamSearch:
         self.mode: BeamMode | None = None
         self.tree = BeamTree()
 
-    def bind(self, engine: Engine, prompt_len: int, bucket: int, eos: tuple[int, ...]) -> tuple[CachePlan, float]:
+    def bind(self, engine: Engine, prompt_len: int, bucket: int,
+             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
         # transformers' beam search stops at the generation config's EOS ids
         spec = self.spec
         self.mode = beam_mode(spec.num_beams, spec.max_new_tokens, eos, spec.repetition_penalty != 1.0)
-        return cache_plan.plan_cache(spec, engine.config, prompt_len, STEPS_PER_CALL), 0.0
+        return cache_plan.plan_cache(spec, engine.config, prompt_len, STEPS_PER_CALL), []
 
     def _mode(self) -> BeamMode:
         assert self.mode is not None, "bind() fixes the mode first"
         return self.mode
 
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> tuple[Any, float]:
+    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         return beam_programs.start_program(engine, bucket, layouts, self._mode())
 
-    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, tuple[Any, float]]:
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
         return {layouts: beam_programs.decode_program(engine, layouts, STEPS_PER_CALL, self._mode())}
 
-    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> tuple[Any, float]:
+    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
         return beam_programs.grow_program(engine, old, new, self._mode())
 
     def knobs(self, engine: Engine, last: int | None = None) -> BeamKnobs[jax.Array]:

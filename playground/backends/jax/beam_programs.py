@@ -16,13 +16,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.stages import Lowered
 
 from playground.backends.jax import beam_search, sampling
 from playground.backends.jax.beam_search import BeamKnobs, BeamMode, Hypotheses, StepRecord
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
-from playground.backends.jax.engine import COMPILER_OPTIONS, Engine
+from playground.backends.jax.compiling import Pending
+from playground.backends.jax.engine import Engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,28 +115,28 @@ def _abstract_state(engine: Engine, layouts: Layouts, mode: BeamMode) -> BeamSta
     return BeamState(engine.abstract_cache(layouts, k), engine.spec((k,), i32), engine.spec((), i32), hyps)
 
 
-def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode) -> tuple[Any, float]:
-    def build() -> Any:
+def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode) -> Pending:
+    def lower() -> Lowered:
         fn = jax.jit(partial(_start, engine, mode=mode))
         return fn.lower(engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket), jnp.int32),
                         engine.spec((), jnp.int32), knob_specs(engine),
-                        engine.abstract_cache(layouts, 1)).compile(COMPILER_OPTIONS)
+                        engine.abstract_cache(layouts, 1))
 
-    return engine.program(("beam-start", bucket, layouts, mode), build)
+    return engine.program(("beam-start", bucket, layouts, mode), lower)
 
 
-def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: BeamMode) -> tuple[Any, float]:
-    def build() -> Any:
+def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: BeamMode) -> Pending:
+    def lower() -> Lowered:
         fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
         return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
-                        knob_specs(engine)).compile(COMPILER_OPTIONS)
+                        knob_specs(engine))
 
-    return engine.program(("beam-decode", layouts, steps, mode), build)
+    return engine.program(("beam-decode", layouts, steps, mode), lower)
 
 
-def grow_program(engine: Engine, old: Layouts, new: Layouts, mode: BeamMode) -> tuple[Any, float]:
-    def build() -> Any:
+def grow_program(engine: Engine, old: Layouts, new: Layouts, mode: BeamMode) -> Pending:
+    def lower() -> Lowered:
         fn = jax.jit(partial(_grow, engine, layouts=new))  # new, larger buffers: nothing to donate
-        return fn.lower(_abstract_state(engine, old, mode)).compile(COMPILER_OPTIONS)
+        return fn.lower(_abstract_state(engine, old, mode))
 
-    return engine.program(("beam-grow", old, new, mode), build)
+    return engine.program(("beam-grow", old, new, mode), lower)

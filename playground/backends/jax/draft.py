@@ -19,12 +19,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.stages import Lowered
 
 from playground.backends.jax import speculative
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.engine import COMPILER_OPTIONS, DecodeState, Engine, engine_for
+from playground.backends.jax.compiling import Pending
+from playground.backends.jax.engine import DecodeState, Engine, engine_for
 from playground.backends.jax.programs import Programs, run_prompt
 from playground.backends.jax.sampling import Knobs, SamplingMode
 from playground.backends.jax.verify import rolled_back
@@ -94,17 +96,17 @@ class Drafter:
         self.knobs: Knobs[jax.Array] | None = None
         self.counts: dict[int, jax.Array] = {}
 
-    def _propose_program(self, steps: int) -> tuple[Any, float]:
+    def _propose_program(self, steps: int) -> Pending:
         engine = self.engine
 
-        def build() -> Any:
+        def lower() -> Lowered:
             fn = jax.jit(partial(propose, engine, steps=steps, mode=self.mode), donate_argnames=("state",))
             return fn.lower(engine.weights, engine.abstract_state(self.layouts, self.mode, 1),
-                            engine.spec((), jnp.int32), engine.knob_specs()).compile(COMPILER_OPTIONS)
+                            engine.spec((), jnp.int32), engine.knob_specs())
 
-        return engine.program(("propose", self.layouts, steps, self.mode), build)
+        return engine.program(("propose", self.layouts, steps, self.mode), lower)
 
-    def _catch_up_program(self) -> tuple[Any, float]:
+    def _catch_up_program(self) -> Pending:
         engine = self.engine
 
         def catch_up(state: DecodeState[jax.Array], token: jax.Array, position: jax.Array,
@@ -113,13 +115,13 @@ class Drafter:
             return dataclasses.replace(state, cache=rolled_back(state.cache, position), token=token,
                                        position=position, produced=produced)
 
-        def build() -> Any:
+        def lower() -> Lowered:
             i32 = engine.spec((), jnp.int32)
             fn = jax.jit(catch_up, donate_argnames=("state",))
             return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
-                            i32).compile(COMPILER_OPTIONS)
+                            i32)
 
-        return engine.program(("catch_up", self.layouts, self.mode.penalty), build)
+        return engine.program(("catch_up", self.layouts, self.mode.penalty), lower)
 
     def start(self, prompt: np.ndarray, bucket: int, spec: RunSpec, first: DecodeState[jax.Array]) -> None:
         """The prompt into the draft's cache; its next input is the main model's first token."""

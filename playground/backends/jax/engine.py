@@ -3,7 +3,8 @@
 Weights move to the JAX devices once per model and are passed to every compiled function as arguments
 (never baked in as constants). Compiled programs are kept in memory by their static key, up to a byte bound
 (program_cache.py), and on disk in JAX's persistent compilation cache under $PLAYGROUND_CACHE/jax, so a
-restarted process, or a program dropped from memory, loads instead of compiling. Engines sit in a
+restarted process, or a program dropped from memory, loads instead of compiling. New programs compile on
+worker threads (compiling.py), so a stopped request need not wait for one. Engines sit in a
 WeakKeyDictionary keyed by the torch model: when the model LRU drops a model, its device weights and programs
 go with it.
 """
@@ -16,6 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,14 +30,15 @@ import numpy as np
 import torch
 import torchax
 from jax.sharding import NamedSharding, PartitionSpec
-from jax.stages import CompilerOptions
+from jax.stages import CompilerOptions, Lowered
 from torchax import interop
 from transformers import PreTrainedModel
 
-from playground.backends.jax import sampling, tensor_parallel, traced
+from playground.backends.jax import compiling, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
+from playground.backends.jax.compiling import Pending
 from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
 from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo
 from playground.models.paths import cache_root
@@ -127,6 +130,8 @@ class Engine:
         self.weight_bytes = traced.weight_bytes(self.weights)
         self.sharding_info = tensor_parallel.describe(self.mesh, config)
         self.programs = ProgramCache(program_cache_bound())
+        self._building: dict[tuple, Future[Any]] = {}  # programs being compiled, by key
+        self._building_lock = threading.RLock()
         self.move_s = time.perf_counter() - start
 
     # -- shardings -------------------------------------------------------------------------------------------
@@ -247,27 +252,40 @@ class Engine:
         return self.pin(dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
 
     # -- compile registry --------------------------------------------------------------------------------------
-    def program(self, key: tuple, build: Callable[[], Any],
-                warm: Callable[[Any], None] | None = None) -> tuple[Any, float]:
-        """The compiled program for `key`, and the seconds spent tracing and compiling (or loading from the
-        on-disk cache) it now: 0.0 if kept in memory. `warm(program)`, if given, runs it once after it is sized
-        (XLA's CPU executables with a sort no longer serialize once they have run)."""
-        program = self.programs.lookup(key)
-        if program is not None:
-            return program, 0.0
+    def program(self, key: tuple, lower: Callable[[], Lowered], warm: Callable[[Any], None] | None = None) -> Pending:
+        """The compiled program for `key`: kept in memory, still being built (for a stopped request, whose
+        compile runs on), or built now on the request's compile pool (compiling.py). A build lowers `lower()`
+        under TRACING, compiles it (or loads it from the on-disk cache), sizes it into the program cache, then
+        runs `warm(program)` once if given (XLA's CPU executables with a sort no longer serialize once run)."""
+        with self._building_lock:
+            program = self.programs.lookup(key)
+            if program is not None:
+                return Pending.ready(program)
+            future = self._building.get(key)
+            if future is None:
+                future = compiling.submit(partial(self._build, key, lower, warm))
+                self._building[key] = future
+        future.add_done_callback(lambda _: self._forget(key))
         _COMPILE_NOTICE.get()()
-        start = time.perf_counter()
-        program = build()
+        return Pending(future, built=True)
+
+    def _build(self, key: tuple, lower: Callable[[], Lowered], warm: Callable[[Any], None] | None) -> Any:
+        with compiling.TRACING:
+            lowered = lower()
+        program = lowered.compile(COMPILER_OPTIONS)
         self.programs.add(key, program)  # sizes it by serializing its executable: part of making it ready
         if warm is not None:
             warm(program)
-        return program, time.perf_counter() - start
+        return program
 
-    def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> tuple[Any, float]:
-        def build() -> Any:
+    def _forget(self, key: tuple) -> None:
+        with self._building_lock:
+            self._building.pop(key, None)
+
+    def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> Pending:
+        def lower() -> Lowered:
             fn = jax.jit(partial(self._prefill, layouts=layouts))
-            return fn.lower(self.weights, self.spec((batch, bucket), jnp.int32),
-                            self.spec((), jnp.int32)).compile(COMPILER_OPTIONS)
+            return fn.lower(self.weights, self.spec((batch, bucket), jnp.int32), self.spec((), jnp.int32))
 
         def warm(compiled: Any) -> None:
             # XLA's CPU backend hands the prompt's multi-row products to YNNPACK, which prepares each of them on
@@ -276,17 +294,17 @@ class Engine:
             jax.block_until_ready(compiled(self.weights, self.put(np.zeros((batch, bucket), np.int32)),
                                            self.put(np.int32(1))))
 
-        return self.program(("prefill", batch, bucket, layouts), build, warm)
+        return self.program(("prefill", batch, bucket, layouts), lower, warm)
 
     def start_program(self, bucket: int, layouts: Layouts, mode: SamplingMode, eos: tuple[int, ...],
-                      batch: int = 1) -> tuple[Any, float]:
-        def build() -> Any:
+                      batch: int = 1) -> Pending:
+        def lower() -> Lowered:
             fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
             return fn.lower(self.spec((batch, self.vocab_size), jnp.float32), self.spec((batch, bucket), jnp.int32),
                             self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.knob_specs(),
-                            self.abstract_cache(layouts, batch)).compile(COMPILER_OPTIONS)
+                            self.abstract_cache(layouts, batch))
 
-        return self.program(("start", batch, bucket, layouts, mode, eos), build)
+        return self.program(("start", batch, bucket, layouts, mode, eos), lower)
 
     def abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
         """Shape structs of a DecodeState over `layouts`, laid out as the programs leave it (for lowering)."""
@@ -295,21 +313,21 @@ class Engine:
                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.spec(seen, jnp.bool_),
                            self.spec((), jnp.bool_), self.spec((), jnp.int32))
 
-    def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> tuple[Any, float]:
-        def build() -> Any:
+    def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> Pending:
+        def lower() -> Lowered:
             fn = jax.jit(partial(self._grow, layouts=new))  # new, larger buffers: nothing to donate
-            return fn.lower(self.abstract_state(old, mode, batch)).compile(COMPILER_OPTIONS)
+            return fn.lower(self.abstract_state(old, mode, batch))
 
-        return self.program(("grow", batch, old, new, mode.penalty), build)
+        return self.program(("grow", batch, old, new, mode.penalty), lower)
 
     def decode_program(self, layouts: Layouts, steps: int, mode: SamplingMode, eos: tuple[int, ...],
-                       batch: int = 1) -> tuple[Any, float]:
-        def build() -> Any:
+                       batch: int = 1) -> Pending:
+        def lower() -> Lowered:
             fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
             state = self.abstract_state(layouts, mode, batch)
-            return fn.lower(self.weights, state, self.spec((), jnp.int32), self.knob_specs()).compile(COMPILER_OPTIONS)
+            return fn.lower(self.weights, state, self.spec((), jnp.int32), self.knob_specs())
 
-        return self.program(("decode", batch, layouts, steps, mode, eos), build)
+        return self.program(("decode", batch, layouts, steps, mode, eos), lower)
 
 
 # XLA's CPU buffers must start on a 64-byte boundary: DLPack shares a torch tensor's memory only then, and

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
+from playground.backends.jax import compiling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
@@ -44,7 +45,10 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []  # the Drafter's engine
     start = time.perf_counter()
     prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
-    request = _prepare(engine, reused, loaded, prompt, spec, strategy)
+    with compiling.request_compiles():
+        request = _prepare(engine, reused, loaded, prompt, spec, strategy)
+        if not request.programs.wait(should_stop, start):
+            return _stopped_compiling(request, start)
     request.preview = preview
     run, first = _prefill(request, strategy)
     if strategy.streams:
@@ -60,28 +64,38 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
 
 def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec,
              strategy: Strategy) -> Request:
-    """The cache plan and every program this request runs on the model's engine, compiled now if they are new."""
+    """The cache plan and every program this request runs on the model's engine, asked for (those not kept in
+    memory start compiling)."""
     prompt_len = prompt.shape[1]
     bucket = cache_plan.prefill_bucket(prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
-    plan, own_compile_s = strategy.bind(engine, prompt_len, bucket, eos)
+    plan, own = strategy.bind(engine, prompt_len, bucket, eos)
     programs = _programs(engine, bucket, plan.schedule(), strategy, decode=spec.max_new_tokens > 1)
-    programs.compile_s += own_compile_s
+    programs.asked += own
     return Request(engine, reused, prompt, bucket, eos, plan, programs)
 
 
 def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: Strategy, decode: bool) -> Programs:
-    """Prefill and start, then the step programs of every layouts the cache may step through and the growth
-    steps between them (none when the prompt's own token is the only one wanted)."""
+    """The step programs of every layouts the cache may step through, then prefill and start, then the growth
+    steps between layouts (no steps when the prompt's own token is the only one wanted). The step programs are
+    asked for first: they are the largest, and the first asked is the first to compile (compiling.py)."""
     programs = Programs()
+    for layouts in schedule if decode else []:
+        for key, pending in strategy.step_programs(engine, layouts).items():
+            programs.steps[key] = programs.add(pending)
     programs.prefill = programs.add(engine.prefill_program(bucket, schedule[0], 1))
     programs.start = programs.add(strategy.start_program(engine, bucket, schedule[0]))
-    for i, layouts in enumerate(schedule if decode else []):
-        for key, compiled in strategy.step_programs(engine, layouts).items():
-            programs.steps[key] = programs.add(compiled)
-        if i:
-            programs.growers[layouts] = programs.add(strategy.grow_program(engine, schedule[i - 1], layouts))
+    for old, new in zip(schedule, schedule[1:], strict=False) if decode else []:
+        programs.growers[new] = programs.add(strategy.grow_program(engine, old, new))
     return programs
+
+
+def _stopped_compiling(request: Request, start: float) -> GenerationOutput:
+    """Stopped before its programs were ready: no token, the compile time so far, and the compiles left running
+    (their programs are kept for the next request that asks for them)."""
+    return GenerationOutput(sequences=[[]], start_time=start, token_times=[], kv_cache_bytes=0,
+                            compile_s=time.perf_counter() - start, forward_passes=0, stopped=True,
+                            extra={"stopped_while_compiling": True, **engine_extra(request)})
 
 
 def _prefill(request: Request, strategy: Strategy) -> tuple[Run, Advance]:

@@ -13,6 +13,7 @@ from playground.backends.jax import sampling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.loop import cache_extra, engine_extra
 from playground.backends.jax.records import Streamed
@@ -34,18 +35,19 @@ class PlainDecoding:
         self.eos: tuple[int, ...] = ()
         self.stream = Streamed()
 
-    def bind(self, engine: Engine, prompt_len: int, bucket: int, eos: tuple[int, ...]) -> tuple[CachePlan, float]:
+    def bind(self, engine: Engine, prompt_len: int, bucket: int,
+             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
         self.mode = sampling.mode_for(self.spec, engine.vocab_size, samples=self.samples)
         self.eos = eos
-        return cache_plan.plan_cache(self.spec, engine.config, prompt_len, STEPS_PER_CALL), 0.0
+        return cache_plan.plan_cache(self.spec, engine.config, prompt_len, STEPS_PER_CALL), []
 
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> tuple[Any, float]:
+    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         return engine.start_program(bucket, layouts, self.mode, self.eos)
 
-    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, tuple[Any, float]]:
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
         return {layouts: engine.decode_program(layouts, STEPS_PER_CALL, self.mode, self.eos)}
 
-    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> tuple[Any, float]:
+    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
         return engine.grow_program(old, new, self.mode)
 
     def knobs(self, engine: Engine) -> Knobs[jax.Array]:

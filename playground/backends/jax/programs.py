@@ -2,36 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
 
 import jax
 import numpy as np
 
-from playground.backends.jax import sampling
+from playground.backends.jax import compiling, sampling
 from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.sampling import Knobs, StepInfo
 from playground.spec import RunSpec
 
 
 class Programs:
-    """A request's programs, fetched before the prompt: a cold request's compile shows in its TTFT and in
-    compile_s, never inside its decode rate."""
+    """A request's programs, asked for before its prompt runs and all ready before it does (wait): a cold
+    request's compile shows in compile_s, never in its TTFT or inside its decode rate."""
 
-    prefill: Any  # the padded prompt into a new cache
-    start: Any  # the first token (or beam step) from the prefill's logits
+    prefill: Pending  # the padded prompt into a new cache
+    start: Pending  # the first token (or beam step) from the prefill's logits
 
     def __init__(self) -> None:
         self.compile_s = 0.0
-        self.steps: dict[Hashable, Any] = {}  # a decode chunk (or verify pass) per cache layouts (and width)
-        self.growers: dict[Layouts, Any] = {}  # a growth step into each layouts but the first
+        self.steps: dict[Hashable, Pending] = {}  # a decode chunk (or verify pass) per cache layouts (and width)
+        self.growers: dict[Layouts, Pending] = {}  # a growth step into each layouts but the first
+        self.asked: list[Pending] = []  # every program above, and a plug-in's own (a draft model's)
 
-    def add(self, compiled: tuple[Any, float]) -> Any:
-        """The program of an Engine.program() answer, its compile seconds counted."""
-        program, seconds = compiled
-        self.compile_s += seconds
-        return program
+    def add(self, pending: Pending) -> Pending:
+        """An Engine.program() answer, to wait for with the rest."""
+        self.asked.append(pending)
+        return pending
+
+    def wait(self, should_stop: Callable[[], bool], since: float) -> bool:
+        """Wait until every program asked for is ready (True) or should_stop() (False: the compiles run on, see
+        compiling.py); compile_s is the time from `since` (the first ask) until then, 0.0 if all were kept."""
+        ready, self.compile_s = compiling.timed_wait(self.asked, should_stop, since)
+        return ready
 
 
 def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int,

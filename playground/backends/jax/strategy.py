@@ -16,6 +16,7 @@ import numpy as np
 
 from playground.backends.base import GenerationOutput, PreviewTokens
 from playground.backends.jax.caches.plan import CachePlan, Layouts
+from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import Engine
 from playground.backends.jax.programs import Programs
 from playground.models.loaded import LoadedModel
@@ -74,20 +75,21 @@ class Strategy(Protocol):
 
     streams: bool  # tokens go to `emit` chunk by chunk; else the best sequence once, when the run ends
 
-    def bind(self, engine: Engine, prompt_len: int, bucket: int, eos: tuple[int, ...]) -> tuple[CachePlan, float]:
-        """Fix the request's static mode; returns the cache plan to decode over and the seconds spent compiling
-        programs of the plug-in's own (a draft model's)."""
+    def bind(self, engine: Engine, prompt_len: int, bucket: int,
+             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
+        """Fix the request's static mode; returns the cache plan to decode over and the plug-in's own programs
+        (a draft model's), which the request waits for with the rest."""
         ...
 
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> tuple[Any, float]:
+    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         """The program that takes the prefill's logits to the first token (or beam step) and the device state."""
         ...
 
-    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, tuple[Any, float]]:
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
         """The call programs over one cache layouts, keyed as step() looks them up in Programs.steps."""
         ...
 
-    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> tuple[Any, float]:
+    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
         """The program copying the device state from the `old` cache layouts into the larger `new` ones."""
         ...
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from playground.backends.jax.caches.plan import plan_cache, prefill_bucket
+from playground.backends.jax.compiling import TRACING
 from playground.backends.jax.engine import Engine, engine_for
 from playground.models.loaded import LoadedModel
 
@@ -59,7 +60,7 @@ def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: torch.Tensor, new
     padded_count = 1 << max(0, count - 2).bit_length()  # the scan's length: count - 1 tokens, padded
     plan = plan_cache(spec.replace(max_new_tokens=max(spec.max_new_tokens, padded_count + 1)), engine.config,
                       max(prompt_len, room), 1)
-    prefill, _ = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))
+    prefill = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))
     padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
     padded[:, :prompt_len] = prompt_ids.numpy()
     first, cache = prefill(engine.weights, jnp.asarray(padded), jnp.int32(prompt_len))
@@ -67,6 +68,7 @@ def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: torch.Tensor, new
     if count > 1:
         tokens = np.zeros(padded_count, np.int32)
         tokens[: count - 1] = new_ids[:-1]
-        rest = _scan(engine)(engine.weights, cache, jnp.asarray(tokens), jnp.int32(prompt_len))
+        with TRACING:  # a first call traces the model; a compile left running by a stopped request may too
+            rest = _scan(engine)(engine.weights, cache, jnp.asarray(tokens), jnp.int32(prompt_len))
         rows.append(np.asarray(rest)[: count - 1])
     return torch.log_softmax(torch.from_numpy(np.concatenate(rows)).float(), dim=-1)

@@ -10,15 +10,16 @@ next pass overwrites them (caches/extend.py).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.stages import Lowered
 
 from playground.backends.jax import speculative
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
-from playground.backends.jax.engine import COMPILER_OPTIONS, DecodeState, Engine
+from playground.backends.jax.compiling import Pending
+from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.sampling import Knobs, SamplingMode
 from playground.backends.jax.speculative import Verdict
 
@@ -59,13 +60,13 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
 
 
 def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingMode, eos: tuple[int, ...],
-                   with_q: bool, batch: int = 1) -> tuple[Any, float]:
+                   with_q: bool, batch: int = 1) -> Pending:
     """The compiled verify pass for these layouts and draft width (cached in the engine's registry)."""
-    def build() -> Any:
+    def lower() -> Lowered:
         fn = jax.jit(partial(verify, engine, mode=mode, eos=eos), donate_argnames=("state",))
         q = engine.spec((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
         return fn.lower(engine.weights, engine.abstract_state(layouts, mode, batch),
                         engine.spec((batch, width - 1), jnp.int32), engine.spec((), jnp.int32), q,
-                        engine.knob_specs()).compile(COMPILER_OPTIONS)
+                        engine.knob_specs())
 
-    return engine.program(("verify", batch, layouts, width, mode, eos, with_q), build)
+    return engine.program(("verify", batch, layouts, width, mode, eos, with_q), lower)
