@@ -158,5 +158,8 @@ def busy_note(load: dict[str, Any] | None) -> str:
     if not load or not load.get("busy"):
         return ""
     share = 100 * (load["other_cpu_share"] + load["steal_share"])
-    return (f"busy machine: other work took {share:.0f}% of the {load['cpus']} CPUs during this run, so its "
-            "timings are slower than this machine can do; run it again (or repeat the timing) when it is quiet")
+    reason = f"other work took {share:.0f}% of the {load['cpus']} CPUs during this run"
+    if load.get("left_running_s"):  # this process's own CPU time, so not in other_cpu_share
+        reason = f"a JAX compile that a stopped run left running shared the CPUs for {load['left_running_s']:.1f} s"
+    return (f"busy machine: {reason}, so its timings are slower than this machine can do; run it again (or repeat "
+            "the timing) when it is quiet")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from playground.backends.generation_slot import GenerationSlot
+from playground.backends.generation_slot import LEFT_RUNNING, GenerationSlot
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
@@ -243,11 +243,14 @@ class _Job:
             emit = self.reports.put if index == 0 else _ignore_tokens
             preview = (lambda ids: self.reports.put(_Hypothesis(ids))) if index == 0 else None
             with GENERATION_LOCK:
-                before = cpu_sample()
+                before, began = cpu_sample(), time.monotonic()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
                                           progress=self._progress, preview=preview)
                 load = machine_load(before, cpu_sample())
+                left_running = LEFT_RUNNING.overlap_s(began, time.monotonic())
             if load is not None:  # how much of the machine other work took while this run was timed
+                if left_running:  # a compile a stopped run left behind: this process's CPU time, but not this run's
+                    load |= {"left_running_s": round(left_running, 2), "busy": True}
                 output.extra["machine_load"] = load
             runs.append((output, time.perf_counter()))
             if output.stopped:

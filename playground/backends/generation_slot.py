@@ -9,8 +9,10 @@ so a visitor waits at most for the piece in progress.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 # The slot must have been free this long before background work takes it: a page run releases it between its
@@ -57,3 +59,45 @@ class GenerationSlot:
                 if not self._waiting and not self._lock.locked() and since >= quiet_s:
                     return
                 self._changed.wait(max(quiet_s - since, 0.05))
+
+
+class LeftRunning:
+    """Work a stopped run left running outside the slot (a JAX compile, which XLA cannot interrupt), with when it
+    ran. It takes CPU from the runs that hold the slot meanwhile, so they report how long it overlapped them."""
+
+    KEEP_S = 3600.0  # spans that ended longer ago than this are forgotten
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spans: list[list[float]] = []  # [start, end], end = inf while it runs
+
+    def started(self) -> Callable[[], None]:
+        """Record a piece of work running from now; call what this returns when it ends."""
+        span = [time.monotonic(), math.inf]
+        with self._lock:
+            now = span[0]
+            self._spans = [s for s in self._spans if s[1] > now - self.KEEP_S] + [span]
+
+        def ended() -> None:
+            with self._lock:
+                span[1] = time.monotonic()
+        return ended
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(1 for s in self._spans if s[1] == math.inf)
+
+    def overlap_s(self, start: float, end: float) -> float:
+        """Seconds of [start, end] (time.monotonic) during which some left-running work ran."""
+        with self._lock:
+            spans = sorted((max(s[0], start), min(s[1], end)) for s in self._spans)
+        total, reach = 0.0, start
+        for begin, finish in spans:
+            begin = max(begin, reach)
+            if finish > begin:
+                total += finish - begin
+                reach = finish
+        return total
+
+
+LEFT_RUNNING = LeftRunning()

@@ -180,7 +180,8 @@ def _wire_settings(page: Page, show_chat: Handler) -> Handler:
     return restore
 
 
-STOPPING = "■ Stopping after the current token (a column that is loading or compiling stops once that ends)…"
+STOPPING = ("■ Stopping after the current token (a column loading a model stops once the load ends; a JAX compile "
+            "finishes in the background)…")
 
 
 def _wire_run(page: Page) -> None:

@@ -12,6 +12,8 @@ import torch
 pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
+from playground.backends import generation_slot  # noqa: E402
+from playground.backends.generation_slot import LEFT_RUNNING  # noqa: E402
 from playground.backends.jax import compiling  # noqa: E402
 from playground.backends.jax.engine import Engine  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
@@ -74,6 +76,7 @@ def test_a_stop_while_compiling_ends_the_run_at_once_and_the_compile_serves_a_la
     assert stopped.stopped and stopped.sequences == [[]] and chunks == []
     assert stopped.extra["stopped_while_compiling"] and 0.3 <= stopped.compile_s <= waited
     assert waited < SLOW_S  # did not wait for the compile it started
+    assert LEFT_RUNNING.running() == 1  # the compile it left: the runs it overlaps say so
 
     served = time.perf_counter()
     again, _ = jax_run(llama, PROMPT, kept)  # the next request: its programs are kept, so it never waits
@@ -82,6 +85,26 @@ def test_a_stop_while_compiling_ends_the_run_at_once_and_the_compile_serves_a_la
     later, _ = jax_run(llama, PROMPT, cold)  # joins the compile left running, and builds what was dropped
     assert not later.stopped and len(later.sequences[0]) == 9
     assert jax_run(llama, PROMPT, cold)[0].sequences == later.sequences  # all of it kept now
+    assert LEFT_RUNNING.running() == 0
+
+
+def test_left_running_work_counts_once_where_spans_overlap(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(generation_slot.time, "monotonic", lambda: clock[0])
+    left = generation_slot.LeftRunning()
+    first = left.started()
+    clock[0] = 102.0
+    second = left.started()
+    clock[0] = 104.0
+    first()
+    clock[0] = 105.0
+    second()
+    assert left.running() == 0
+    assert left.overlap_s(101.0, 110.0) == pytest.approx(4.0)  # 101-105, the overlap of the two counted once
+    assert left.overlap_s(90.0, 99.0) == 0.0 and left.overlap_s(104.5, 104.6) == pytest.approx(0.1)
+    third = left.started()  # still running: counts up to the end asked about
+    assert left.overlap_s(105.0, 108.0) == pytest.approx(3.0) and left.running() == 1
+    third()
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -161,6 +161,22 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
     assert seen == [True]
 
 
+def test_a_compile_left_running_by_a_stopped_run_marks_the_runs_it_overlaps_as_busy(local_model):
+    from playground.backends.generation_slot import LEFT_RUNNING
+    from playground.ui.run import done_notice
+
+    ended = LEFT_RUNNING.started()  # as a stopped JAX run leaves its compile running
+    try:
+        overlapped = runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=4))
+    finally:
+        ended()
+    load = overlapped["extra"]["machine_load"]
+    assert load["busy"] and load["left_running_s"] > 0
+    assert "busy machine: a JAX compile that a stopped run left running shared the CPUs" in done_notice(overlapped)
+    after = runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=4))
+    assert "left_running_s" not in after["extra"]["machine_load"]
+
+
 def test_repeats_time_the_same_generation_several_times_and_stream_it_once(local_model):
     events = list(runner.run("abc", RunSpec(model=local_model, max_new_tokens=6, repeats=3)))
     result = events[-1].result

@@ -5,7 +5,8 @@ decode chunk: ~8 s). Compiled on the request's own thread, a Stop pressed meanwh
 every request queued behind the generation slot. Here a request hands its programs to a pool of its own,
 waits for them while polling its stop flag, and on a stop returns at once: the compiles already running finish
 on their threads (their programs land in the engine's program cache for the next request that wants them),
-and the ones not yet started are dropped.
+and the ones not yet started are dropped. A compile left running takes CPU from the runs that follow, so it is
+recorded (generation_slot.LEFT_RUNNING) and those runs report how long it overlapped them.
 
 Up to compile_threads() programs of a request compile at once: XLA's compile releases the GIL, so a request's
 decode chunk and its prefill (the two largest) compile side by side. Tracing the model is serialized under
@@ -25,6 +26,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from playground import host
+from playground.backends.generation_slot import LEFT_RUNNING
 
 # every trace of the model (lowering a program, or a jitted call that traces) holds this
 TRACING = threading.RLock()
@@ -70,16 +72,27 @@ class Pending:
 
 class Compiles:
     """One request's compile pool. `close(abandon=True)` drops the builds not yet started; running ones finish
-    on their own threads either way."""
+    on their own threads either way, counted as work left running (LEFT_RUNNING) until they end."""
 
     def __init__(self, threads: int) -> None:
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="jax-compile")
+        self._futures: list[Future[Any]] = []
 
     def submit(self, build: Callable[[], Any]) -> Future[Any]:
-        return self._executor.submit(build)
+        future = self._executor.submit(build)
+        self._futures.append(future)
+        return future
 
     def close(self, abandon: bool) -> None:
         self._executor.shutdown(wait=False, cancel_futures=abandon)
+        for future in self._futures:
+            if not future.done():  # running: the request that asked for it has gone
+                future.add_done_callback(_ends(LEFT_RUNNING.started()))
+
+
+def _ends(ended: Callable[[], None]) -> Callable[[Future[Any]], None]:
+    """A done-callback that records the end of a piece of left-running work."""
+    return lambda _future: ended()
 
 
 _CURRENT: ContextVar[Compiles | None] = ContextVar("compiles", default=None)
