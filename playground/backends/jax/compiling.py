@@ -71,8 +71,8 @@ class Pending:
 
 
 class Compiles:
-    """One request's compile pool. `close(abandon=True)` drops the builds not yet started; running ones finish
-    on their own threads either way, counted as work left running (LEFT_RUNNING) until they end."""
+    """One request's compile pool. Running builds finish on their own threads whatever happens to the request;
+    one the request stopped waiting for counts as work left running (LEFT_RUNNING) until it ends."""
 
     def __init__(self, threads: int) -> None:
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="jax-compile")
@@ -84,9 +84,11 @@ class Compiles:
         return future
 
     def close(self, abandon: bool) -> None:
+        """No more builds. With `abandon`, the asker has stopped waiting: builds not started are dropped, and
+        those still running are recorded as left running; without, the asker waits for them."""
         self._executor.shutdown(wait=False, cancel_futures=abandon)
-        for future in self._futures:
-            if not future.done():  # running: the request that asked for it has gone
+        for future in self._futures if abandon else []:
+            if not future.done():
                 future.add_done_callback(_ends(LEFT_RUNNING.started()))
 
 
