@@ -4,16 +4,17 @@
 #   no flag: the whole suite, slow integration tests included (what CI runs), on two pytest-xdist workers that
 #            each take whole files (a file's module fixtures, such as a loaded bundled model, are built once)
 #   --fast:  the tests that need no bundled model, start no fresh Python and sweep no JAX compiles of their own
-#            (markers `slow` and `subprocess` left out), on two workers: under 3 minutes. Its JAX programs compile
-#            at LLVM -O0: over half of its time is XLA compiling tiny models' programs, which -O0 cuts by ~40%
-#            (pytest 210 s -> 156 s, AMD EPYC 2 cores); the programs run slower and their floating-point results
-#            differ in the last digits, so CI's full suite compiles as users' processes do.
+#            (markers `slow` and `subprocess` left out), on two workers taking whole files (a file's tiny models
+#            compile their programs on one worker only: pytest 176 s -> 159 s): under 3 minutes. Its JAX programs
+#            compile at LLVM -O0: over half of its time is XLA compiling tiny models' programs, which -O0 cuts by
+#            ~40% (pytest 210 s -> 156 s, AMD EPYC 2 cores); the programs run slower and their floating-point
+#            results differ in the last digits, so CI's full suite compiles as users' processes do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 marks=(-n 2 --dist loadfile)
 if [[ "${1:-}" == "--fast" ]]; then
     shift
-    marks=(-m "not slow and not subprocess" -n 2)
+    marks=(-m "not slow and not subprocess" -n 2 --dist loadfile)
     export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_optimization_level=0"
 fi
 scripts/setup.sh --dev
