@@ -58,10 +58,6 @@ class Pending:
         future.set_result(program)
         return cls(future, built=False)
 
-    @property
-    def done(self) -> bool:
-        return self.future.done()
-
     def result(self) -> Any:
         """The compiled program (waits for it; raises what its compile raised)."""
         return self.future.result()

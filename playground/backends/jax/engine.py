@@ -265,7 +265,7 @@ class Engine:
             if future is None:
                 future = compiling.submit(partial(self._build, key, lower, warm))
                 self._building[key] = future
-        future.add_done_callback(lambda _: self._forget(key))
+                future.add_done_callback(lambda _: self._forget(key))  # RLock: may run here if already done
         _COMPILE_NOTICE.get()()
         return Pending(future, built=True)
 
