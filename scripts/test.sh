@@ -2,16 +2,20 @@
 # Set up (idempotent, with test tools), lint, type-check, and run the tests; the 15 slowest are listed at the end.
 # Usage: scripts/test.sh [--fast] [PYTEST ARGS...]
 #   no flag: the whole suite, slow integration tests included (what CI runs), on two pytest-xdist workers that
-#            each take whole files (a file's module fixtures, such as a loaded bundled model, are built once)
+#            each take whole files, the heaviest first (tests/conftest.py orders them; a file's module fixtures,
+#            such as a loaded bundled model, are built once)
 #   --fast:  the tests that need no bundled model, start no fresh Python and sweep no JAX compiles of their own
 #            (markers `slow` and `subprocess` left out), on two workers taking whole files (a file's tiny models
-#            compile their programs on one worker only: pytest 176 s -> 159 s): under 3 minutes. Its JAX programs
-#            compile at LLVM -O0: over half of its time is XLA compiling tiny models' programs, which -O0 cuts by
-#            ~40% (pytest 210 s -> 156 s, AMD EPYC 2 cores); the programs run slower and their floating-point
-#            results differ in the last digits, so CI's full suite compiles as users' processes do.
+#            compile their programs on one worker only: pytest 176 s -> 159 s), the files with the most tests
+#            first (xdist's default: the full suite's heaviest-first order took 179 s here, against 162 s
+#            back to back): under 3 minutes. Every JAX program
+#            compiles at LLVM -O0: over half of its time is XLA compiling tiny models' programs, which -O0 cuts by
+#            ~40% (pytest 210 s -> 156 s, AMD EPYC 2 cores). In the full suite only the unit tests' engine
+#            programs do (tests/unit/conftest.py); the bundled models' tests compile as users' processes do, since
+#            -O0 programs run slower and their floating-point results differ in the last digits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-marks=(-n 2 --dist loadfile)
+marks=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [[ "${1:-}" == "--fast" ]]; then
     shift
     marks=(-m "not slow and not subprocess" -n 2 --dist loadfile)

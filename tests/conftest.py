@@ -17,6 +17,48 @@ import pytest  # noqa: E402
 
 from tests.helpers import tiny_loaded  # noqa: E402
 
+# The files that took 30 s or more in the full suite, heaviest first (seconds summed over a file's tests,
+# `CI=true bash scripts/test.sh --junitxml=...` on a fresh clone, AMD EPYC 2 cores, 2026-11-26). The workers take
+# whole files, longest first (the full suite passes --no-loadscope-reorder, so this order is the queue): the
+# default queue, by number of tests, put the one-test soak (235 s) last, and one worker ran it alone at the end.
+HEAVIEST_FILES = (
+    "tests/integration/test_bundled_grid.py",  # 535 s
+    "tests/integration/test_jax_quantized_error_gemma3.py",  # 312 s
+    "tests/integration/test_soak.py",  # 235 s
+    "tests/integration/test_jax_assisted.py",  # 225 s
+    "tests/integration/test_jax_quantized_error.py",  # 222 s
+    "tests/integration/test_jax_caches.py",  # 207 s
+    "tests/unit/test_jax_caches.py",  # 196 s
+    "tests/unit/test_jax_assisted.py",  # 195 s
+    "tests/integration/test_presets.py",  # 184 s
+    "tests/unit/test_jax_decoder.py",  # 145 s
+    "tests/unit/test_jax_int8.py",  # 116 s
+    "tests/integration/test_architecture_grid.py",  # 114 s
+    "tests/integration/test_browser.py",  # 94 s
+    "tests/integration/test_jax_beam.py",  # 86 s
+    "tests/unit/test_jax_beam.py",  # 74 s
+    "tests/integration/test_browser_mechanics.py",  # 72 s
+    "tests/unit/test_bench_compile.py",  # 58 s
+    "tests/integration/test_jax_decoder.py",  # 57 s
+    "tests/integration/test_hardening.py",  # 47 s
+    "tests/unit/test_token_probabilities.py",  # 45 s
+    "tests/integration/test_sink_cache.py",  # 44 s
+    "tests/unit/test_runner.py",  # 44 s
+    "tests/integration/test_budget.py",  # 36 s
+    "tests/integration/test_browser_looks.py",  # 36 s
+    "tests/integration/test_app.py",  # 34 s
+    "tests/integration/test_warmup.py",  # 34 s
+    "tests/integration/test_browser_sweep.py",  # 33 s
+    "tests/unit/test_bench_weights.py",  # 33 s
+    "tests/unit/test_budget.py",  # 31 s
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Heaviest files first; the rest after them in their usual order (the sort is stable)."""
+    rank = {path: i for i, path in enumerate(HEAVIEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 @pytest.fixture
 def tiny():
