@@ -7,12 +7,12 @@
 #   --fast:  the tests that need no bundled model, start no fresh Python and sweep no JAX compiles of their own
 #            (markers `slow` and `subprocess` left out), on two workers taking whole files (a file's tiny models
 #            compile their programs on one worker only: pytest 176 s -> 159 s), the files with the most tests
-#            first (xdist's default: the full suite's heaviest-first order took 179 s here, against 162 s
-#            back to back): under 3 minutes. Every JAX program
-#            compiles at LLVM -O0: over half of its time is XLA compiling tiny models' programs, which -O0 cuts by
-#            ~40% (pytest 210 s -> 156 s, AMD EPYC 2 cores). In the full suite only the unit tests' engine
-#            programs do (tests/unit/conftest.py); the bundled models' tests compile as users' processes do, since
-#            -O0 programs run slower and their floating-point results differ in the last digits.
+#            first (xdist's default: the full suite's heaviest-first order took 179 s here, against 162 s back
+#            to back): under 3 minutes. Every JAX program compiles at LLVM -O0: over half of the lane's time is
+#            XLA compiling tiny models' programs, which -O0 cuts by ~40% (pytest 210 s -> 156 s, AMD EPYC 2
+#            cores). In the full suite only the unit tests' engine programs do (tests/unit/conftest.py); the
+#            bundled models' tests compile as users' processes do, since -O0 programs run slower and their
+#            floating-point results differ in the last digits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 marks=(-n 2 --dist loadfile --no-loadscope-reorder)

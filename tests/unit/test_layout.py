@@ -85,3 +85,11 @@ def test_the_page_starts_without_torch_or_jax():
     out = run_module("page_imports", timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_suites_heaviest_files_exist():
+    """The order the test workers take files in names files that are there (a renamed one would go unranked)."""
+    from tests.conftest import HEAVIEST_FILES
+
+    assert len(set(HEAVIEST_FILES)) == len(HEAVIEST_FILES)
+    assert [path for path in HEAVIEST_FILES if not (ROOT / path).is_file()] == []
