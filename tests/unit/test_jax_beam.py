@@ -115,7 +115,11 @@ def test_finished_hypotheses_eos_early_stopping_and_processors_match_transformer
 
 def test_a_stop_finishes_the_search_as_transformers_does(llama):
     """The stop is read before each chunk on JAX and at each step on PyTorch: stopping before the second chunk
-    (after 9 steps) is PyTorch's stop at its 10th step; both finish the best candidates of that step."""
+    (after 9 steps) is PyTorch's stop at its 10th step; both finish the best candidates of that step. The
+    programs are compiled first: a stop is also read while a program compiles, and would end the run before
+    its first chunk."""
+    spec = beam(num_beams=2, length_penalty=0.5)
+    jax_run(llama, PROMPT, spec.replace(backend="jax"))
     calls = {"jax": 0, "torch": 0}
 
     def stop(side: str, after: int):
@@ -124,7 +128,7 @@ def test_a_stop_finishes_the_search_as_transformers_does(llama):
             return calls[side] >= after
         return should_stop
 
-    out = assert_same_search(llama, beam(num_beams=2, length_penalty=0.5), should_stop=stop("jax", 2),
+    out = assert_same_search(llama, spec, should_stop=stop("jax", 2),
                              torch_stop=stop("torch", 10))
     assert out.stopped and len(out.beam_tree) == 10 and len(out.sequences[0]) == 10
 
