@@ -121,9 +121,9 @@ def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: Ba
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
               progress: Callable[[str], Any] = print) -> dict[str, Any]:
     """Run every configuration in this process and return the bench JSON object (see docs/benchmarks.md)."""
-    from playground.backends.jax.engine import enable_persistent_cache
+    from playground.backends.jax import disk_cache
 
-    enable_persistent_cache()
+    disk_cache.enable()
     progress(f"loading {model}")
     loaded, _ = LOADED.get(model, "fp32")
     ids = encode_prompt(loaded, BENCH_PROMPT, None)  # chat template on an instruct model, as a run applies it

@@ -2,17 +2,15 @@
 
 Weights move to the JAX devices once per model and are passed to every compiled function as arguments
 (never baked in as constants). Compiled programs are kept in memory by their static key, up to a byte bound
-(program_cache.py), and on disk in JAX's persistent compilation cache under $PLAYGROUND_CACHE/jax, so a
-restarted process, or a program dropped from memory, loads instead of compiling. New programs compile on
-worker threads (compiling.py), so a stopped request need not wait for one. Engines sit in a
-WeakKeyDictionary keyed by the torch model: when the model LRU drops a model, its device weights and programs
-go with it.
+(program_cache.py), and on disk in JAX's persistent compilation cache (disk_cache.py), so a restarted process,
+or a program dropped from memory, loads instead of compiling. New programs compile on worker threads
+(compiling.py), so a stopped request need not wait for one. Engines sit in a WeakKeyDictionary keyed by the
+torch model: when the model LRU drops a model, its device weights and programs go with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 import weakref
@@ -34,38 +32,17 @@ from jax.stages import CompilerOptions, Lowered
 from torchax import interop
 from transformers import PreTrainedModel
 
-from playground.backends.jax import compiling, sampling, tensor_parallel, traced
+from playground.backends.jax import compiling, disk_cache, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
 from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo
-from playground.models.paths import cache_root
 
 # Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
 # in-place cache writes safe inside the decode loop instead of copying each cache array every step.
 COMPILER_OPTIONS: CompilerOptions = {"xla_cpu_copy_insertion_use_region_analysis": True}
-_persistent_cache_ready = False
-
-
-def persistent_cache_wanted() -> bool:
-    """PLAYGROUND_COMPILE_CACHE=0 keeps compiled programs in memory only (a process that compiles hundreds of
-    throwaway programs, like the test suite, gains nothing from writing and re-reading them)."""
-    return os.environ.get("PLAYGROUND_COMPILE_CACHE", "1") != "0"
-
-
-def enable_persistent_cache() -> None:
-    """Compiled programs go to $PLAYGROUND_CACHE/jax; thresholds at zero so small programs are kept too."""
-    global _persistent_cache_ready
-    if _persistent_cache_ready or not persistent_cache_wanted():
-        return
-    path = cache_root() / "jax"
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    _persistent_cache_ready = True
 
 
 @dataclass(frozen=True)
@@ -375,7 +352,7 @@ _ENGINES_LOCK = threading.Lock()
 def engine_for(model: PreTrainedModel, devices: int, weights: str = "fp32") -> tuple[Engine, bool]:
     """The model's engine for `devices` devices and `weights` precision, and whether it already existed
     (weights already moved)."""
-    enable_persistent_cache()
+    disk_cache.enable()
     with _ENGINES_LOCK:
         per_model = _ENGINES.setdefault(model, {})
         if (devices, weights) in per_model:
