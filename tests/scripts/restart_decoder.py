@@ -12,7 +12,9 @@ from tests.helpers import tiny_llama, tiny_loaded
 
 def main() -> None:
     spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
-    out = jax_decoder.generate(tiny_loaded("tiny", tiny_llama()), torch.tensor([[5, 17, 42]]), spec,
+    loaded = tiny_loaded("tiny", tiny_llama())
+    torch.seed()  # as in a served process, torch's seed differs from one process to the next
+    out = jax_decoder.generate(loaded, torch.tensor([[5, 17, 42]]), spec,
                                lambda c: None, lambda: False)
     print(json.dumps({"compile_s": out.compile_s, "tokens": out.sequences[0]}))
 
