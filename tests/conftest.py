@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 from playground import host
-from playground.models import paths
 
 # On pytest-xdist's workers (scripts/test.sh runs two) each worker, and each process it starts, gets one CPU's
 # worth of threads: two workers with a pool of every CPU each put twice as many spinning threads on the
@@ -20,8 +16,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest  # noqa: E402
 
 from tests.helpers import tiny_loaded  # noqa: E402
-
-RUN_CACHE = pytest.StashKey[Path]()
 
 # The files that took 30 s or more in the full suite, heaviest first (seconds summed over a file's tests,
 # `CI=true bash scripts/test.sh --junitxml=...` on a fresh clone, AMD EPYC 2 cores, 2026-11-26). The workers take
@@ -71,38 +65,15 @@ def tiny():
     return tiny_loaded()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """One compile cache for the whole run, shared by its workers and every process they start (set here, in
-    the process that starts the workers, so they inherit it).
-
-    The bundled models' programs take 2-15 s each to compile, and the same ones are asked for by many files
-    on both workers and by every app the tests serve: each is compiled once per run and loaded after that.
-    Only programs that took a second or more are written (PLAYGROUND_COMPILE_CACHE=1s): the random tiny
-    models' hundreds of quick ones stay in memory. The cache is new for each run, as on a fresh machine: a run
-    measures what CI's does, and never reads what an older build of the code wrote. The rest of the user's
-    cache (converted weights) is linked in, so bundled models convert once.
-    """
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # a worker: its environment came from the process that started it
-    user = paths.cache_root()
-    run = Path(tempfile.mkdtemp(prefix="playground-test-cache-"))
-    for folder in (user.iterdir() if user.is_dir() else ()):
-        if folder.is_dir() and folder.name != "jax":
-            (run / folder.name).symlink_to(folder)
-    config.stash[RUN_CACHE] = run
-    os.environ["PLAYGROUND_CACHE"] = str(run)
-    os.environ["PLAYGROUND_COMPILE_CACHE"] = "1s"
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    run = config.stash.get(RUN_CACHE, None)
-    if run is not None:
-        shutil.rmtree(run, ignore_errors=True)  # the links only: rmtree does not follow them
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_env():
-    """Tests never touch a hub."""
+    """Tests never touch a hub; the conversion cache is the user's (so bundled models convert once).
+
+    JAX's on-disk compilation cache is off in the test process: it would hold hundreds of programs of random
+    tiny models that no later run asks for, and XLA's CPU executable deserializer has crashed the whole run
+    (SIGSEGV) after about 30 minutes of such reads. The restart tests turn it on in the processes they start.
+    """
     os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["PLAYGROUND_COMPILE_CACHE"] = "0"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
