@@ -246,12 +246,18 @@ class Engine:
         _COMPILE_NOTICE.get()()
         return Pending(future, built=True)
 
-    def _build(self, key: tuple, lower: Callable[[], Lowered], warm: Callable[[Any], None] | None) -> Any:
+    @contextmanager
+    def tracing(self) -> Iterator[None]:
+        """Hold for a trace of the model (compiling.TRACING). torchax makes its PRNG key per thread on first use,
+        from torch's seed (random per process): made inside a trace, it would be a constant in the program, whose
+        disk-cache key then differed in every process, and a restarted app would load nothing. Made here, before
+        the trace, it stays out of the program."""
         with compiling.TRACING:
-            # torchax makes its PRNG key per thread on first use, from torch's seed (random per process): made
-            # while tracing, it would be a constant in the program, whose disk-cache key then differed in every
-            # process, and a restarted app would load nothing. Made here, it stays out of the program.
             _ = self.env.prng_key
+            yield
+
+    def _build(self, key: tuple, lower: Callable[[], Lowered], warm: Callable[[Any], None] | None) -> Any:
+        with self.tracing():
             lowered = lower()
         program = lowered.compile(COMPILER_OPTIONS)
         self.programs.add(key, program)  # sizes it by serializing its executable: part of making it ready

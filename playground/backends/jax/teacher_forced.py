@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from playground.backends.jax.caches.plan import plan_cache, prefill_bucket
-from playground.backends.jax.compiling import TRACING
 from playground.backends.jax.engine import Engine, engine_for
 from playground.models.loaded import LoadedModel
 
@@ -68,7 +67,7 @@ def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: torch.Tensor, new
     if count > 1:
         tokens = np.zeros(padded_count, np.int32)
         tokens[: count - 1] = new_ids[:-1]
-        with TRACING:  # a first call traces the model; a compile left running by a stopped request may too
+        with engine.tracing():  # a first call traces the model; a compile left running by a stopped request may too
             rest = _scan(engine)(engine.weights, cache, jnp.asarray(tokens), jnp.int32(prompt_len))
         rows.append(np.asarray(rest)[: count - 1])
     return torch.log_softmax(torch.from_numpy(np.concatenate(rows)).float(), dim=-1)
