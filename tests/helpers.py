@@ -167,17 +167,27 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
 
 def torch_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int]) -> torch.Tensor:
     """Log-probabilities (len(forced), V) of the token after the prompt and after each forced token but the
-    last, with the PyTorch path's cache for `spec`."""
+    last, with the PyTorch path's cache for `spec`. The decoder steps through the tokens one at a time (the cache
+    sees what decoding would write) and the head runs once over all the hidden states: one many-row product reads
+    its weights once (Gemma3's 262k-token head is most of a step). For the models it is used with, whose forward
+    does nothing after the head but soft-cap the logits (asserted: any other post-processing would be left out)."""
     from playground.backends.torch.caches.factory import make_cache
 
-    cache = make_cache(spec, loaded.model, ids.shape[1])
-    rows = []
+    model = loaded.model
+    assert model.config.model_type in ("llama", "gemma3_text"), model.config.model_type
+    cache = make_cache(spec, model, ids.shape[1])
+    decoder, rows = model.get_decoder(), []
     with torch.inference_mode():
-        logits = loaded.model(ids, past_key_values=cache).logits[0, -1]
-        for token in forced:
-            rows.append(torch.log_softmax(logits.float(), dim=-1))
-            logits = loaded.model(torch.tensor([[token]]), past_key_values=cache).logits[0, -1]
-    return torch.stack(rows)
+        hidden = decoder(ids, past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+        for token in forced[:-1]:
+            rows.append(hidden)
+            hidden = decoder(torch.tensor([[token]]), past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+        rows.append(hidden)
+        logits = model.lm_head(torch.cat(rows)).float()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return torch.log_softmax(logits, dim=-1)
 
 
 def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int], room: int = 0) -> torch.Tensor:

@@ -67,3 +67,27 @@ def test_preflight_refuses_a_model_on_disk_before_loading(tmp_path, monkeypatch)
     with pytest.raises(PlaygroundError, match="state-space model"):
         runner.preflight(RunSpec(model=str(folder), backend="jax", cache="static"))
     runner.preflight(RunSpec(model=str(folder), backend="torch"))  # PyTorch runs it: nothing refused
+
+
+@pytest.mark.parametrize(("name", "after_head"), [
+    ("llama", {}), ("gpt2", {}), ("gemma2_sliding", {"final_logit_softcapping": 0.5}), ("cohere", {"logit_scale": 4.0}),
+    ("granite", {"logits_scaling": 0.25})])
+def test_teacher_forced_logprobs_equal_a_torch_forward_pass(name, after_head):
+    """The JAX teacher-forced scan steps the decoder and runs the head once over all its hidden states, through
+    the model's own forward: what a model does after its head (Gemma2's soft cap, Cohere's and Granite's logit
+    scales, set here to move a tiny model's small logits a lot) is kept, for models whose decoder is not named
+    `model` too (GPT-2)."""
+    from playground.backends.jax.teacher_forced import logprobs_along
+    from playground.backends.torch.reference import logprobs_along as torch_logprobs_along
+
+    model = build(name)
+    for setting, value in after_head.items():
+        setattr(model.config, setting, value)  # read at each forward, or (Cohere's) kept by the model when built:
+        if hasattr(model, setting):
+            setattr(model, setting, value)
+    new_ids = torch_greedy(model, PROMPT, 8, "dynamic")
+    expected = torch_logprobs_along(model, PROMPT, new_ids)
+    got = logprobs_along(tiny_loaded(name, model), RunSpec(max_new_tokens=8, backend="jax", cache="static"),
+                         PROMPT, new_ids)
+    assert got.shape == expected.shape
+    assert float((got - expected).abs().max()) < 1e-4
