@@ -70,13 +70,12 @@ def test_preflight_refuses_a_model_on_disk_before_loading(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(("name", "after_head"), [
-    ("llama", {}), ("gpt2", {}), ("gemma2_sliding", {"final_logit_softcapping": 0.5}), ("cohere", {"logit_scale": 4.0}),
-    ("granite", {"logits_scaling": 0.25})])
+    ("gpt2", {}), ("gemma2_sliding", {"final_logit_softcapping": 0.5}), ("cohere", {"logit_scale": 4.0})])
 def test_teacher_forced_logprobs_equal_a_torch_forward_pass(name, after_head):
     """The JAX teacher-forced scan steps the decoder and runs the head once over all its hidden states, through
-    the model's own forward: what a model does after its head (Gemma2's soft cap, Cohere's and Granite's logit
-    scales, set here to move a tiny model's small logits a lot) is kept, for models whose decoder is not named
-    `model` too (GPT-2)."""
+    the model's own forward: what a model does after its head (Gemma2's soft cap, Cohere's logit scale, set here
+    to move a tiny model's small logits a lot) is kept, for models whose decoder is not named `model` too
+    (GPT-2). Llama's plain head: test_runner's KL test."""
     from playground.backends.jax.teacher_forced import logprobs_along
     from playground.backends.torch.reference import logprobs_along as torch_logprobs_along
 
