@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_options(sweep)
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
-    bench.add_argument("--model", default="smollm2-135m")
+    bench.add_argument("--model", default=None,
+                       help="default: smollm2-135m (suite compile: both bundled models unless one is named)")
     bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights"), default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
                             "both backends over long runs; sweeps: the page's sweep presets, first and again; "
@@ -210,9 +211,10 @@ def command_bench(args: argparse.Namespace) -> None:
     if args.suite == "compile":
         from playground.tools import bench_compile
 
-        result = bench_compile.run_compile_suite(progress)
+        result = bench_compile.run_compile_suite(progress, (args.model,) if args.model else bench_compile.MODELS)
         print(json.dumps(result) if args.json else bench_compile.format_table(result))
         return
+    args.model = args.model or "smollm2-135m"
     if args.suite == "sweeps":
         from playground.tools import bench_sweeps
 

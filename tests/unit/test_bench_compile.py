@@ -23,3 +23,19 @@ def test_every_cell_is_reported_with_its_compile_and_both_ttfts(monkeypatch, tmp
         assert (row["ttft_warm_s"] > 0) if streams else (row["ttft_warm_s"] is None)
     table = bench_compile.format_table(result)
     assert len(table.splitlines()) == 1 + len(cells)
+
+
+def test_the_command_runs_the_named_model_or_both(monkeypatch, capsys):
+    """`bench --suite compile` covers both bundled models; `--model` narrows it to one."""
+    from playground import __main__ as cli
+
+    asked = []
+
+    def suite(progress, models):
+        asked.append(models)
+        return {"rows": []}
+
+    monkeypatch.setattr(bench_compile, "run_compile_suite", suite)
+    cli.main(["bench", "--suite", "compile", "--json"])
+    cli.main(["bench", "--suite", "compile", "--model", "gemma3-270m", "--json"])
+    assert asked == [bench_compile.MODELS, ("gemma3-270m",)]

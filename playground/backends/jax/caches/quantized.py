@@ -123,9 +123,9 @@ class QuantLayout:
 
     def step(self, arrays: Arrays, key: jax.Array, value: jax.Array,
              position: jax.Array) -> tuple[Arrays, Attend]:
-        # the store serves the positions the ring no longer holds (all but the new token's with no ring)
-        older = jnp.arange(self.store) <= position - self.fresh
-        segments = [Segment(self._read(arrays, "keys"), self._read(arrays, "values"), older)]
+        # one segment: the store dequantized, with the positions the ring holds in full precision put back over
+        # their quantized copies (the store holds every position, so every earlier one is there once)
+        keys, values = self._read(arrays, "keys"), self._read(arrays, "values")
         written = dict(arrays)
         for kind, row in (("keys", key), ("values", value)):
             for name, part in self._quantized(row, kind).items():
@@ -133,10 +133,13 @@ class QuantLayout:
         if self.slots:
             held = ring_positions(self.slots, position)
             recent = (held >= 0) & (held < position) & (held > position - self.fresh)
-            segments.append(Segment(arrays["keys"], arrays["values"], recent))
+            index = jnp.where(recent, held, self.store)  # past the end: dropped
+            keys = keys.at[:, :, index].set(arrays["keys"], mode="drop")
+            values = values.at[:, :, index].set(arrays["values"], mode="drop")
             slot = jnp.mod(position, self.slots)
             written["keys"], written["values"] = write_row(arrays["keys"], key, slot), write_row(arrays["values"],
                                                                                               value, slot)
+        segments = [Segment(keys, values, jnp.arange(self.store) < position)]
         return written, partial(step_attention, segments=segments, new_key=key, new_value=value)
 
     def extend(self, arrays: Arrays, keys: jax.Array, values: jax.Array,

@@ -104,7 +104,10 @@ class SinkLayout:
         if self.sinks:
             evicted = jnp.maximum(position + 1 - self.cache_window, 0)
             moved = rotate_keys(arrays["sink_keys"], evicted, self.inv_freq)  # (B, KV, S, D)
-            segments.insert(0, Segment(moved, arrays["sink_values"], jnp.arange(self.sinks) < position))
+            # one segment, the sinks before the ring: one attention pass per query group instead of two
+            segments = [Segment(jnp.concatenate([moved, arrays["keys"]], axis=2),
+                                jnp.concatenate([arrays["sink_values"], arrays["values"]], axis=2),
+                                jnp.concatenate([jnp.arange(self.sinks) < position, recent]))]
             is_sink = position < self.sinks
             index = jnp.minimum(position, self.sinks - 1)
             for name, row in (("sink_keys", key), ("sink_values", value)):
