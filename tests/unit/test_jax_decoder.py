@@ -72,6 +72,19 @@ def test_greedy_matches_generate_while_the_cache_grows(request, which):
     assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, 130, "dynamic")
 
 
+def test_a_growing_cache_compiles_a_decode_program_per_length_and_a_grow_between():
+    """The design's count for a dynamic cache that doubles once: the prefill and first-token programs, a decode
+    program for each cache length and one program that grows the cache between them. A fresh model, so its
+    engine holds only this request's programs; the same request again compiles none."""
+    loaded = tiny_loaded("tiny-llama-growing", tiny_llama(seed=5))
+    grows = spec(cache="dynamic", max_new_tokens=130, min_new_tokens=130)
+    out, _ = jax_run(loaded, PROMPT, grows)
+    assert out.extra["cache_lengths"] == [128, 192]
+    assert out.extra["compiled_programs"] == 2 + 2 + 1
+    again, _ = jax_run(loaded, PROMPT, grows)
+    assert again.extra["compiled_programs"] == 5 and again.compile_s < 0.5
+
+
 def test_greedy_matches_generate_for_another_prompt_bucket(llama):
     out, _ = jax_run(llama, LONG_PROMPT, spec())
     assert out.extra["prefill_bucket"] == 32
