@@ -214,7 +214,7 @@ def command_bench(args: argparse.Namespace) -> None:
         result = bench_compile.run_compile_suite(progress, (args.model,) if args.model else bench_compile.MODELS)
         print(json.dumps(result) if args.json else bench_compile.format_table(result))
         return
-    args.model = args.model or "smollm2-135m"
+    model = args.model or "smollm2-135m"
     if args.suite == "sweeps":
         from playground.tools import bench_sweeps
 
@@ -224,14 +224,14 @@ def command_bench(args: argparse.Namespace) -> None:
     if args.suite == "weights":
         from playground.tools import bench_weights
 
-        result = bench_weights.run_weights_suite(args.model, new_tokens, progress, rounds=args.rounds or 3)
+        result = bench_weights.run_weights_suite(model, new_tokens, progress, rounds=args.rounds or 3)
         print(json.dumps(result) if args.json else bench_weights.format_table(result))
         return
     if args.suite == "caches":
-        result = bench_caches.run_cache_suite(args.model, new_tokens, progress=progress, rounds=args.rounds)
+        result = bench_caches.run_cache_suite(model, new_tokens, progress=progress, rounds=args.rounds)
         print(json.dumps(result) if args.json else bench_caches.format_table(result))
         return
-    result = bench.run_bench(args.model, new_tokens, progress=progress)
+    result = bench.run_bench(model, new_tokens, progress=progress)
     print(json.dumps(result) if args.json else bench.format_table(result))
 
 

@@ -65,21 +65,20 @@ def _decoder_name(module: nn.Module) -> str:
     return cast(PreTrainedModel, module).base_model_prefix
 
 
-def _decoder_weights(engine: Engine, weights: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split_weights(engine: Engine, weights: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The weights split into the decoder's (names relative to it) and the rest (the head's, full names)."""
     prefix = f"{_decoder_name(engine.twin.module)}."
     decoder = {name[len(prefix):]: w for name, w in weights.items() if name.startswith(prefix)}
     return decoder, {name: w for name, w in weights.items() if not name.startswith(prefix)}
 
 
-def decoder_hidden(engine: Engine, weights: dict, cache: JaxCache, ids: jax.Array,
-                   positions: jax.Array) -> tuple[jax.Array, JaxCache]:
+def _decoder_hidden(engine: Engine, decoder_weights: dict, cache: JaxCache, ids: jax.Array,
+                    positions: jax.Array) -> tuple[jax.Array, JaxCache]:
     """The decoder's last hidden states (B, T, H) for `ids` at `positions`, and the updated cache (traced)."""
-    decoder_weights, _ = _decoder_weights(engine, interop.torch_view(weights))
     decoder = getattr(engine.twin.module, _decoder_name(engine.twin.module))
-    i, p = interop.torch_view((ids, positions))
+    w, i, p = interop.torch_view((decoder_weights, ids, positions))
     with engine.env:
-        out = torch.func.functional_call(decoder, decoder_weights, (i,),
+        out = torch.func.functional_call(decoder, w, (i,),
                                          {"position_ids": p, "past_key_values": cache, "use_cache": True},
                                          tie_weights=False)
         hidden = out.last_hidden_state
@@ -98,14 +97,13 @@ def _decoder_standing_aside(module: nn.Module, hidden: torch.Tensor) -> Iterator
         setattr(module, name, decoder)
 
 
-def head_logits(engine: Engine, weights: dict, hidden: jax.Array) -> jax.Array:
+def _head_logits(engine: Engine, head_weights: dict, hidden: jax.Array) -> jax.Array:
     """Logits (B, T, V) of the model's head and whatever its forward does after it, for decoder hidden states
     (B, T, H) (traced, under the engine's tracing lock: the twin's decoder is swapped out meanwhile)."""
-    _, head_weights = _decoder_weights(engine, interop.torch_view(weights))
-    h = interop.torch_view(hidden)
+    w, h = interop.torch_view((head_weights, hidden))
     ids = torch.zeros(h.shape[:2], dtype=torch.int64)  # unread: the decoder standing in ignores them
     with engine.env, _decoder_standing_aside(engine.twin.module, h):
-        logits = torch.func.functional_call(engine.twin.module, head_weights, (ids,), {"logits_to_keep": 0},
+        logits = torch.func.functional_call(engine.twin.module, w, (ids,), {"logits_to_keep": 0},
                                             tie_weights=False).logits
     return interop.jax_view(logits)
 
@@ -121,15 +119,16 @@ def _scan(engine: Engine) -> Any:
     def steps(weights: dict, cache: Any, tokens: jax.Array, prompt_len: jax.Array) -> jax.Array:
         alive = engine_ref()
         assert alive is not None  # a scan is only called through its live engine
+        decoder_weights, head_weights = _split_weights(alive, weights)
 
         def body(cache: Any, xs: tuple[jax.Array, jax.Array]) -> tuple[Any, jax.Array]:
             token, position = xs
-            hidden, cache = decoder_hidden(alive, weights, cache, token[None, None], position[None, None])
+            hidden, cache = _decoder_hidden(alive, decoder_weights, cache, token[None, None], position[None, None])
             return cache, hidden[0, -1]
 
         positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
         hidden = jax.lax.scan(body, cache, (tokens, positions))[1]  # (N, H)
-        return head_logits(alive, weights, hidden[None])[0]
+        return _head_logits(alive, head_weights, hidden[None])[0]
 
     _SCANS[engine] = steps
     return steps

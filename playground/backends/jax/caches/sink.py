@@ -98,21 +98,21 @@ class SinkLayout:
              position: jax.Array) -> tuple[Arrays, Attend]:
         held = self.sinks + ring_positions(self.slots, position - self.sinks)  # (slots,)
         recent = (held >= self.sinks) & (held < position) & (held > position - self.recent)
-        segments = [Segment(arrays["keys"], arrays["values"], recent)]
+        seen = Segment(arrays["keys"], arrays["values"], recent)
         slot = jnp.mod(position - self.sinks, self.slots)  # a sink token's write here stays masked until reused
         written = {"keys": write_row(arrays["keys"], key, slot), "values": write_row(arrays["values"], value, slot)}
         if self.sinks:
             evicted = jnp.maximum(position + 1 - self.cache_window, 0)
             moved = rotate_keys(arrays["sink_keys"], evicted, self.inv_freq)  # (B, KV, S, D)
-            # one segment, the sinks before the ring: one attention pass per query group instead of two
-            segments = [Segment(jnp.concatenate([moved, arrays["keys"]], axis=2),
-                                jnp.concatenate([arrays["sink_values"], arrays["values"]], axis=2),
-                                jnp.concatenate([jnp.arange(self.sinks) < position, recent]))]
+            # the sinks joined before the ring: one attention pass per query group instead of two
+            seen = Segment(jnp.concatenate([moved, seen.keys], axis=2),
+                           jnp.concatenate([arrays["sink_values"], seen.values], axis=2),
+                           jnp.concatenate([jnp.arange(self.sinks) < position, seen.allowed]))
             is_sink = position < self.sinks
             index = jnp.minimum(position, self.sinks - 1)
             for name, row in (("sink_keys", key), ("sink_values", value)):
                 written[name] = jnp.where(is_sink, write_row(arrays[name], row, index), arrays[name])
-        return written, partial(step_attention, segments=segments, new_key=key, new_value=value)
+        return written, partial(step_attention, segments=[seen], new_key=key, new_value=value)
 
     def extend(self, arrays: Arrays, keys: jax.Array, values: jax.Array,
                position: jax.Array) -> tuple[Arrays, Attend]:
