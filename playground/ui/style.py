@@ -83,6 +83,10 @@ CSS = """
    y-axis titles would sit further out, past the block's edge: on a phone the plot titles carry the unit alone */
 #speed-plot svg, #latency-plot svg, #kv-plot svg { overflow: visible; }
 @media (max-width: 480px) { [aria-label^="Y-axis"] .role-axis-title { display: none; } }
+/* a sweep plot's label takes room inside the block's fixed height: the chart fills what is left, so its legend
+   is drawn whole instead of cut off at the block's bottom edge */
+#sweep-plots .block { display: flex; flex-direction: column; }
+#sweep-plots .vega-embed { flex: 1 1 0; min-height: 0; height: auto; }
 .clamp-note { font-size: 0.82em; color: #b45309; padding: 2px 0 0; }
 .dark .clamp-note { color: #fbbf24; }
 /* the selected tab's label takes the primary colour, 4.3:1 on the dark page: a lighter shade of it */

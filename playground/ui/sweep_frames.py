@@ -108,6 +108,20 @@ def scatter_frame(sweep: dict[str, Any]) -> pd.DataFrame:
         {SCATTER_SPEED: "float64", quality.label: "float64", knob: "str", "row": "int64"})
 
 
+def padded_limits(values: pd.Series, share: float = 0.08, *, above_zero: bool = False) -> list[float] | None:
+    """Axis limits a little wider than the values: a point at either end is drawn whole and clickable (Vega fits
+    the domain to the data, which halves the extreme points), and a measure equal for every value gets readable
+    ticks instead of one "1.000000"; None while there is nothing to draw. `above_zero` keeps a measure that
+    cannot be negative (a share, a size) off negative ticks."""
+    drawn = values.dropna()
+    if drawn.empty:
+        return None
+    low, high = float(drawn.min()), float(drawn.max())
+    margin = (high - low) * share or max(abs(high) * share, 0.05)
+    bottom = max(low - margin, 0.0) if above_zero and low >= 0 else low - margin
+    return [bottom, high + margin]
+
+
 def aggregate_table(sweep: dict[str, Any]) -> pd.DataFrame:
     """The per-value medians, with units, as the page's table shows them."""
     columns = [("rows", "rows", 1), ("tokens/s", "tokens_per_s_median", 1), ("TTFT (s)", "ttft_s_median", 1),

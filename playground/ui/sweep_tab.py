@@ -37,6 +37,7 @@ from playground.ui.sweep_frames import (
     aggregate_table,
     clicked_row,
     measure_frame,
+    padded_limits,
     quality_measure,
     row_label,
     scatter_frame,
@@ -230,10 +231,16 @@ def _plot_updates(tab: SweepTab, sweep: dict[str, Any]) -> Updates:
     knob = sweep["knob"]
     # the legend is set here, not when built: a plot first drawn in a hidden tab draws an empty legend, and a
     # changed legend makes Gradio draw the plot again (now visible)
-    updates: Updates = {plot: gr.update(value=measure_frame(sweep, measure), x=knob, colors_in_legend=list(LEGEND))
-                        for plot, measure in zip(tab.plots, MEASURES, strict=False)}
+    updates: Updates = {}
+    for plot, measure in zip(tab.plots, MEASURES, strict=False):
+        frame = measure_frame(sweep, measure)
+        updates[plot] = gr.update(value=frame, x=knob, colors_in_legend=list(LEGEND),
+                                  y_lim=padded_limits(frame[measure.label], above_zero=True))
     quality = quality_measure(knob)
-    updates[tab.plots[-1]] = gr.update(value=scatter_frame(sweep), y=quality.label, color=knob,
+    scatter = scatter_frame(sweep)
+    updates[tab.plots[-1]] = gr.update(value=scatter, y=quality.label, color=knob,
+                                       x_lim=padded_limits(scatter[SCATTER_SPEED]),
+                                       y_lim=padded_limits(scatter[quality.label]),
                                        colors_in_legend=[value_text(v) for v in sweep["values"]],
                                        tooltip=[knob, SCATTER_SPEED, quality.label, "row"],
                                        label=f"{quality.label} against speed (a point per value)")

@@ -38,6 +38,24 @@ def _table_cell(page, first: str, column: str) -> list:
     }""", [first, column])
 
 
+def _visible_point(page, plot: int, values: list[int]) -> tuple[int, float, float]:
+    """The first of `values` whose point in the plot is the topmost element at its own centre, with that centre."""
+    found = page.evaluate("""([plot, values]) => {
+      const marks = [...document.querySelectorAll(`#sweep-plot-${plot} svg path[role='graphics-symbol']`)];
+      for (const value of values) {
+        const mark = marks.find(m => (m.getAttribute('aria-label') || '').includes(`window: ${value};`));
+        if (!mark) continue;
+        window.scrollBy(0, mark.getBoundingClientRect().top - window.innerHeight / 2);  // the page only
+        const box = mark.getBoundingClientRect();
+        const [x, y] = [box.x + box.width / 2, box.y + box.height / 2];
+        if (document.elementFromPoint(x, y) === mark) return [value, x, y];
+      }
+      return null;
+    }""", [plot, values])
+    assert found, _marks(page, plot)
+    return found[0], found[1], found[2]
+
+
 def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_url, browser):  # noqa: F811
     page, errors = _open(browser, app_url)
     page.get_by_role("tab", name="Sweep a knob").click()
@@ -66,9 +84,11 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     cell, heads, rows = _table_cell(page, "256", "agreement")
     assert cell == "1", (heads, rows)
 
-    target = page.locator(f"#sweep-plot-{LINE_PLOTS} svg path[role='graphics-symbol'][aria-label*='window: 16;']")
-    target.click(force=True)
-    page.wait_for_function("() => document.querySelector('#sweep-tokens')?.innerText.includes('window=16 ')",
+    # a user clicks a point they can see: one whose centre is not under another point (two values of similar
+    # speed and agreement can overlap), the narrowest window first
+    window, x, y = _visible_point(page, LINE_PLOTS, values)
+    page.mouse.click(x, y)
+    page.wait_for_function(f"() => document.querySelector('#sweep-tokens')?.innerText.includes('window={window} ')",
                            timeout=10_000)
     assert 0 < page.locator("#sweep-tokens .tok").count() <= 40  # a narrow window may end early at EOS
     assert page.locator("#sweep-download-json").is_enabled()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import gradio as gr
+import pandas as pd
 import pytest
 
 from playground.errors import PlaygroundError
@@ -18,6 +19,7 @@ from playground.ui.sweep_frames import (
     aggregate_table,
     clicked_row,
     measure_frame,
+    padded_limits,
     quality_measure,
     row_label,
     scatter_frame,
@@ -60,6 +62,17 @@ def test_the_scatter_has_a_point_per_value_that_opens_its_median_row():
     assert quality_measure("window").key == "agreement" and quality_measure("temperature").key == "distinct_2"
     assert list(frame["row"]) == [2, 3]  # the rows whose agreement is nearest each value's median
     assert scatter_frame({**SWEEP, "rows": []}).empty
+
+
+def test_the_scatter_axes_reach_past_the_extreme_points():
+    frame = scatter_frame(SWEEP)
+    low, high = padded_limits(frame[SCATTER_SPEED])
+    assert low < 30.0 and high > 32.0 and high - 32.0 == pytest.approx(30.0 - low)
+    low, high = padded_limits(pd.Series([1.0, 1.0]))  # one value: still a margin either side
+    assert low < 1.0 < high
+    assert padded_limits(pd.Series([], dtype="float64")) is None
+    assert padded_limits(pd.Series([0.0, 0.0]), above_zero=True)[0] == 0.0  # a share stays off negative ticks
+    assert padded_limits(pd.Series([-2.0, -1.0]), above_zero=True)[0] < -2.0  # a log-probability does not
 
 
 def test_a_clicked_mark_names_its_row():
