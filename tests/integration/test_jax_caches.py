@@ -50,12 +50,14 @@ def torch_greedy_choices(model, ids: torch.Tensor, new_ids: list[int]) -> list[i
 
 @pytest.mark.slow
 def test_gemma3_own_window_matches_pytorch_over_three_windows():
-    """Its sliding layers are rings of 512 slots: a 600-token prompt and 1000 new tokens wrap them twice. PyTorch
-    reads the JAX output in one pass (its greedy pick at every step), not 1000 steps of its own."""
+    """Its sliding layers are rings of 512 slots: a 1000-token prompt wraps them once in the prefill, and 560 new
+    tokens (past positions 1024 and 1536) wrap them twice more while decoding. PyTorch reads the JAX output in one
+    pass (its greedy pick at every step), not 560 steps of its own."""
     loaded = bundled("gemma3-270m")
-    text = " ".join(f"Day {i}: the dragon brewed tea and counted the clouds." for i in range(50))
-    ids = encoded(loaded, text)[:, :600]
-    spec = RunSpec(model=loaded.name, backend="jax", cache="sliding", max_new_tokens=1000, min_new_tokens=1000)
+    text = " ".join(f"Day {i}: the dragon brewed tea and counted the clouds." for i in range(90))
+    ids = encoded(loaded, text)[:, :1000]
+    assert ids.shape[1] == 1000
+    spec = RunSpec(model=loaded.name, backend="jax", cache="sliding", max_new_tokens=560, min_new_tokens=560)
     jax_out = jax_run(loaded, ids, spec)[0]
     assert torch_greedy_choices(loaded.model, ids, jax_out.sequences[0]) == jax_out.sequences[0]
     assert jax_out.extra["cache_layers"]["ring(slots=512, window=512)"] == 15
