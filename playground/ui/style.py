@@ -83,6 +83,11 @@ CSS = """
    y-axis titles would sit further out, past the block's edge: on a phone the plot titles carry the unit alone */
 #speed-plot svg, #latency-plot svg, #kv-plot svg { overflow: visible; }
 @media (max-width: 480px) { [aria-label^="Y-axis"] .role-axis-title { display: none; } }
+/* Vega paints a plot's text and grid in the theme's colours of the moment it draws, and the plots do not redraw
+   when the system switches between light and dark while the page is open: these follow the page's theme */
+.vega-embed svg .mark-text text { fill: var(--body-text-color); }
+.vega-embed svg .role-axis-grid line, .vega-embed svg .role-axis-tick line,
+.vega-embed svg .role-frame > g > path.background { stroke: var(--border-color-primary); }
 /* a sweep plot's label takes room inside the block's fixed height: the chart fills what is left, so its legend
    is drawn whole instead of cut off at the block's bottom edge */
 #sweep-plots .block { display: flex; flex-direction: column; }

@@ -94,6 +94,17 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     assert page.locator("#sweep-download-json").is_enabled()
     _shoot(page, "sweep-light")
     page.emulate_media(color_scheme="dark")
+    # the plots were drawn in light colours; switched to dark with the page open, their text follows the theme
+    page.wait_for_function("() => document.querySelector('.dark') !== null", timeout=10_000)
+    label, theme = page.evaluate("""() => {
+      const probe = document.createElement('span');
+      probe.style.color = 'var(--body-text-color)';
+      document.querySelector('#sweep-plot-0').appendChild(probe);
+      const theme = getComputedStyle(probe).color;
+      probe.remove();
+      return [getComputedStyle(document.querySelector('#sweep-plot-0 .role-axis-label text')).fill, theme];
+    }""")
+    assert label == theme
     _shoot(page, "sweep-dark")
     page.set_viewport_size({"width": 390, "height": 900})
     _shoot(page, "sweep-phone")
