@@ -70,10 +70,13 @@ def _convert(target: Path, gguf: Path, progress: Progress) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from playground.backends.torch.transformers_hooks import one_gguf_parse
+
     name = target.name
-    progress(0.05, f"converting {name} from GGUF (first time only, about 20-60 s)")
-    gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    progress(0.05, f"converting {name} from GGUF (first time only, about 10-30 s)")
+    with one_gguf_parse():  # transformers would parse the file three times (Gemma3: 49 s -> 31 s, 2 cores)
+        gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     progress(0.6, f"saving {name} as safetensors")
     # a GGUF-loaded model refuses save_pretrained: rebuild a plain one from its config and copy the weights
     config = AutoConfig.for_model(**{k: v for k, v in gguf_model.config.to_dict().items()

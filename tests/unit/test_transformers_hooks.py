@@ -95,3 +95,35 @@ def test_windowed_mask_backends_take_an_offset_a_mask_function_and_a_local_size(
     wanted = ("kv_offset", "mask_function", "local_size") if name == "sdpa" else ("kv_offset", "mask_function")
     for parameter in wanted:
         assert parameter in parameters, broke(f"masking_utils.{backend.__name__}", f"no longer takes {parameter}")
+
+
+class _ReaderProbe(Exception):
+    """Raised by the stand-in reader once transformers asks it for the file's fields."""
+
+
+def test_gguf_loading_builds_its_reader_from_gguf_when_it_runs_so_one_parse_serves_every_load(monkeypatch):
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    built: list[str] = []
+
+    class Reader:
+        def __init__(self, path, mode="r"):
+            built.append(str(path))
+
+        @property
+        def fields(self):
+            raise _ReaderProbe
+
+    monkeypatch.setattr(gguf, hooks.GGUF_READER, Reader)
+    with hooks.one_gguf_parse():
+        for _ in range(3):  # the config, the weights and the tokenizer's config each load the file
+            try:
+                load_gguf_checkpoint("model.gguf", return_tensors=False)
+            except _ReaderProbe:
+                continue
+            except Exception as exc:  # the real reader, bound elsewhere, found no such file
+                pytest.fail(broke(f"gguf.{hooks.GGUF_READER}", f"is no longer what GGUF loading reads with ({exc!r})"))
+            pytest.fail(broke(f"gguf.{hooks.GGUF_READER}", "is no longer what GGUF loading reads the file with"))
+    assert built == ["model.gguf"], broke(f"gguf.{hooks.GGUF_READER}", f"was built {len(built)} times for one file")
+    assert getattr(gguf, hooks.GGUF_READER) is Reader  # put back after the block

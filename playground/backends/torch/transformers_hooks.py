@@ -2,11 +2,13 @@
 transformers changes (tests/unit/test_transformers_hooks.py fails with the hook's name when one breaks).
 
 Each hook wraps a method on one model instance for one generate() call (the runner's generation lock is held),
-so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process.
+so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process, and
+gguf's reader, replaced during a GGUF conversion only.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -29,7 +31,12 @@ UPDATE_CANDIDATE_STRATEGY = "update_candidate_strategy"
 # attention-mask backends that take a mask function (an imposed sliding window is added to it)
 WINDOWED_ATTENTION = ("sdpa", "eager")
 
+# gguf's file reader, which transformers' GGUF loading imports when it runs and builds afresh for each of the
+# config, the weights and the tokenizer's config
+GGUF_READER = "GGUFReader"
+
 _INSTALL_LOCK = threading.Lock()
+_GGUF_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -98,3 +105,31 @@ def mask_wrapper_installed(marker: str) -> bool:
     """Whether every windowed backend still carries `marker` (something may have registered over it since)."""
     registry = AttentionMaskInterface()
     return all(getattr(registry[name], marker, False) for name in WINDOWED_ATTENTION)
+
+
+@contextmanager
+def one_gguf_parse() -> Iterator[None]:
+    """Within the block, each GGUF file is parsed once, however often transformers builds a reader for it.
+
+    Loading a model and its tokenizer from a GGUF file parses the whole file three times (config, weights, the
+    tokenizer's config), and gguf's reader walks every field in Python: Gemma3's 262k-token vocabulary takes
+    seconds per parse. The readers only read, so one per file serves all three. The replacement is process-wide
+    for the block, so blocks run one at a time.
+    """
+    import gguf
+
+    with _GGUF_LOCK:
+        original = getattr(gguf, GGUF_READER)
+        readers: dict[tuple[str, str], Any] = {}
+
+        def reader(path: Any, mode: str = "r") -> Any:
+            key = (os.fspath(path), mode)
+            if key not in readers:
+                readers[key] = original(path, mode)
+            return readers[key]
+
+        setattr(gguf, GGUF_READER, reader)
+        try:
+            yield
+        finally:
+            setattr(gguf, GGUF_READER, original)
