@@ -9,11 +9,23 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The JAX compiler options of a tiny model's programs (tests/unit/conftest.py says why), in the unit tests and in the
+# scripts under tests/scripts that run tiny models in a fresh Python (tiny_programs_at_o0)
+TINY_PROGRAM_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
+
+
+def tiny_programs_at_o0() -> None:
+    """For a script's process: its tiny models' programs compile at LLVM -O0, as the unit tests' do."""
+    from playground.backends.jax import engine
+
+    engine.COMPILER_OPTIONS.update(TINY_PROGRAM_OPTIONS)
 
 
 def byte_tokenizer():

@@ -9,10 +9,11 @@ import torch
 from playground.backends.jax import decoder as jax_decoder
 from playground.backends.jax import engine as jax_engine
 from playground.spec import RunSpec
-from tests.helpers import new_device_bytes, tiny_llama, tiny_loaded
+from tests.helpers import new_device_bytes, tiny_llama, tiny_loaded, tiny_programs_at_o0
 
 
 def main() -> None:
+    tiny_programs_at_o0()
     ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3]])
     model = tiny_llama()
     loaded = tiny_loaded("tiny-llama", model)

@@ -8,10 +8,11 @@ import torch
 
 from playground.backends.jax import decoder as jax_decoder
 from playground.spec import RunSpec
-from tests.helpers import tiny_llama, tiny_loaded
+from tests.helpers import tiny_llama, tiny_loaded, tiny_programs_at_o0
 
 
 def main() -> None:
+    tiny_programs_at_o0()
     loaded = tiny_loaded("tiny", tiny_llama())
     torch.seed()  # as in a served process, torch's seed differs from one process to the next
     report = {}

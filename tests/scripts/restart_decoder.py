@@ -7,10 +7,11 @@ import torch
 
 from playground.backends.jax import decoder as jax_decoder
 from playground.spec import RunSpec
-from tests.helpers import tiny_llama, tiny_loaded
+from tests.helpers import tiny_llama, tiny_loaded, tiny_programs_at_o0
 
 
 def main() -> None:
+    tiny_programs_at_o0()
     spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
     loaded = tiny_loaded("tiny", tiny_llama())
     torch.seed()  # as in a served process, torch's seed differs from one process to the next

@@ -7,10 +7,11 @@ import torch
 
 from playground.backends.jax.backend import JaxBackend
 from playground.spec import RunSpec
-from tests.helpers import tiny_llama, tiny_loaded
+from tests.helpers import tiny_llama, tiny_loaded, tiny_programs_at_o0
 
 
 def main() -> None:
+    tiny_programs_at_o0()
     main_model, draft = tiny_loaded("m", tiny_llama()), tiny_loaded("d", tiny_llama(seed=5, num_hidden_layers=1))
     ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
     base = RunSpec(backend="jax", cache="dynamic", max_new_tokens=40, min_new_tokens=40)

@@ -8,10 +8,11 @@ import torch
 
 from playground.backends.jax import decoder as jax_decoder
 from playground.spec import RunSpec
-from tests.helpers import tiny_llama, tiny_loaded
+from tests.helpers import tiny_llama, tiny_loaded, tiny_programs_at_o0
 
 
 def main() -> None:
+    tiny_programs_at_o0()
     ids = torch.tensor([[5, 17, 42, 99, 3]])
     loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 and 4 devices split them
     runs: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("sliding", {"window": 8}, ("greedy",)),

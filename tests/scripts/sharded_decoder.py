@@ -10,10 +10,11 @@ import torch
 from playground.backends.jax import decoder as jax_decoder
 from playground.backends.jax import engine as jax_engine
 from playground.spec import RunSpec
-from tests.helpers import tiny_gemma, tiny_llama, tiny_loaded
+from tests.helpers import tiny_gemma, tiny_llama, tiny_loaded, tiny_programs_at_o0
 
 
 def main() -> None:
+    tiny_programs_at_o0()
     ids = torch.tensor([[5, 17, 42, 99, 3]])
     report: dict[str, Any] = {}
     for name, model in (("llama", tiny_llama()), ("gemma", tiny_gemma())):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import TINY_PROGRAM_OPTIONS
+
 
 @pytest.fixture(autouse=True)
 def _tiny_programs_compile_at_o0(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -11,11 +13,13 @@ def _tiny_programs_compile_at_o0(monkeypatch: pytest.MonkeyPatch) -> None:
 
     A tiny model's program is nearly all fixed compile cost, which -O0 cuts (tests/unit/test_jax_beam.py: 47.9 s
     -> 39.0 s). The programs run slower and their floating-point results move in the last digits; the tiny
-    models' parity tests pass either way (the fast lane runs them all at -O0). The bundled models' tests, in
+    models' parity tests pass either way (the fast lane runs them all at -O0). The scripts the unit tests run in
+    a fresh Python do the same (tests.helpers.tiny_programs_at_o0). The bundled models' tests, in
     tests/integration, compile as users' processes do.
     """
     try:
         from playground.backends.jax import engine
     except ImportError:  # no JAX: nothing compiles
         return
-    monkeypatch.setitem(engine.COMPILER_OPTIONS, "xla_backend_optimization_level", 0)
+    for name, value in TINY_PROGRAM_OPTIONS.items():
+        monkeypatch.setitem(engine.COMPILER_OPTIONS, name, value)
