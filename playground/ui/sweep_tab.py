@@ -225,9 +225,16 @@ def empty_sweep(knob: str, values: tuple[float | int, ...]) -> dict[str, Any]:
     return {"knob": knob, "values": list(values), "rows": [], "aggregates": []}
 
 
-def _plot_updates(tab: SweepTab, sweep: dict[str, Any]) -> Updates:
+def _plot_updates(tab: SweepTab, sweep: dict[str, Any], *, final: bool = False) -> Updates:
     """Every plot and the table for the rows so far. The scatter's legend names the values, so a new sweep's
-    values redraw it with their colours (Gradio keeps a plot's colour domain until its legend changes)."""
+    values redraw it with their colours (Gradio keeps a plot's colour domain until its legend changes).
+
+    The axes reach past the data (padded_limits) only in the finished sweep's update, sent with its data; until
+    then they are left to fit the data. Gradio redraws a plot whose limits change from the data it holds when the
+    redraw starts, and a data update that arrives during that redraw is lost (plots.step_axes): limits that
+    moved with every batch of rows could drop a later batch. A batch changes only data, and the finish's redraw
+    starts from the final rows.
+    """
     knob = sweep["knob"]
     # the legend is set here, not when built: a plot first drawn in a hidden tab draws an empty legend, and a
     # changed legend makes Gradio draw the plot again (now visible)
@@ -235,12 +242,12 @@ def _plot_updates(tab: SweepTab, sweep: dict[str, Any]) -> Updates:
     for plot, measure in zip(tab.plots, MEASURES, strict=False):
         frame = measure_frame(sweep, measure)
         updates[plot] = gr.update(value=frame, x=knob, colors_in_legend=list(LEGEND),
-                                  y_lim=padded_limits(frame[measure.label], above_zero=True))
+                                  y_lim=padded_limits(frame[measure.label], above_zero=True) if final else None)
     quality = quality_measure(knob)
     scatter = scatter_frame(sweep)
     updates[tab.plots[-1]] = gr.update(value=scatter, y=quality.label, color=knob,
-                                       x_lim=padded_limits(scatter[SCATTER_SPEED]),
-                                       y_lim=padded_limits(scatter[quality.label]),
+                                       x_lim=padded_limits(scatter[SCATTER_SPEED]) if final else None,
+                                       y_lim=padded_limits(scatter[quality.label]) if final else None,
                                        colors_in_legend=[value_text(v) for v in sweep["values"]],
                                        tooltip=[knob, SCATTER_SPEED, quality.label, "row"],
                                        label=f"{quality.label} against speed (a point per value)")
@@ -369,4 +376,4 @@ def _finish(tab: SweepTab, result: dict[str, Any], tokens: list[Any], seconds: f
             tab.row_choice: gr.update(choices=labels, value=labels[0] if labels else None),
             tab.download_json: gr.update(value=str(json_path), interactive=bool(labels)),
             tab.download_csv: gr.update(value=str(csv_path), interactive=bool(labels)),
-            **_plot_updates(tab, result)}
+            **_plot_updates(tab, result, final=True)}

@@ -149,7 +149,13 @@ def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(tab, model, m
     assert "✓ sweep done: 4 rows over 2 values" in final[tab.status]
     assert len(kept["tokens"]) == len(kept["sweep"]["rows"]) == 4
     assert final[tab.row_choice]["value"] == row_label(kept["sweep"], 0)
-    assert any(tab.plots[0] in u and not u[tab.plots[0]]["value"].dropna().empty for u in updates[1:-1])
+    batches = [u for u in updates[1:-1] if tab.plots[0] in u]
+    assert any(not u[tab.plots[0]]["value"].dropna().empty for u in batches)
+    # limits change only with the finish, sent with its data: a redraw for new limits loses data sent during it
+    scatter = tab.plots[-1]
+    assert all(u[p]["y_lim"] is None for u in batches for p in tab.plots) and all(u[scatter]["x_lim"] is None
+                                                                                 for u in batches)
+    assert final[scatter]["x_lim"] and all(final[p]["y_lim"] for p in tab.plots)
     shown = sweep_tab.choose_row(tab, kept, row_label(kept["sweep"], 3))
     assert "prompt 2" in shown[tab.tokens] and "data-pos='0'" in shown[tab.tokens]
 
