@@ -15,42 +15,40 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 
-from tests.helpers import tiny_loaded  # noqa: E402
+from tests.helpers import TINY_PROGRAM_OPTIONS, tiny_loaded  # noqa: E402
 
 # The files that took 30 s or more in the full suite, heaviest first (seconds summed over a file's tests,
-# `CI=true bash scripts/test.sh --junitxml=...` on a fresh clone, AMD EPYC 2 cores, 2026-11-26). The workers take
-# whole files, longest first (the full suite passes --no-loadscope-reorder, so this order is the queue): the
-# default queue, by number of tests, put the one-test soak (235 s) last, and one worker ran it alone at the end.
+# `CI=true bash scripts/test.sh --junitxml=...` on a fresh clone of 2c3941d, AMD EPYC 2 cores, 2026-11-26). The
+# workers take whole files in this order (the full suite passes --no-loadscope-reorder; xdist gives each worker
+# two files in turn, then the next one whenever a worker is down to one). The default queue, by number of tests,
+# put the one-test soak last, and one worker ran it alone at the end. The two quantized-error files go first,
+# one per worker, because each needs one bundled model only: the Gemma3 one converts Gemma3 while the other
+# converts SmolLM2 and runs on it, where the bundled grid, which needs both from its second test on, waited on
+# the other worker's conversion.
 HEAVIEST_FILES = (
-    "tests/integration/test_bundled_grid.py",  # 535 s
-    "tests/integration/test_jax_quantized_error_gemma3.py",  # 312 s
+    "tests/integration/test_jax_quantized_error_gemma3.py",  # 211 s
+    "tests/integration/test_jax_quantized_error.py",  # 135 s
+    "tests/integration/test_bundled_grid.py",  # 366 s
     "tests/integration/test_soak.py",  # 235 s
-    "tests/integration/test_jax_assisted.py",  # 225 s
-    "tests/integration/test_jax_quantized_error.py",  # 222 s
-    "tests/integration/test_jax_caches.py",  # 207 s
-    "tests/unit/test_jax_caches.py",  # 196 s
-    "tests/unit/test_jax_assisted.py",  # 195 s
-    "tests/integration/test_presets.py",  # 184 s
-    "tests/unit/test_jax_decoder.py",  # 145 s
-    "tests/unit/test_jax_int8.py",  # 116 s
-    "tests/integration/test_architecture_grid.py",  # 114 s
-    "tests/integration/test_browser.py",  # 94 s
-    "tests/integration/test_jax_beam.py",  # 86 s
-    "tests/unit/test_jax_beam.py",  # 74 s
-    "tests/integration/test_browser_mechanics.py",  # 72 s
-    "tests/unit/test_bench_compile.py",  # 58 s
-    "tests/integration/test_jax_decoder.py",  # 57 s
-    "tests/integration/test_hardening.py",  # 47 s
-    "tests/unit/test_token_probabilities.py",  # 45 s
-    "tests/integration/test_sink_cache.py",  # 44 s
-    "tests/unit/test_runner.py",  # 44 s
-    "tests/integration/test_budget.py",  # 36 s
-    "tests/integration/test_browser_looks.py",  # 36 s
-    "tests/integration/test_app.py",  # 34 s
-    "tests/integration/test_warmup.py",  # 34 s
-    "tests/integration/test_browser_sweep.py",  # 33 s
-    "tests/unit/test_bench_weights.py",  # 33 s
-    "tests/unit/test_budget.py",  # 31 s
+    "tests/integration/test_presets.py",  # 135 s
+    "tests/unit/test_jax_caches.py",  # 133 s
+    "tests/unit/test_jax_assisted.py",  # 131 s
+    "tests/integration/test_jax_assisted.py",  # 130 s
+    "tests/unit/test_jax_decoder.py",  # 103 s
+    "tests/integration/test_jax_caches.py",  # 99 s
+    "tests/integration/test_browser.py",  # 71 s
+    "tests/unit/test_jax_int8.py",  # 71 s
+    "tests/integration/test_jax_beam.py",  # 57 s
+    "tests/unit/test_bench_compile.py",  # 53 s
+    "tests/integration/test_browser_mechanics.py",  # 51 s
+    "tests/integration/test_hardening.py",  # 48 s
+    "tests/unit/test_runner.py",  # 48 s
+    "tests/integration/test_jax_decoder.py",  # 47 s
+    "tests/unit/test_jax_beam.py",  # 45 s
+    "tests/integration/test_architecture_grid.py",  # 131 s before its models were shared and compiled at -O0
+    "tests/unit/test_budget.py",  # 36 s
+    "tests/integration/test_budget.py",  # 34 s
+    "tests/integration/test_sink_cache.py",  # 31 s
 )
 
 
@@ -63,6 +61,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def tiny():
     return tiny_loaded()
+
+
+@pytest.fixture
+def tiny_programs_compile_at_o0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JAX engine's programs compile at LLVM -O0 for the test (TINY_PROGRAM_OPTIONS).
+
+    A tiny model's program is nearly all fixed compile cost, which -O0 cuts (tests/unit/test_jax_beam.py: 47.9 s
+    -> 39.0 s). The programs run slower and their floating-point results move in the last digits; the tiny
+    models' parity tests pass either way (the fast lane runs them all at -O0). Every unit test takes it
+    (tests/unit/conftest.py), and so do the integration tests of tiny models; the scripts the unit tests run in a
+    fresh Python call tests.helpers.tiny_programs_at_o0. The bundled models' tests compile as users' processes do.
+    """
+    try:
+        from playground.backends.jax import engine
+    except ImportError:  # no JAX: nothing compiles
+        return
+    for name, value in TINY_PROGRAM_OPTIONS.items():
+        monkeypatch.setitem(engine.COMPILER_OPTIONS, name, value)
 
 
 @pytest.fixture(autouse=True, scope="session")
