@@ -16,7 +16,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The JAX compiler options of a tiny model's programs (tests/unit/conftest.py says why), in the unit tests and in the
+# The JAX compiler options of a tiny model's programs (tests/conftest.py says why), in the unit tests and in the
 # scripts under tests/scripts that run tiny models in a fresh Python (tiny_programs_at_o0)
 TINY_PROGRAM_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 
