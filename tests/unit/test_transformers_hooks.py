@@ -127,3 +127,28 @@ def test_gguf_loading_builds_its_reader_from_gguf_when_it_runs_so_one_parse_serv
             pytest.fail(broke(f"gguf.{hooks.GGUF_READER}", "is no longer what GGUF loading reads the file with"))
     assert built == ["model.gguf"], broke(f"gguf.{hooks.GGUF_READER}", f"was built {len(built)} times for one file")
     assert getattr(gguf, hooks.GGUF_READER) is Reader  # put back after the block
+
+
+def test_a_gguf_reader_in_the_block_parses_over_a_plain_array_and_reads_the_same_values(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_uint32("test.count", 7)
+    writer.add_token_list(["a", "bb", "ccc"])
+    writer.add_tensor("weight", np.arange(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    plain = gguf.GGUFReader(path)
+    with hooks.one_gguf_parse():
+        reader = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is reader
+    assert type(reader.data) is np.ndarray, broke(f"gguf.{hooks.GGUF_READER}", "no longer keeps its map in `data`")
+    assert isinstance(plain.data, np.memmap)  # outside the block: gguf's own reader
+    assert reader.fields["test.count"].contents() == plain.fields["test.count"].contents() == 7
+    assert reader.fields["tokenizer.ggml.tokens"].contents() == ["a", "bb", "ccc"]
+    assert reader.tensors[0].data.tolist() == plain.tensors[0].data.tolist() == list(range(8))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from transformers.masking_utils import AttentionMaskInterface
 
@@ -107,14 +108,34 @@ def mask_wrapper_installed(marker: str) -> bool:
     return all(getattr(registry[name], marker, False) for name in WINDOWED_ATTENTION)
 
 
+def _over_a_plain_array(reader_class: type) -> type:
+    """gguf's reader, holding its memory map (the `data` it sets first) as a plain ndarray view of the map.
+
+    The parse slices `data` once or more for every value of every field, and numpy's memmap runs Python code
+    (`__array_finalize__`) for each slice where a plain view does not: Gemma3's parse, its 262k-token vocabulary,
+    7.7 s -> 2.2 s. The view reads the same mapping, so nothing is copied and the file stays mapped.
+    """
+    class PlainArrayReader(reader_class):
+        @property
+        def data(self) -> np.ndarray:
+            return self._plain_data
+
+        @data.setter
+        def data(self, value: np.ndarray) -> None:
+            self._plain_data = value.view(np.ndarray)
+
+    return PlainArrayReader
+
+
 @contextmanager
 def one_gguf_parse() -> Iterator[None]:
     """Within the block, each GGUF file is parsed once, however often transformers builds a reader for it.
 
     Loading a model and its tokenizer from a GGUF file parses the whole file three times (config, weights, the
     tokenizer's config), and gguf's reader walks every field in Python: Gemma3's 262k-token vocabulary takes
-    seconds per parse. The readers only read, so one per file serves all three. The replacement is process-wide
-    for the block, so blocks run one at a time.
+    seconds per parse. The readers only read, so one per file serves all three, and each parses over a plain
+    view of its memory map (_over_a_plain_array). The replacement is process-wide for the block, so blocks run
+    one at a time.
     """
     import gguf
 
@@ -122,10 +143,12 @@ def one_gguf_parse() -> Iterator[None]:
         original = getattr(gguf, GGUF_READER)
         readers: dict[tuple[str, str], Any] = {}
 
+        plain_reader = _over_a_plain_array(original)
+
         def reader(path: Any, mode: str = "r") -> Any:
             key = (os.fspath(path), mode)
             if key not in readers:
-                readers[key] = original(path, mode)
+                readers[key] = plain_reader(path, mode)
             return readers[key]
 
         setattr(gguf, GGUF_READER, reader)
