@@ -50,9 +50,10 @@ def _tail(log: IO[bytes], limit: int = 4000) -> str:
 
 
 @contextmanager
-def serve_app(port: int | None = None, env: dict[str, str] | None = None,
-              timeout_s: float = 120) -> Iterator[ServedApp]:
-    """Run the app until the block ends; `env` adds to (or overrides) this process's environment.
+def serve_app(port: int | None = None, env: dict[str, str] | None = None, timeout_s: float = 120,
+              cpus: set[int] | None = None) -> Iterator[ServedApp]:
+    """Run the app until the block ends; `env` adds to (or overrides) this process's environment, and `cpus`
+    (CPU numbers) confines it to those CPUs, where it would otherwise run on any this process may use.
 
     The app's stdout and stderr go to a temporary file rather than a pipe, so a chatty app never blocks on a
     full pipe, and a start-up failure can still quote what it printed. Raises RuntimeError when the app exits
@@ -65,6 +66,8 @@ def serve_app(port: int | None = None, env: dict[str, str] | None = None,
         process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=child_env, stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
+            if cpus is not None:  # set before the app starts a thread: each thread it starts inherits it
+                os.sched_setaffinity(process.pid, cpus)
             deadline = time.monotonic() + timeout_s
             while not _answers(port):
                 if process.poll() is not None:
