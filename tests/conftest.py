@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from pathlib import Path
-from typing import Any
 
 from playground import host
 
@@ -19,21 +15,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 
-from tests import background_soak  # noqa: E402
 from tests.helpers import TINY_PROGRAM_OPTIONS, tiny_loaded  # noqa: E402
 
 # The files that took 30 s or more in the full suite, heaviest first (seconds summed over a file's tests,
 # `CI=true bash scripts/test.sh --junitxml=...` on a fresh clone of 2c3941d, AMD EPYC 2 cores, 2026-11-26). The
 # workers take whole files in this order (the full suite passes --no-loadscope-reorder; xdist gives each worker
 # two files in turn, then the next one whenever a worker is down to one). The default queue, by number of tests,
-# put long files behind short ones, and one worker ran the last of them alone. The two quantized-error files go
-# first, one per worker, because each needs one bundled model only: the Gemma3 one converts Gemma3 while the
-# other converts SmolLM2 and runs on it, where the bundled grid, which needs both from its second test on,
-# waited on the other worker's conversion.
+# put the one-test soak last, and one worker ran it alone at the end. The two quantized-error files go first,
+# one per worker, because each needs one bundled model only: the Gemma3 one converts Gemma3 while the other
+# converts SmolLM2 and runs on it, where the bundled grid, which needs both from its second test on, waited on
+# the other worker's conversion.
 HEAVIEST_FILES = (
     "tests/integration/test_jax_quantized_error_gemma3.py",  # 211 s
     "tests/integration/test_jax_quantized_error.py",  # 135 s
     "tests/integration/test_bundled_grid.py",  # 366 s
+    "tests/integration/test_soak.py",  # 235 s
     "tests/integration/test_presets.py",  # 135 s
     "tests/unit/test_jax_caches.py",  # 133 s
     "tests/unit/test_jax_assisted.py",  # 131 s
@@ -56,51 +52,10 @@ HEAVIEST_FILES = (
 )
 
 
-# The soak runs beside the other tests from the session's start (tests/background_soak.py); its test, which only
-# reads the soak's report, goes last.
-SOAK_FILE = "tests/integration/test_soak.py"
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Heaviest files first, the soak's test last; the rest in their usual order (the sort is stable)."""
+    """Heaviest files first; the rest after them in their usual order (the sort is stable)."""
     rank = {path: i for i, path in enumerate(HEAVIEST_FILES)}
-    rank[SOAK_FILE] = len(rank) + 1
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(HEAVIEST_FILES)))
-
-
-_SOAK_FOLDER: list[Path] = []  # the main process's folder for the soak's report, removed at the session's end
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """In the session's main process: where the soak will write its report, for the workers to inherit."""
-    if not hasattr(config, "workerinput"):
-        _SOAK_FOLDER.append(Path(tempfile.mkdtemp(prefix="playground-soak-")))
-        os.environ[background_soak.REPORT_PATH] = str(_SOAK_FOLDER[0] / "report.json")
-
-
-def _start_soak_if_collected(nodeids: list[str]) -> None:
-    if any(nodeid.startswith(SOAK_FILE) for nodeid in nodeids):
-        background_soak.start(Path(os.environ[background_soak.REPORT_PATH]))
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
-    """Under xdist, in the main process: a worker collected the soak's test, so the soak starts."""
-    _start_soak_if_collected(ids)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Without xdist (this process runs the tests it collected): the soak starts if its test was collected."""
-    if not hasattr(session.config, "workerinput"):
-        _start_soak_if_collected([item.nodeid for item in session.items])
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """In the session's main process: a soak still running stops, and its report's folder goes."""
-    if not hasattr(config, "workerinput"):
-        background_soak.stop()
-        for folder in _SOAK_FOLDER:
-            shutil.rmtree(folder, ignore_errors=True)
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 @pytest.fixture
