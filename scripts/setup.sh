@@ -31,9 +31,9 @@ fi
 echo "setup: installing ${files[*]} into .venv (first time: a minute or so)"
 
 # uv downloads, unpacks and compiles the wheels' bytecode on every core where pip does one thing after another:
-# this script took 47-54 s with pip's cache warm, 26 s with uv's warm and 35 s with it empty (AMD EPYC 2 cores). uv reads its own settings, not pip's, so pip's local
-# wheels (find-links: where a machine keeps a CPU-only torch) and its version constraints are passed on. Where uv
-# cannot be had, or fails, pip installs the same pins.
+# this script took 47-54 s with pip's cache warm, 26 s with uv's warm and 35 s with it empty (AMD EPYC 2 cores).
+# uv reads its own settings, not pip's, so pip's local wheels (find-links: where a machine keeps a CPU-only
+# torch) and its version constraints are passed on. Where uv cannot be had, or fails, pip installs the same pins.
 UV_VERSION=0.13.9
 requirements=(-r requirements.txt)
 (( want_dev )) && requirements+=(-r requirements-dev.txt)
