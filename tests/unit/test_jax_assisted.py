@@ -334,17 +334,3 @@ def test_a_draft_of_another_vocabulary_is_refused(llama):
     with pytest.raises(PlaygroundError, match="vocabulary of 262144 tokens against the main model's 49152"):
         check_draft_vocabulary("gemma3-270m", {"vocab_size": 49152}, {"text_config": {"vocab_size": 262144}})
     check_draft_vocabulary("smollm2-135m", {"vocab_size": 49152}, None)  # not on disk yet: checked once loaded
-
-
-@pytest.mark.subprocess
-def test_sharded_main_model_gives_one_devices_tokens():
-    """The main model split over 2 devices, the draft on one: the same tokens, greedy and sampled, and over a
-    bounded cache whose verify passes write into spare ring slots."""
-    import os
-
-    from tests.helpers import run_script
-
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    report = run_script("sharded_assisted", env)
-    for name in ("lookup", "draft", "sampled", "sink"):
-        assert report[f"{name}-2"] == report[f"{name}-1"]

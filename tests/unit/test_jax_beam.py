@@ -7,7 +7,6 @@ compiles its programs once; the bundled models' parity is in tests/integration/t
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
 import torch
@@ -21,7 +20,6 @@ from tests.helpers import (  # noqa: E402
     allowed_tiny_model,
     jax_run,
     jax_teacher_forced,
-    run_script,
     tiny_gemma,
     tiny_llama,
     tiny_loaded,
@@ -212,14 +210,3 @@ def test_the_runner_turns_previews_into_hypothesis_events_before_the_result(tmp_
     hypotheses = [e for e in events if isinstance(e, HypothesisEvent)]
     assert [e.new_tokens for e in hypotheses] == list(range(1, 9))
     assert isinstance(events[-1], DoneEvent) and events.index(hypotheses[-1]) < len(events) - 1
-
-
-@pytest.mark.subprocess
-def test_beam_search_split_over_devices_gives_one_devices_sequences_and_scores():
-    """The beams' caches split by KV heads over 2 devices: the same sequences and scores as on one."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    report = run_script("sharded_beam", env)
-    for cache in ("static", "sliding"):
-        one, two = report[f"{cache}-1"], report[f"{cache}-2"]
-        assert two["split"] == "split" and one["split"] == "one device"
-        assert two["sequences"] == one["sequences"] and two["scores"] == one["scores"], cache

@@ -262,20 +262,7 @@ def test_sink_on_a_sliding_model_is_refused_before_its_weights_load(tmp_path, mo
     assert loads == [] and loaded_models.LOADED.keys() == []
 
 
-# -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
-
-@pytest.mark.subprocess
-def test_sharded_decoding_matches_one_device_for_every_cache():
-    """Every cache array split by KV heads (quantization scales with their heads); the growing cache and the
-    model's own sliding layers are in test_jax_decoder's sharding test."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    report = run_script("sharded_caches", env)
-    tokens = {k: v for k, v in report.items() if not k.endswith("-kv-split")}
-    assert len(tokens) == 3 + 5 + 5
-    assert {v for k, v in report.items() if k.endswith("-kv-split") and "-1-" not in k} == {"split"}
-    for key, run in tokens.items():
-        assert run == tokens[key[: key.rindex("-")] + "-1"], key
-
+# -- restarts (a subprocess: a fresh process finds the programs on disk; sharding: tests/unit/test_on_a_mesh.py)
 
 @pytest.mark.subprocess
 def test_every_caches_programs_load_from_disk_in_a_restarted_process(tmp_path):

@@ -300,19 +300,7 @@ def test_refuses_what_it_cannot_run(llama):
             jax_run(llama, PROMPT, spec(devices=2))
 
 
-# -- sharding (a subprocess: the device count is fixed when JAX starts) -----------------------------------
-
-@pytest.mark.subprocess
-def test_sharded_decoding_matches_one_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    report = run_script("sharded_decoder", env)
-    for name in ("llama", "gemma"):
-        for n in (2, 4):
-            for strategy in ("greedy", "sampling"):
-                assert report[f"{name}-{n}-{strategy}"] == report[f"{name}-1-{strategy}"], (name, n, strategy)
-            assert report[f"{name}-{n}-shards"] == n  # q_proj really is split over n devices
-            assert report[f"{name}-{n}-shard-rows"] == 64 // n  # 4 heads x 16 dims, split by heads
-
+# -- restarts (a subprocess: a fresh process finds the programs on disk; sharding: tests/unit/test_on_a_mesh.py)
 
 @pytest.mark.subprocess
 def test_restarted_process_loads_compiled_programs_from_disk(tmp_path):

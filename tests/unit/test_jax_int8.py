@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 
 import numpy as np
 import pytest
@@ -24,7 +23,6 @@ from tests.helpers import (  # noqa: E402
     jax_run,
     jax_teacher_forced,
     new_device_bytes,
-    run_script,
     tiny_gemma,
     tiny_llama,
     tiny_loaded,
@@ -193,13 +191,3 @@ def test_a_matrix_is_quantized_once_then_read_from_disk(tmp_path, monkeypatch):
     changed = weight.copy()
     changed[0, 0] += 1.0
     assert int8_store.digest(changed) != int8_store.digest(weight)
-
-
-@pytest.mark.subprocess
-def test_two_devices_give_one_devices_tokens_with_scales_split_by_rows():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    report = run_script("int8_on_a_mesh", env)
-    assert report["greedy-2"] == report["greedy-1"]
-    assert report["assisted-2"] == report["greedy-1"]
-    assert report["q-scale-shard-rows"] * 2 == report["q-rows"]
-    assert report["estimate"] == report["measured"]
