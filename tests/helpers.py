@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_PROGRAM_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 
 
+# the browser tests drive Debian's chromium (Playwright's own download does not work offline)
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
 def tiny_programs_at_o0() -> None:
     """For a script's process: its tiny models' programs compile at LLVM -O0, as the unit tests' do."""
     from playground.backends.jax import engine

@@ -15,38 +15,12 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from playground.tools.serve import serve_app
-
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 NUMBER = re.compile(r"\d+(\.\d+)?")
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    # 60 s, not the default 120: nothing should load at startup, so a slow start is itself a failure
-    with serve_app(env={"HF_HUB_OFFLINE": "1"}, timeout_s=60) as app:
-        yield app.url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright import sync_api
-
-    if not Path(CHROMIUM).exists():
-        # a failure, not a skip: CI must really run this test
-        pytest.fail("Debian chromium is not installed at /usr/bin/chromium (scripts/setup.sh --dev installs it)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def _choose(page, elem_id: str, option: str) -> None:

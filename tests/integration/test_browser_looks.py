@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_browser import _set_slider
-from tests.integration.test_browser import app_url as app_url  # noqa: F401 - fixtures: the served app,
-from tests.integration.test_browser import browser as chromium  # noqa: F401 - and Debian's chromium
 
 pytestmark = pytest.mark.slow
 CONTRAST_JS = (Path(__file__).parent / "contrast.js").read_text()
@@ -27,9 +25,9 @@ def _short_columns(page, tokens: int = 8) -> None:
 
 
 @pytest.fixture(scope="module")
-def dark_run(app_url, chromium) -> Iterator[dict]:  # noqa: F811 - app_url is the imported fixture
+def dark_run(app_url, browser) -> Iterator[dict]:
     """The start page in dark mode, run with Ctrl+Enter from the prompt; what was seen while it ran."""
-    page = chromium.new_page(viewport={"width": 1440, "height": 1000})
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(app_url + "?__theme=dark")
@@ -68,8 +66,8 @@ def test_in_dark_mode_every_text_has_at_least_4_5_to_1_contrast(dark_run):
     assert "rejected draft" in covered  # the legend's struck-through sample, measured with its opacity
 
 
-def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_settings(app_url, chromium):  # noqa: F811
-    context = chromium.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
+def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_settings(app_url, browser):
+    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
     page = context.new_page()
     page.goto(app_url)
     page.wait_for_selector("#run", timeout=30_000)

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from playground.ui.export import encode_url_state, page_settings
-from tests.integration.test_browser import _open, _set_slider, app_url, browser  # noqa: F401 - fixtures
+from tests.integration.test_browser import _open, _set_slider
 
 pytestmark = pytest.mark.slow
 PROMPT = "Repeat this line twice: the cat sat on the mat, the dog sat on the log."
@@ -44,7 +44,7 @@ def _open_and_run(chromium, address: str, columns: list[dict]):
     return page, errors
 
 
-def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(app_url, browser):  # noqa: F811
+def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(app_url, browser):
     columns = [{"strategy": "greedy", "cache": "sliding", "window": WINDOW, "max_new_tokens": NEW},
                {"strategy": "assisted", "cache": "dynamic", "prompt_lookup": 3, "max_new_tokens": NEW}]
     page, errors = _open_and_run(browser, app_url, columns)
@@ -78,7 +78,7 @@ def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(ap
     _shoot(page, "mechanics-phone")
 
 
-def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(app_url, browser):  # noqa: F811
+def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(app_url, browser):
     """A link in chat mode hides the plain output boxes (the transcript shows each reply); removing and adding
     columns keeps them hidden, renumbers cards and legends alike, and a re-added column starts blank."""
     columns = [{"strategy": "greedy", "max_new_tokens": 6}, {"strategy": "sampling", "max_new_tokens": 6}]
@@ -116,7 +116,7 @@ def test_chat_mode_shows_each_reply_once_through_links_removals_and_additions(ap
 
 
 def test_a_jax_assisted_column_draws_its_verification_strip_and_a_beam_column_shows_text_while_it_searches(
-        app_url, browser):  # noqa: F811
+        app_url, browser):
     columns = [{"strategy": "assisted", "backend": "jax", "cache": "static", "prompt_lookup": 3,
                 "max_new_tokens": NEW},
                {"strategy": "beam", "num_beams": 4, "max_new_tokens": 64, "min_new_tokens": 64}]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from playground.ui.export import encode_url_state, page_settings
-from tests.integration.test_browser import _open, app_url, browser  # noqa: F401 - fixtures
+from tests.integration.test_browser import _open
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def _note(page, elem_id: str) -> str:
     return notes.inner_text() if notes.count() else ""
 
 
-def test_a_number_put_back_in_range_says_what_it_became(app_url, browser):  # noqa: F811
+def test_a_number_put_back_in_range_says_what_it_became(app_url, browser):
     columns = [{"strategy": "greedy", "cache": "sliding", "window": 32, "max_new_tokens": 8},
                {"strategy": "sampling", "max_new_tokens": 8}]
     page, errors = _open(browser, f"{app_url}?s={encode_url_state(page_settings('Hi', 0, 'auto', columns))}")
@@ -64,7 +64,7 @@ def test_a_number_put_back_in_range_says_what_it_became(app_url, browser):  # no
     assert not errors, errors
 
 
-def test_refusals_clear_as_their_cause_does_and_run_counts_the_columns(app_url, browser):  # noqa: F811
+def test_refusals_clear_as_their_cause_does_and_run_counts_the_columns(app_url, browser):
     page, errors = _open(browser, app_url)
     run = page.locator("#run")
     page.locator("#prompt textarea").fill("")

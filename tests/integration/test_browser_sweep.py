@@ -11,7 +11,7 @@ import re
 import pytest
 
 from playground.sweep.presets import SWEEP_PRESETS
-from tests.integration.test_browser import _open, _set_slider, app_url, browser  # noqa: F401 - fixtures
+from tests.integration.test_browser import _open, _set_slider
 from tests.integration.test_browser_mechanics import _shoot
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def _visible_point(page, plot: int, values: list[int]) -> tuple[int, float, floa
     return found[0], found[1], found[2]
 
 
-def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_url, browser):  # noqa: F811
+def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_url, browser):
     page, errors = _open(browser, app_url)
     page.get_by_role("tab", name="Sweep a knob").click()
     page.locator("#sweep-preset-1").click()  # the window preset: 16 to 256 on a long output

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 import pytest
 
 from playground.tools.serve import serve_app
-from tests.integration.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.slow
 SHORT = ("The capital of France is", '{"max_new_tokens": 4, "chat": false}')
@@ -74,9 +74,8 @@ def test_a_client_that_disconnects_stops_its_generation_and_frees_the_queue(app)
     assert again["token_ids"] == result["token_ids"]  # and the app keeps serving
 
 
-def test_closing_the_tab_stops_its_run(app):
+def test_closing_the_tab_stops_its_run(app, browser):
     from gradio_client import Client
-    from playwright import sync_api
 
     from playground.ui.export import encode_url_state, page_settings
 
@@ -86,16 +85,16 @@ def test_closing_the_tab_stops_its_run(app):
     column = {"model": "smollm2-135m", "strategy": "greedy", "cache": "dynamic", "backend": "torch",
               "max_new_tokens": 1000, "min_new_tokens": 1000}
     token = encode_url_state(page_settings(ENDLESS[0], 0, "raw", [column]))
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.goto(f"{app.url}?s={token}")
-        page.wait_for_selector("#run", timeout=30_000)
-        page.locator("#run").click()
-        page.wait_for_function("document.querySelector('#output-0 textarea').value.length > 20", timeout=60_000)
-        page.close()  # the tab goes away mid-run
-        dropped = time.monotonic()
-        browser.close()
+    # a browser of its own, closed mid-run, from the worker's Playwright (which allows one per thread)
+    own = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    page = own.new_page()
+    page.goto(f"{app.url}?s={token}")
+    page.wait_for_selector("#run", timeout=30_000)
+    page.locator("#run").click()
+    page.wait_for_function("document.querySelector('#output-0 textarea').value.length > 20", timeout=60_000)
+    page.close()  # the tab goes away mid-run
+    dropped = time.monotonic()
+    own.close()
     result, _ = timed(client, *SHORT)
     stopped_within = time.monotonic() - dropped - result["metrics"]["total_s"] - overhead_s
     print(f"the closed tab's run stopped within {stopped_within:.2f} s")
