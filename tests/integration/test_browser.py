@@ -5,7 +5,7 @@ With $PLAYGROUND_SHOTS set, the run's full-page screenshot goes there (two-colum
 make the project look several times slower than it is).
 
 Needs Debian's chromium (/usr/bin/chromium) and playwright (scripts/setup.sh --dev installs both); Playwright's
-own browser download is not used. Skipped when either is missing.
+own browser download is not used. A failure, not a skip, when either is missing (tests/integration/conftest.py).
 """
 
 from __future__ import annotations
