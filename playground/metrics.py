@@ -159,7 +159,9 @@ def busy_note(load: dict[str, Any] | None) -> str:
         return ""
     share = 100 * (load["other_cpu_share"] + load["steal_share"])
     reason = f"other work took {share:.0f}% of the {load['cpus']} CPUs during this run"
-    if load.get("left_running_s"):  # this process's own CPU time, so not in other_cpu_share
-        reason = f"a JAX compile that a stopped run left running shared the CPUs for {load['left_running_s']:.1f} s"
+    seconds = load.get("left_running_s")
+    if seconds:  # this process's own CPU time, so not in other_cpu_share
+        span = f"{seconds:.1f} s" if seconds >= 0.1 else f"{seconds * 1000:.1f} ms"
+        reason = f"a JAX compile that a stopped run left running shared the CPUs for {span}"
     return (f"busy machine: {reason}, so its timings are slower than this machine can do; run it again (or repeat "
             "the timing) when it is quiet")

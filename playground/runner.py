@@ -247,10 +247,11 @@ class _Job:
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
                                           progress=self._progress, preview=preview)
                 load = machine_load(before, cpu_sample())
-                left_running = LEFT_RUNNING.overlap_s(began, time.monotonic())
+                # to 0.1 ms: a tiny model's run takes a few ms, and all of it may be overlapped
+                left_running = round(LEFT_RUNNING.overlap_s(began, time.monotonic()), 4)
             if load is not None:  # how much of the machine other work took while this run was timed
                 if left_running:  # a compile a stopped run left behind: this process's CPU time, but not this run's
-                    load |= {"left_running_s": round(left_running, 2), "busy": True}
+                    load |= {"left_running_s": left_running, "busy": True}
                 output.extra["machine_load"] = load
             runs.append((output, time.perf_counter()))
             if output.stopped:

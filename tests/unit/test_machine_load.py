@@ -36,6 +36,14 @@ def test_other_work_above_a_quarter_of_the_machine_marks_the_run_busy():
     assert machine_load(None, start) is None
 
 
+def test_a_compile_left_running_is_named_with_its_overlap_however_short():
+    """A tiny model's run takes milliseconds: an overlap that short is said in ms, not rounded to '0.0 s'."""
+    quiet = {"other_cpu_share": 0.0, "steal_share": 0.0, "cpus": 2}
+    left = "a JAX compile that a stopped run left running shared the CPUs for"
+    assert f"{left} 4.2 ms," in busy_note(quiet | {"left_running_s": 0.0042, "busy": True})
+    assert f"{left} 1.3 s," in busy_note(quiet | {"left_running_s": 1.26, "busy": True})
+
+
 def test_processes_burning_every_cpu_during_a_run_are_seen():
     before = metrics.cpu_sample()
     if before is None:
