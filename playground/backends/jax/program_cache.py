@@ -51,9 +51,9 @@ class ProgramCache:
     """Compiled programs by key, least recently used first, with their bytes; `add` drops the oldest programs
     past the bound (never the one just added)."""
 
-    def __init__(self, bound: int, size: Callable[[Any], int] = program_bytes) -> None:
+    def __init__(self, bound: int, size: Callable[[Any], int] | None = None) -> None:
         self.bound = bound
-        self._size = size
+        self._size = size or program_bytes  # looked up now, not when the class was defined
         self._programs: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
