@@ -152,3 +152,27 @@ def test_a_gguf_reader_in_the_block_parses_over_a_plain_array_and_reads_the_same
     assert reader.fields["test.count"].contents() == plain.fields["test.count"].contents() == 7
     assert reader.fields["tokenizer.ggml.tokens"].contents() == ["a", "bb", "ccc"]
     assert reader.tensors[0].data.tolist() == plain.tensors[0].data.tolist() == list(range(8))
+
+
+def test_gguf_weight_naming_builds_gguf_name_tables_when_it_runs_so_one_table_serves_every_module(monkeypatch,
+                                                                                                   model):
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
+
+    original = getattr(gguf, hooks.GGUF_NAME_MAP)
+    built: list[tuple] = []
+
+    def name_map(arch, n_blocks):
+        built.append((arch, n_blocks))
+        return original(arch, n_blocks)
+
+    monkeypatch.setattr(gguf, hooks.GGUF_NAME_MAP, name_map)
+    get_gguf_hf_weights_map(model, TensorProcessor())
+    per_module = len(built)
+    assert per_module > 1, broke(f"gguf.{hooks.GGUF_NAME_MAP}", "is no longer what GGUF loading names weights with")
+    built.clear()
+    with hooks.one_gguf_parse():
+        names = get_gguf_hf_weights_map(model, TensorProcessor())
+    assert len(built) == 1, broke(f"gguf.{hooks.GGUF_NAME_MAP}", f"was built {len(built)} times for one model")
+    assert names["blk.0.attn_q.weight"] == "model.layers.0.self_attn.q_proj.weight"
+    assert getattr(gguf, hooks.GGUF_NAME_MAP) is name_map  # put back after the block

@@ -3,11 +3,12 @@ transformers changes (tests/unit/test_transformers_hooks.py fails with the hook'
 
 Each hook wraps a method on one model instance for one generate() call (the runner's generation lock is held),
 so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process, and
-gguf's reader, replaced during a GGUF conversion only.
+gguf's reader and name table, replaced during a GGUF conversion only.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +36,9 @@ WINDOWED_ATTENTION = ("sdpa", "eager")
 # gguf's file reader, which transformers' GGUF loading imports when it runs and builds afresh for each of the
 # config, the weights and the tokenizer's config
 GGUF_READER = "GGUFReader"
+# gguf's table of tensor names for an architecture, which transformers' GGUF loading imports when it runs and
+# builds afresh for every module of the model as it maps the weights' names
+GGUF_NAME_MAP = "get_tensor_name_map"
 
 _INSTALL_LOCK = threading.Lock()
 _GGUF_LOCK = threading.Lock()
@@ -134,13 +138,16 @@ def one_gguf_parse() -> Iterator[None]:
     Loading a model and its tokenizer from a GGUF file parses the whole file three times (config, weights, the
     tokenizer's config), and gguf's reader walks every field in Python: Gemma3's 262k-token vocabulary takes
     seconds per parse. The readers only read, so one per file serves all three, and each parses over a plain
-    view of its memory map (_over_a_plain_array). The replacement is process-wide for the block, so blocks run
-    one at a time.
+    view of its memory map (_over_a_plain_array). Mapping the weights' names builds gguf's name table for the
+    architecture once per module of the model (SmolLM2: 397 tables, 6.3 s of a 14 s conversion); the tables
+    are only read, so one per architecture and depth serves them all. The replacements are process-wide for the
+    block, so blocks run one at a time.
     """
     import gguf
 
     with _GGUF_LOCK:
         original = getattr(gguf, GGUF_READER)
+        original_name_map = getattr(gguf, GGUF_NAME_MAP)
         readers: dict[tuple[str, str], Any] = {}
 
         plain_reader = _over_a_plain_array(original)
@@ -152,7 +159,9 @@ def one_gguf_parse() -> Iterator[None]:
             return readers[key]
 
         setattr(gguf, GGUF_READER, reader)
+        setattr(gguf, GGUF_NAME_MAP, functools.cache(original_name_map))
         try:
             yield
         finally:
             setattr(gguf, GGUF_READER, original)
+            setattr(gguf, GGUF_NAME_MAP, original_name_map)
