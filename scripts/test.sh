@@ -12,9 +12,9 @@
 #            XLA compiling tiny models' programs, which -O0 cuts by ~40% (pytest 210 s -> 156 s, AMD EPYC 2
 #            cores). In the full suite only the unit tests' engine programs do (tests/unit/conftest.py); the
 #            bundled models' tests compile as users' processes do, since -O0 programs run slower and their
-#            floating-point results differ in the last digits. In both, a program that an earlier test of the
-#            same worker compiled is not compiled again (tests/shared_compiles.py: 315 of the unit tests' 696
-#            compiles were repeats; this lane's pytest 137 s -> 110 s).
+#            floating-point results differ in the last digits. A unit test's program that an earlier test of
+#            the same worker compiled is not compiled again (tests/shared_compiles.py: 315 of the unit tests'
+#            696 compiles were repeats; this lane's pytest 137 s -> 110 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 marks=(-n 2 --dist loadfile --no-loadscope-reorder)

@@ -82,16 +82,6 @@ def tiny_programs_compile_at_o0(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(engine.COMPILER_OPTIONS, name, value)
 
 
-@pytest.fixture(autouse=True)
-def _shared_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A program that an earlier test of this process compiled is not compiled again (tests/shared_compiles.py)."""
-    try:
-        from tests.shared_compiles import SHARED
-    except ImportError:  # no JAX: nothing compiles
-        return
-    SHARED.install(monkeypatch)
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_env():
     """Tests never touch a hub; the conversion cache is the user's (so bundled models convert once).

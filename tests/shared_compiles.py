@@ -2,13 +2,12 @@
 
 Most unit tests make their own tiny model, so each gets its own engine, which compiles its own programs; many of
 those programs are the same from test to test (the same config, cache and strategy, and the weights are
-arguments, not constants). A bundled model's engine is made again after a test empties the model LRU, and
-compiles the programs the first one had. JAX's persistent compilation cache would share them, but the test
-process keeps it off (tests/conftest.py), so this keeps executables in memory, keyed by what that cache keys
-them by: the lowered module, the compile options and the arguments' types. The engine above it sees every build
-as before (its program cache, its compile notices and counts); only XLA's compile of a program it has already
-made is skipped. In one process the unit tests built 696 programs, 315 of them repeats, which took 109 s of
-XLA's 290 s; `scripts/test.sh --fast` took 110 s of pytest instead of 137 s (AMD EPYC, 2 cores).
+arguments, not constants). JAX's persistent compilation cache would share them, but the test process keeps it
+off (tests/conftest.py), so this keeps recent executables in memory, keyed by what that cache keys them by: the
+lowered module, the compile options and the arguments' types. The engine above it sees every build as before
+(its program cache, its compile notices and counts); only XLA's compile of a program it has already made is
+skipped. In one process the unit tests built 696 programs, 315 of them repeats, which took 109 s of XLA's 290 s;
+`scripts/test.sh --fast` took 110 s of pytest instead of 137 s (AMD EPYC, 2 cores).
 """
 
 from __future__ import annotations
