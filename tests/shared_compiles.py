@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -21,21 +22,33 @@ import pytest
 from jax.stages import Compiled, CompilerOptions, Lowered
 
 from playground.backends.jax import program_cache
+from playground.backends.jax.mappings import mappings_crowded
 
-_COMPILE = Lowered.compile
+COMPILE = Lowered.compile  # JAX's own, for a test that needs its executable not kept
 _PROGRAM_BYTES = program_cache.program_bytes
 
 # the executables kept, the least recently used dropped past this many: more than a test process compiles (the
 # unit tests' 696 builds in one process were 381 programs). Tiny models' programs are small: 230 of them kept
 # raised the peak RSS of a run of tests/unit/test_jax_caches.py and test_jax_assisted.py by 105 MiB.
 KEPT = 1024
+# Each kept executable holds its kernels' memory mappings (mappings.py: about three per kernel) after the tests
+# that made it are gone: a worker of the fast lane ended with 19,400 mappings, 99 executables kept. Linux allows
+# a process 65,530, and past them the next compile kills it (a CI worker died so, with bundled models' programs
+# beside the store's). So the store gives way first: past this share of the limit, it drops its older half.
+CROWDED_SHARE = 0.3
+
+
+def crowded() -> bool:
+    """Whether the process holds more mappings than the store leaves room for."""
+    return mappings_crowded(CROWDED_SHARE)
 
 
 class SharedCompiles:
     """Compiled executables by lowered program, the most recently used last."""
 
-    def __init__(self, kept: int = KEPT) -> None:
+    def __init__(self, kept: int = KEPT, crowded: Callable[[], bool] = crowded) -> None:
         self.kept = kept
+        self._crowded = crowded
         self.hits = 0
         self._executables: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
         # what program_bytes said of each kept executable, by its identity: measured when it was compiled,
@@ -46,7 +59,7 @@ class SharedCompiles:
     def compile(self, lowered: Lowered, compiler_options: CompilerOptions | None = None, **kwargs: Any) -> Compiled:
         """`Lowered.compile`, reusing the executable of an identical program compiled before in this process."""
         if kwargs or lowered._lowering.const_args or jax.device_count() != 1:  # placed or holding constants
-            return _COMPILE(lowered, compiler_options, **kwargs)
+            return COMPILE(lowered, compiler_options, **kwargs)
         key = (lowered.as_text(), repr(sorted((compiler_options or {}).items())), str(lowered.in_tree),
                str(lowered.out_tree),
                tuple((arg.shape, str(arg.dtype), arg.donated) for arg in jax.tree.leaves(lowered.args_info)))
@@ -56,12 +69,14 @@ class SharedCompiles:
                 self._executables.move_to_end(key)
                 self.hits += 1
         if kept is None:
-            compiled = _COMPILE(lowered, compiler_options)
+            compiled = COMPILE(lowered, compiler_options)
             kept = (compiled._executable, _PROGRAM_BYTES(compiled))
+            crowded = self._crowded()
             with self._lock:
                 self._executables[key] = kept
                 self._bytes[id(kept[0])] = kept[1]
-                while len(self._executables) > self.kept:
+                older_half = len(self._executables) // 2 if crowded else 0
+                for _ in range(max(older_half, len(self._executables) - self.kept)):
                     self._bytes.pop(id(self._executables.popitem(last=False)[1][0]), None)
             return compiled
         # a new wrapper for this lowering's own arguments and outputs, around the executable already made

@@ -1,6 +1,8 @@
 """The test process's store of compiled programs (tests/shared_compiles.py) hands back an executable only for the
 same program, and its results are that program's."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,3 +43,19 @@ def test_other_shapes_or_options_compile_anew(shared):
     jax.jit(first_row).lower(x, jnp.zeros(4)).compile({"xla_cpu_copy_insertion_use_region_analysis": True})
     assert shared.hits == 0
     assert other(x, jnp.zeros(5)).shape == (3,)
+
+
+
+def scaled_sort(x: jax.Array, scale: float) -> jax.Array:
+    return jnp.sort(x) * scale
+
+
+def test_crowded_mappings_drop_the_older_half():
+    crowded = iter([False, False, False, True])  # asked after each new compile
+    store = SharedCompiles(crowded=lambda: next(crowded))
+    x = jnp.arange(4.0)
+    programs = [store.compile(jax.jit(partial(scaled_sort, scale=scale)).lower(x)) for scale in (1.0, 2.0, 3.0, 4.0)]
+    assert len(store._executables) == len(store._bytes) == 2  # the newest two of four stay
+    store.compile(jax.jit(partial(scaled_sort, scale=4.0)).lower(x))
+    assert store.hits == 1
+    assert [float(program(x)[1]) for program in programs] == [1.0, 2.0, 3.0, 4.0]  # dropped ones still run

@@ -2,7 +2,9 @@
 
 A server sees a new program for every new shape and setting (cache layout, length, sampling mode, draft
 width), and each stays in the process until dropped: unbounded, a public deployment with varied visitors
-grows until it is killed. A dropped program is rebuilt from JAX's on-disk compilation cache (a load, not a
+grows until it is killed. Programs are also dropped while the process holds most of the memory mappings Linux
+allows it (mappings.py): each compiled kernel maps pages of its own, and past the limit the next compile kills
+the process. A dropped program is rebuilt from JAX's on-disk compilation cache (a load, not a
 compile) when a request needs it again; a request holds the programs it fetched, so a drop never touches a
 running request.
 """
@@ -17,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from playground.backends.jax.mappings import mappings_crowded
 from playground.models.memory import parse_size
 
 # sized for a 16 GB Space: the two bundled models and their engines take ~4 GiB, and a request's programs
@@ -49,11 +52,13 @@ def _return_freed_memory() -> None:
 
 class ProgramCache:
     """Compiled programs by key, least recently used first, with their bytes; `add` drops the oldest programs
-    past the bound (never the one just added)."""
+    past the bound, or while the process's memory mappings are crowded (never the one just added)."""
 
-    def __init__(self, bound: int, size: Callable[[Any], int] | None = None) -> None:
+    def __init__(self, bound: int, size: Callable[[Any], int] | None = None,
+                 crowded: Callable[[], bool] = mappings_crowded) -> None:
         self.bound = bound
         self._size = size or program_bytes  # looked up now, not when the class was defined
+        self._crowded = crowded
         self._programs: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
@@ -82,7 +87,9 @@ class ProgramCache:
             self._programs[key] = (program, size)
             self._programs.move_to_end(key)
             dropped = 0
-            while len(self._programs) > 1 and self.bytes > self.bound:
+            # a dropped program's mappings go with it (the cache holds the only reference, unless a running
+            # request fetched it), so crowding is measured again after each drop
+            while len(self._programs) > 1 and (self.bytes > self.bound or self._crowded()):
                 self._programs.popitem(last=False)
                 dropped += 1
             self.evictions += dropped
