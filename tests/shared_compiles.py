@@ -22,7 +22,7 @@ import pytest
 from jax.stages import Compiled, CompilerOptions, Lowered
 
 from playground.backends.jax import program_cache
-from playground.backends.jax.mappings import mappings_crowded
+from playground.backends.jax.mappings import mappings_in_use
 
 COMPILE = Lowered.compile  # JAX's own, for a test that needs its executable not kept
 _PROGRAM_BYTES = program_cache.program_bytes
@@ -31,26 +31,27 @@ _PROGRAM_BYTES = program_cache.program_bytes
 # unit tests' 696 builds in one process were 381 programs). Tiny models' programs are small: 230 of them kept
 # raised the peak RSS of a run of tests/unit/test_jax_caches.py and test_jax_assisted.py by 105 MiB.
 KEPT = 1024
-# Each kept executable holds its kernels' memory mappings (mappings.py: about three per kernel) after the tests
-# that made it are gone: a worker of the fast lane ended with 19,400 mappings, 99 executables kept. Linux allows
-# a process 65,530, and past them the next compile kills it (a CI worker died so, with bundled models' programs
-# beside the store's). So the store gives way first: past this share of the limit, it drops its older half.
-CROWDED_SHARE = 0.3
-
-
-def crowded() -> bool:
-    """Whether the process holds more mappings than the store leaves room for."""
-    return mappings_crowded(CROWDED_SHARE)
+# ... and past this many memory mappings held by them. A kept executable holds its kernels' mappings (about
+# three per kernel, playground/backends/jax/mappings.py) after the tests that made it are gone, and Linux allows
+# a process 65,530: past them the next compile kills it. A CI worker died so, with the bundled models' engines
+# beside the store (a worker of the full suite holds up to 36,400 mappings without it), and a worker of the fast
+# lane held 19,400 with 99 executables kept. The bundled models' engines drop programs past 75% of the limit
+# (program_cache.py), so this leaves them room and the process margin.
+MAPPINGS_KEPT = 10_000
 
 
 class SharedCompiles:
     """Compiled executables by lowered program, the most recently used last."""
 
-    def __init__(self, kept: int = KEPT, crowded: Callable[[], bool] = crowded) -> None:
+    def __init__(self, kept: int = KEPT, mappings_kept: int = MAPPINGS_KEPT,
+                 mappings: Callable[[], int | None] = mappings_in_use) -> None:
         self.kept = kept
-        self._crowded = crowded
+        self.mappings_kept = mappings_kept
+        self._mappings = mappings
         self.hits = 0
+        # each kept executable, and the memory mappings its compile added
         self._executables: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
+        self.mappings_held = 0
         # what program_bytes said of each kept executable, by its identity: measured when it was compiled,
         # since an executable with a sort no longer serializes once it has run
         self._bytes: dict[int, int] = {}
@@ -69,15 +70,21 @@ class SharedCompiles:
                 self._executables.move_to_end(key)
                 self.hits += 1
         if kept is None:
+            before = self._mappings()
             compiled = COMPILE(lowered, compiler_options)
-            kept = (compiled._executable, _PROGRAM_BYTES(compiled))
-            crowded = self._crowded()
+            after = self._mappings()
+            # another thread's compile may land in between: counted here too, which errs on the safe side
+            held = max(after - before, 0) if before is not None and after is not None else 0
+            size = _PROGRAM_BYTES(compiled)
             with self._lock:
-                self._executables[key] = kept
-                self._bytes[id(kept[0])] = kept[1]
-                older_half = len(self._executables) // 2 if crowded else 0
-                for _ in range(max(older_half, len(self._executables) - self.kept)):
-                    self._bytes.pop(id(self._executables.popitem(last=False)[1][0]), None)
+                self._executables[key] = (compiled._executable, held)
+                self._bytes[id(compiled._executable)] = size
+                self.mappings_held += held
+                while len(self._executables) > 1 and (len(self._executables) > self.kept
+                                                      or self.mappings_held > self.mappings_kept):
+                    executable, its_mappings = self._executables.popitem(last=False)[1]
+                    self._bytes.pop(id(executable), None)
+                    self.mappings_held -= its_mappings
             return compiled
         # a new wrapper for this lowering's own arguments and outputs, around the executable already made
         return Compiled(kept[0], lowered._lowering.const_args, lowered.args_info, lowered.out_tree,

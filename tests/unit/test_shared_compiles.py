@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from playground.backends.jax import program_cache
+from playground.backends.jax.mappings import mapping_limit
 from tests.shared_compiles import SharedCompiles
 
 
@@ -50,12 +51,19 @@ def scaled_sort(x: jax.Array, scale: float) -> jax.Array:
     return jnp.sort(x) * scale
 
 
-def test_crowded_mappings_drop_the_older_half():
-    crowded = iter([False, False, False, True])  # asked after each new compile
-    store = SharedCompiles(crowded=lambda: next(crowded))
+
+def test_past_its_mappings_the_store_drops_the_least_recently_used():
+    counts = iter([0, 400, 400, 900, 900, 1300])  # before and after each compile: 400, 500, 400 mappings held
+    store = SharedCompiles(mappings_kept=1000, mappings=lambda: next(counts))
     x = jnp.arange(4.0)
-    programs = [store.compile(jax.jit(partial(scaled_sort, scale=scale)).lower(x)) for scale in (1.0, 2.0, 3.0, 4.0)]
-    assert len(store._executables) == len(store._bytes) == 2  # the newest two of four stay
-    store.compile(jax.jit(partial(scaled_sort, scale=4.0)).lower(x))
+    programs = [store.compile(jax.jit(partial(scaled_sort, scale=scale)).lower(x)) for scale in (1.0, 2.0, 3.0)]
+    assert len(store._executables) == len(store._bytes) == 2 and store.mappings_held == 900  # the first went
+    store.compile(jax.jit(partial(scaled_sort, scale=3.0)).lower(x))
     assert store.hits == 1
-    assert [float(program(x)[1]) for program in programs] == [1.0, 2.0, 3.0, 4.0]  # dropped ones still run
+    assert [float(program(x)[1]) for program in programs] == [1.0, 2.0, 3.0]  # a dropped one still runs
+
+
+@pytest.mark.skipif(mapping_limit() is None, reason="the system does not list memory mappings")
+def test_a_kept_executable_holds_the_mappings_its_compile_added(shared):
+    jax.jit(partial(scaled_sort, scale=5.0)).lower(jnp.arange(16.0)).compile()
+    assert shared.mappings_held >= 3  # its kernel's code and data pages, at least
