@@ -4,10 +4,14 @@ they are crowded: past the limit, XLA's next compile kills the process."""
 from functools import partial
 
 import pytest
+import torch
 
+from playground.backends.jax import program_cache
 from playground.backends.jax.mappings import mapping_limit, mappings_crowded, mappings_in_use
 from playground.backends.jax.program_cache import ProgramCache
+from playground.spec import RunSpec
 from tests import shared_compiles
+from tests.helpers import jax_run, tiny_llama, tiny_loaded
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -53,3 +57,14 @@ def test_the_newest_program_stays_however_crowded():
     cache.add("a", "a")
     cache.add("b", "b")
     assert list(cache._programs) == ["b"] and cache.evictions == 1
+
+
+def test_an_engine_in_a_crowded_process_keeps_one_program_at_a_time_and_the_tokens_stay(monkeypatch):
+    prompt = torch.tensor([[5, 17, 42, 99, 3]])
+    spec = RunSpec(backend="jax", cache="dynamic", max_new_tokens=40, min_new_tokens=40)
+    reference, _ = jax_run(tiny_loaded("tiny-llama-roomy", tiny_llama(seed=4)), prompt, spec)
+    monkeypatch.setattr(program_cache, "mappings_crowded", lambda: True)
+    crowded, _ = jax_run(tiny_loaded("tiny-llama-crowded", tiny_llama(seed=4)), prompt, spec)
+    assert crowded.sequences == reference.sequences
+    assert reference.extra["program_cache_evictions"] == 0
+    assert crowded.extra["compiled_programs"] == 1 and crowded.extra["program_cache_evictions"] > 0

@@ -55,10 +55,10 @@ class ProgramCache:
     past the bound, or while the process's memory mappings are crowded (never the one just added)."""
 
     def __init__(self, bound: int, size: Callable[[Any], int] | None = None,
-                 crowded: Callable[[], bool] = mappings_crowded) -> None:
+                 crowded: Callable[[], bool] | None = None) -> None:
         self.bound = bound
-        self._size = size or program_bytes  # looked up now, not when the class was defined
-        self._crowded = crowded
+        self._size = size or program_bytes  # both looked up now, not when the class was defined
+        self._crowded = crowded or mappings_crowded
         self._programs: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
