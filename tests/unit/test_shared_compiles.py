@@ -46,10 +46,8 @@ def test_other_shapes_or_options_compile_anew(shared):
     assert other(x, jnp.zeros(5)).shape == (3,)
 
 
-
 def scaled_sort(x: jax.Array, scale: float) -> jax.Array:
     return jnp.sort(x) * scale
-
 
 
 def test_past_its_mappings_the_store_drops_the_least_recently_used():
