@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from playground import host
@@ -57,6 +58,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Heaviest files first; the rest after them in their usual order (the sort is stable)."""
     rank = {path: i for i, path in enumerate(HEAVIEST_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move every object the test modules' imports made (torch, JAX, transformers, Gradio: over half a million)
+    out of the garbage collector's reach, once they are all imported, so each full collection scans only what
+    tests made. The tests collect often (the model cache collects whenever it drops models, around every tiny
+    model a test loads), and each collection of the whole heap took ~0.4 s: 49 s of the fast lane's CPU, and
+    ~10 s with the imports frozen (its pytest wall 121 s -> 95 s, AMD EPYC 2 cores). What tests make stays
+    collectable, so a dropped model still frees its memory and its compiled programs."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture
