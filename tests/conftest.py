@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 from playground import host
 
@@ -13,6 +14,8 @@ from playground import host
 # SmolLM2-sized model, 2-core machine). Set before torch starts its pool.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     host.apply_thread_limits(max(1, host.limits().cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
+from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -69,6 +72,29 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collectable, so a dropped model still frees its memory and its compiled programs."""
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _programs_dropped_after_each_file() -> Iterator[None]:
+    """When a file ends, the loaded models' engines drop their compiled programs.
+
+    A worker keeps the bundled models loaded from file to file, and each engine kept every program it
+    compiled: each is three memory mappings per kernel (a SmolLM2 decode program ~3,200), and a worker that ran
+    the bundled models' JAX files one after another reached 49,700 mappings. That is past the 75% of
+    `vm.max_map_count` at which the program cache drops programs to stay clear of it
+    (playground/backends/jax/mappings.py), so a later test's repeated request compiled again and failed its
+    "compiles nothing" assertion. Few programs are shared between files (the bundled models' builds that
+    repeat within a worker took 25 s of the suite's 318 s of compiles); the unit tests' tiny programs come back
+    from the compile store (tests/shared_compiles.py)."""
+    yield
+    if "playground.backends.jax.engine" not in sys.modules:
+        return  # nothing ran on JAX in this process yet
+    from playground.backends.jax.engine import engines_of
+    from playground.models.loaded import LOADED
+
+    for loaded in list(LOADED._models.values()):  # not LOADED.get: that would reorder the LRU
+        for engine in engines_of(loaded.model):
+            engine.programs.clear()
 
 
 @pytest.fixture
