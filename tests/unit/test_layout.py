@@ -87,6 +87,44 @@ def test_the_page_starts_without_torch_or_jax():
     assert out.stdout.strip() == "[]"
 
 
+# where cache and strategy names may be written out: the registry's own entries, the presets (data) and the tools
+NAMES_ALLOWED_IN = ("playground/registry/", "playground/tools/", "playground/ui/presets.py")
+
+
+def _strings(node: ast.expr) -> set[str]:
+    """The string constants a comparison's operand spells out (one, or a tuple, list or set of them)."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return {item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)}
+
+
+def _field(node: ast.expr) -> str | None:
+    """`spec.cache`, `strategy`, `entry.strategy.name`... the cache or strategy a comparison's operand reads."""
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        node = node.value
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    return name if name in ("cache", "strategy", "cache_name", "strategy_name") else None
+
+
+def test_no_cache_or_strategy_is_told_apart_by_its_name_outside_the_registry():
+    """A new cache type or strategy is one registry entry: code elsewhere asks an entry what it can do
+    (`registry.strategy(name).drafts`), never compares the name with one it knows."""
+    from playground import registry
+
+    names = set(registry.cache_names()) | set(registry.strategy_names())
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith(NAMES_ALLOWED_IN):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            if any(_field(o) for o in operands) and any(_strings(o) & names for o in operands):
+                found.append(f"{relative}:{node.lineno}")
+    assert found == []
+
+
 def test_the_suites_heaviest_files_exist():
     """The order the test workers take files in names files that are there (a renamed one would go unranked)."""
     from tests.conftest import HEAVIEST_FILES

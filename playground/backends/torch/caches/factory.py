@@ -46,10 +46,10 @@ def dynamic_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
 
 
 def static_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
-    """Sized for this request exactly: prompt + every token we may generate. An assisted run's cache can roll
+    """Sized for this request exactly: prompt + every token we may generate. A drafting strategy's cache can roll
     rejected drafts back, and has room for the last verify pass, whose prompt-lookup drafts may run up to
     `prompt_lookup` tokens past the end (a draft model's drafts stop at the end)."""
-    if spec.strategy == "assisted":
+    if registry.strategy(spec.strategy).drafts:
         return CroppableStaticCache(_text_config(model),
                                     max_cache_len=prompt_tokens + spec.max_new_tokens + spec.prompt_lookup)
     return StaticCache(config=_text_config(model), max_cache_len=prompt_tokens + spec.max_new_tokens)
