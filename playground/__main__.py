@@ -8,7 +8,6 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,8 +15,8 @@ from playground import host, registry
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths, public
-from playground.spec import BACKENDS, WEIGHTS, RunSpec
-from playground.sweep.knobs import KNOBS
+from playground.spec import BACKENDS, WEIGHTS, RunSpec, spec_keys
+from playground.sweep.knobs import sweepable
 from playground.sweep.prompt_sets import SETS
 
 
@@ -52,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = commands.add_parser("sweep", help="run one knob over several values on a set of prompts: a row per "
                                               "run and per-value medians of speed, memory and text measures")
-    sweep.add_argument("--knob", choices=KNOBS, help="the RunSpec knob to move")
+    sweep.add_argument("--knob", choices=sweepable(), help="the RunSpec knob to move")
     sweep.add_argument("--values", help="its values, comma-separated, e.g. 0.2,0.7,1.2")
     sweep.add_argument("--prompt-set", default=None, help="a shipped prompt set (see --list-prompt-sets; "
                                                            "default: stories)")
@@ -90,27 +89,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_spec_options(command: argparse.ArgumentParser) -> None:
-    """A --flag per RunSpec field."""
-    for field in fields(RunSpec):
-        flag = "--" + field.name.replace("_", "-")
-        if field.name == "chat":
+    """A --flag per spec key (RunSpec's fields and any knob registered beyond them), typed and explained by the
+    key's registry record."""
+    for name in spec_keys():
+        flag = "--" + name.replace("_", "-")
+        knob = registry.knob(name) if registry.has_knob(name) else None
+        if name == "chat":
             command.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                  help="apply the chat template (default: when the model is an instruct model)")
-        elif field.name == "early_stopping":
-            command.add_argument(flag, action="store_true", default=None,
-                                 help="beam search: stop at num_beams finished")
-        elif field.name == "assisted_sampling":
-            command.add_argument(flag, action="store_true", default=None,
-                                 help="assisted decoding: sample with the sampling knobs (speculative sampling)")
-        elif field.name == "assistant":
-            command.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
-        elif field.name == "prefix_ids":
+        elif name == "prefix_ids":
             command.add_argument(flag, type=_token_ids, default=None, metavar="ID,ID,...",
                                  help="token ids forced after the prompt; generation continues from the last of them")
+        elif name == "assistant":
+            command.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
+        elif knob is not None and knob.kind is bool:
+            command.add_argument(flag, action="store_true", default=None, help=knob.help or None)
+        elif knob is not None:
+            shown = f"{knob.help}; " if knob.help else ""
+            command.add_argument(flag, type=knob.kind, default=None, help=f"{shown}default: {knob.default!r}")
         else:
-            kind = {"int": int, "float": float}.get(str(field.type), str)
-            command.add_argument(flag, type=kind, default=None, choices=_choices().get(field.name),
-                                 help=f"default: {field.default}")
+            command.add_argument(flag, default=None, choices=_choices().get(name),
+                                 help=f"default: {getattr(RunSpec(), name)}")
 
 
 def _token_ids(text: str) -> list[int]:
@@ -123,7 +122,7 @@ def _token_ids(text: str) -> list[int]:
 
 
 def spec_from_args(args: argparse.Namespace, **overrides: object) -> RunSpec:
-    given = {f.name: getattr(args, f.name) for f in fields(RunSpec) if getattr(args, f.name) is not None}
+    given = {name: getattr(args, name) for name in spec_keys() if getattr(args, name, None) is not None}
     return RunSpec.from_dict({**given, **overrides})
 
 

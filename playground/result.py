@@ -60,7 +60,15 @@ class Alternative(TypedDict):
     text: str
     p: float  # under the distribution the token was drawn from (0 when a filter removed it)
     p_model: float  # under the model's own softmax at temperature 1
-    removed_by: str | None  # min_new_tokens, top_k, top_p or min_p: the first that removed it; None: it stayed
+    removed_by: str | None  # the first stage of the logits chain that removed it; None: it stayed
+
+
+class StageRecord(TypedDict):
+    """What one stage of the logits chain did at a step."""
+
+    stage: str  # its registry name
+    removed: int  # tokens it removed
+    moved: float  # probability mass it moved: total variation between the distributions before and after it
 
 
 class TokenRecord(TypedDict):
@@ -75,6 +83,7 @@ class TokenRecord(TypedDict):
     top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
     alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
+    stages: NotRequired[list[StageRecord] | None]  # each active stage of the chain, in order (the sampling cut)
 
 
 class PrefixRecord(TypedDict):
@@ -238,6 +247,8 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
             "draft": draft,
             "alternatives": _alternatives(tokenizer, known),
+            "stages": [{"stage": name, "removed": removed, "moved": round(moved, 5)}
+                       for name, removed, moved in known["stages"]] if "stages" in known else None,
         })
     return records
 

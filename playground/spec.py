@@ -13,8 +13,8 @@ from playground import registry
 from playground.compatibility import WEIGHTS, check_combination
 from playground.errors import PlaygroundError
 from playground.limits import max_new_tokens_cap
-from playground.registry import BACKENDS
-from playground.registry.builtin import CACHE_BITS, MAX_BEAMS
+from playground.registry import BACKENDS, chain
+from playground.registry.builtin_knobs import CACHE_BITS, DRY_BREAKERS, MAX_BEAMS
 
 __all__ = ["BACKENDS", "CACHE_BITS", "MAX_BEAMS", "WEIGHTS", "RunSpec", "max_new_tokens_cap"]
 
@@ -33,12 +33,28 @@ class RunSpec:
     weights: str = "fp32"
     max_new_tokens: int = 64
     min_new_tokens: int = 0
-    # sampling knobs; inert unless the strategy samples (its registry entry's `sampling`)
+    # the logits chain's sampling stages; inert unless the strategy samples (its registry entry's `sampling`).
+    # Each knob's range, label and help are its registry record (playground/registry/builtin_knobs.py)
     temperature: float = 1.0
     top_k: int = 50  # 0 disables top-k filtering
     top_p: float = 1.0  # 1.0 disables nucleus filtering
     min_p: float = 0.0  # 0.0 disables min-p filtering
-    repetition_penalty: float = 1.0  # 1.0 = no penalty; applies to every strategy
+    typical_p: float = 1.0  # 1.0 disables typical sampling
+    epsilon_cutoff: float = 0.0  # 0.0 disables it
+    eta_cutoff: float = 0.0  # 0.0 disables it
+    top_n_sigma: float = 0.0  # 0.0 disables it
+    xtc_threshold: float = 0.1
+    xtc_probability: float = 0.0  # 0.0 disables XTC
+    sampler_order: str = ""  # "": the default order; else stage names, comma-separated (playground/registry/chain.py)
+    # the chain's processors: every strategy
+    repetition_penalty: float = 1.0  # 1.0 = no penalty
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    no_repeat_ngram_size: int = 0  # 0 = off
+    dry_multiplier: float = 0.0  # 0.0 disables DRY
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_sequence_breakers: str = DRY_BREAKERS  # a JSON list of strings
     seed: int = 0
     # beam search
     num_beams: int = 4
@@ -59,24 +75,33 @@ class RunSpec:
     repeats: int = 1  # timed runs of the same generation; metrics report their median and every run
     # forced first tokens after the prompt (branching at a token): generation continues from the last of them
     prefix_ids: tuple[int, ...] = ()
+    # (name, value) of knobs registered beyond these fields (a plug-in's stage of the logits chain), sorted by
+    # name; read as attributes (spec.name) and written flat in to_dict(), like any other key
+    extra_knobs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.prefix_ids, list):  # what JSON gives; stored as a tuple so the spec stays hashable
             object.__setattr__(self, "prefix_ids", tuple(self.prefix_ids))
+        object.__setattr__(self, "extra_knobs", tuple(sorted(dict(self.extra_knobs).items())))
         _check_types(self)
         _check_ranges(self)
+
+    def __getattr__(self, name: str) -> Any:
+        """A knob registered beyond the fields: its value here, else its default."""
+        if name.startswith("__") or not registry.has_knob(name):
+            raise AttributeError(name)
+        return dict(self.__dict__.get("extra_knobs", ())).get(name, registry.knob(name).default)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
         """Build from JSON-like data; unknown keys are an error, missing keys take defaults."""
         if not isinstance(data, Mapping):
             raise PlaygroundError(f"spec must be a JSON object of RunSpec keys, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
+        known = set(spec_keys())
         unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
             raise PlaygroundError(f"unknown spec key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
-        values = {k: _coerce(k, v) for k, v in data.items()}
-        return cls(**values)
+        return cls(**_split_extras({k: _coerce(k, v) for k, v in data.items()}))
 
     @classmethod
     def from_json(cls, text: str) -> RunSpec:
@@ -91,27 +116,52 @@ class RunSpec:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: prefix_ids as a list, as it arrives."""
-        return {**dataclasses.asdict(self), "prefix_ids": list(self.prefix_ids)}
+        """JSON-ready and flat: prefix_ids as a list, as it arrives; every registered knob by its name."""
+        data = {**dataclasses.asdict(self), "prefix_ids": list(self.prefix_ids)}
+        del data["extra_knobs"]
+        return {**data, **{name: getattr(self, name) for name in _extra_names()}}
 
     def replace(self, **changes: Any) -> RunSpec:
-        return dataclasses.replace(self, **changes)
+        own = _split_extras(changes)
+        extras = own.pop("extra_knobs", ())
+        return dataclasses.replace(self, **own, extra_knobs=(*self.extra_knobs, *extras))
 
 
-_FIELD_TYPES: dict[str, type] = {
-    "model": str, "strategy": str, "cache": str, "backend": str, "weights": str,
-    "max_new_tokens": int, "min_new_tokens": int, "temperature": float, "top_k": int,
-    "top_p": float, "min_p": float, "repetition_penalty": float, "seed": int, "num_beams": int,
-    "length_penalty": float, "early_stopping": bool, "num_return_sequences": int,
-    "assistant": str, "prompt_lookup": int, "assisted_sampling": bool, "cache_bits": int, "residual_length": int,
-    "window": int, "sink_tokens": int, "chat": bool, "devices": int, "repeats": int, "prefix_ids": tuple,
-}
+# the fields that are not knobs of the registry, with their types; a knob's type is its record's `kind`
+_OWN_TYPES: dict[str, type] = {"model": str, "strategy": str, "cache": str, "backend": str, "weights": str,
+                               "chat": bool, "prefix_ids": tuple}
 _OPTIONAL = {"assistant", "chat"}
+
+
+def _field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(RunSpec) if f.name != "extra_knobs")
+
+
+def _extra_names() -> tuple[str, ...]:
+    """Registered knobs that are not RunSpec fields (a plug-in's)."""
+    own = set(_field_names())
+    return tuple(knob.name for knob in registry.knobs() if knob.name not in own)
+
+
+def spec_keys() -> tuple[str, ...]:
+    """Every key a spec takes: RunSpec's fields, then the knobs registered beyond them."""
+    return (*_field_names(), *_extra_names())
+
+
+def _split_extras(values: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for RunSpec: the values of knobs beyond its fields gathered into `extra_knobs`."""
+    extras = {k: v for k, v in values.items() if k in _extra_names()}
+    own = {k: v for k, v in values.items() if k not in extras}
+    return {**own, "extra_knobs": tuple(extras.items())} if extras else own
+
+
+def _kind(name: str) -> type:
+    return _OWN_TYPES[name] if name in _OWN_TYPES else registry.knob(name).kind
 
 
 def _coerce(name: str, value: Any) -> Any:
     """Accept what JSON and argparse produce (2.0 for an int, 1 for a float); reject the rest."""
-    kind = _FIELD_TYPES[name]
+    kind = _kind(name)
     if value is None and name in _OPTIONAL:
         return None
     if kind is int and isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -132,8 +182,8 @@ def _coerce_id(value: Any) -> Any:
 
 
 def _check_types(spec: RunSpec) -> None:
-    for name, kind in _FIELD_TYPES.items():
-        value = getattr(spec, name)
+    for name in spec_keys():
+        kind, value = _kind(name), getattr(spec, name)
         if value is None and name in _OPTIONAL:
             continue
         ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
@@ -199,11 +249,12 @@ def _check_ranges(spec: RunSpec) -> None:
     for knob in registry.knobs():
         _check_knob(knob, getattr(spec, knob.name))
     _check_prefix(spec.prefix_ids)
+    chain.parse_order(spec.sampler_order)
     strategy, cache = registry.strategy(spec.strategy), registry.cache_type(spec.cache)
     if spec.assistant is not None and not spec.assistant.strip():
         raise PlaygroundError("assistant must be a model name or null")
     _check_unused(spec, strategy)
-    for validate in (strategy.validate, cache.validate):
+    for validate in (strategy.validate, cache.validate, *(stage.validate for stage in registry.processors())):
         if validate is not None:
             validate(spec)
     check_combination(spec)

@@ -15,9 +15,6 @@ if TYPE_CHECKING:  # type names only: importing this module must not import torc
 # How many alternatives each token record lists (both backends compute exactly this many).
 TOP_ALTERNATIVES = 5
 
-# What can remove a candidate before the draw, in the order they run: a processor, then the sampling filters.
-CUT_STAGES = (None, "min_new_tokens", "top_k", "top_p", "min_p")
-
 # Backends call this with each chunk of new token ids (first sequence) as soon as they exist.
 EmitTokens = Callable[[list[int]], None]
 # Backends poll this between steps/chunks; True means the user pressed stop or the request ran out of time.
@@ -33,13 +30,15 @@ class TokenInfo(TypedDict, total=False):
     """What a backend knew about one generated token (ids; the Result turns them into text). Both backends
     mean the same by each key."""
 
-    p: float  # probability of the chosen token under the distribution it was drawn from: after repetition
-    #           penalty, min_new_tokens, temperature, top-k, top-p and min-p
+    p: float  # probability of the chosen token under the distribution it was drawn from: after every stage of
+    #           the logits chain (playground/registry/chain.py)
     entropy: float  # of that distribution, in nats
     p_model: float  # probability of the chosen token under the model's own softmax (temperature 1, no processor)
     entropy_model: float  # of the model's own distribution, in nats
     top: list[tuple[int, float, float]]  # the model's TOP_ALTERNATIVES most likely: (token id, p, p_model)
-    top_cut: list[str | None]  # per entry of `top`: what set it to -inf first (CUT_STAGES), None if it survived
+    top_cut: list[str | None]  # per entry of `top`: the chain stage that removed it first, None if it survived
+    stages: list[tuple[str, int, float]]  # per stage of the chain, in order: (name, tokens it removed, the
+    #                                       probability mass it moved: total variation between before and after)
 
 
 class BeamNode(TypedDict):

@@ -6,15 +6,19 @@ and both backends read the entries from here; none of them names a cache or a st
 """
 
 from playground.registry import builtin  # noqa: F401  (registers the built-in entries)
-from playground.registry.entries import BACKENDS, CacheType, Knob, Strategy, lazy
+from playground.registry.entries import BACKENDS, CacheType, Knob, Processor, Strategy, lazy
 from playground.registry.store import (
     cache_names,
     cache_type,
     caches,
+    has_knob,
     knob,
     knobs,
+    processor,
+    processors,
     register_cache,
     register_knob,
+    register_processor,
     register_strategy,
     registered,
     strategies,
@@ -22,6 +26,6 @@ from playground.registry.store import (
     strategy_names,
 )
 
-__all__ = ["BACKENDS", "CacheType", "Knob", "Strategy", "cache_names", "cache_type", "caches", "knob", "knobs",
-           "lazy", "register_cache", "register_knob", "register_strategy", "registered", "strategies",
-           "strategy", "strategy_names"]
+__all__ = ["BACKENDS", "CacheType", "Knob", "Processor", "Strategy", "cache_names", "cache_type", "caches",
+           "has_knob", "knob", "knobs", "lazy", "processor", "processors", "register_cache", "register_knob",
+           "register_processor", "register_strategy", "registered", "strategies", "strategy", "strategy_names"]

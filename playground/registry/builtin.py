@@ -1,4 +1,4 @@
-"""The built-in knobs, the five KV-cache types and the four decoding strategies.
+"""The five KV-cache types and the four decoding strategies (after the knobs and the logits chain's stages).
 
 Each entry names its backend code by module path (imported on first use). Reasons are shown to users verbatim,
 so each says why and what to pick instead.
@@ -7,37 +7,12 @@ so each says why and what to pick instead.
 from __future__ import annotations
 
 from playground.errors import PlaygroundError
-from playground.registry.entries import CacheType, Knob, RunSpec, Strategy, lazy
-from playground.registry.store import register_cache, register_knob, register_strategy
+from playground.registry import builtin_chain  # noqa: F401  (registers the logits chain's stages)
+from playground.registry.builtin_knobs import CACHE_BITS, MAX_BEAMS
+from playground.registry.entries import CacheType, RunSpec, Strategy, lazy
+from playground.registry.store import register_cache, register_strategy
 
-MAX_BEAMS = 8
-CACHE_BITS = (2, 4, 8)
-
-# In the order RunSpec checks them: the first value out of range is the one reported.
-for _knob in (
-    Knob(name="temperature", low=0.0, high=100.0, low_open=True),
-    Knob(name="top_k", low=0, high=100_000, shapes=True),  # the number of kept candidates is an array shape
-    Knob(name="top_p", low=0.0, high=1.0, low_open=True),
-    Knob(name="min_p", low=0.0, high=1.0),
-    Knob(name="repetition_penalty", low=0.0, high=10.0, low_open=True),
-    Knob(name="seed", low=0, high=2**32 - 1),
-    Knob(name="num_beams", low=1, high=MAX_BEAMS, shapes=True),
-    Knob(name="length_penalty", low=-10.0, high=10.0),
-    Knob(name="prompt_lookup", low=0, high=64, shapes=True),  # the verify pass's width
-    Knob(name="cache_bits", choices=CACHE_BITS, shapes=True),
-    Knob(name="residual_length", low=1, high=100_000, shapes=True),
-    Knob(name="window", low=1, high=1_000_000, shapes=True),
-    Knob(name="sink_tokens", low=0, high=1024, shapes=True),
-    Knob(name="devices", low=1, high=64, shapes=True),
-    Knob(name="repeats", low=1, high=5),
-    # range checked by the strategy that reads them (elsewhere they must keep their default)
-    Knob(name="num_return_sequences", shapes=True),
-    Knob(name="early_stopping"),
-    Knob(name="assistant"),
-    Knob(name="assisted_sampling"),
-):
-    register_knob(_knob)
-
+__all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS"]
 
 # --- caches -----------------------------------------------------------------------------------------------------
 
@@ -111,15 +86,13 @@ def _check_draft_source(spec: RunSpec) -> None:
             "(assistant, e.g. smollm2-135m) or prompt lookup (prompt_lookup, e.g. 10)")
 
 
-SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "min_p")
-
 register_strategy(Strategy(
     name="greedy", label="greedy", help="the most likely token at every step",
     jax=lazy("playground.backends.jax.plain", "single_token")))
 register_strategy(Strategy(
     name="sampling", label="sampling",
-    help="draws each token from the distribution after temperature, top-k, top-p and min-p",
-    knobs=SAMPLING_KNOBS, sampling="always", jax=lazy("playground.backends.jax.plain", "single_token")))
+    help="draws each token from the distribution the logits chain leaves (temperature, top-k, top-p, ...)",
+    sampling="always", jax=lazy("playground.backends.jax.plain", "single_token")))
 register_strategy(Strategy(
     name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),

@@ -18,9 +18,13 @@ BACKENDS = ("torch", "jax")
 
 @dataclass(frozen=True, kw_only=True)
 class Knob:
-    """A RunSpec key a cache or strategy reads, with its range (RunSpec refuses values outside it)."""
+    """A RunSpec key that a cache, a strategy or a stage of the logits chain reads: its type, default and range
+    (RunSpec refuses values outside it), and how the page, the CLI and the sweep present it. Everything that
+    lists knobs derives from these records (a test checks RunSpec's own fields against them)."""
 
     name: str
+    kind: type = float  # the value's type: int, float, bool or str
+    default: Any = None
     low: float | None = None  # None: no numeric range (a choice, a flag, a name)
     high: float | None = None
     low_open: bool = False  # the low end itself is refused (a temperature of 0 divides by zero)
@@ -28,6 +32,19 @@ class Knob:
     # the value sets an array shape on the JAX path, so each new value compiles new programs; other knobs are
     # arguments of the compiled programs and cost no compile
     shapes: bool = False
+    group: str = ""  # the column card's group of generic widgets that shows it; "": drawn by its own code
+    label: str = ""  # the widget's label (the name when empty)
+    help: str = ""  # one line under the widget and in the CLI's --help
+    step: float | None = None  # a slider over [low, high] with this step; None: a number box or text box
+    sweep: str = ""  # the measure a sweep of this knob plots against speed; "": a sweep cannot move it
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+    def parse(self, text: str) -> Any:
+        """A value written as text (a sweep's list, a CLI flag): whole numbers for an int knob."""
+        return self.kind(text) if self.kind in (int, float, str) else text
 
 
 def lazy(module: str, name: str) -> Callable[..., Any]:
@@ -42,6 +59,36 @@ def lazy(module: str, name: str) -> Callable[..., Any]:
 
     call.__qualname__ = call.__name__ = f"{module}.{name}"
     return call
+
+
+@dataclass(frozen=True, kw_only=True)
+class Processor:
+    """One stage of the logits chain: what turns the model's logits into the distribution a token is taken from.
+
+    Stages run in one order (the registration order, or the `sampler_order` knob's) on both backends: on PyTorch
+    as one LogitsProcessorList, on JAX as one function in every program that picks or scores tokens (steps,
+    verify passes, beam steps, draft models). A stage that is not `active` for a spec is left out of the chain.
+    """
+
+    name: str
+    label: str  # the sampling-cut view's name for it, formatted with the spec's values: "top-k (k={top_k})"
+    help: str
+    knobs: tuple[str, ...] = ()  # the RunSpec keys it reads (the page shows them with the chain's group)
+    # True: a sampling filter or warper, applied only when the strategy samples; False: a processor that changes
+    # the scores of every strategy (penalties, bans), greedy and beam search included (beam: on log-probabilities)
+    samples_only: bool = True
+    # (spec) -> whether the stage is in the chain for these settings (a top-p of 1.0 removes nothing)
+    active: Callable[[RunSpec], bool]
+    # () -> the JAX stage (playground.backends.jax.chain.JaxStage): its compile key, traced arguments, jnp function
+    jax: Callable[[], Any]
+    # (spec, playground.backends.torch.chain.TorchContext) -> a transformers LogitsProcessor
+    torch: Callable[[RunSpec, Any], Any]
+    # (spec) -> raise PlaygroundError for knob values that contradict each other
+    validate: Callable[[RunSpec], None] | None = None
+
+    def describe(self, spec: RunSpec) -> str:
+        """The label with the column's values filled in."""
+        return self.label.format(**{name: getattr(spec, name) for name in self.knobs})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +148,7 @@ class Strategy:
     drafts: bool = False
 
     def samples(self, assisted_sampling: bool) -> bool:
-        """Whether the sampling knobs (temperature, top-k, top-p, min-p) change what this strategy computes."""
+        """Whether the sampling stages of the logits chain (temperature, top-k, ...) apply to this strategy."""
         return self.sampling == "always" or (self.sampling == "optional" and bool(assisted_sampling))
 
     def rows(self, spec: RunSpec) -> int:

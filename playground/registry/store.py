@@ -6,15 +6,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from playground.errors import PlaygroundError
-from playground.registry.entries import CacheType, Knob, Strategy
+from playground.registry.entries import CacheType, Knob, Processor, Strategy
 
 _CACHES: dict[str, CacheType] = {}
 _STRATEGIES: dict[str, Strategy] = {}
 _KNOBS: dict[str, Knob] = {}
+_PROCESSORS: dict[str, Processor] = {}
 
 
 def register_knob(entry: Knob) -> Knob:
+    """Add a RunSpec knob (or replace one of the same name). A knob that is not one of RunSpec's own fields
+    still travels in every RunSpec, API call, CLI flag, column and sweep (RunSpec keeps it among its extras)."""
+    if entry.kind not in (int, float, bool, str):
+        raise ValueError(f"knob {entry.name!r}: kind must be int, float, bool or str")
     _KNOBS[entry.name] = entry
+    return entry
+
+
+def register_processor(entry: Processor) -> Processor:
+    """Add a stage of the logits chain (or replace one of the same name), after the stages already registered
+    (the default order); its knobs must be known RunSpec knobs."""
+    _check_knobs(entry.name, entry.knobs)
+    _PROCESSORS[entry.name] = entry
     return entry
 
 
@@ -43,21 +56,26 @@ def _check_knobs(owner: str, names: tuple[str, ...]) -> None:
 
 
 @contextmanager
-def registered(*entries: CacheType | Strategy) -> Iterator[None]:
-    """Entries registered for the duration of a block, then the registry as it was (tests, experiments)."""
-    saved = dict(_CACHES), dict(_STRATEGIES)
+def registered(*entries: Knob | Processor | CacheType | Strategy) -> Iterator[None]:
+    """Entries registered for the duration of a block (knobs first, in the order given), then the registry as it
+    was (tests, experiments)."""
+    tables: tuple[dict, ...] = (_KNOBS, _PROCESSORS, _CACHES, _STRATEGIES)
+    saved = [dict(table) for table in tables]
     try:
         for entry in entries:
-            if isinstance(entry, CacheType):
+            if isinstance(entry, Knob):
+                register_knob(entry)
+            elif isinstance(entry, Processor):
+                register_processor(entry)
+            elif isinstance(entry, CacheType):
                 register_cache(entry)
             else:
                 register_strategy(entry)
         yield
     finally:
-        _CACHES.clear()
-        _CACHES.update(saved[0])
-        _STRATEGIES.clear()
-        _STRATEGIES.update(saved[1])
+        for table, before in zip(tables, saved, strict=True):
+            table.clear()
+            table.update(before)
 
 
 def caches() -> tuple[CacheType, ...]:
@@ -70,6 +88,19 @@ def strategies() -> tuple[Strategy, ...]:
 
 def knobs() -> tuple[Knob, ...]:
     return tuple(_KNOBS.values())
+
+
+def processors() -> tuple[Processor, ...]:
+    """Every stage of the logits chain, in the default order."""
+    return tuple(_PROCESSORS.values())
+
+
+def processor(name: str) -> Processor:
+    try:
+        return _PROCESSORS[name]
+    except KeyError:
+        raise PlaygroundError(f"no stage of the logits chain is named {name!r}; the stages are: "
+                              f"{', '.join(_PROCESSORS)}") from None
 
 
 def cache_names() -> tuple[str, ...]:
@@ -97,3 +128,7 @@ def strategy(name: str) -> Strategy:
 
 def knob(name: str) -> Knob:
     return _KNOBS[name]
+
+
+def has_knob(name: str) -> bool:
+    return name in _KNOBS

@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
+from playground import registry
 from playground.errors import PlaygroundError
 
-# the knobs a sweep moves: arguments of a compiled program (sampling) or shapes of one (beams, caches)
-KNOBS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "num_beams", "window", "sink_tokens",
-         "cache_bits", "residual_length", "prompt_lookup", "max_new_tokens")
-INTEGER_KNOBS = {"top_k", "num_beams", "window", "sink_tokens", "cache_bits", "residual_length", "prompt_lookup",
-                 "max_new_tokens"}
 MAX_VALUES = 12
-# the measure a sweep's quality-against-speed scatter plots for each knob: what that knob is known to move
-QUALITY_MEASURE = {"temperature": "distinct_2", "top_p": "distinct_2", "top_k": "distinct_2", "min_p": "distinct_2",
-                   "repetition_penalty": "repeat_4gram_rate", "num_beams": "mean_logprob", "window": "agreement",
-                   "sink_tokens": "agreement", "cache_bits": "agreement", "residual_length": "agreement",
-                   "prompt_lookup": "tokens_per_pass", "max_new_tokens": "mean_logprob"}
+
+
+def sweepable() -> tuple[str, ...]:
+    """The knobs a sweep moves (arguments of a compiled program, such as a temperature, or shapes of one, such
+    as a beam count): those whose registry record names the measure a sweep of them plots."""
+    return tuple(knob.name for knob in registry.knobs() if knob.sweep)
+
+
+def quality_measure(knob: str) -> str:
+    """The measure a sweep's quality-against-speed scatter plots for `knob`: what that knob is known to move."""
+    return registry.knob(knob).sweep
 
 
 def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
     """Comma-separated values of `knob`: whole numbers for the integer knobs."""
-    if knob not in KNOBS:
-        raise PlaygroundError(f"cannot sweep {knob!r}; the knobs are {', '.join(KNOBS)}")
+    knobs = sweepable()
+    if knob not in knobs:
+        raise PlaygroundError(f"cannot sweep {knob!r}; the knobs are {', '.join(knobs)}")
+    integer = registry.knob(knob).kind is int
     parts = [part.strip() for part in str(text).split(",") if part.strip()]
     if not parts:
         raise PlaygroundError(f"no values given for {knob}: write them separated by commas, e.g. 0.2,0.7,1.2")
     try:
-        values = tuple(int(p) if knob in INTEGER_KNOBS else float(p) for p in parts)
+        values = tuple(int(p) if integer else float(p) for p in parts)
     except ValueError:
-        kind = "whole numbers" if knob in INTEGER_KNOBS else "numbers"
+        kind = "whole numbers" if integer else "numbers"
         raise PlaygroundError(f"{knob} values must be {kind} separated by commas, got {text!r}") from None
     if len(values) > MAX_VALUES:
         raise PlaygroundError(f"{len(values)} values given; a sweep takes at most {MAX_VALUES}")

@@ -97,15 +97,25 @@ def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: 
     return _timed(f"torch-{cache}", run_once, probe)
 
 
+# Sampling with only top-k and top-p, and with every stage of the logits chain on (docs/samplers.md): the row
+# pair that shows what the chain's stages cost inside the jitted step
+SAMPLING: dict[str, Any] = {"strategy": "sampling", "temperature": 0.9, "top_k": 50, "top_p": 0.9, "seed": 1}
+ALL_SAMPLERS: dict[str, Any] = {
+    **SAMPLING, "min_p": 0.02, "typical_p": 0.95, "epsilon_cutoff": 0.0003, "eta_cutoff": 0.0005, "top_n_sigma": 2.0,
+    "xtc_threshold": 0.1, "xtc_probability": 0.5, "repetition_penalty": 1.1, "presence_penalty": 0.2,
+    "frequency_penalty": 0.2, "no_repeat_ngram_size": 4, "dry_multiplier": 0.8}
+
+
 def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
-              weights: str = "fp32") -> dict[str, Any]:
+              weights: str = "fp32", name: str = "jax", **knobs: Any) -> dict[str, Any]:
     """The JAX decoder: a cold call (it compiles, or loads from the persistent cache: its compile_s is what
     we report), then ROUNDS warm calls. With int8 weights the row also says how many bytes a step reads."""
     from playground.backends.jax import decoder
     from playground.spec import RunSpec
 
-    spec = RunSpec(model=loaded.name, backend="jax", cache="static", max_new_tokens=new_tokens,
-                   min_new_tokens=new_tokens, weights=weights)
+    spec = RunSpec.from_dict({"model": loaded.name, "backend": "jax", "cache": "static",
+                              "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "weights": weights,
+                              **knobs})
 
     def run_once() -> tuple[float, list[float]]:
         out = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
@@ -113,7 +123,7 @@ def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: Ba
 
     cold = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
     if weights == "fp32":
-        return _timed("jax", run_once, probe, compile_s=round(cold.compile_s, 3))
+        return _timed(name, run_once, probe, compile_s=round(cold.compile_s, 3))
     return _timed(f"jax-{weights}", run_once, probe, compile_s=round(cold.compile_s, 3),
                   weight_bytes=cold.extra["device_weight_bytes"])
 
@@ -138,6 +148,10 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
         progress(f"jax-int8: int8 weights, compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe, weights="int8"))
+        for name, knobs in (("jax-sampling", SAMPLING), ("jax-all-samplers", ALL_SAMPLERS)):
+            progress(f"{name}: sampling with {len(knobs) - 2} knobs set, compile, then {max_new_tokens} tokens warm, "
+                     f"{ROUNDS} timed")
+            configs.append(bench_jax(loaded, ids, max_new_tokens, probe, name=name, **knobs))
         configs += bench_grounded(loaded, max_new_tokens, probe, progress, _timed)
         for backend in ("torch", "jax"):
             progress(f"{backend}-beam{BEAMS}: {BEAMS} beams, {max_new_tokens} tokens, warm-up + {ROUNDS} timed")
@@ -162,6 +176,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             "jax_vs_roofline": round(jax_rate / roofline, 3) if roofline else None,
             "jax_int8_vs_jax": _ratio(by_name, "jax-int8", "jax"),
             "jax_int8_vs_torch_dynamic": _ratio(by_name, "jax-int8", "torch-dynamic"),
+            "jax_all_samplers_vs_jax_sampling": _ratio(by_name, "jax-all-samplers", "jax-sampling"),
             **grounded_ratios(by_name),
             "jax_beam4_vs_torch_beam4": _ratio(by_name, f"jax-beam{BEAMS}", f"torch-beam{BEAMS}"),
         },
@@ -202,6 +217,9 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"jax-int8 / jax: {cell(ratios['jax_int8_vs_jax'], '.2f')}x   jax-int8 / torch-dynamic: "
                      f"{cell(ratios['jax_int8_vs_torch_dynamic'], '.2f')}x (% roofline: of the fp32 weights' bytes)")
     lines += assisted_lines(result)
+    if ratios.get("jax_all_samplers_vs_jax_sampling") is not None:
+        lines.append(f"jax-all-samplers / jax-sampling: {cell(ratios['jax_all_samplers_vs_jax_sampling'], '.2f')}x "
+                     "(every stage of the logits chain on, against top-k and top-p alone)")
     if "jax_beam4_vs_torch_beam4" in ratios:
         lines.append(f"jax-beam4 / torch-beam4: {cell(ratios['jax_beam4_vs_torch_beam4'], '.2f')}x "
                      "(beam: whole-run rates, prefill included)")

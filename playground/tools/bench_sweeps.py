@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playground.sweep.knobs import QUALITY_MEASURE
+from playground.sweep.knobs import quality_measure
 from playground.sweep.presets import SWEEP_PRESETS
 from playground.sweep.run import run_sweep
 
@@ -18,7 +18,7 @@ def run_sweep_suite(progress: Callable[[str], Any]) -> dict[str, Any]:
     and the measure the knob moves."""
     rows = []
     for name, preset in SWEEP_PRESETS.items():
-        quality = QUALITY_MEASURE[preset.knob]
+        quality = quality_measure(preset.knob)
         for attempt in ("first", "again"):
             progress(f"{name}: {attempt} run")
             start = time.perf_counter()

@@ -11,10 +11,11 @@ import gradio as gr
 from playground import compatibility, registry, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED, model_choices
-from playground.registry.builtin import SAMPLING_KNOBS
+from playground.registry.builtin_knobs import PENALTIES, SAMPLING
 from playground.spec import BACKENDS, CACHE_BITS, MAX_BEAMS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
+from playground.ui.knob_widgets import chain_knobs, chain_widgets
 from playground.ui.settings import ColumnSettings, ColumnValues
 
 MAX_COLUMNS = 4
@@ -27,12 +28,10 @@ START_COLUMNS = len(START_SETTINGS)
 DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
 
 # The RunSpec keys every column shows, whatever its choice
-COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens",
-               "repetition_penalty")
+COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
 BACKEND_KNOBS = {"jax": ("devices",)}
-# Knob groups of the settings card: a group is shown when the choice reads any of its knobs
-GROUPS = {
-    "sampling_knobs": SAMPLING_KNOBS,
+# Knob groups of the settings card drawn by their own code: a group is shown when the choice reads any of its knobs
+OWN_GROUPS = {
     "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
     "bits_knobs": ("cache_bits", "residual_length"),
@@ -40,16 +39,33 @@ GROUPS = {
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
 }
-# RunSpec keys a column owns; seed and chat are page-wide so that every column answers the same request
-COLUMN_KEYS = tuple(dict.fromkeys((*COMMON_KEYS, *(k for knobs in GROUPS.values() for k in knobs))))
-SPEC_DEFAULTS = RunSpec().to_dict()
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
 # decoding starts from prompt lookup: the default draft model is the main model itself, whose every draft is
 # accepted, so nothing about verification would be seen
-UI_DEFAULTS = {**{k: SPEC_DEFAULTS[k] for k in COLUMN_KEYS}, "assistant": "smollm2-135m", "prompt_lookup": 10,
-               "draft_source": PROMPT_LOOKUP}
-INT_KEYS = {"max_new_tokens", "min_new_tokens", "top_k", "num_beams", "num_return_sequences", "prompt_lookup",
-            "cache_bits", "residual_length", "window", "sink_tokens", "devices"}
+UI_ONLY_DEFAULTS = {"assistant": "smollm2-135m", "prompt_lookup": 10, "draft_source": PROMPT_LOOKUP}
+
+
+def groups() -> dict[str, tuple[str, ...]]:
+    """Every knob group of the settings card: the chain's (drawn from the knobs' records), then the others."""
+    return {"sampling_knobs": chain_knobs(SAMPLING), "penalty_knobs": chain_knobs(PENALTIES), **OWN_GROUPS}
+
+
+def column_keys() -> tuple[str, ...]:
+    """RunSpec keys a column owns; seed and chat are page-wide so that every column answers the same request."""
+    return tuple(dict.fromkeys((*COMMON_KEYS, *(k for knobs in groups().values() for k in knobs))))
+
+
+def spec_defaults() -> dict[str, Any]:
+    return RunSpec().to_dict()
+
+
+def ui_defaults() -> dict[str, Any]:
+    defaults = spec_defaults()
+    return {**{k: defaults[k] for k in column_keys()}, **UI_ONLY_DEFAULTS}
+
+
+def int_keys() -> set[str]:
+    return {knob.name for knob in registry.knobs() if knob.kind is int}
 
 
 def offered(options: tuple[str, ...], axis: int) -> list[str]:
@@ -67,8 +83,8 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
     """The RunSpec keys that change what this column computes, in display order (assisted decoding that samples
     uses the sampling knobs too)."""
     keys = list(COMMON_KEYS)
-    sampled = SAMPLING_KNOBS if samples(strategy, assisted_sampling) else ()
-    for extra in (registry.strategy(strategy).knobs, sampled, registry.cache_type(cache).knobs,
+    sampled = chain_knobs(SAMPLING) if samples(strategy, assisted_sampling) else ()
+    for extra in (registry.strategy(strategy).knobs, sampled, chain_knobs(PENALTIES), registry.cache_type(cache).knobs,
                   BACKEND_KNOBS.get(backend, ())):
         keys += [k for k in extra if k not in keys]
     return keys
@@ -78,7 +94,7 @@ def visibility(strategy: str, cache: str, backend: str, draft_source: str,
                assisted_sampling: bool = False) -> dict[str, bool]:
     """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
     keys = set(relevant_keys(strategy, cache, backend, assisted_sampling))
-    shown = {group: bool(keys & set(knobs)) for group, knobs in GROUPS.items()}
+    shown = {group: bool(keys & set(knobs)) for group, knobs in groups().items()}
     return {**shown, "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP}
 
 
@@ -100,7 +116,7 @@ def weights_choices(backend: str) -> list[tuple[str, str]]:
 
 def _clean(key: str, value: Any) -> Any:
     """Sliders and number boxes hand back floats; RunSpec wants ints where the field is an int."""
-    if key in INT_KEYS and isinstance(value, float) and value.is_integer():
+    if key in int_keys() and isinstance(value, float) and value.is_integer():
         return int(value)
     if key == "model" and isinstance(value, str):
         return value.strip()
@@ -114,7 +130,7 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
     held: Mapping[str, Any] = values
     settings = cast(ColumnSettings, {k: _clean(k, held[k]) for k in keys
                                      if k not in ("assistant", "prompt_lookup", "assisted_sampling")})
-    if set(GROUPS["draft_knobs"]) & set(registry.strategy(values["strategy"]).knobs):
+    if set(OWN_GROUPS["draft_knobs"]) & set(registry.strategy(values["strategy"]).knobs):
         if sampled:  # left out when off, so a shared link stays as short as before
             settings["assisted_sampling"] = True
         if values.get("draft_source") == PROMPT_LOOKUP:
@@ -127,15 +143,16 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
 def control_values(settings: ColumnSettings) -> ColumnValues:
     """Column settings (as saved or shared) -> a value for every control, defaults for the rest."""
     given: Mapping[str, Any] = settings
-    values = cast(ColumnValues, {k: given.get(k, UI_DEFAULTS[k]) for k in COLUMN_KEYS})
+    defaults = ui_defaults()
+    values = cast(ColumnValues, {k: given.get(k, defaults[k]) for k in column_keys()})
     if settings.get("assistant") and not settings.get("prompt_lookup"):
         values["draft_source"] = DRAFT_MODEL
     else:
         values["draft_source"] = PROMPT_LOOKUP
     if not values["prompt_lookup"]:
-        values["prompt_lookup"] = UI_DEFAULTS["prompt_lookup"]
+        values["prompt_lookup"] = defaults["prompt_lookup"]
     if not values["assistant"]:
-        values["assistant"] = UI_DEFAULTS["assistant"]
+        values["assistant"] = defaults["assistant"]
     return values
 
 
@@ -169,12 +186,12 @@ def output_classes(slot: int, position: int) -> list[str]:
 def label(position: int, settings: ColumnSettings) -> str:
     """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
     and backend and weights when not the defaults."""
-    strategy = str(settings.get("strategy", SPEC_DEFAULTS["strategy"]))
+    strategy = str(settings.get("strategy", spec_defaults()["strategy"]))
     if registry.strategy(strategy).drafts:
         lookup = settings.get("prompt_lookup")
         source = f"prompt lookup n={lookup}" if lookup else f"draft {settings.get('assistant')}"
         strategy += f" ({source}, sampled)" if settings.get("assisted_sampling") else f" ({source})"
-    parts = [f"{position + 1}: {strategy}", settings.get("cache", SPEC_DEFAULTS["cache"])]
+    parts = [f"{position + 1}: {strategy}", settings.get("cache", spec_defaults()["cache"])]
     if settings.get("backend", "torch") != "torch":
         parts.append(settings["backend"])
     if settings.get("weights", "fp32") != "fp32":
@@ -264,12 +281,7 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
                     shown: Mapping[str, bool]) -> None:
     """Sampling, beam and assisted knobs, each group shown only for its strategy."""
     with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
-        with gr.Row():
-            knobs["temperature"] = _slider("temperature", index, 0.05, 2.0, 0.05, "temperature", values)
-            knobs["top_k"] = _slider("top_k", index, 0, 200, 1, "top-k (0 = off)", values)
-        with gr.Row():
-            knobs["top_p"] = _slider("top_p", index, 0.05, 1.0, 0.05, "top-p (1 = off)", values)
-            knobs["min_p"] = _slider("min_p", index, 0.0, 0.5, 0.01, "min-p (0 = off)", values)
+        chain_widgets(index, knobs, SAMPLING, values)
     with gr.Group(visible=shown["beam_knobs"]) as groups["beam_knobs"]:
         with gr.Row():
             knobs["num_beams"] = _slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
@@ -333,12 +345,11 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
         _choice_controls(index, knobs, values)
         _strategy_knobs(index, knobs, groups, values, shown)
         _cache_knobs(index, knobs, groups, values, shown)
-        with gr.Accordion("more: min tokens, repetition penalty", open=False):
-            with gr.Row():
-                knobs["min_new_tokens"] = _slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
-                                                  "min new tokens", values)
-                knobs["repetition_penalty"] = _slider("repetition_penalty", index, 0.5, 2.0, 0.05,
-                                                      "repetition penalty (1 = off)", values)
+        with gr.Accordion("more: min tokens, penalties against repetition", open=False):
+            knobs["min_new_tokens"] = _slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
+                                              "min new tokens", values)
+            with gr.Group(visible=shown["penalty_knobs"]) as groups["penalty_knobs"]:
+                chain_widgets(index, knobs, PENALTIES, values)
         notice = gr.Markdown("", elem_classes=["notice"], elem_id=f"notice-{index}")
     return box, knobs, groups, title, remove, notice
 

@@ -1,7 +1,9 @@
-"""The sampling cut of one token: its top candidates under the model and as drawn, and what each filter removed.
+"""The sampling cut of one token: its top candidates under the model and as drawn, and what each stage of the
+logits chain removed and moved.
 
 Pure functions from a token record and the spec its column ran with, so the chart means the same for every
-column and backend: the backends record, per alternative, the first processor or filter that removed it.
+column and backend: the backends record, per alternative, the first stage that removed it, and per stage the
+tokens it removed and the probability mass it moved.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from playground import registry
-from playground.result import Result, TokenRecord
-from playground.spec import RunSpec
+from playground.registry import chain
+from playground.result import Result, StageRecord, TokenRecord
+from playground.spec import RunSpec, spec_keys
 
 NOTHING_PICKED = "click or tap a token first"
 
@@ -28,11 +31,15 @@ class CutRow(TypedDict):
     drawn: bool  # the token the column produced here
 
 
+def _spec(spec: Mapping[str, Any]) -> RunSpec:
+    """The column's spec (a result carries every key; a partial one takes defaults for the rest)."""
+    return RunSpec.from_dict({k: v for k, v in spec.items() if k in spec_keys()})
+
+
 def filter_labels(spec: Mapping[str, Any]) -> dict[str, str]:
-    """Each stage that can remove a candidate, named with the setting the column applied."""
-    return {"min_new_tokens": f"min_new_tokens ({spec.get('min_new_tokens', 0)}: no end of text yet)",
-            "top_k": f"top-k (k={spec.get('top_k')})", "top_p": f"top-p ({spec.get('top_p')})",
-            "min_p": f"min-p ({spec.get('min_p')} × the best)"}
+    """Each stage of the chain, named with the setting the column applied."""
+    run = _spec(spec)
+    return {stage.name: stage.describe(run) for stage in registry.processors()}
 
 
 def cut_rows(record: TokenRecord, spec: Mapping[str, Any]) -> list[CutRow]:
@@ -53,22 +60,20 @@ def cut_rows(record: TokenRecord, spec: Mapping[str, Any]) -> list[CutRow]:
 
 def applied_filters(spec: Mapping[str, Any]) -> str:
     """What stood between the model's distribution and the draw, in the order it was applied."""
-    steps = []
-    if spec.get("repetition_penalty", 1.0) != 1.0:
-        steps.append(f"repetition penalty {spec['repetition_penalty']}")
-    if spec.get("min_new_tokens"):
-        steps.append(f"min_new_tokens {spec['min_new_tokens']}")
-    strategy = str(spec.get("strategy", RunSpec().strategy))
-    if not registry.strategy(strategy).samples(bool(spec.get("assisted_sampling"))):
-        return " → ".join([*steps, f"{strategy}: the most likely token is taken"])
-    steps.append(f"temperature {spec.get('temperature', 1.0)}")
-    if spec.get("top_k"):
-        steps.append(f"top-k {spec['top_k']}")
-    if spec.get("top_p", 1.0) < 1.0:
-        steps.append(f"top-p {spec['top_p']}")
-    if spec.get("min_p"):
-        steps.append(f"min-p {spec['min_p']}")
-    return " → ".join([*steps, "draw"])
+    return chain.describe(_spec(spec))
+
+
+def stage_rows_html(stages: Sequence[StageRecord] | None, spec: Mapping[str, Any]) -> str:
+    """Every active stage in chain order: the tokens it removed and the probability mass it moved."""
+    if not stages:
+        return ""
+    labels = filter_labels(spec)
+    rows = "".join(
+        f"<tr><td>{html.escape(labels.get(row['stage'], row['stage']))}</td><td>{row['removed']}</td>"
+        f"<td>{row['moved']:.3f}</td></tr>" for row in stages)
+    return ("<table class='cut-stages'><thead><tr><th>stage, in order</th><th>tokens removed</th>"
+            "<th title='total variation between the distributions before and after the stage'>mass moved</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table>")
 
 
 def removal_summary(rows: Sequence[CutRow]) -> str:
@@ -122,10 +127,11 @@ def cut_html(result: Result | None, position: int | None, column: str) -> str:
                 f"({html.escape(str(result['spec'].get('strategy')))}: several hypotheses or draft tokens per step)."
                 " You can still branch here from a greedy or sampling column.</p></div>")
     legend = ("<div class='cut-legend'><span class='cut-key model'></span>model's own p (temperature 1) "
-              "<span class='cut-key drawn'></span>p as drawn (after penalty, temperature, filters)</div>")
+              "<span class='cut-key drawn'></span>p as drawn (after the logits chain)</div>")
     return (f"<div class='cut'>{head}<div class='cut-filters'>{html.escape(applied_filters(result['spec']))}</div>"
             f"{legend}{''.join(_row_html(row) for row in rows)}"
-            f"<div class='cut-summary'>{html.escape(removal_summary(rows))}</div></div>")
+            f"<div class='cut-summary'>{html.escape(removal_summary(rows))}</div>"
+            f"{stage_rows_html(record.get('stages'), result['spec'])}</div>")
 
 
 def branch_choices(result: Result | None, position: int | None) -> list[tuple[str, int]]:

@@ -24,7 +24,7 @@ from playground.limits import MAX_LINK_PROMPT_CHARS
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
-from playground.ui.columns import COLUMN_KEYS, MAX_COLUMNS, SPEC_DEFAULTS, problem, relevant_keys
+from playground.ui.columns import MAX_COLUMNS, column_keys, problem, relevant_keys, spec_defaults
 from playground.ui.settings import ColumnSettings, PageSettings, page_settings
 
 MAX_TOKEN_CHARS = 16_000
@@ -60,10 +60,10 @@ def parse_settings(data: Any) -> PageSettings:
         if not isinstance(given, Mapping):
             raise PlaygroundError(f"column {number}: must be an object of run settings")
         column = cast(ColumnSettings, dict(given))  # its keys checked next, its values by RunSpec in problem()
-        extra = sorted(set(column) - set(COLUMN_KEYS))
+        extra = sorted(set(column) - set(column_keys()))
         if extra:
             raise PlaygroundError(f"column {number}: key(s) {', '.join(extra)} cannot be set per column "
-                                  f"(seed, repeats and chat are page-wide); allowed: {', '.join(COLUMN_KEYS)}")
+                                  f"(seed, repeats and chat are page-wide); allowed: {', '.join(column_keys())}")
         reason = problem(column, check_sources=False)  # the column notice says what this run cannot have
         if reason:
             raise PlaygroundError(f"column {number}: {reason}")
@@ -82,7 +82,8 @@ def settings_from_json(text: str) -> PageSettings:
 def encode_url_state(settings: PageSettings) -> str:
     """A compact, URL-safe token: defaults dropped, JSON deflated, base64url without padding."""
     slim: dict[str, Any] = {k: v for k, v in settings.items() if k != "version"}
-    slim["columns"] = [{k: v for k, v in c.items() if k in ("strategy", "cache") or SPEC_DEFAULTS.get(k) != v}
+    defaults = spec_defaults()
+    slim["columns"] = [{k: v for k, v in c.items() if k in ("strategy", "cache") or defaults.get(k) != v}
                        for c in settings.get("columns", [])]
     raw = json.dumps(slim, separators=(",", ":"), ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")

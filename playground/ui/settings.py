@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import Any, TypedDict
 
 # TypedDicts rather than dataclasses: settings travel as JSON (the settings box, the link token, the results
 # export) and through gr.State, and these are exactly the dicts those formats already hold.
@@ -11,42 +11,13 @@ from typing import TypedDict
 SETTINGS_VERSION = 1
 
 
-class ColumnSettings(TypedDict, total=False):
-    """The RunSpec keys one column owns (columns.COLUMN_KEYS), as a link or the settings JSON carries them: only
-    the keys that apply to the column's choice, so any may be absent (RunSpec's default then)."""
-
-    model: str
-    weights: str
-    backend: str
-    strategy: str
-    cache: str
-    max_new_tokens: int
-    min_new_tokens: int
-    repetition_penalty: float
-    temperature: float
-    top_k: int
-    top_p: float
-    min_p: float
-    num_beams: int
-    length_penalty: float
-    num_return_sequences: int
-    early_stopping: bool
-    assistant: str | None
-    prompt_lookup: int
-    assisted_sampling: bool
-    cache_bits: int
-    residual_length: int
-    window: int
-    sink_tokens: int
-    devices: int
-
-
-class ColumnValues(ColumnSettings, total=False):
-    """What a column's controls hold: a value for every key of ColumnSettings, and the UI-only ones (which
-    source of draft tokens the assisted knobs show). Never shared: columns.column_settings turns it into
-    ColumnSettings."""
-
-    draft_source: str
+# The RunSpec keys one column owns (columns.column_keys(): the registry's knobs decide), as a link or the settings
+# JSON carries them: only the keys that apply to the column's choice, so any may be absent (RunSpec's default then).
+# A plain dict: the keys are the registry's, so a knob registered later travels without another list to edit.
+ColumnSettings = dict[str, Any]
+# What a column's controls hold: a value for every key of its ColumnSettings, and the UI-only ones (which source of
+# draft tokens the assisted knobs show). Never shared: columns.column_settings turns it into ColumnSettings.
+ColumnValues = dict[str, Any]
 
 
 class PageSettings(TypedDict):

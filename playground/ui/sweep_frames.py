@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from playground.sweep.knobs import QUALITY_MEASURE
+from playground.sweep import knobs as sweep_knobs
 from playground.ui.plots import PALETTE
 
 MIB = 2**20
@@ -86,7 +86,7 @@ def measure_frame(sweep: dict[str, Any], measure: Measure) -> pd.DataFrame:
 
 
 def quality_measure(knob: str) -> Measure:
-    return BY_KEY[QUALITY_MEASURE[knob]]
+    return BY_KEY[sweep_knobs.quality_measure(knob)]
 
 
 def scatter_frame(sweep: dict[str, Any]) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
 from playground.spec import BACKENDS, RunSpec
 from playground.sweep import prompt_sets
-from playground.sweep.knobs import KNOBS, compile_note, parse_values
+from playground.sweep.knobs import compile_note, parse_values, sweepable
 from playground.sweep.presets import SWEEP_PRESETS
 from playground.sweep.run import MAX_SEEDS, Sweep, aggregates, run_sweep, to_csv
 from playground.ui.events import Inputs, Updates
@@ -119,7 +119,7 @@ class SweepTab:
 def compile_note_for(knob: str, backend: str) -> str:
     if backend != "jax":
         return f"PyTorch compiles nothing: every value of {knob} runs at once."
-    shapes = knob == "max_new_tokens" or registry.knob(knob).shapes
+    shapes = registry.knob(knob).shapes
     return f"On JAX, {compile_note(knob, shapes)}."
 
 
@@ -136,7 +136,7 @@ def build_sweep_tab() -> SweepTab:
     preset_note = gr.Markdown("", elem_id="sweep-preset-note")
     with gr.Row():
         with gr.Column(min_width=260):
-            knob = gr.Dropdown(list(KNOBS), value=preset.knob, label="knob", elem_id="sweep-knob")
+            knob = gr.Dropdown(list(sweepable()), value=preset.knob, label="knob", elem_id="sweep-knob")
             values = gr.Textbox(preset.values, label="values (comma-separated)", elem_id="sweep-values")
             seeds = gr.Slider(1, MAX_SEEDS, value=preset.seeds, step=1, label="seeds per prompt (sampling only)",
                               elem_id="sweep-seeds")

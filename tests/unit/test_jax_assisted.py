@@ -235,9 +235,12 @@ def test_speculative_sampling_draws_from_the_main_distribution(one_hot):
 
 def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
     from playground.backends.torch.config import generation_config
+    from playground.registry import chain
 
-    config = generation_config(spec(backend="torch", cache="dynamic", assisted_sampling=True, top_k=20), llama.model)
-    assert config.do_sample and config.top_k == 20 and config.prompt_lookup_num_tokens == 5
+    run_spec = spec(backend="torch", cache="dynamic", assisted_sampling=True, top_k=20)
+    config = generation_config(run_spec, llama.model)
+    assert config.do_sample and config.prompt_lookup_num_tokens == 5
+    assert "top_k" in [stage.name for stage in chain.stages(run_spec)]  # the chain's sampling stages apply
     with pytest.raises(PlaygroundError, match="only apply to strategy 'assisted'"):
         RunSpec(assisted_sampling=True)
 

@@ -75,7 +75,7 @@ def test_the_chart_marks_the_drawn_token_and_forced_tokens_say_so(local_model):
     result = sampled(local_model, "torch", top_k=3)
     chart = cut_html(result, 0, "1: sampling")
     assert chart.count("◀ drawn") == 1 and "cut-row drawn" in chart
-    assert "temperature 1.0 → top-k 3 → draw" in chart
+    assert "temperature 1.0 → top-k (k=3) → draw" in chart
     branched = {**result, "prefix": {"ids": [7, 8], "text": "ab", "pieces": ["a", "b"]}}
     assert "was forced" in cut_html(branched, 1, "1: sampling")
     assert branch_choices(branched, 1) == []

@@ -48,6 +48,10 @@ def assert_same_records(ours: list[dict], theirs: list[dict]) -> None:
         for (_, p_a, q_a), (_, p_b, q_b) in zip(a["top"], b["top"], strict=True):
             assert p_a == pytest.approx(p_b, abs=TOLERANCE) and q_a == pytest.approx(q_b, abs=TOLERANCE)
         assert a["top_cut"] == b["top_cut"], f"step {step}: what removed each alternative"
+        assert [name for name, _, _ in a["stages"]] == [name for name, _, _ in b["stages"]], f"step {step}: stages"
+        for (name, removed_a, moved_a), (_, removed_b, moved_b) in zip(a["stages"], b["stages"], strict=True):
+            assert removed_a == removed_b, f"step {step}: tokens {name} removed"
+            assert moved_a == pytest.approx(moved_b, abs=TOLERANCE), f"step {step}: mass {name} moved"
 
 
 def test_greedy_records_agree_with_a_penalty_and_a_minimum_length(llama):
@@ -60,20 +64,41 @@ def test_greedy_records_agree_with_a_penalty_and_a_minimum_length(llama):
     assert any(abs(r["p"] / r["p_model"] - 1) > 0.01 for r in torch_out.token_info)
 
 
-@pytest.mark.parametrize("filters", [
-    {"temperature": 0.7, "top_k": 0},
-    {"temperature": 1.3, "top_k": 5},
-    {"top_k": 0, "top_p": 0.8},
-    {"top_k": 0, "min_p": 0.2},
-    {"temperature": 0.9, "top_k": 20, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.2},
-], ids=["temperature", "top_k", "top_p", "min_p", "all"])
-def test_sampled_records_agree_with_each_filter(llama, monkeypatch, filters):
-    knobs = {"strategy": "sampling", "seed": 11, "max_new_tokens": NEW, "min_new_tokens": NEW, **filters}
-    jax_out, _ = jax_run(llama, PROMPT, RunSpec(backend="jax", cache="static", **knobs))
+STAGES = {
+    "temperature": {"temperature": 0.7, "top_k": 0},
+    "top_k": {"temperature": 1.3, "top_k": 5},
+    "top_p": {"top_k": 0, "top_p": 0.8},
+    "min_p": {"temperature": 0.3, "top_k": 0, "min_p": 0.2},
+    "typical_p": {"top_k": 0, "typical_p": 0.5},
+    "epsilon_cutoff": {"top_k": 0, "epsilon_cutoff": 0.004},
+    "eta_cutoff": {"top_k": 0, "eta_cutoff": 0.01},
+    "top_n_sigma": {"top_k": 0, "top_n_sigma": 1.0},
+    "xtc": {"top_k": 0, "temperature": 0.3, "xtc_threshold": 0.05, "xtc_probability": 1.0},
+    "presence_frequency": {"top_k": 0, "presence_penalty": 1.5, "frequency_penalty": 0.8},
+    "no_repeat_ngram": {"top_k": 0, "temperature": 0.2, "no_repeat_ngram_size": 2},
+    "dry": {"top_k": 0, "temperature": 0.2, "dry_multiplier": 2.0, "dry_allowed_length": 1,
+            "dry_sequence_breakers": '["!"]'},
+    "all": {"temperature": 0.9, "top_k": 40, "top_p": 0.95, "min_p": 0.02, "repetition_penalty": 1.2,
+            "typical_p": 0.95, "top_n_sigma": 2.0, "xtc_threshold": 0.1, "xtc_probability": 1.0,
+            "presence_penalty": 0.2, "dry_multiplier": 0.5},
+    "reordered": {"temperature": 0.5, "top_k": 0, "min_p": 0.2, "sampler_order": "min_p,temperature"},
+}
+
+
+@pytest.mark.parametrize("prefix", [(), (7, 7, 200)], ids=["after the prompt", "after a forced prefix"])
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_sampled_records_agree_with_each_stage(llama, monkeypatch, stage, prefix):
+    """Every step's `p` after the chain, `p_model` before it, the alternatives, what removed each, and each stage's
+    removed count and moved mass agree across the backends (a forced prefix is part of the prompt there)."""
+    knobs = {"strategy": "sampling", "seed": 11, "max_new_tokens": NEW, "min_new_tokens": NEW, **STAGES[stage]}
+    prompt = torch.cat([PROMPT, torch.tensor([list(prefix)], dtype=PROMPT.dtype)], dim=1)
+    jax_out, _ = jax_run(llama, prompt, RunSpec(backend="jax", cache="static", **knobs))
     torch_drawing(monkeypatch, jax_out.sequences[0])
-    torch_out, _ = torch_run(llama, PROMPT, RunSpec(**knobs))
+    torch_out, _ = torch_run(llama, prompt, RunSpec(**knobs))
     assert torch_out.sequences == jax_out.sequences
     assert_same_records(jax_out.token_info, torch_out.token_info)
+    named = {name for record in jax_out.token_info for name, _, _ in record["stages"]}
+    assert stage in named or stage in ("all", "reordered")  # the stage ran, at every step
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])

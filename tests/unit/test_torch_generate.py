@@ -89,15 +89,20 @@ def test_cache_trace_grows_for_dynamic_and_stays_flat_for_static(tiny):
 
 @pytest.mark.parametrize(("top_k", "expected"), [(0, False), (7, True)])
 def test_top_k_0_turns_top_k_off_instead_of_taking_transformers_default(tiny, top_k, expected):
+    """transformers builds none of the chain (no top-k of 50 by default); the chain has a top-k exactly when asked."""
     from transformers.generation.logits_process import TopKLogitsWarper
 
+    from playground.backends.torch.chain import TorchContext, processors
     from playground.backends.torch.config import generation_config
 
-    config = generation_config(RunSpec(strategy="sampling", top_k=top_k), tiny.model)
-    processors = tiny.model._get_logits_processor(generation_config=tiny.model._prepare_generation_config(config)[0],
-                                                  input_ids_seq_length=3, encoder_input_ids=None,
-                                                  prefix_allowed_tokens_fn=None, logits_processor=None)
-    assert any(isinstance(p, TopKLogitsWarper) for p in processors) is expected
+    spec = RunSpec(strategy="sampling", top_k=top_k)
+    config = generation_config(spec, tiny.model)
+    built = tiny.model._get_logits_processor(generation_config=tiny.model._prepare_generation_config(config)[0],
+                                             input_ids_seq_length=3, encoder_input_ids=None,
+                                             prefix_allowed_tokens_fn=None, logits_processor=None)
+    assert not any(isinstance(p, TopKLogitsWarper) for p in built)
+    chain = processors(spec, TorchContext(3, (256,), None, torch.device("cpu")))
+    assert any(isinstance(p, TopKLogitsWarper) for _, p in chain) is expected
 
 
 class _SlowBuild:

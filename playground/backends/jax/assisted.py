@@ -20,17 +20,17 @@ import numpy as np
 
 from playground import registry
 from playground.backends.base import AssistStep, GenerationOutput
-from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.chain import Context
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, next_draft_count
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.lookup import lookup
 from playground.backends.jax.loop import cache_extra, engine_extra
-from playground.backends.jax.records import Streamed
-from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
+from playground.backends.jax.plain import PlainDecoding
+from playground.backends.jax.sampling import Knobs, StepInfo
 from playground.backends.jax.strategy import Advance, Request, Run
 from playground.backends.jax.verify import verify_program
 from playground.models.loaded import LoadedModel
@@ -47,19 +47,17 @@ def verify_widths(spec: RunSpec) -> tuple[int, ...]:
     return draft_widths(spec.prompt_lookup) if spec.assistant is None else (MAX_DRAFTS + 1,)
 
 
-class AssistedDecoding:
-    """Plain decoding's start and grow programs, a verify pass per cache layouts and width, and the draft counts."""
+class AssistedDecoding(PlainDecoding):
+    """Plain decoding's token choice, start and grow programs; a verify pass per cache layouts and width, and the
+    draft counts."""
 
     streams = True
 
     def __init__(self, spec: RunSpec, draft: LoadedModel | None) -> None:
-        self.spec = spec
+        super().__init__(spec, samples=registry.strategy(spec.strategy).samples(spec.assisted_sampling))
         self.draft = draft
         self.widths = verify_widths(spec)
-        self.mode = SamplingMode()
-        self.eos: tuple[int, ...] = ()
         self.drafter: Drafter | None = None  # the draft model's side, or None for prompt lookup
-        self.stream = Streamed()
         self.draft_flags: list[bool] = []
         self.steps: list[AssistStep] = []  # per verify pass: its real drafts and how many were kept
         self.drafted = 0  # drafts proposed in all
@@ -69,37 +67,25 @@ class AssistedDecoding:
         self.pending: tuple[jax.Array, int, jax.Array | None] | None = None  # the next pass's drafts, from width()
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
-             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
-        """Greedy, or the sampling knobs' mode when the run samples (speculative sampling); the draft model's
+             context: Context) -> tuple[CachePlan, list[Pending]]:
+        """Greedy, or the chain's sampling stages when the run samples (speculative sampling); the draft model's
         engine and programs (the request waits for them with its own)."""
-        samples = registry.strategy(self.spec.strategy).samples(self.spec.assisted_sampling)
-        self.mode = sampling.mode_for(self.spec, engine.vocab_size, samples=samples)
-        self.eos = eos
+        self.choose_tokens(bucket, context, room=max(self.widths))
         plan = assisted_plan(self.spec, engine.config, prompt_len, max(self.widths))
         if self.draft is None:
             return plan, []
-        self.drafter = Drafter(self.draft, engine.vocab_size, self.spec, prompt_len, bucket, self.mode)
+        self.drafter = Drafter(self.draft, self.spec, prompt_len, bucket, context, samples=not self.mode.greedy)
         return plan, self.drafter.programs.asked
-
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
-        return engine.start_program(bucket, layouts, self.mode, self.eos)
 
     def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
         with_q = self.drafter is not None and not self.mode.greedy
         return {(layouts, width): verify_program(engine, layouts, width, self.mode, self.eos, with_q)
                 for width in self.widths}
 
-    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
-        return engine.grow_program(old, new, self.mode)
-
-    def knobs(self, engine: Engine) -> Knobs[jax.Array]:
-        return engine.put(sampling.knobs_for(self.spec))
-
     def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
-              knobs: Knobs[jax.Array], cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
+              knobs: Knobs, cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
         """Plain decoding's first token, read as a pass that kept it and no drafts."""
-        key = request.engine.put(jax.random.PRNGKey(self.spec.seed))
-        state, info = request.programs.start(logits, ids, true_len, key, knobs, cache)
+        state, info = self.first_token(request, logits, ids, true_len, knobs, cache)
         return state, (state.token, 1, 0, info)
 
     def width(self, request: Request, run: Run, limit: int) -> int:
@@ -147,7 +133,7 @@ class AssistedDecoding:
         self.next_drafts = next_draft_count(drafted, accepted) if drafted else self.next_drafts
         self.drafted += drafted
         self.accepted += accepted
-        self.stream.add(chunk, info, now)
+        self.stream.add(chunk, info, now, self.mode.chain.names)
         self.draft_flags += [i < accepted for i in range(count)]
         if self.drafter is not None and self.pending is None:  # the first token is on the host: the draft starts
             self.drafter.start(request.prompt, request.bucket, self.spec, run.state)

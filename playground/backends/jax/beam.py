@@ -16,15 +16,17 @@ import numpy as np
 
 from playground.backends.base import GenerationOutput
 from playground.backends.beam_nodes import BeamTree
-from playground.backends.jax import beam_programs
+from playground.backends.jax import beam_programs, chain
 from playground.backends.jax.beam_programs import BeamState
-from playground.backends.jax.beam_search import BeamKnobs, BeamMode, beam_mode
+from playground.backends.jax.beam_search import BeamKnobs, BeamMode, capacity_for
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.chain import Context, history_capacity
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import Engine
 from playground.backends.jax.loop import cache_extra, engine_extra
+from playground.backends.jax.sampling import Knobs
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -38,13 +40,17 @@ class BeamSearch:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.mode: BeamMode | None = None
+        self.chain_knobs: Knobs = ()  # the chain's arguments, on the host
         self.tree = BeamTree()
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
-             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
+             context: Context) -> tuple[CachePlan, list[Pending]]:
         # transformers' beam search stops at the generation config's EOS ids
         spec = self.spec
-        self.mode = beam_mode(spec.num_beams, spec.max_new_tokens, eos, spec.repetition_penalty != 1.0)
+        capacity = capacity_for(spec.max_new_tokens)
+        built, self.chain_knobs = chain.build(spec, context, sampling=False,
+                                              history=history_capacity(bucket, capacity))
+        self.mode = BeamMode(spec.num_beams, capacity, context.eos, built)
         return cache_plan.plan_cache(spec, engine.config, prompt_len, STEPS_PER_CALL), []
 
     def _mode(self) -> BeamMode:
@@ -64,8 +70,7 @@ class BeamSearch:
         """The search's knobs; `last` is the step it must end at (max_new_tokens unless stopped)."""
         spec = self.spec
         return engine.put(BeamKnobs(np.float32(spec.length_penalty), np.bool_(spec.early_stopping),
-                                    np.int32(spec.min_new_tokens), np.float32(spec.repetition_penalty),
-                                    np.int32(spec.max_new_tokens if last is None else last)))
+                                    np.int32(spec.max_new_tokens if last is None else last), self.chain_knobs))
 
     def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
               knobs: BeamKnobs[jax.Array], cache: JaxCache) -> tuple[BeamState, Any]:

@@ -18,11 +18,12 @@ import jax
 import jax.numpy as jnp
 from jax.stages import Lowered
 
-from playground.backends.jax import beam_search, sampling
+from playground.backends.jax import beam_search, chain
 from playground.backends.jax.beam_search import BeamKnobs, BeamMode, Hypotheses, StepRecord
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
+from playground.backends.jax.chain import start_history
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import Engine
 
@@ -60,11 +61,7 @@ def _start(engine: Engine, logits: jax.Array, ids: jax.Array, length: jax.Array,
            cache: JaxCache, *, mode: BeamMode) -> tuple[BeamState, StepRecord]:
     """The first step from the prompt's logits (1, V): the prompt's cache repeated for K beams, then gathered by
     the first step's parents (all beam 0) like every later step."""
-    if mode.penalty:
-        seen = sampling.seen_tokens(ids, length, engine.vocab_size)
-    else:
-        seen = jnp.zeros((1, 1), bool)
-    hyps = beam_search.initial(seen, mode)
+    hyps = beam_search.initial(start_history(ids, length, mode.chain.needs, engine.vocab_size), mode)
     logits = jnp.broadcast_to(logits, (mode.beams, logits.shape[-1]))
     hyps, parents, tokens, record = beam_search.step(logits, hyps, mode, knobs)
     cache = reorder(cache, parents)
@@ -99,19 +96,21 @@ def _grow(engine: Engine, state: BeamState, *, layouts: Layouts) -> BeamState:
     return _pin(engine, dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
 
 
-def knob_specs(engine: Engine) -> BeamKnobs[jax.ShapeDtypeStruct]:
-    f32, i32 = engine.spec((), jnp.float32), engine.spec((), jnp.int32)
-    return BeamKnobs(f32, engine.spec((), jnp.bool_), i32, f32, i32)
+def knob_specs(engine: Engine, mode: BeamMode) -> BeamKnobs[jax.ShapeDtypeStruct]:
+    """Abstract search knobs for lowering, laid out as put() lays out the real ones."""
+    i32 = engine.spec((), jnp.int32)
+    return BeamKnobs(engine.spec((), jnp.float32), engine.spec((), jnp.bool_), i32,
+                     jax.tree.map(lambda s: engine.spec(s.shape, s.dtype), chain.arg_specs(mode.chain)))
 
 
 def _abstract_state(engine: Engine, layouts: Layouts, mode: BeamMode) -> BeamState:
     """Shape structs of a BeamState, laid out as the programs leave it."""
     k, cols, i32 = mode.beams, mode.capacity, jnp.int32
-    seen = (k, engine.vocab_size if mode.penalty else 1)
+    history = jax.tree.map(lambda s: engine.spec(s.shape, s.dtype),
+                           chain.history_shapes(mode.chain.needs, k, engine.vocab_size))
     hyps = Hypotheses(engine.spec((k, cols), i32), engine.spec((k,), jnp.float32), engine.spec((k, cols), i32),
                       engine.spec((k,), jnp.float32), engine.spec((k,), i32), engine.spec((k,), jnp.bool_),
-                      engine.spec((), jnp.bool_), engine.spec(seen, jnp.bool_), engine.spec((), i32),
-                      engine.spec((), jnp.bool_))
+                      engine.spec((), jnp.bool_), history, engine.spec((), i32), engine.spec((), jnp.bool_))
     return BeamState(engine.abstract_cache(layouts, k), engine.spec((k,), i32), engine.spec((), i32), hyps)
 
 
@@ -119,7 +118,7 @@ def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode)
     def lower() -> Lowered:
         fn = jax.jit(partial(_start, engine, mode=mode))
         return fn.lower(engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket), jnp.int32),
-                        engine.spec((), jnp.int32), knob_specs(engine),
+                        engine.spec((), jnp.int32), knob_specs(engine, mode),
                         engine.abstract_cache(layouts, 1))
 
     return engine.program(("beam-start", bucket, layouts, mode), lower)
@@ -129,7 +128,7 @@ def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: BeamMode)
     def lower() -> Lowered:
         fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
         return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
-                        knob_specs(engine))
+                        knob_specs(engine, mode))
 
     return engine.program(("beam-decode", layouts, steps, mode), lower)
 

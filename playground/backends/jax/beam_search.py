@@ -16,7 +16,9 @@ from typing import Generic, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax.sampling import Leaf
+from playground.backends.jax import chain
+from playground.backends.jax.chain import Chain, History, gathered, pushed
+from playground.backends.jax.sampling import Knobs, Leaf
 
 # transformers' "very large negative" score: it masks hypotheses out of a top-k without -inf arithmetic
 NEG = -1.0e9
@@ -31,7 +33,7 @@ class BeamMode:
     beams: int  # K running hypotheses (and K finished slots)
     capacity: int  # token columns per hypothesis: max_new_tokens rounded up to CAPACITY_GRANULE
     eos: tuple[int, ...]
-    penalty: bool  # repetition penalty: tracks which tokens each hypothesis has seen
+    chain: Chain  # the logits chain's processors (beam search does not sample), applied to log-probabilities
 
     @property
     def candidates(self) -> int:
@@ -39,9 +41,8 @@ class BeamMode:
         return max(2, 1 + len(self.eos)) * self.beams
 
 
-def beam_mode(beams: int, max_new_tokens: int, eos: tuple[int, ...], penalty: bool) -> BeamMode:
-    capacity = -(-max_new_tokens // CAPACITY_GRANULE) * CAPACITY_GRANULE
-    return BeamMode(beams, capacity, eos, penalty)
+def capacity_for(max_new_tokens: int) -> int:
+    return -(-max_new_tokens // CAPACITY_GRANULE) * CAPACITY_GRANULE
 
 
 class BeamKnobs(NamedTuple, Generic[Leaf]):
@@ -49,9 +50,8 @@ class BeamKnobs(NamedTuple, Generic[Leaf]):
 
     length_penalty: Leaf  # () f32
     early_stopping: Leaf  # () bool
-    min_new_tokens: Leaf  # () i32
-    penalty: Leaf  # () f32 repetition penalty
     last: Leaf  # () i32: the step count at which every candidate stops (max_new_tokens; sooner after a stop)
+    chain: Knobs  # the chain's arguments
 
 
 class Hypotheses(NamedTuple, Generic[Leaf]):
@@ -64,7 +64,7 @@ class Hypotheses(NamedTuple, Generic[Leaf]):
     finished_lengths: Leaf  # (K,) int32
     is_finished: Leaf  # (K,) bool: the slot holds a finished hypothesis
     improvable: Leaf  # () bool: the running beams may still beat the finished ones
-    seen: Leaf  # (K, V) bool tokens seen by each hypothesis (repetition penalty), else (K, 1)
+    history: History[Leaf]  # each hypothesis's text so far (K rows), as far as the chain reads it
     produced: Leaf  # () int32 steps done (tokens per hypothesis)
     done: Leaf  # () bool: the search is over
 
@@ -79,28 +79,24 @@ class StepRecord(NamedTuple):
     kept: jax.Array  # (K,) int32 candidates that become the running beams, in beam order
 
 
-def initial(seen: jax.Array, mode: BeamMode) -> Hypotheses[jax.Array]:
+def initial(history: History[jax.Array], mode: BeamMode) -> Hypotheses[jax.Array]:
     """Before the first step: only beam 0 is live (the others start at NEG, so the first step does not pick
-    the same token K times), nothing finished. `seen` (1, V) or (1, 1) is the prompt's."""
+    the same token K times), nothing finished. `history` (one row) is the prompt's."""
     k, cols = mode.beams, mode.capacity
     zeros = jnp.zeros((k, cols), jnp.int32)
     return Hypotheses(
         running=zeros, running_scores=jnp.full((k,), NEG, jnp.float32).at[0].set(0.0),
         finished=zeros, finished_scores=jnp.full((k,), NEG, jnp.float32), finished_lengths=jnp.zeros((k,), jnp.int32),
         is_finished=jnp.zeros((k,), bool), improvable=jnp.bool_(True),
-        seen=jnp.broadcast_to(seen, (k, seen.shape[1])), produced=jnp.int32(0), done=jnp.bool_(False))
+        history=gathered(history, jnp.zeros((k,), jnp.int32)), produced=jnp.int32(0), done=jnp.bool_(False))
 
 
 def log_probs(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array]) -> jax.Array:
-    """(K, V) log-softmax of the logits, then the processors beam search applies to it: repetition penalty
-    (log-probabilities are negative: multiplied) and no EOS before min_new_tokens."""
+    """(K, V) log-softmax of the logits, then the chain's processors, as transformers' beam search applies its
+    processor list to log-probabilities (a repetition penalty multiplies them: they are negative)."""
     scores = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    if mode.penalty:
-        scores = jnp.where(hyps.seen, jnp.where(scores < 0, scores * knobs.penalty, scores / knobs.penalty), scores)
-    if mode.eos:
-        eos = jnp.zeros(scores.shape[-1], bool).at[jnp.asarray(mode.eos)].set(True, mode="drop")
-        scores = jnp.where(eos & (hyps.produced < knobs.min_new_tokens), -jnp.inf, scores)
-    return scores
+    applied = chain.apply(scores, hyps.history, hyps.produced, None, mode.chain, knobs.chain, record=False)
+    return chain.in_vocab(applied.cands, scores.shape[-1], -jnp.inf)
 
 
 def _top_continuations(scores: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode,
@@ -154,14 +150,12 @@ def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode,
     parents, tokens = record.parents[kept], record.tokens[kept]
     finished, finished_scores, lengths, is_finished = _update_finished(hyps, record, sequences, mode, knobs)
     improvable = _still_improvable(hyps, masked[kept], finished_scores, is_finished, knobs)
-    seen = hyps.seen[parents]
-    if mode.penalty:
-        seen = seen.at[jnp.arange(mode.beams), tokens].set(True)
+    history = pushed(gathered(hyps.history, parents), tokens, mode.chain.needs)
     # _beam_search_has_unfinished_sequences
     open_beam = ~(jnp.all(is_finished) & knobs.early_stopping)
     go_on = improvable & open_beam & ~jnp.all(record.finished)
     new = Hypotheses(sequences[kept], masked[kept], finished, finished_scores, lengths, is_finished, improvable,
-                     seen, hyps.produced + 1, ~go_on)
+                     history, hyps.produced + 1, ~go_on)
     return new, parents, tokens, record._replace(kept=kept)
 
 

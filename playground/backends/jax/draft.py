@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
-from playground.backends.jax import speculative
+from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
+from playground.backends.jax.chain import Context
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine, engine_for
 from playground.backends.jax.programs import Programs, run_prompt
@@ -45,22 +46,22 @@ def next_draft_count(count: int, kept: int) -> int:
     return min(MAX_DRAFTS, count + 2) if kept == count else max(1, count - 1)
 
 
-def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count: jax.Array, knobs: Knobs[jax.Array],
+def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count: jax.Array, knobs: Knobs,
             *, steps: int, mode: SamplingMode) -> tuple[DecodeState[jax.Array], jax.Array, jax.Array | None]:
     """count + 1 draft steps (count < steps): the state after them, the drafts (1, steps - 1) and, when sampling,
     the distributions they were drawn from (1, steps - 1, V)."""
     def body(carry: tuple) -> tuple:
         i, s, tokens, probs = carry
         logits, cache = engine.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-        _, processed, final, _ = speculative.processed(logits[:, -1], s.seen, s.produced, mode, knobs, ())
-        key = s.key
+        key, chain_key = sampling.split_for_chain(s.key, mode)
+        out = sampling.processed(logits[:, -1], s.history, s.produced, chain_key, mode, knobs)
         if mode.greedy:
-            token = jnp.argmax(processed, axis=-1).astype(jnp.int32)
+            token = sampling.pick(out.applied.cands, True, key)
         else:
             key, draw = jax.random.split(key)
-            token = jax.random.categorical(draw, jnp.log(final), axis=-1).astype(jnp.int32)
-            probs = probs.at[i].set(final[0])
-        s = DecodeState(cache, token, s.position + 1, key, s.seen, s.done, s.produced + 1)
+            token = sampling.pick(out.applied.cands, False, draw)
+            probs = probs.at[i].set(out.final[0])
+        s = DecodeState(cache, token, s.position + 1, key, s.history, s.done, s.produced + 1)
         return i + 1, engine.pin(s), tokens.at[i].set(token[0]), probs
 
     probs = jnp.zeros((steps, 1 if mode.greedy else engine.vocab_size), jnp.float32)
@@ -77,23 +78,26 @@ def _local(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
 class Drafter:
     """The draft model's engine, programs and decoding state for one request."""
 
-    def __init__(self, draft: LoadedModel, main_vocab: int, spec: RunSpec, prompt_len: int, bucket: int,
-                 mode: SamplingMode) -> None:
+    def __init__(self, draft: LoadedModel, spec: RunSpec, prompt_len: int, bucket: int, main: Context, *,
+                 samples: bool) -> None:
         self.engine, _ = engine_for(draft.model, 1, spec.weights)
-        if self.engine.vocab_size != main_vocab:
-            raise PlaygroundError(draft_vocabulary_refusal(draft.name, self.engine.vocab_size, main_vocab))
+        if self.engine.vocab_size != main.vocab_size:
+            raise PlaygroundError(draft_vocabulary_refusal(draft.name, self.engine.vocab_size, main.vocab_size))
         width = MAX_DRAFTS + 1
         # preallocated: the draft's cache never grows, so its programs are one of each
         plan = assisted_plan(spec.replace(cache=DRAFT_CACHE), self.engine.config, prompt_len, width)
         self.layouts: Layouts = plan.at(plan.lengths[0])
-        self.mode = dataclasses.replace(mode, penalty=False)
+        # the main model's chain without what reads the text so far, and without the end-of-text ban: any
+        # proposal is verified, and speculative sampling needs only the distribution each draft was drawn from
+        context = Context(self.engine.vocab_size, (), draft.tokenizer)
+        self.mode, self.knob_values = sampling.mode_for(spec, context, samples=samples, keep_history=False)
         self.programs = Programs()
         self.programs.prefill = self.programs.add(self.engine.prefill_program(bucket, self.layouts))
         self.programs.start = self.programs.add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
         self.propose = self.programs.add(self._propose_program(width))
         self.catch_up = self.programs.add(self._catch_up_program())
         self.state: Any = None  # DecodeState once started
-        self.knobs: Knobs[jax.Array] | None = None
+        self.knobs: Knobs | None = None
         self.counts: dict[int, jax.Array] = {}
 
     def _propose_program(self, steps: int) -> Pending:
@@ -102,7 +106,7 @@ class Drafter:
         def lower() -> Lowered:
             fn = jax.jit(partial(propose, engine, steps=steps, mode=self.mode), donate_argnames=("state",))
             return fn.lower(engine.weights, engine.abstract_state(self.layouts, self.mode, 1),
-                            engine.spec((), jnp.int32), engine.knob_specs())
+                            engine.spec((), jnp.int32), engine.knob_specs(self.mode))
 
         return engine.program(("propose", self.layouts, steps, self.mode), lower)
 
@@ -121,12 +125,12 @@ class Drafter:
             return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
                             i32)
 
-        return engine.program(("catch_up", self.layouts, self.mode.penalty), lower)
+        return engine.program(("catch_up", self.layouts, self.mode.needs), lower)
 
     def start(self, prompt: np.ndarray, bucket: int, spec: RunSpec, first: DecodeState[jax.Array]) -> None:
         """The prompt into the draft's cache; its next input is the main model's first token."""
         seeded = spec.replace(seed=(spec.seed + 1) % 2**32)  # its own random stream
-        state, self.knobs, _, _ = run_prompt(self.engine, self.programs, prompt, bucket, seeded)
+        state, self.knobs, _, _ = run_prompt(self.engine, self.programs, prompt, bucket, seeded, self.knob_values)
         self.state = self.catch_up(state, *_local((first.token, first.position)), state.produced)
 
     def drafts(self, count: int) -> tuple[jax.Array, jax.Array | None]:

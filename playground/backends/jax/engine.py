@@ -36,9 +36,10 @@ from playground.backends.jax import compiling, disk_cache, sampling, tensor_para
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
+from playground.backends.jax.chain import History, history_shapes, pushed, start_history
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
-from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo
+from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo, knob_specs
 
 # Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
 # in-place cache writes safe inside the decode loop instead of copying each cache array every step.
@@ -53,12 +54,12 @@ class DecodeState(Generic[Leaf]):
     token: Leaf  # (B,) last token, not yet in the cache
     position: Leaf  # () its position
     key: Leaf  # PRNG key
-    seen: Leaf  # (B, V) tokens seen (repetition penalty) or (B, 1) unused
+    history: History[Leaf]  # the text so far, as far as the logits chain reads it
     done: Leaf  # () bool: an EOS was produced
     produced: Leaf  # () tokens generated so far
 
 
-jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "position", "key", "seen", "done",
+jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "position", "key", "history", "done",
                                                            "produced"], meta_fields=[])
 
 
@@ -148,14 +149,13 @@ class Engine:
         """The state's small arrays replicated and the cache split, call after call."""
         if self.mesh is None:
             return state
-        small = [jax.lax.with_sharding_constraint(x, self.replicated())
-                 for x in (state.token, state.position, state.key, state.seen, state.done, state.produced)]
+        small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, self.replicated()),
+                             (state.token, state.position, state.key, state.history, state.done, state.produced))
         return DecodeState(self.constrain(state.cache), *small)
 
-    def knob_specs(self) -> Knobs[jax.ShapeDtypeStruct]:
-        """Abstract sampling knobs for lowering, laid out as put() lays out the real ones."""
-        f32, i32 = self.spec((), jnp.float32), self.spec((), jnp.int32)
-        return Knobs(f32, f32, f32, f32, i32)
+    def knob_specs(self, mode: SamplingMode) -> Knobs:
+        """Abstract chain arguments for lowering, laid out as put() lays out the real ones."""
+        return jax.tree.map(lambda s: self.spec(s.shape, s.dtype), knob_specs(mode))
 
     # -- traced functions (pure JAX outside, the HF model inside) ---------------------------------------------
     def forward(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
@@ -186,21 +186,18 @@ class Engine:
         return logits, self.constrain(cache)
 
     def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
-               knobs: Knobs[jax.Array], cache: JaxCache, *, mode: SamplingMode,
+               knobs: Knobs, cache: JaxCache, *, mode: SamplingMode,
                eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], StepInfo]:
         """The first new token from the prefill logits, the state decoding carries from there, and the token's
         probability, entropy and alternatives."""
-        if mode.penalty:
-            seen = sampling.seen_tokens(ids, length, self.vocab_size)
-        else:
-            seen = jnp.zeros((ids.shape[0], 1), bool)
+        history = start_history(ids, length, mode.needs, self.vocab_size)
         produced = jnp.int32(0)
-        token, key, info = sampling.select(logits, key, produced, seen, mode, knobs, eos)
-        seen = sampling.mark_seen(seen, token, mode)
+        token, key, info = sampling.select(logits, key, produced, history, mode, knobs)
+        history = pushed(history, token, mode.needs)
         done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
-        return self.pin(DecodeState(cache, token, length.astype(jnp.int32), key, seen, done, produced + 1)), info
+        return self.pin(DecodeState(cache, token, length.astype(jnp.int32), key, history, done, produced + 1)), info
 
-    def _decode(self, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs[jax.Array], *,
+    def _decode(self, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs, *,
                 steps: int, mode: SamplingMode,
                 eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Chunk, jax.Array]:
         """Up to `limit` (<= steps) tokens in one call; stops early at EOS. Returns (state, chunk, count): the
@@ -214,13 +211,13 @@ class Engine:
         def body(carry: tuple) -> tuple:
             i, s, out = carry
             logits, cache = self.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-            token, key, info = sampling.select(logits[:, -1], s.key, s.produced, s.seen, mode, knobs, eos)
+            token, key, info = sampling.select(logits[:, -1], s.key, s.produced, s.history, mode, knobs)
             out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
-            s = DecodeState(cache, token, s.position + 1, key, sampling.mark_seen(s.seen, token, mode),
+            s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs),
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self.pin(s), out
 
-        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps))
+        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.chain.stages)))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 
@@ -288,16 +285,17 @@ class Engine:
         def lower() -> Lowered:
             fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
             return fn.lower(self.spec((batch, self.vocab_size), jnp.float32), self.spec((batch, bucket), jnp.int32),
-                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.knob_specs(),
+                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.knob_specs(mode),
                             self.abstract_cache(layouts, batch))
 
         return self.program(("start", batch, bucket, layouts, mode, eos), lower)
 
     def abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
         """Shape structs of a DecodeState over `layouts`, laid out as the programs leave it (for lowering)."""
-        seen = (batch, self.vocab_size if mode.penalty else 1)
+        history = jax.tree.map(lambda s: self.spec(s.shape, s.dtype),
+                               history_shapes(mode.needs, batch, self.vocab_size))
         return DecodeState(self.abstract_cache(layouts, batch), self.spec((batch,), jnp.int32),
-                           self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.spec(seen, jnp.bool_),
+                           self.spec((), jnp.int32), self.spec((2,), jnp.uint32), history,
                            self.spec((), jnp.bool_), self.spec((), jnp.int32))
 
     def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> Pending:
@@ -305,14 +303,14 @@ class Engine:
             fn = jax.jit(partial(self._grow, layouts=new))  # new, larger buffers: nothing to donate
             return fn.lower(self.abstract_state(old, mode, batch))
 
-        return self.program(("grow", batch, old, new, mode.penalty), lower)
+        return self.program(("grow", batch, old, new, mode.needs), lower)
 
     def decode_program(self, layouts: Layouts, steps: int, mode: SamplingMode, eos: tuple[int, ...],
                        batch: int = 1) -> Pending:
         def lower() -> Lowered:
             fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
             state = self.abstract_state(layouts, mode, batch)
-            return fn.lower(self.weights, state, self.spec((), jnp.int32), self.knob_specs())
+            return fn.lower(self.weights, state, self.spec((), jnp.int32), self.knob_specs(mode))
 
         return self.program(("decode", batch, layouts, steps, mode, eos), lower)
 

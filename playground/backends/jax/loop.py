@@ -23,6 +23,7 @@ from playground.backends.jax import compiling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
+from playground.backends.jax.chain import Context
 from playground.backends.jax.engine import Engine, engine_for
 from playground.backends.jax.programs import Programs
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run, Strategy
@@ -69,7 +70,7 @@ def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarr
     prompt_len = prompt.shape[1]
     bucket = cache_plan.prefill_bucket(prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
-    plan, own = strategy.bind(engine, prompt_len, bucket, eos)
+    plan, own = strategy.bind(engine, prompt_len, bucket, Context(engine.vocab_size, eos, loaded.tokenizer))
     programs = _programs(engine, bucket, plan.schedule(), strategy, decode=spec.max_new_tokens > 1)
     programs.asked += own
     return Request(engine, reused, prompt, bucket, eos, plan, programs)

@@ -13,6 +13,7 @@ from playground.backends.jax import sampling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
+from playground.backends.jax.chain import Context, history_capacity
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.loop import cache_extra, engine_extra
@@ -32,13 +33,20 @@ class PlainDecoding:
         self.spec = spec
         self.samples = samples
         self.mode = SamplingMode()
+        self.knob_values: Knobs = ()  # the chain's arguments, on the host
         self.eos: tuple[int, ...] = ()
         self.stream = Streamed()
 
+    def choose_tokens(self, bucket: int, context: Context, room: int = 0) -> None:
+        """Fix the token choice's static mode and its knobs; a history the chain reads holds the prompt, every
+        new token and `room` more (a verify pass's drafts)."""
+        history = history_capacity(bucket, self.spec.max_new_tokens + room)
+        self.mode, self.knob_values = sampling.mode_for(self.spec, context, samples=self.samples, history=history)
+        self.eos = context.eos
+
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
-             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
-        self.mode = sampling.mode_for(self.spec, engine.vocab_size, samples=self.samples)
-        self.eos = eos
+             context: Context) -> tuple[CachePlan, list[Pending]]:
+        self.choose_tokens(bucket, context)
         return cache_plan.plan_cache(self.spec, engine.config, prompt_len, STEPS_PER_CALL), []
 
     def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
@@ -50,20 +58,26 @@ class PlainDecoding:
     def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
         return engine.grow_program(old, new, self.mode)
 
-    def knobs(self, engine: Engine) -> Knobs[jax.Array]:
-        return engine.put(sampling.knobs_for(self.spec))
+    def knobs(self, engine: Engine) -> Knobs:
+        return engine.put(self.knob_values)
 
-    def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
-              knobs: Knobs[jax.Array], cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
-        """The first token; read as a one-row chunk (its StepInfo rows have the batch of one as leading axis)."""
+    def first_token(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
+                    knobs: Knobs, cache: JaxCache) -> tuple[DecodeState[jax.Array], StepInfo]:
+        """The start program's first token from the prefill's logits, seeded by the spec."""
         key = request.engine.put(jax.random.PRNGKey(self.spec.seed))
         state, info = request.programs.start(logits, ids, true_len, key, knobs, cache)
+        return state, info
+
+    def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
+              knobs: Knobs, cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
+        """The first token; read as a one-row chunk (its StepInfo rows have the batch of one as leading axis)."""
+        state, info = self.first_token(request, logits, ids, true_len, knobs, cache)
         return state, (state.token, info, 1)
 
     def width(self, request: Request, run: Run, limit: int) -> int:
         return limit
 
-    def step(self, request: Request, run: Run, limit: int) -> tuple[jax.Array, StepInfo, jax.Array]:
+    def step(self, request: Request, run: Run, limit: int) -> Any:
         decode = request.programs.steps[run.layouts]
         run.state, out, count = decode(request.engine.weights, run.state, request.scalar(limit), run.knobs)
         return out.tokens, out.info, count
@@ -71,7 +85,7 @@ class PlainDecoding:
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
         tokens, info, count = fetched  # (steps,) tokens, -1 past `count`; (steps, ...) StepInfo rows
         chunk = [int(t) for t in tokens[: int(count)]]
-        self.stream.add(chunk, info, now)
+        self.stream.add(chunk, info, now, self.mode.chain.names)
         return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
 
     def stop(self, request: Request, run: Run) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable
 import jax
 import numpy as np
 
-from playground.backends.jax import compiling, sampling
+from playground.backends.jax import compiling
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine
@@ -40,15 +40,15 @@ class Programs:
         return ready
 
 
-def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int,
-               spec: RunSpec) -> tuple[DecodeState[jax.Array], Knobs[jax.Array], int, StepInfo]:
+def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, spec: RunSpec,
+               knob_values: Knobs) -> tuple[DecodeState[jax.Array], Knobs, int, StepInfo]:
     """The prompt (B, T) padded on the right to `bucket` (causal masking keeps the padding out of the real
-    tokens) into a new cache; returns the decode state, the knobs on the device, and the first new token and
-    its StepInfo on the host."""
+    tokens) into a new cache; returns the decode state, the chain's knobs (`knob_values`, host) on the device,
+    and the first new token and its StepInfo on the host."""
     padded = np.zeros((prompt.shape[0], bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
-    knobs = engine.put(sampling.knobs_for(spec))
+    knobs = engine.put(knob_values)
     logits, cache = programs.prefill(engine.weights, ids, true_len)  # (B, V)
     state, info = programs.start(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
     first, info = jax.device_get((state.token, info))

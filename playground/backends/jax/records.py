@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from playground.backends.base import CUT_STAGES, TokenInfo
+from playground.backends.base import TokenInfo
 from playground.backends.jax.sampling import StepInfo
 
 
-def token_records(info: StepInfo, count: int) -> list[TokenInfo]:
-    """The first `count` host StepInfo rows as the backends' common TokenInfo records."""
+def token_records(info: StepInfo, count: int, stages: tuple[str, ...]) -> list[TokenInfo]:
+    """The first `count` host StepInfo rows as the backends' common TokenInfo records; `stages` names the
+    chain's stages in order (a cut index i > 0 is stages[i - 1])."""
     rows = [row[:count] for row in info]
     return [{"p": float(p), "entropy": float(h), "p_model": float(q), "entropy_model": float(hq),
              "top": list(zip(ids.tolist(), top_p.tolist(), top_q.tolist(), strict=True)),
-             "top_cut": [CUT_STAGES[c] for c in cut.tolist()]}
-            for p, h, q, hq, ids, top_p, top_q, cut in zip(*rows, strict=True)]
+             "top_cut": [stages[c - 1] if c else None for c in cut.tolist()],
+             "stages": [(name, int(n), float(m)) for name, n, m in zip(stages, removed.tolist(), moved.tolist(),
+                                                                     strict=True)]}
+            for p, h, q, hq, ids, top_p, top_q, cut, removed, moved in zip(*rows, strict=True)]
 
 
 @dataclass
@@ -25,8 +28,8 @@ class Streamed:
     info: list[TokenInfo] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
 
-    def add(self, tokens: list[int], info: StepInfo, now: float) -> None:
+    def add(self, tokens: list[int], info: StepInfo, now: float, stages: tuple[str, ...]) -> None:
         """A call's tokens and their first len(tokens) host StepInfo rows, on the host since `now`."""
         self.tokens += tokens
-        self.info += token_records(info, len(tokens))
+        self.info += token_records(info, len(tokens), stages)
         self.times += [now] * len(tokens)

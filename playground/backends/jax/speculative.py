@@ -1,7 +1,7 @@
 """Which drafted tokens the main model keeps, inside jit: greedy matching, or speculative sampling.
 
-The main model's logits for the last token and every draft arrive at once (W rows). Each row is processed as
-sampling.select would process it had the drafts before it been accepted (repetition penalty sees them,
+The main model's logits for the last token and every draft arrive at once (W rows). Each row goes through the
+logits chain as sampling.select would take it had the drafts before it been accepted (the penalties see them,
 min_new_tokens counts them), so the kept tokens are those plain decoding would give. Greedy keeps the drafts
 that equal the main model's argmax, then adds the main model's own token. Sampling is the standard rule
 (Leviathan et al., 2023; Chen et al., 2023): draft d with draft probability q(d) is kept with probability
@@ -11,12 +11,13 @@ from p. For prompt lookup q is one-hot. Either way the tokens follow the main mo
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from playground.backends.jax import sampling
+from playground.backends.jax.chain import Candidates, History, pushed
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
 
 
@@ -29,41 +30,22 @@ class Verdict(NamedTuple):
     info: StepInfo  # (W, ...) rows, as the decode chunk's
 
 
-def processed(logits: jax.Array, seen: jax.Array, produced: jax.Array, mode: SamplingMode, knobs: Knobs[jax.Array],
-               eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """logits (B, V) -> (the model's softmax, the processed logits, the distribution a token is drawn from,
-    which stage removed each token: a CUT_STAGES index, 0 where it survived), as sampling.select records them."""
-    logits = logits.astype(jnp.float32)
-    model = jax.nn.softmax(logits, axis=-1)
-    if mode.penalty:
-        logits = sampling.penalize(logits, seen, knobs.penalty)
-    if eos_ids:
-        eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(eos_ids)].set(True, mode="drop")
-        logits = jnp.where(eos & (produced < knobs.min_new_tokens), -jnp.inf, logits)
-    blocked = jnp.where(jnp.isneginf(logits), 1, 0).astype(jnp.int32)  # removed before any filter
-    if mode.greedy:
-        return model, logits, jax.nn.softmax(logits, axis=-1), blocked
-    values, indices, cut = sampling.candidates(logits, mode, knobs)
-    probs = jax.nn.softmax(values, axis=-1)
-    if indices is not None:
-        rows = jnp.arange(probs.shape[0])[:, None]
-        probs = jnp.zeros(logits.shape, probs.dtype).at[rows, indices].set(probs)
-    return model, logits, probs, jnp.where(blocked > 0, blocked, cut)
-
-
-def rows(logits: jax.Array, drafts: jax.Array, seen: jax.Array, produced: jax.Array, mode: SamplingMode,
-         knobs: Knobs[jax.Array], eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """logits (B, W, V), drafts (B, W - 1) -> per row (W, B, V): model softmax, processed logits, final p, cut."""
-    padded = jnp.concatenate([drafts, drafts[:, :1]], axis=1)  # (B, W): row i's draft, marked seen after row i
-
-    def body(seen: jax.Array, row: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, tuple]:
-        row_logits, draft, index = row
-        out = processed(row_logits, seen, produced + index, mode, knobs, eos_ids)
-        return sampling.mark_seen(seen, draft, mode), out
-
+def rows(logits: jax.Array, drafts: jax.Array, history: History[jax.Array], produced: jax.Array,
+         key: jax.Array | None, mode: SamplingMode, knobs: Knobs) -> sampling.Processed:
+    """logits (B, W, V), drafts (B, W - 1) -> each row through the chain, stacked (W, B, ...): row i sees the
+    drafts before it in its history and counts them as produced. `key` is the chain's own (None: no stage draws)."""
+    padded = jnp.concatenate([drafts, drafts[:, :1]], axis=1)  # (B, W): row i's draft, pushed after row i
     width = logits.shape[1]
-    xs = (logits.transpose(1, 0, 2), padded.T, jnp.arange(width, dtype=jnp.int32))
-    _, out = jax.lax.scan(body, seen, xs)
+    keys = jax.random.split(key, width) if key is not None else jnp.zeros((width, 2), jnp.uint32)
+
+    def body(history: History[jax.Array], row: tuple[jax.Array, ...]) -> tuple[History[jax.Array], Any]:
+        row_logits, draft, index, row_key = row
+        out = sampling.processed(row_logits, history, produced + index, row_key if key is not None else None,
+                                 mode, knobs)
+        return pushed(history, draft, mode.needs), out
+
+    xs = (logits.transpose(1, 0, 2), padded.T, jnp.arange(width, dtype=jnp.int32), keys)
+    _, out = jax.lax.scan(body, history, xs)
     return out
 
 
@@ -73,9 +55,12 @@ def _kept(matches: jax.Array, count: jax.Array) -> jax.Array:
     return jnp.cumprod(matches & real).sum().astype(jnp.int32)
 
 
-def greedy(processed: jax.Array, drafts: jax.Array, count: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(W,) tokens (the main model's argmax per row) and how many drafts equal them, in a row."""
-    targets = jnp.argmax(processed[:, 0], axis=-1).astype(jnp.int32)  # (W,)
+def greedy(cands: Candidates, drafts: jax.Array, count: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(W,) tokens (the main model's best candidate per row, cands stacked (W, B, N)) and how many drafts equal
+    them, in a row."""
+    best = jnp.argmax(cands.values[:, 0], axis=-1)  # (W,)
+    targets = best if cands.ids is None else jnp.take_along_axis(cands.ids[:, 0], best[:, None], axis=-1)[:, 0]
+    targets = targets.astype(jnp.int32)
     return targets, _kept(drafts[0] == targets[:-1], count)
 
 
@@ -99,13 +84,13 @@ def sample(final: jax.Array, drafts: jax.Array, count: jax.Array, q: jax.Array |
     return jnp.where(jnp.arange(width) == kept, drawn, tokens), kept, key
 
 
-def verdict(tokens: jax.Array, kept: jax.Array, model: jax.Array, final: jax.Array, cut: jax.Array,
-            eos_ids: tuple[int, ...]) -> Verdict:
+def verdict(tokens: jax.Array, kept: jax.Array, rows_out: sampling.Processed, eos_ids: tuple[int, ...]) -> Verdict:
     """The kept tokens cut after a first EOS, and their StepInfo rows (under each row's own distributions)."""
     width = tokens.shape[0]
     index = jnp.arange(width)
     stop = jnp.isin(tokens, jnp.asarray(eos_ids or (-1,))) & (index <= kept)
     count = jnp.where(stop.any(), jnp.argmax(stop) + 1, kept + 1).astype(jnp.int32)
-    info = jax.vmap(sampling.token_info)(model, final, tokens[:, None], cut)  # rows (W, 1, ...)
+    info = jax.vmap(sampling.token_info)(rows_out.model, rows_out.final, tokens[:, None],
+                                         rows_out.applied)  # rows (W, 1, ...)
     info = StepInfo(*(field[:, 0] for field in info))
     return Verdict(jnp.where(index < count, tokens, -1), count, jnp.minimum(kept, count), info)

@@ -16,6 +16,7 @@ import numpy as np
 
 from playground.backends.base import GenerationOutput, PreviewTokens
 from playground.backends.jax.caches.plan import CachePlan, Layouts
+from playground.backends.jax.chain import Context
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import Engine
 from playground.backends.jax.programs import Programs
@@ -76,9 +77,10 @@ class Strategy(Protocol):
     streams: bool  # tokens go to `emit` chunk by chunk; else the best sequence once, when the run ends
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
-             eos: tuple[int, ...]) -> tuple[CachePlan, list[Pending]]:
-        """Fix the request's static mode; returns the cache plan to decode over and the plug-in's own programs
-        (a draft model's), which the request waits for with the rest."""
+             context: Context) -> tuple[CachePlan, list[Pending]]:
+        """Fix the request's static mode (the logits chain's, from `context`: the vocabulary, EOS ids and
+        tokenizer); returns the cache plan to decode over and the plug-in's own programs (a draft model's), which
+        the request waits for with the rest."""
         ...
 
     def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:

@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 from jax.stages import Lowered
 
-from playground.backends.jax import speculative
+from playground.backends.jax import sampling, speculative
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
+from playground.backends.jax.chain import pushed
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.sampling import Knobs, SamplingMode
@@ -29,15 +30,8 @@ def rolled_back(cache: JaxCache, position: jax.Array) -> JaxCache:
     return JaxCache([JaxLayer(layer.layout, layer.arrays, position) for layer in cache.jax_layers])
 
 
-def _mark(seen: jax.Array, tokens: jax.Array, mode: SamplingMode) -> jax.Array:
-    """Tokens (W,) seen by the repetition penalty (-1 entries are past the kept ones and ignored)."""
-    if not mode.penalty:
-        return seen
-    return seen.at[0, jnp.where(tokens >= 0, tokens, seen.shape[1])].set(True, mode="drop")
-
-
 def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts: jax.Array, count: jax.Array,
-           q: jax.Array | None, knobs: Knobs[jax.Array], *, mode: SamplingMode,
+           q: jax.Array | None, knobs: Knobs, *, mode: SamplingMode,
            eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Verdict]:
     """drafts (B, W - 1) of which `count` are real; q (B, W - 1, V) the draft model's distributions (None: the
     drafts came from prompt lookup). Returns the state after the kept tokens and the verdict."""
@@ -45,16 +39,17 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
     ids = jnp.concatenate([state.token[:, None], drafts], axis=1)  # (B, W)
     positions = (state.position + jnp.arange(width, dtype=jnp.int32))[None, :]  # (1, W)
     logits, cache = engine.forward(weights, state.cache, ids, positions, 0)  # (B, W, V)
-    model, processed, final, cut = speculative.rows(logits, drafts, state.seen, state.produced, mode, knobs, eos)
-    key = state.key
+    key, chain_key = sampling.split_for_chain(state.key, mode)
+    rows = speculative.rows(logits, drafts, state.history, state.produced, chain_key, mode, knobs)
     if mode.greedy:
-        tokens, kept = speculative.greedy(processed, drafts, count)
+        tokens, kept = speculative.greedy(rows.applied.cands, drafts, count)
     else:
-        tokens, kept, key = speculative.sample(final, drafts, count, q, key)
-    out = speculative.verdict(tokens, kept, model, final, cut, eos)
+        tokens, kept, key = speculative.sample(rows.final, drafts, count, q, key)
+    out = speculative.verdict(tokens, kept, rows, eos)
     position = state.position + out.kept_count
     last = out.tokens[out.kept_count - 1][None]
-    new = DecodeState(rolled_back(cache, position), last, position, key, _mark(state.seen, out.tokens, mode),
+    history = pushed(state.history, out.tokens[None, :], mode.needs)
+    new = DecodeState(rolled_back(cache, position), last, position, key, history,
                       jnp.isin(last, jnp.asarray(eos or (-1,))).any(), state.produced + out.kept_count)
     return engine.pin(new), out
 
@@ -67,6 +62,6 @@ def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingM
         q = engine.spec((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
         return fn.lower(engine.weights, engine.abstract_state(layouts, mode, batch),
                         engine.spec((batch, width - 1), jnp.int32), engine.spec((), jnp.int32), q,
-                        engine.knob_specs())
+                        engine.knob_specs(mode))
 
     return engine.program(("verify", batch, layouts, width, mode, eos, with_q), lower)

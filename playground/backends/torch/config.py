@@ -1,4 +1,4 @@
-"""Strategy -> transformers GenerationConfig: the library's own processors do the work, we only choose them."""
+"""Strategy -> transformers GenerationConfig: how generate() decodes; the logits chain comes from chain.py."""
 
 from __future__ import annotations
 
@@ -18,22 +18,20 @@ if TYPE_CHECKING:
 def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     """A GenerationConfig for `spec`, starting from the model's own (it carries eos/pad ids)."""
     config = copy.deepcopy(model.generation_config)
-    # unset every knob first: the model's defaults (e.g. a shipped temperature) must not leak into a run
-    config.update(do_sample=False, num_beams=1, temperature=None, top_k=None, top_p=None, min_p=None,
-                  repetition_penalty=None, num_return_sequences=1, length_penalty=None, early_stopping=None)
+    # unset every knob first: the model's defaults (e.g. a shipped temperature) must not leak into a run. The
+    # logits chain is ours (chain.py appends it in its own order), so the config asks transformers for none of
+    # it; a sampling run's top_k=0 must be said, since transformers fills an unset (None) top_k with its default of 50
+    config.update(do_sample=False, num_beams=1, temperature=None, top_k=None, top_p=None, min_p=None, typical_p=None,
+                  epsilon_cutoff=None, eta_cutoff=None, repetition_penalty=None, no_repeat_ngram_size=None,
+                  min_new_tokens=None, num_return_sequences=1, length_penalty=None, early_stopping=None)
     config.return_dict_in_generate = True  # we read scores and sequences from the output object
     config.max_new_tokens = spec.max_new_tokens
     config.max_length = None
-    config.min_new_tokens = spec.min_new_tokens or None
-    if spec.repetition_penalty != 1.0:
-        config.repetition_penalty = spec.repetition_penalty
     if config.pad_token_id is None:
         config.pad_token_id = first_eos(config)
     strategy = registry.strategy(spec.strategy)
     if strategy.samples(spec.assisted_sampling):
-        # top_k=0 must be said: transformers fills an unset (None) top_k with its default of 50
-        config.update(do_sample=True, temperature=spec.temperature, top_k=spec.top_k,
-                      top_p=spec.top_p if spec.top_p < 1.0 else None, min_p=spec.min_p or None)
+        config.update(do_sample=True, top_k=0)
     if strategy.torch_config is not None:
         strategy.torch_config(spec, config)
     config.validate(strict=True)

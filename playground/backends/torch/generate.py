@@ -18,13 +18,9 @@ from playground.backends.torch.assist_steps import AssistRecorder, recording_ass
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
+from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import assistant_kwargs, generation_config
-from playground.backends.torch.probes import (
-    CacheTrace,
-    TokenProbe,
-    count_forward_passes,
-    probing_processors,
-)
+from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.transformers_hooks import with_attention_mask
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -79,7 +75,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     beam search's leading beam through `preview`."""
     prompt_len = input_ids.shape[1]
     run = _prepare(loaded, prompt_len, spec, emit, should_stop, draft, preview)
-    out, measured = _call_generate(loaded.model, input_ids, spec, run)
+    context = TorchContext(prompt_len, tuple(eos_ids(run.config, loaded.tokenizer)), loaded.tokenizer,
+                           input_ids.device)
+    out, measured = _call_generate(loaded.model, input_ids, spec, run, context)
     sequences = [_trim(row.tolist(), run.config) for row in out.sequences[:, prompt_len:]]  # (N, new)
     if not run.streamer:
         emit(sequences[0])  # nothing streamed (beam search): the best sequence arrives whole
@@ -132,11 +130,12 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
     )
 
 
-def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run) -> tuple[Any, _Measured]:
+def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run,
+                   context: TorchContext) -> tuple[Any, _Measured]:
     """model.generate, seeded and timed, counting main-model forward passes."""
     block_mask = getattr(run.cache, "block_mask", None) if run.assist is not None else None
     with torch.inference_mode(), count_forward_passes(model) as passes, recording_assist(model, run.assist), \
-            probing_processors(model, run.probe), recording_beams(model, run.beams), \
+            chained(model, spec, context, run.probe), recording_beams(model, run.beams), \
             (with_attention_mask(model, run.cache, block_mask) if block_mask else nullcontext()):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()

@@ -1,5 +1,6 @@
 """What the PyTorch path measures inside model.generate without changing it: each token's probabilities under
-the model and under the processed distribution, the cache's size per step, main forward passes."""
+the model and under the processed distribution, what each stage of the logits chain did, the cache's size per
+step, main forward passes; and the chain itself, put into the list generate() builds."""
 
 from __future__ import annotations
 
@@ -8,18 +9,13 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
-from transformers import (
-    LogitsProcessor,
-    LogitsProcessorList,
-    MinPLogitsWarper,
-    StoppingCriteria,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria
 
 from playground.backends.base import TOP_ALTERNATIVES, TokenInfo
 from playground.backends.torch.caches.factory import kv_bytes
+from playground.backends.torch.chain import TorchContext, processors
 from playground.backends.torch.transformers_hooks import wrap_logits_processor
+from playground.spec import RunSpec
 
 
 class _Hook(LogitsProcessor):
@@ -41,10 +37,10 @@ class TokenProbe:
     """Each token's probability and entropy under the model's own softmax (`p_model`, first processor) and
     under the distribution it was drawn from (`p`, after every processor and sampling filter, last processor).
 
-    transformers runs user processors before its sampling warpers, so the two ends of the list are taken by
-    `probing_processors` instead. The chosen token is only known at the next step (the last of `input_ids`
-    then), so each step's distributions wait until then; `finish` resolves the last one. Between the filters,
-    `stage` hooks note which tokens are still finite, so each alternative records what removed it.
+    The probe's processors stand at the two ends of the list `chained` builds. The chosen token is only known at
+    the next step (the last of `input_ids` then), so each step's distributions wait until then; `finish` resolves
+    the last one. After each stage of the chain, a `stage` hook notes which tokens are still finite and the
+    distribution so far, so each alternative records what removed it and each stage what it removed and moved.
 
     Assisted decoding runs the list once per position of a verification pass (the drafts, then one more), each
     seeing the drafts before it as generated. Between `begin_step` and `end_step(kept)` the probe keeps every
@@ -58,6 +54,8 @@ class TokenProbe:
         self._model: torch.Tensor | None = None  # (V,) this step's model probabilities
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None  # (model, final) of the unresolved step
         self._alive: list[tuple[str, torch.Tensor]] = []  # (stage, (V,) still finite after it) of this step
+        self._stages: list[tuple[str, int, float]] = []  # (stage, tokens removed, mass moved) of this step
+        self._last: torch.Tensor | None = None  # (V,) the distribution after the latest stage of this step
         self._step: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # assisted: a pass's (model, final)s
         self._step_start = 0  # assisted: the pass's first record
         self.paused = False
@@ -65,10 +63,19 @@ class TokenProbe:
         self.last = _Hook(self._see_final)
 
     def stage(self, name: str) -> _Hook:
-        """A hook to place after the processor or filter `name` (a CUT_STAGES name)."""
+        """A hook to place after the chain's stage `name`: what it removed, and the mass it moved (the total
+        variation between the distributions before and after it)."""
         def see(_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
-            if not self.paused:
-                self._alive.append((name, torch.isfinite(scores[0])))
+            if self.paused:
+                return
+            alive = torch.isfinite(scores[0])
+            before = self._alive[-1][1] if self._alive else None
+            removed = int((before & ~alive).sum()) if before is not None else int((~alive).sum())
+            probs = torch.softmax(scores[0].float(), dim=-1)
+            moved = 0.5 * float((probs - self._last).abs().sum()) if self._last is not None else 0.0
+            self._alive.append((name, alive))
+            self._stages.append((name, removed, moved))
+            self._last = probs
 
         return _Hook(see)
 
@@ -91,28 +98,30 @@ class TokenProbe:
         if self._pending is not None:
             self._resolve(int(input_ids[0, -1]))
         self._model = torch.softmax(scores[0].float(), dim=-1)  # (V,)
-        self._alive = []
+        self._alive = [("", torch.isfinite(scores[0]))]
+        self._stages = []
+        self._last = self._model
 
-    def _cut(self, token: int, finite: torch.Tensor) -> str | None:
-        """The first stage after which `token` was -inf; tokens removed before the filters (or with no filter
-        on) were removed by the min_new_tokens processor, the only one of ours that removes tokens."""
-        for name, alive in self._alive:
+    def _cut(self, token: int) -> str | None:
+        """The first stage after which `token` was -inf (None: it stayed, or transformers' own processors, which
+        run before the chain, removed it)."""
+        for name, alive in self._alive[1:]:
             if not bool(alive[token]):
                 return name
-        return None if bool(finite[token]) else "min_new_tokens"
+        return None
 
     def _see_final(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
         if self.paused:
             return
         model = self._model if self._model is not None else torch.softmax(scores[0].float(), dim=-1)
         final = torch.softmax(scores[0].float(), dim=-1)  # (V,); filtered tokens are -inf: probability 0
-        finite = torch.isfinite(scores[0])  # (V,)
         top = torch.topk(model, TOP_ALTERNATIVES).indices  # ranked by the model's own preference
         self.records.append({
             "entropy": _entropy(final),
             "entropy_model": _entropy(model),
             "top": [(i, float(final[i]), float(model[i])) for i in top.tolist()],
-            "top_cut": [self._cut(i, finite) for i in top.tolist()],
+            "top_cut": [self._cut(i) for i in top.tolist()],
+            "stages": list(self._stages),
         })
         self._pending = (model, final)
         if self._step is not None:
@@ -131,33 +140,21 @@ class TokenProbe:
         return self.records
 
 
-_FILTERS: tuple[tuple[type, str], ...] = ((TopKLogitsWarper, "top_k"), (TopPLogitsWarper, "top_p"),
-                                          (MinPLogitsWarper, "min_p"))
-
-
-def _staged(processors: LogitsProcessorList, probe: TokenProbe) -> list[Any]:
-    """The list with a stage hook before the first sampling filter (what processors removed) and after each."""
-    staged: list[Any] = []
-    for processor in processors:
-        name = next((n for kind, n in _FILTERS if isinstance(processor, kind)), None)
-        if name is not None and not any(isinstance(p, _Hook) for p in staged):
-            staged.append(probe.stage("min_new_tokens"))
-        staged.append(processor)
-        if name is not None:
-            staged.append(probe.stage(name))
-    return staged
-
-
 @contextmanager
-def probing_processors(model: Any, probe: TokenProbe | None) -> Iterator[None]:
-    """The probe's two processors around the whole list generate() builds (its sampling warpers included)."""
-    if probe is None:
-        yield
-        return
+def chained(model: Any, spec: RunSpec, context: TorchContext, probe: TokenProbe | None) -> Iterator[None]:
+    """The chain's processors after those generate() builds, each followed by the probe's stage hook, and the
+    probe's two processors around the whole list."""
+    stages = processors(spec, context)
 
     def wrap(build: Callable[..., LogitsProcessorList]) -> Callable[..., LogitsProcessorList]:
-        return lambda *args, **kwargs: LogitsProcessorList([probe.first, *_staged(build(*args, **kwargs), probe),
-                                                            probe.last])
+        def built(*args: Any, **kwargs: Any) -> LogitsProcessorList:
+            own = list(build(*args, **kwargs))
+            if probe is None:
+                return LogitsProcessorList([*own, *(processor for _, processor in stages)])
+            staged = [item for name, processor in stages for item in (processor, probe.stage(name))]
+            return LogitsProcessorList([probe.first, *own, *staged, probe.last])
+
+        return built
 
     with wrap_logits_processor(model, wrap):
         yield

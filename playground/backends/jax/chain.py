@@ -1,0 +1,259 @@
+"""The logits chain inside jit: one function applies every stage a run has, in every program that picks or scores
+tokens (decode steps, verify passes, beam steps, draft models).
+
+Each stage is a registry entry (playground/registry/entries.py, Processor) whose `jax()` gives a `JaxStage`: its
+static key (what sets a shape or a branch: top-k's k, the n-gram length) joins the compile key, its arguments
+(every other value) are traced, so a new temperature, penalty or threshold never recompiles. A stage sees a
+candidate set: logits (B, N) with removed entries at -inf, over the whole vocabulary (N = V) until top-k narrows
+it to k entries with their token ids. What a stage reads of the text so far (the tokens seen, generated counts,
+the ids themselves) is a `History` the decode state carries, kept only as far as some stage needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from playground import registry
+from playground.registry import chain
+from playground.spec import RunSpec
+
+Leaf = TypeVar("Leaf", jax.Array, jax.ShapeDtypeStruct)
+HISTORY_GRANULE = 64  # history capacities come in multiples of this, so nearby lengths share their programs
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What of the text so far a chain reads (static: it sets the decode state's shapes)."""
+
+    ids: int = 0  # the history's capacity in tokens (prompt bucket + new tokens), 0: ids not kept
+    seen: bool = False  # which tokens occur in the prompt or the generated text
+    counts: bool = False  # how often each token was generated (not counting the prompt)
+
+
+class History(NamedTuple, Generic[Leaf]):
+    """The text so far, as the chain's stages read it; an unused part is a (B, 1) placeholder."""
+
+    ids: Leaf  # (B, H) int32: the prompt, then the generated tokens
+    length: Leaf  # () int32: real entries of ids
+    seen: Leaf  # (B, V) bool
+    counts: Leaf  # (B, V) int32
+
+
+class Context(NamedTuple):
+    """What a stage's key and arguments may depend on besides the spec: the model's side of a request."""
+
+    vocab_size: int
+    eos: tuple[int, ...]
+    tokenizer: Any  # the main model's tokenizer (DRY's sequence breakers are strings)
+
+
+class Candidates(NamedTuple):
+    """A candidate set: logits (B, N), -inf where removed, and their token ids (B, N); ids None: N = V."""
+
+    values: jax.Array
+    ids: jax.Array | None
+
+
+class View(NamedTuple):
+    """What a stage reads besides its candidates."""
+
+    history: History[jax.Array]
+    produced: jax.Array  # () tokens generated before this one
+    key: jax.Array | None  # this stage's random key (a stage with `random`), else None
+
+    def table(self, cands: Candidates, rows: jax.Array) -> jax.Array:
+        """A per-token table (B, V) read at the candidates: (B, N)."""
+        return rows if cands.ids is None else jnp.take_along_axis(rows, cands.ids, axis=-1)
+
+
+class JaxStage(Protocol):
+    """A stage's JAX side."""
+
+    needs: Needs  # what of the history it reads (`ids`: any capacity > 0 means "the ids")
+    random: bool  # draws from a key of its own at every call
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        """What sets a shape or a branch: part of the compile key (() when nothing does)."""
+        ...
+
+    def args(self, spec: RunSpec, context: Context) -> tuple[Any, ...]:
+        """Its traced values (NumPy scalars and arrays): new values never recompile."""
+        ...
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        """The candidates after this stage (a filter sets entries to -inf; only top-k changes the set)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The static half of a run's chain: its stages in order with their static keys, and what they read. Part
+    of every compile key of a program that picks or scores tokens."""
+
+    stages: tuple[tuple[str, Hashable], ...] = ()
+    needs: Needs = Needs()
+    random: bool = False  # some stage draws (the select step then splits one more key)
+    arg_shapes: tuple[tuple[tuple[tuple[int, ...], str], ...], ...] = ()  # per stage: its arguments' (shape, dtype)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.stages)
+
+
+def _stage(name: str) -> JaxStage:
+    stage: JaxStage = registry.processor(name).jax()
+    return stage
+
+
+def build(spec: RunSpec, context: Context, *, sampling: bool | None = None,
+          history: int = 0, keep_history: bool = True) -> tuple[Chain, tuple[tuple[np.ndarray, ...], ...]]:
+    """The chain of `spec` (its sampling stages as the strategy says, or as `sampling` overrides) and its
+    arguments on the host. `history` is the ids' capacity should a stage read them; `keep_history=False`
+    leaves out the stages that read the text so far (a draft model's proposals need not follow them)."""
+    stages, args = [], []
+    needs = Needs()
+    random = False
+    for processor in chain.stages(spec, sampling=sampling):
+        stage = _stage(processor.name)
+        reads = stage.needs
+        if not keep_history and (reads.ids or reads.seen or reads.counts):
+            continue
+        stages.append((processor.name, stage.static(spec, context)))
+        args.append(tuple(np.asarray(a) for a in stage.args(spec, context)))
+        needs = Needs(ids=history if (reads.ids or needs.ids) else 0, seen=needs.seen or reads.seen,
+                      counts=needs.counts or reads.counts)
+        random = random or stage.random
+    shapes = tuple(tuple((a.shape, str(a.dtype)) for a in stage_args) for stage_args in args)
+    return Chain(tuple(stages), needs, random, shapes), tuple(args)
+
+
+def arg_specs(chain_: Chain) -> tuple[tuple[jax.ShapeDtypeStruct, ...], ...]:
+    """Shape structs of the chain's arguments (for lowering a program ahead of its first call)."""
+    return tuple(tuple(jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in stage)
+                 for stage in chain_.arg_shapes)
+
+
+def history_capacity(bucket: int, new_tokens: int) -> int:
+    return bucket + -(-new_tokens // HISTORY_GRANULE) * HISTORY_GRANULE
+
+
+def history_shapes(needs: Needs, batch: int, vocab_size: int) -> History[jax.ShapeDtypeStruct]:
+    def struct(width: int, used: bool, dtype: Any) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((batch, width if used else 1), dtype)
+
+    return History(struct(needs.ids, needs.ids > 0, jnp.int32), jax.ShapeDtypeStruct((), jnp.int32),
+                   struct(vocab_size, needs.seen, jnp.bool_), struct(vocab_size, needs.counts, jnp.int32))
+
+
+def start_history(ids: jax.Array, length: jax.Array, needs: Needs, vocab_size: int) -> History[jax.Array]:
+    """The prompt's history: ids (B, P) padded on the right, `length` of them real."""
+    batch, width = ids.shape
+    valid = jnp.arange(width)[None, :] < length  # (1, P)
+    if needs.ids:
+        kept = jnp.zeros((batch, needs.ids), jnp.int32).at[:, :width].set(jnp.where(valid, ids, 0))
+    else:
+        kept = jnp.zeros((batch, 1), jnp.int32)
+    seen = jnp.zeros((batch, vocab_size if needs.seen else 1), bool)
+    if needs.seen:
+        rows = jnp.broadcast_to(jnp.arange(batch)[:, None], ids.shape)
+        seen = seen.at[rows, jnp.where(valid, ids, vocab_size)].set(True, mode="drop")
+    counts = jnp.zeros((batch, vocab_size if needs.counts else 1), jnp.int32)
+    return History(kept, length.astype(jnp.int32), seen, counts)
+
+
+def pushed(history: History[jax.Array], tokens: jax.Array, needs: Needs) -> History[jax.Array]:
+    """The history after tokens (B, W) (or (B,)); entries < 0 are not tokens (past a verify pass's kept ones)
+    and are left out. Every row takes its tokens at the same positions."""
+    tokens = tokens[:, None] if tokens.ndim == 1 else tokens
+    batch, width = tokens.shape
+    valid = tokens >= 0  # (B, W)
+    count = valid[0].sum().astype(jnp.int32)  # the rows move together
+    ids, seen, counts = history.ids, history.seen, history.counts
+    rows = jnp.broadcast_to(jnp.arange(batch)[:, None], tokens.shape)
+    if needs.ids:
+        columns = jnp.where(valid, history.length + jnp.arange(width)[None, :], ids.shape[1])
+        ids = ids.at[rows, columns].set(tokens, mode="drop")
+    if needs.seen:
+        seen = seen.at[rows, jnp.where(valid, tokens, seen.shape[1])].set(True, mode="drop")
+    if needs.counts:
+        counts = counts.at[rows, jnp.where(valid, tokens, counts.shape[1])].add(1, mode="drop")
+    return History(ids, history.length + count, seen, counts)
+
+
+def gathered(history: History[jax.Array], rows: jax.Array) -> History[jax.Array]:
+    """Beam search: each new hypothesis takes its parent's history (rows (K,))."""
+    return History(history.ids[rows], history.length, history.seen[rows], history.counts[rows])
+
+
+class Applied(NamedTuple):
+    """The chain's output for one row batch."""
+
+    cands: Candidates  # the distribution to pick from
+    cut: jax.Array  # (B, V) int32: 1 + the position of the stage that removed each token; 0 where it stayed
+    removed: jax.Array  # (B, S) int32: tokens each stage removed
+    moved: jax.Array  # (B, S) float32: probability mass each stage moved (total variation, before vs after)
+
+
+def _in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
+    """The candidates' values as a (B, V) table, `fill` where a token is not a candidate."""
+    if cands.ids is None:
+        return cands.values
+    rows = jnp.arange(cands.values.shape[0])[:, None]
+    return jnp.full((cands.values.shape[0], vocab), fill, cands.values.dtype).at[rows, cands.ids].set(cands.values)
+
+
+def _stats(before: Candidates, after: Candidates, vocab: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(B, N) removed mask, and per row the tokens removed and the mass moved, in the set's own space when the
+    stage kept its ids, in the vocabulary's when it narrowed the set."""
+    if after.ids is not before.ids:
+        old, new = _in_vocab(before, vocab, -jnp.inf), _in_vocab(after, vocab, -jnp.inf)
+    else:
+        old, new = before.values, after.values
+    gone = jnp.isfinite(old) & ~jnp.isfinite(new)
+    moved = 0.5 * jnp.abs(jax.nn.softmax(new, axis=-1) - jax.nn.softmax(old, axis=-1)).sum(axis=-1)
+    return gone, gone.sum(axis=-1).astype(jnp.int32), moved
+
+
+def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, key: jax.Array | None,
+          chain_: Chain, args: tuple[tuple[jax.Array, ...], ...], *, record: bool = True) -> Applied:
+    """Every stage of `chain_` on logits (B, V), in order. `key` is the chain's own (split per random stage);
+    `record` adds what the sampling cut shows (which stage removed each token, and each stage's count and mass)."""
+    vocab = logits.shape[-1]
+    cands = Candidates(logits.astype(jnp.float32), None)
+    batch = logits.shape[0]
+    cut = jnp.zeros((batch, vocab), jnp.int32)
+    removed, moved = [], []
+    for index, ((name, static), stage_args) in enumerate(zip(chain_.stages, args, strict=True)):
+        stage = _stage(name)
+        stage_key = jax.random.fold_in(key, index) if stage.random and key is not None else None
+        after = stage.apply(cands, View(history, produced, stage_key), static, stage_args)
+        if record:
+            gone, count, mass = _stats(cands, after, vocab)
+            narrowed = after.ids is not cands.ids
+            gone_vocab = gone if (narrowed or cands.ids is None) else _in_vocab(
+                Candidates(gone.astype(jnp.int32), cands.ids), vocab, 0).astype(bool)
+            cut = jnp.where((cut == 0) & gone_vocab, index + 1, cut)
+            removed.append(count)
+            moved.append(mass)
+        cands = after
+    if not removed:
+        return Applied(cands, cut, jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0), jnp.float32))
+    return Applied(cands, cut, jnp.stack(removed, axis=-1), jnp.stack(moved, axis=-1))
+
+
+def in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
+    """The candidates' values (or anything shaped like them) as a (B, V) table."""
+    return _in_vocab(cands, vocab, fill)
+
+
+def chosen_ids(cands: Candidates, picks: jax.Array) -> jax.Array:
+    """Positions in the candidate set (B,) -> token ids (B,) int32."""
+    if cands.ids is None:
+        return picks.astype(jnp.int32)
+    return jnp.take_along_axis(cands.ids, picks[:, None], axis=-1)[:, 0].astype(jnp.int32)

@@ -1,0 +1,215 @@
+"""The built-in stages of the logits chain on JAX (their registry entries name these classes).
+
+Each matches its PyTorch twin (playground/backends/torch/chain.py): transformers' own processor where one
+exists, our own where none does; docs/samplers.md gives each definition and its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from functools import lru_cache, partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from playground.backends.jax import samplers
+from playground.backends.jax.chain import Candidates, Context, Needs, View
+from playground.registry.chain import parse_breakers
+from playground.spec import RunSpec
+
+F32, I32 = np.float32, np.int32
+Args = tuple[Any, ...]  # a stage's traced values: NumPy scalars and arrays
+
+
+class Stage:
+    """Defaults: reads nothing of the text, draws nothing, no static key, no arguments."""
+
+    needs = Needs()
+    random = False
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return ()
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return ()
+
+
+def _removed(cands: Candidates, remove: jax.Array) -> Candidates:
+    return cands._replace(values=jnp.where(remove, -jnp.inf, cands.values))
+
+
+class RepetitionPenalty(Stage):
+    """RepetitionPenaltyLogitsProcessor: a token of the prompt or the text so far has its logit divided by the
+    penalty when positive, multiplied when negative."""
+
+    needs = Needs(seen=True)
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (F32(spec.repetition_penalty),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        (penalty,) = args
+        v = cands.values
+        penalised = jnp.where(v < 0, v * penalty, v / penalty)
+        return cands._replace(values=jnp.where(view.table(cands, view.history.seen), penalised, v))
+
+
+class PresenceFrequency(Stage):
+    """OpenAI's presence and frequency penalties over the generated tokens (not the prompt)."""
+
+    needs = Needs(counts=True)
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return F32(spec.presence_penalty), F32(spec.frequency_penalty)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        presence, frequency = args
+        counts = view.table(cands, view.history.counts).astype(jnp.float32)  # (B, N)
+        return cands._replace(values=cands.values - frequency * counts - presence * (counts > 0))
+
+
+class NoRepeatNGram(Stage):
+    """NoRepeatNGramLogitsProcessor over the prompt and the text so far; n sets a shape."""
+
+    needs = Needs(ids=1)
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return int(spec.no_repeat_ngram_size), context.vocab_size
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        n, vocab = static
+        banned = samplers.banned_ngrams(view.history.ids, view.history.length, n, vocab)  # (B, V)
+        return _removed(cands, view.table(cands, banned))
+
+
+@lru_cache(maxsize=8)
+def _breaker_mask(tokenizer: Any, breakers: tuple[str, ...], vocab_size: int) -> np.ndarray:
+    """(V,) bool: tokens whose text contains a sequence breaker (the PyTorch path asks the same function)."""
+    from playground.backends.torch.samplers import breaker_ids
+
+    mask = np.zeros((vocab_size,), bool)
+    mask[[i for i in breaker_ids(tokenizer, breakers) if i < vocab_size]] = True
+    return mask
+
+
+class Dry(Stage):
+    """DRY (text-generation-webui's reference definition): the token that would extend a sequence already in
+    the text is penalised by multiplier x base^(length - allowed_length)."""
+
+    needs = Needs(ids=1)
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return context.vocab_size
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        breakers = _breaker_mask(context.tokenizer, parse_breakers(spec.dry_sequence_breakers), context.vocab_size)
+        return F32(spec.dry_multiplier), F32(spec.dry_base), I32(spec.dry_allowed_length), breakers
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        multiplier, base, allowed, breakers = args
+        penalties = samplers.dry_penalties(view.history.ids, view.history.length, breakers, multiplier, base,
+                                           allowed, static)  # (B, V)
+        return cands._replace(values=cands.values - view.table(cands, penalties))
+
+
+class MinNewTokens(Stage):
+    """MinNewTokensLengthLogitsProcessor: no end-of-text token before min_new_tokens new tokens."""
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return context.eos, context.vocab_size
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (I32(spec.min_new_tokens),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        eos, vocab = static
+        if not eos:
+            return cands
+        (minimum,) = args
+        is_eos = jnp.zeros((1, vocab), bool).at[0, jnp.asarray(eos)].set(True, mode="drop")
+        blocked = view.table(cands, jnp.broadcast_to(is_eos, (cands.values.shape[0], vocab)))
+        return _removed(cands, blocked & (view.produced < minimum))
+
+
+class Temperature(Stage):
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (F32(spec.temperature),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        return cands._replace(values=cands.values / args[0])
+
+
+class TopK(Stage):
+    """TopKLogitsWarper as a narrowing: the k best become the candidate set (k is a shape, hence static)."""
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return spec.top_k if 0 < spec.top_k < context.vocab_size else 0
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        if not static or static >= cands.values.shape[-1]:
+            return cands
+        values, positions = jax.lax.top_k(cands.values, static)  # (B, k), best first
+        ids = positions if cands.ids is None else jnp.take_along_axis(cands.ids, positions, axis=-1)
+        return Candidates(values, ids.astype(jnp.int32))
+
+
+class TopP(Stage):
+    """TopPLogitsWarper: a token goes when the mass ranked above it already reaches top_p (the best stays)."""
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (F32(spec.top_p),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        values = cands.values
+        ranked, order = jax.lax.top_k(values, values.shape[-1])  # (B, N) descending
+        probs = jax.nn.softmax(ranked, axis=-1)
+        keep_ranked = ((jnp.cumsum(probs, axis=-1) - probs) < args[0]).at[..., 0].set(True)
+        rows = jnp.arange(values.shape[0])[:, None]
+        keep = jnp.zeros(values.shape, bool).at[rows, order].set(keep_ranked)
+        return _removed(cands, ~keep)
+
+
+class MinP(Stage):
+    """MinPLogitsWarper: tokens below min_p x the best token's probability go (the best stays)."""
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (F32(spec.min_p),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        probs = jax.nn.softmax(cands.values, axis=-1)
+        return _removed(cands, probs < args[0] * probs.max(axis=-1, keepdims=True))
+
+
+class Xtc(Stage):
+    """llama.cpp's XTC: with its probability, every token above the threshold but the least likely goes."""
+
+    random = True
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return F32(spec.xtc_threshold), F32(spec.xtc_probability)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        assert view.key is not None, "the chain hands a random stage its key"
+        threshold, probability = args
+        return cands._replace(values=samplers.xtc(cands.values, threshold, probability, view.key))
+
+
+class _Filter(Stage):
+    """A filter of samplers.py whose one traced value is a knob of the same role."""
+
+    def __init__(self, knob: str, function: Callable[[jax.Array, jax.Array], jax.Array]) -> None:
+        self.knob, self.function = knob, function
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (F32(getattr(spec, self.knob)),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        return cands._replace(values=self.function(cands.values, args[0]))
+
+
+TopNSigma = partial(_Filter, "top_n_sigma", samplers.top_n_sigma)  # llama.cpp's top-nσ
+TypicalP = partial(_Filter, "typical_p", samplers.typical)  # TypicalLogitsWarper
+EpsilonCutoff = partial(_Filter, "epsilon_cutoff", samplers.epsilon)  # EpsilonLogitsWarper
+EtaCutoff = partial(_Filter, "eta_cutoff", samplers.eta)  # EtaLogitsWarper

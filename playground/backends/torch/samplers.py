@@ -1,0 +1,193 @@
+"""Logits processors for the samplers transformers lacks: presence/frequency penalty, DRY, top-nσ and XTC."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor
+
+# DRY's reference stops counting a match at this length (text-generation-webui, modules/sampler_hijack.py)
+DRY_MAX_MATCH = 50
+
+# the dry_sequence_breakers knob's default text: a JSON array of strings
+
+
+def _number(name: str, value: object) -> float:
+    """`value` as a float, refusing what is not a real number (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number; got {value!r}")
+    return float(value)
+
+
+def _in_range(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> float:
+    """`value` as a float when it lies in [low, high] ((low, high] with low_open); NaN never does."""
+    number = _number(name, value)
+    above = number > low if low_open else number >= low
+    if not (above and number <= high):
+        allowed = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise ValueError(f"{name} must lie in {allowed}; got {value!r}")
+    return number
+
+
+def _integer(name: str, value: object, low: int, high: int) -> int:
+    """`value` when it is an int in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}]; got {value!r}")
+    return value
+
+
+class PresenceFrequencyPenaltyLogitsProcessor(LogitsProcessor):
+    """OpenAI's and vLLM's additive penalties over the generated tokens only (the prompt is not counted):
+    scores[t] -= frequency * count[t] + presence * (count[t] > 0)."""
+
+    def __init__(self, presence: float, frequency: float, prompt_length: int) -> None:
+        self.presence = _in_range("presence", presence, -2.0, 2.0)
+        self.frequency = _in_range("frequency", frequency, -2.0, 2.0)
+        if isinstance(prompt_length, bool) or not isinstance(prompt_length, int) or prompt_length < 0:
+            raise ValueError(f"prompt_length must be an integer >= 0; got {prompt_length!r}")
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids[:, self.prompt_length:]
+        vocab = scores.shape[-1]
+        # one spare column absorbs ids past the scores' vocabulary (they cannot be drawn), dropped after counting
+        counts = torch.zeros((scores.shape[0], vocab + 1), dtype=torch.long, device=scores.device)
+        counts.scatter_add_(1, generated.clamp(max=vocab), torch.ones_like(generated))
+        counts = counts[:, :vocab]
+        penalty = self.frequency * counts.to(scores.dtype) + self.presence * (counts > 0).to(scores.dtype)
+        return scores - penalty
+
+
+# each tokenizer's vocabulary decoded one token at a time: 49k decodes take seconds, and the vocabulary only
+# changes when tokens are added (then its length changes and it is decoded again)
+_DECODED: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _decoded_vocabulary(tokenizer: Any) -> tuple[str, ...]:
+    """Every token id's text as decode([id]) gives it (the token's text, not convert_ids_to_tokens' spelling)."""
+    size = len(tokenizer)
+    texts = _DECODED.get(tokenizer)
+    if texts is None or len(texts) != size:
+        texts = tuple(tokenizer.decode([token]) for token in range(size))
+        _DECODED[tokenizer] = texts
+    return texts
+
+
+def breaker_ids(tokenizer: Any, breakers: tuple[str, ...]) -> frozenset[int]:
+    """The ids of every token whose text contains one of `breakers`: a DRY match never runs across them."""
+    if not breakers:
+        return frozenset()
+    return frozenset(token for token, text in enumerate(_decoded_vocabulary(tokenizer))
+                     if any(breaker in text for breaker in breakers))
+
+
+def _dry_match_lengths(ids: list[int], breakers: frozenset[int]) -> dict[int, int]:
+    """For each token that would continue a repeat of the row's ending, the longest such repeat (the reference's
+    loop: earlier occurrences of the last token, extended backwards while the tokens before both agree)."""
+    best: dict[int, int] = {}
+    if not ids or ids[-1] in breakers:
+        return best
+    last = ids[-1]
+    for i in range(len(ids) - 1):
+        if ids[i] != last:
+            continue
+        following = ids[i + 1]
+        if following in breakers:
+            continue
+        length = 1
+        while length < DRY_MAX_MATCH:
+            j = i - length
+            if j < 0:
+                break
+            previous = ids[-(length + 1)]
+            if ids[j] != previous or previous in breakers:
+                break
+            length += 1
+        best[following] = max(best.get(following, 0), length)
+    return best
+
+
+class DRYLogitsProcessor(LogitsProcessor):
+    """"Don't Repeat Yourself" (p-e-w's DRY, as text-generation-webui implements it): a token that would extend a
+    repeat of at least `allowed_length` tokens loses multiplier * base ** (length - allowed_length), over the whole
+    row (prompt and generated); matches stop at sequence breakers."""
+
+    def __init__(self, multiplier: float, base: float, allowed_length: int,
+                 breakers: torch.Tensor | frozenset[int]) -> None:
+        self.multiplier = _in_range("multiplier", multiplier, 0.0, 5.0)
+        self.base = _in_range("base", base, 1.0, 10.0, low_open=True)
+        # a match is at most DRY_MAX_MATCH long, so a longer allowed_length could never penalise
+        self.allowed_length = _integer("allowed_length", allowed_length, 1, DRY_MAX_MATCH)
+        if isinstance(breakers, torch.Tensor):
+            breakers = frozenset(int(token) for token in breakers.flatten().tolist())
+        elif not isinstance(breakers, frozenset):
+            raise ValueError(f"breakers must be a tensor or a frozenset of token ids; got {breakers!r}")
+        self.breakers = breakers
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.multiplier == 0.0:
+            return scores
+        vocab = scores.shape[-1]
+        rows: list[int] = []
+        tokens: list[int] = []
+        penalties: list[float] = []
+        for row, ids in enumerate(input_ids.tolist()):
+            for token, length in _dry_match_lengths(ids, self.breakers).items():
+                if length >= self.allowed_length and token < vocab:
+                    rows.append(row)
+                    tokens.append(token)
+                    penalties.append(self.multiplier * self.base ** (length - self.allowed_length))
+        if not rows:
+            return scores
+        # the penalty is computed in Python floats, rounded once to the scores' dtype, then subtracted
+        penalty = torch.zeros_like(scores)
+        penalty[rows, tokens] = torch.tensor(penalties, dtype=scores.dtype, device=scores.device)
+        return scores - penalty
+
+
+class TopNSigmaLogitsWarper(LogitsProcessor):
+    """llama.cpp's top-nσ: keep the logits within n population standard deviations of the row's maximum, the mean
+    and deviation taken over the finite logits only (those an earlier cut set to -inf do not count)."""
+
+    def __init__(self, n: float) -> None:
+        number = _number("n", n)
+        if not (number > 0.0 and math.isfinite(number)):
+            raise ValueError(f"n must be a finite number > 0 (0 turns top-nσ off: do not build the warper); got {n!r}")
+        self.n = number
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        logits = scores.float()
+        finite = torch.isfinite(logits)
+        count = finite.sum(dim=-1, keepdim=True)
+        mean = torch.where(finite, logits, 0.0).sum(dim=-1, keepdim=True) / count
+        variance = torch.where(finite, (logits - mean) ** 2, 0.0).sum(dim=-1, keepdim=True) / count
+        top = torch.where(finite, logits, -math.inf).amax(dim=-1, keepdim=True)
+        # a row with no finite logit has a NaN threshold: nothing compares below it, the row stays as it is
+        return scores.masked_fill(logits < top - self.n * variance.sqrt(), -math.inf)
+
+
+class XTCLogitsWarper(LogitsProcessor):
+    """llama.cpp's XTC ("exclude top choices"): with chance `probability` per step, of the tokens whose probability
+    reaches `threshold`, all but the least likely are removed, steering away from the most predictable choices
+    while keeping a viable one. The coin comes from torch's global RNG, so a seeded run repeats."""
+
+    def __init__(self, threshold: float, probability: float) -> None:
+        # above 0.5 at most one token can reach the threshold, and XTC needs two to act
+        self.threshold = _in_range("threshold", threshold, 0.0, 0.5, low_open=True)
+        self.probability = _in_range("probability", probability, 0.0, 1.0, low_open=True)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        coin = float(torch.rand(()))  # one draw per call, for the whole batch
+        if coin > self.probability:
+            return scores
+        probs = torch.softmax(scores.float(), dim=-1)
+        ordered, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        passing = (ordered >= self.threshold).sum(dim=-1, keepdim=True)
+        # the passing tokens are a prefix of the order: drop its positions before the last one (none when < 2 pass)
+        positions = torch.arange(scores.shape[-1], device=scores.device)
+        drop_sorted = positions < passing - 1
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        return scores.masked_fill(drop, -math.inf)

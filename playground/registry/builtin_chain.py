@@ -1,0 +1,83 @@
+"""The built-in stages of the logits chain, registered in the default order.
+
+The order is transformers' for the stages it has (its processors, then its warpers: temperature, top-k, top-p,
+min-p, typical-p, epsilon, eta); the stages it lacks go where llama.cpp's default chain
+(`penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature`) puts them: presence and frequency
+penalties with the repetition penalty, DRY after the penalties, top-nσ before top-k, XTC after min-p.
+Each stage's definition and source are in docs/samplers.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from playground.registry import builtin_knobs  # noqa: F401  (the stages read these knobs)
+from playground.registry.chain import parse_breakers
+from playground.registry.entries import Processor, RunSpec, lazy
+from playground.registry.store import register_processor
+
+_TORCH = "playground.backends.torch.chain"
+_JAX = "playground.backends.jax.stages"
+
+
+def _stage(name: str, label: str, help: str, knobs: tuple[str, ...], active: Callable[[RunSpec], bool], *,
+           jax: str, torch: str, samples_only: bool = True,
+           validate: Callable[[RunSpec], None] | None = None) -> Processor:
+    return register_processor(Processor(
+        name=name, label=label, help=help, knobs=knobs, active=active, samples_only=samples_only,
+        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate))
+
+
+def _check_breakers(spec: RunSpec) -> None:
+    parse_breakers(spec.dry_sequence_breakers)
+
+
+def _penalised(spec: RunSpec) -> bool:
+    return spec.presence_penalty != 0.0 or spec.frequency_penalty != 0.0
+
+
+# -- processors: every strategy ------------------------------------------------------------------------------
+_stage("repetition_penalty", "repetition penalty {repetition_penalty}",
+       "a token already in the text has its logit divided (multiplied, when negative) by the penalty",
+       ("repetition_penalty",), lambda spec: spec.repetition_penalty != 1.0,
+       jax="RepetitionPenalty", torch="repetition_penalty", samples_only=False)
+_stage("presence_frequency", "presence {presence_penalty} / frequency {frequency_penalty} penalty",
+       "subtracts presence x (generated before) + frequency x (times generated) from each token's logit",
+       ("presence_penalty", "frequency_penalty"), _penalised,
+       jax="PresenceFrequency", torch="presence_frequency", samples_only=False)
+_stage("no_repeat_ngram", "no repeated {no_repeat_ngram_size}-grams",
+       "bans every token that would complete an n-gram already in the text",
+       ("no_repeat_ngram_size",), lambda spec: spec.no_repeat_ngram_size > 0,
+       jax="NoRepeatNGram", torch="no_repeat_ngram", samples_only=False)
+_stage("dry", "DRY (x{dry_multiplier}, base {dry_base}, allowed {dry_allowed_length})",
+       "penalises the token that would extend a repeated sequence, exponentially in the sequence's length",
+       ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_sequence_breakers"),
+       lambda spec: spec.dry_multiplier > 0.0, jax="Dry", torch="dry", samples_only=False,
+       validate=_check_breakers)
+# always in the chain, so that a new min_new_tokens (0 included) is a traced value and compiles nothing
+_stage("min_new_tokens", "min_new_tokens ({min_new_tokens}: no end of text yet)",
+       "bans the end-of-text tokens until min_new_tokens tokens exist",
+       ("min_new_tokens",), lambda spec: True,
+       jax="MinNewTokens", torch="min_new_tokens", samples_only=False)
+
+# -- sampling stages: only when the strategy samples ---------------------------------------------------------
+_stage("temperature", "temperature {temperature}", "divides the logits by the temperature",
+       ("temperature",), lambda spec: True, jax="Temperature", torch="temperature")
+_stage("top_n_sigma", "top-nσ (n={top_n_sigma})", "keeps the logits within n standard deviations of the largest",
+       ("top_n_sigma",), lambda spec: spec.top_n_sigma > 0.0, jax="TopNSigma", torch="top_n_sigma")
+_stage("top_k", "top-k (k={top_k})", "keeps the k most likely tokens",
+       ("top_k",), lambda spec: spec.top_k > 0, jax="TopK", torch="top_k")
+_stage("top_p", "top-p ({top_p})", "keeps the most likely tokens until their mass reaches p",
+       ("top_p",), lambda spec: spec.top_p < 1.0, jax="TopP", torch="top_p")
+_stage("min_p", "min-p ({min_p} × the best)", "removes tokens less likely than min_p x the most likely one",
+       ("min_p",), lambda spec: spec.min_p > 0.0, jax="MinP", torch="min_p")
+_stage("xtc", "XTC (threshold {xtc_threshold}, probability {xtc_probability})",
+       "with its probability, removes every token above the threshold except the least likely of them",
+       ("xtc_threshold", "xtc_probability"), lambda spec: spec.xtc_probability > 0.0, jax="Xtc", torch="xtc")
+_stage("typical_p", "typical-p ({typical_p})",
+       "keeps the tokens whose surprise is closest to the entropy, until their mass reaches p",
+       ("typical_p",), lambda spec: spec.typical_p < 1.0, jax="TypicalP", torch="typical_p")
+_stage("epsilon_cutoff", "epsilon cutoff ({epsilon_cutoff})", "removes tokens with probability below epsilon",
+       ("epsilon_cutoff",), lambda spec: spec.epsilon_cutoff > 0.0, jax="EpsilonCutoff", torch="epsilon_cutoff")
+_stage("eta_cutoff", "eta cutoff ({eta_cutoff})", "removes tokens below min(eta, sqrt(eta) x exp(-entropy))",
+       ("eta_cutoff",), lambda spec: spec.eta_cutoff > 0.0, jax="EtaCutoff", torch="eta_cutoff")

@@ -1,0 +1,102 @@
+"""The built-in knobs: every RunSpec key a cache, a strategy or a stage of the logits chain reads, with its type,
+default, range and how the page, the CLI and the sweep present it.
+
+Registered in the order RunSpec checks them: the first value out of range is the one reported. A knob with a
+`group` is drawn by the column card from this record alone (a slider over its own range where it has a
+`step`); a knob without one has widgets of its own in playground/ui/columns.py.
+"""
+
+from __future__ import annotations
+
+from playground.registry.entries import Knob
+from playground.registry.store import register_knob
+
+MAX_BEAMS = 8
+CACHE_BITS = (2, 4, 8)
+DRY_BREAKERS = '["\\n", ":", "\\"", "*"]'  # text-generation-webui's and llama.cpp's default sequence breakers
+
+SAMPLING, PENALTIES = "sampling", "penalties"  # the column card's groups of chain knobs
+
+for _knob in (
+    # -- the sampling stages of the logits chain (only when the strategy samples) ----------------------------
+    Knob(name="temperature", default=1.0, low=0.0, high=5.0, low_open=True, group=SAMPLING, step=0.05,
+         help="divides the logits: below 1 sharpens the distribution, above 1 flattens it", sweep="distinct_2"),
+    # the number of kept candidates is an array shape
+    Knob(name="top_k", kind=int, default=50, low=0, high=1000, shapes=True, group=SAMPLING, step=1,
+         label="top-k (0 = off)", help="keeps the k most likely tokens", sweep="distinct_2"),
+    Knob(name="top_p", default=1.0, low=0.0, high=1.0, low_open=True, group=SAMPLING, step=0.01,
+         label="top-p (1 = off)", help="keeps the most likely tokens until their mass reaches p (nucleus)",
+         sweep="distinct_2"),
+    Knob(name="min_p", default=0.0, low=0.0, high=1.0, group=SAMPLING, step=0.01, label="min-p (0 = off)",
+         help="removes tokens less likely than min_p x the most likely one", sweep="distinct_2"),
+    Knob(name="typical_p", default=1.0, low=0.0, high=1.0, low_open=True, group=SAMPLING, step=0.01,
+         label="typical-p (1 = off)",
+         help="keeps the tokens whose surprise is closest to the entropy, until their mass reaches p",
+         sweep="distinct_2"),
+    Knob(name="epsilon_cutoff", default=0.0, low=0.0, high=0.1, group=SAMPLING, step=0.0001,
+         label="epsilon cutoff (0 = off)", help="removes tokens with probability below epsilon",
+         sweep="distinct_2"),
+    Knob(name="eta_cutoff", default=0.0, low=0.0, high=0.1, group=SAMPLING, step=0.0001,
+         label="eta cutoff (0 = off)",
+         help="removes tokens below min(eta, sqrt(eta) x exp(-entropy)): a cutoff that adapts to the entropy",
+         sweep="distinct_2"),
+    Knob(name="top_n_sigma", default=0.0, low=0.0, high=5.0, group=SAMPLING, step=0.05,
+         label="top-nσ (0 = off)", help="keeps the logits within n standard deviations of the largest",
+         sweep="distinct_2"),
+    Knob(name="xtc_threshold", default=0.1, low=0.0, high=0.5, low_open=True, group=SAMPLING, step=0.01,
+         label="XTC threshold", help="XTC: the probability a token needs to count as a top choice",
+         sweep="distinct_2"),
+    Knob(name="xtc_probability", default=0.0, low=0.0, high=1.0, group=SAMPLING, step=0.05,
+         label="XTC probability (0 = off)",
+         help="XTC: how often the top choices but the least likely of them are excluded", sweep="distinct_2"),
+    Knob(name="sampler_order", kind=str, default="", group=SAMPLING, label="sampler order (empty = default)",
+         help="the chain's stages in the order to apply them, comma-separated, e.g. top_k,temperature,min_p; "
+              "the stages named trade places, the others keep theirs"),
+    # -- processors: every strategy, greedy and beam search included ----------------------------------------
+    Knob(name="repetition_penalty", default=1.0, low=0.0, high=3.0, low_open=True, group=PENALTIES, step=0.05,
+         label="repetition penalty (1 = off)",
+         help="divides a positive logit (multiplies a negative one) of every token already in the text",
+         sweep="repeat_4gram_rate"),
+    Knob(name="presence_penalty", default=0.0, low=-2.0, high=2.0, group=PENALTIES, step=0.05,
+         label="presence penalty (0 = off)", help="subtracted once from the logit of every token generated so far",
+         sweep="repeat_4gram_rate"),
+    Knob(name="frequency_penalty", default=0.0, low=-2.0, high=2.0, group=PENALTIES, step=0.05,
+         label="frequency penalty (0 = off)",
+         help="subtracted from a token's logit once per time it was generated so far", sweep="repeat_4gram_rate"),
+    # the n-gram's length is an array shape
+    Knob(name="no_repeat_ngram_size", kind=int, default=0, low=0, high=10, shapes=True, group=PENALTIES, step=1,
+         label="no-repeat n-gram size (0 = off)", help="bans any token that would repeat an n-gram of the text",
+         sweep="repeat_4gram_rate"),
+    Knob(name="dry_multiplier", default=0.0, low=0.0, high=5.0, group=PENALTIES, step=0.05,
+         label="DRY multiplier (0 = off)",
+         help="DRY: penalises the token that would extend a sequence already in the text", sweep="repeat_4gram_rate"),
+    Knob(name="dry_base", default=1.75, low=1.0, high=4.0, low_open=True, group=PENALTIES, step=0.05,
+         label="DRY base", help="DRY: the penalty grows by this factor per token of repeated sequence"),
+    Knob(name="dry_allowed_length", kind=int, default=2, low=1, high=20, group=PENALTIES, step=1,
+         label="DRY allowed length", help="DRY: repeated sequences up to this length go unpenalised"),
+    Knob(name="dry_sequence_breakers", kind=str, default=DRY_BREAKERS, group=PENALTIES,
+         label="DRY sequence breakers",
+         help="DRY: a JSON list of strings; a token containing one ends a repeated sequence"),
+    # -- run, strategies and caches --------------------------------------------------------------------------
+    # high: the token cap; the cache's length and a beam's token columns follow it
+    Knob(name="max_new_tokens", kind=int, default=64, low=1, shapes=True, sweep="mean_logprob"),
+    Knob(name="min_new_tokens", kind=int, default=0, low=0),  # high: max_new_tokens
+    Knob(name="seed", kind=int, default=0, low=0, high=2**32 - 1),
+    Knob(name="num_beams", kind=int, default=4, low=1, high=MAX_BEAMS, shapes=True, sweep="mean_logprob"),
+    Knob(name="length_penalty", default=1.0, low=-10.0, high=10.0),
+    # the verify pass's width
+    Knob(name="prompt_lookup", kind=int, default=0, low=0, high=64, shapes=True, sweep="tokens_per_pass"),
+    Knob(name="cache_bits", kind=int, default=4, choices=CACHE_BITS, shapes=True, sweep="agreement"),
+    Knob(name="residual_length", kind=int, default=128, low=1, high=100_000, shapes=True, sweep="agreement"),
+    Knob(name="window", kind=int, default=256, low=1, high=1_000_000, shapes=True, sweep="agreement"),
+    Knob(name="sink_tokens", kind=int, default=4, low=0, high=1024, shapes=True, sweep="agreement"),
+    Knob(name="devices", kind=int, default=1, low=1, high=64, shapes=True),
+    Knob(name="repeats", kind=int, default=1, low=1, high=5),
+    # range checked by the strategy that reads them (elsewhere they must keep their default)
+    Knob(name="num_return_sequences", kind=int, default=1, shapes=True),
+    Knob(name="early_stopping", kind=bool, default=False, help="beam search: stop at num_beams finished"),
+    Knob(name="assistant", kind=str, default=None),
+    Knob(name="assisted_sampling", kind=bool, default=False,
+         help="assisted decoding: sample with the sampling knobs (speculative sampling)"),
+):
+    register_knob(_knob)

@@ -1,0 +1,39 @@
+"""A knob's widget drawn from its registry record alone: the logits chain's knobs need no code on the page."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gradio as gr
+
+from playground import registry
+
+
+def chain_knobs(group: str) -> tuple[str, ...]:
+    """The knobs of a group of the logits chain's widgets (SAMPLING, PENALTIES), as registered."""
+    return tuple(knob.name for knob in registry.knobs() if knob.group == group)
+
+
+def knob_widget(knob: registry.Knob, index: int, value: Any) -> Any:
+    """A knob's widget from its record alone: a slider over the knob's own range (its first step where the low
+    end is refused), a number box, a text box or a checkbox."""
+    common: dict[str, Any] = {"label": knob.title, "info": knob.help or None, "elem_id": f"{knob.name}-{index}"}
+    if knob.kind is bool:
+        return gr.Checkbox(value, **common)
+    if knob.kind is str:
+        return gr.Textbox(value, max_lines=1, **common)
+    if knob.step is not None and knob.low is not None and knob.high is not None:
+        low = knob.low + knob.step if knob.low_open else knob.low
+        return gr.Slider(low, knob.high, value=value, step=knob.step, **common)
+    return gr.Number(value, precision=0 if knob.kind is int else None, minimum=knob.low, maximum=knob.high,
+                     **common)
+
+
+def chain_widgets(index: int, knobs: dict[str, Any], group: str, values: Mapping[str, Any]) -> None:
+    """The widgets of one group of the logits chain's knobs, two to a row, in registration order."""
+    names = chain_knobs(group)
+    for start in range(0, len(names), 2):
+        with gr.Row():
+            for name in names[start:start + 2]:
+                knobs[name] = knob_widget(registry.knob(name), index, values[name])
