@@ -134,6 +134,32 @@ def _assisted_every_cache() -> Preset:
         f"column compiles on its first run."))
 
 
+def _against_repetition() -> Preset:
+    sampled = _greedy(max_new_tokens=96, strategy="sampling", temperature=1.0, top_k=50)
+    return Preset(STORY_PROMPT, (
+        {**sampled, "dry_multiplier": 0.8},
+        {**sampled, "repetition_penalty": 1.3},
+        {**sampled, "no_repeat_ngram_size": 3},
+        sampled,
+    ), "One story prompt sampled at temperature 1.0 with the same seed, against repetition in three ways: DRY "
+       "(penalises the token that would extend a repeated sequence), the repetition penalty (every token already "
+       "in the text) and no repeated 3-grams (a ban), then nothing. Compare the table's repeated 4-grams and "
+       "distinct bigrams, and open a token's sampling cut to see how much mass each penalty moved.", mode="raw")
+
+
+def _creative_samplers() -> Preset:
+    hot = _greedy(max_new_tokens=64, strategy="sampling", temperature=1.5, top_k=0)
+    return Preset(STORY_PROMPT, (
+        {**hot, "top_p": 0.9},
+        {**hot, "min_p": 0.1},
+        {**hot, "top_n_sigma": 1.0},
+        {**hot, "min_p": 0.05, "xtc_threshold": 0.1, "xtc_probability": 0.5},
+    ), "Temperature 1.5 flattens the distribution. Top-p 0.9 still keeps a long tail of unlikely tokens, so its "
+       "text drifts into noise; min-p and top-nσ cut relative to the best token and stay readable; XTC (with a "
+       "min-p floor) sometimes removes the most likely tokens for variety. Click tokens to compare the cuts: "
+       "how many tokens each stage removed and the mass it moved.")
+
+
 PRESETS: dict[str, Preset] = {
     "Greedy vs sampling vs beam": _strategies(),
     "Cache shoot-out": _cache_shoot_out(),
@@ -142,4 +168,6 @@ PRESETS: dict[str, Preset] = {
     "Assisted vs plain": _assisted(),
     "Assisted on PyTorch vs JAX": _assisted_torch_vs_jax(),
     "Assisted on every cache": _assisted_every_cache(),
+    "Samplers against repetition": _against_repetition(),
+    "Creative samplers at high temperature": _creative_samplers(),
 }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from playground.result import Result
+from playground.sweep import measures
 
 MIB = 2**20
 SINGLE_RUN_MARGIN = 0.20
@@ -43,6 +44,9 @@ ROWS = (
     Row("KV cache (MiB)", "kv_cache_bytes", True),
     Row("draft acceptance (%)", "acceptance_rate", False),
     Row("quality: mean log-prob per token under fp32 (nats)", "mean_logprob", False),
+    # what the chain's penalties against repetition move; no star: more variety is not better text by itself
+    Row("text: distinct bigrams (share)", "distinct_2", None),
+    Row("text: repeated 4-grams (share)", "repeat_4gram_rate", None),
     Row("leaves fp32 greedy at token", "greedy_divergence", None),
     Row("KL vs fp32 weights (nats)", "kl_vs_fp32", True),
 )
@@ -75,6 +79,10 @@ def metric_value(result: Result | None, key: str) -> float | int | None:
         return _scaled(key, metrics["weight_bytes"] + metrics["kv_cache_bytes"])
     if key == "total_ms_per_token":
         return 1000.0 * metrics["total_s"] / result["new_tokens"] if result["new_tokens"] else None
+    if key == "distinct_2":
+        return measures.distinct_n(result["token_ids"], 2)
+    if key == "repeat_4gram_rate":
+        return measures.repeated_ngram_rate(result["token_ids"], 4)
     return _scaled(key, metrics.get(key))
 
 
