@@ -12,6 +12,7 @@ from playground.registry.store import (
     cache_type,
     caches,
     has_knob,
+    has_processor,
     knob,
     knobs,
     processor,
@@ -27,5 +28,6 @@ from playground.registry.store import (
 )
 
 __all__ = ["BACKENDS", "CacheType", "Knob", "Processor", "Strategy", "cache_names", "cache_type", "caches",
-           "has_knob", "knob", "knobs", "lazy", "processor", "processors", "register_cache", "register_knob",
-           "register_processor", "register_strategy", "registered", "strategies", "strategy", "strategy_names"]
+           "has_knob", "has_processor", "knob", "knobs", "lazy", "processor", "processors", "register_cache",
+           "register_knob", "register_processor", "register_strategy", "registered", "strategies", "strategy",
+           "strategy_names"]

@@ -21,11 +21,11 @@ _JAX = "playground.backends.jax.stages"
 
 
 def _stage(name: str, label: str, help: str, knobs: tuple[str, ...], active: Callable[[RunSpec], bool], *,
-           jax: str, torch: str, samples_only: bool = True,
-           validate: Callable[[RunSpec], None] | None = None) -> Processor:
+           jax: str, torch: str, samples_only: bool = True, validate: Callable[[RunSpec], None] | None = None,
+           idle: Callable[[RunSpec], bool] | None = None) -> Processor:
     return register_processor(Processor(
         name=name, label=label, help=help, knobs=knobs, active=active, samples_only=samples_only,
-        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate))
+        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate, idle=idle))
 
 
 def _check_breakers(spec: RunSpec) -> None:
@@ -57,7 +57,7 @@ _stage("dry", "DRY (x{dry_multiplier}, base {dry_base}, allowed {dry_allowed_len
 # always in the chain, so that a new min_new_tokens (0 included) is a traced value and compiles nothing
 _stage("min_new_tokens", "min_new_tokens ({min_new_tokens}: no end of text yet)",
        "bans the end-of-text tokens until min_new_tokens tokens exist",
-       ("min_new_tokens",), lambda spec: True,
+       ("min_new_tokens",), lambda spec: True, idle=lambda spec: spec.min_new_tokens == 0,
        jax="MinNewTokens", torch="min_new_tokens", samples_only=False)
 
 # -- sampling stages: only when the strategy samples ---------------------------------------------------------

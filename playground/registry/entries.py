@@ -85,6 +85,13 @@ class Processor:
     torch: Callable[[RunSpec, Any], Any]
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
+    # (spec) -> True where the stage stays in the chain (so that its value is a traced argument and a new one
+    # compiles nothing) but does nothing with these values: descriptions and the cut view leave it out
+    idle: Callable[[RunSpec], bool] | None = None
+
+    def shown(self, spec: RunSpec) -> bool:
+        """Whether descriptions of this run name the stage."""
+        return self.idle is None or not self.idle(spec)
 
     def describe(self, spec: RunSpec) -> str:
         """The label with the column's values filled in."""

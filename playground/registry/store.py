@@ -132,3 +132,7 @@ def knob(name: str) -> Knob:
 
 def has_knob(name: str) -> bool:
     return name in _KNOBS
+
+
+def has_processor(name: str) -> bool:
+    return name in _PROCESSORS

@@ -42,9 +42,10 @@ def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
 
 def compile_note(knob: str, shapes: bool) -> str:
     """What a JAX sweep of `knob` compiles, and why; `shapes` is the registry's word on whether the knob sets an
-    array shape in the compiled programs (max_new_tokens sizes the cache, so it does too)."""
+    array shape in the compiled programs (max_new_tokens sizes the cache)."""
     if shapes:
         return (f"{knob} sets an array shape in the compiled JAX programs, so each new value compiles its own "
                 "programs (first time only: they are cached for later sweeps)")
     return (f"{knob} is an argument of the compiled JAX programs: one compile serves every value of the sweep, "
-            "and later values report a compile time of 0 s")
+            "and later values report a compile time of 0 s (a value that turns its stage of the logits chain on or "
+            "off, such as a top-p of 1, compiles once more)")

@@ -65,12 +65,15 @@ def applied_filters(spec: Mapping[str, Any]) -> str:
 
 def stage_rows_html(stages: Sequence[StageRecord] | None, spec: Mapping[str, Any]) -> str:
     """Every active stage in chain order: the tokens it removed and the probability mass it moved."""
-    if not stages:
+    run = _spec(spec)
+    shown = [row for row in stages or [] if not registry.has_processor(row["stage"])
+             or registry.processor(row["stage"]).shown(run)]
+    if not shown:
         return ""
     labels = filter_labels(spec)
     rows = "".join(
         f"<tr><td>{html.escape(labels.get(row['stage'], row['stage']))}</td><td>{row['removed']}</td>"
-        f"<td>{row['moved']:.3f}</td></tr>" for row in stages)
+        f"<td>{row['moved']:.3f}</td></tr>" for row in shown)
     return ("<table class='cut-stages'><thead><tr><th>stage, in order</th><th>tokens removed</th>"
             "<th title='total variation between the distributions before and after the stage'>mass moved</th>"
             f"</tr></thead><tbody>{rows}</tbody></table>")
