@@ -154,7 +154,7 @@ def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_ur
     page.wait_for_selector("#sampling-cut .cut-row", timeout=10_000)
     assert page.locator("#sampling-cut .cut-row.drawn").count() == 1
     assert "◀ drawn" in page.locator("#sampling-cut .cut-row.drawn").inner_text()
-    assert "top-k 50" in page.locator("#sampling-cut .cut-filters").inner_text()  # the column's own filters
+    assert "top-k (k=50)" in page.locator("#sampling-cut .cut-filters").inner_text()  # the column's own filters
 
     chosen = page.locator("#branch-choice input").input_value()  # the first candidate that was not drawn
     assert chosen and "(as drawn)" not in chosen
