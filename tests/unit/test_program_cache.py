@@ -71,6 +71,7 @@ def test_the_bound_holds_over_a_mix_of_shapes_and_a_dropped_program_reloads_from
     assert all(size <= report["bound"] for size, count in kept if count > 1), kept  # one may be past it alone
     assert report["evictions"] > 0  # the mix did not fit: programs were dropped
     assert report["again_tokens"] == report["first_tokens"]
-    assert report["again_evictions"] > report["evictions"]  # its programs had been dropped and came back ...
+    # its programs had been dropped and came back (a request that finds all its programs kept reports 0 s) ...
+    assert report["again_compile_s"] > 0
     assert report["written_by_again"] == []  # ... from the disk cache, not from XLA
     assert report["again_compile_s"] < report["first_compile_s"] / 2

@@ -85,8 +85,12 @@ STAGES = {
 }
 
 
-@pytest.mark.parametrize("prefix", [(), (7, 7, 200)], ids=["after the prompt", "after a forced prefix"])
-@pytest.mark.parametrize("stage", list(STAGES))
+# a forced prefix is part of the prompt on both backends: it matters to the stages that read the text so far
+AFTER_A_PREFIX = ("presence_frequency", "no_repeat_ngram", "dry", "all")
+
+
+@pytest.mark.parametrize(("stage", "prefix"), [(stage, ()) for stage in STAGES] + [
+    (stage, (7, 7, 200)) for stage in AFTER_A_PREFIX])
 def test_sampled_records_agree_with_each_stage(llama, monkeypatch, stage, prefix):
     """Every step's `p` after the chain, `p_model` before it, the alternatives, what removed each, and each stage's
     removed count and moved mass agree across the backends (a forced prefix is part of the prompt there)."""
