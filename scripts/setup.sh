@@ -23,8 +23,10 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 
 files=(requirements.txt requirements-models.txt)
+stamp_of() { echo ".venv/.installed-$(cat "$@" | sha256sum | cut -c1-16)"; }
+app_stamp=$(stamp_of "${files[@]}")  # the app's pins; a dev install satisfies them too
 (( want_dev )) && files+=(requirements-dev.txt)
-stamp=".venv/.installed-$(cat "${files[@]}" | sha256sum | cut -c1-16)"
+stamp=$(stamp_of "${files[@]}")
 if [[ -f "$stamp" ]]; then
     exit 0
 fi
@@ -61,5 +63,5 @@ install_with_uv || {
     echo "setup: uv could not install them; installing with pip instead" >&2
     install_with_pip
 }
-touch "$stamp"
+touch "$stamp" "$app_stamp"  # scripts/run.sh after scripts/test.sh installs nothing again
 echo "setup: done"

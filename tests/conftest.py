@@ -89,12 +89,10 @@ def _programs_dropped_after_each_file() -> Iterator[None]:
     yield
     if "playground.backends.jax.engine" not in sys.modules:
         return  # nothing ran on JAX in this process yet
-    from playground.backends.jax.engine import engines_of
+    from playground.backends.jax.engine import drop_programs
     from playground.models.loaded import LOADED
 
-    for loaded in list(LOADED._models.values()):  # not LOADED.get: that would reorder the LRU
-        for engine in engines_of(loaded.model):
-            engine.programs.clear()
+    drop_programs([loaded.model for loaded in LOADED.snapshot()])
 
 
 @pytest.fixture

@@ -200,6 +200,12 @@ class ModelLRU:
         with self._lock:
             return list(self._models)
 
+    def snapshot(self) -> list[LoadedModel]:
+        """The loaded models, least recently used first, taken under the lock (reading them does not reorder the
+        LRU, as get() would)."""
+        with self._lock:
+            return list(self._models.values())
+
     def clear(self) -> None:
         with self._lock:
             self._models.clear()

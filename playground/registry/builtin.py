@@ -10,9 +10,9 @@ from playground.errors import PlaygroundError
 from playground.registry import builtin_chain  # noqa: F401  (registers the logits chain's stages)
 from playground.registry.builtin_knobs import CACHE_BITS, MAX_BEAMS
 from playground.registry.entries import CacheType, RunSpec, Strategy, lazy
-from playground.registry.store import register_cache, register_strategy
+from playground.registry.store import caches, register_cache, register_strategy
 
-__all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS"]
+__all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS", "REFERENCE_CACHE"]
 
 # --- caches -----------------------------------------------------------------------------------------------------
 
@@ -105,5 +105,8 @@ register_strategy(Strategy(
     validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
     jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
 
+# The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
+# text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)
+REFERENCE_CACHE = next(c.name for c in caches() if c.preallocated and c.retention is None and not c.no_rollback)
 # A draft model's own cache on the JAX path: preallocated for the whole run, and it rolls rejected drafts back.
-DRAFT_CACHE = "static"
+DRAFT_CACHE = REFERENCE_CACHE

@@ -25,6 +25,7 @@ from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
 from playground.tools.bench_beam import BEAMS, bench_beam
+from playground.tools.bench_weights import fp32_references, kl_from_fp32
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
 BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
@@ -124,8 +125,9 @@ def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: Ba
     cold = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
     if weights == "fp32":
         return _timed(name, run_once, probe, compile_s=round(cold.compile_s, 3))
+    kl = kl_from_fp32(loaded.name, "jax", weights, fp32_references(loaded.name))  # what the precision costs
     return _timed(f"jax-{weights}", run_once, probe, compile_s=round(cold.compile_s, 3),
-                  weight_bytes=cold.extra["device_weight_bytes"])
+                  weight_bytes=cold.extra["device_weight_bytes"], kl_vs_fp32=float(f"{kl:.4g}"))
 
 
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,

@@ -29,9 +29,7 @@ DRAFTS = {"prompt_lookup": 10}  # the draft source for assisted cells (a draft m
 
 def _drop_programs(model: str) -> None:
     """Every program of the model's engines, so the next request compiles (or loads from disk) all of its own."""
-    for loaded in [LOADED.get(*key)[0] for key in LOADED.keys() if key[0] == model]:
-        for engine in jax_engine.engines_of(loaded.model):
-            engine.programs.clear()
+    jax_engine.drop_programs([loaded.model for loaded in LOADED.snapshot() if loaded.name == model])
 
 
 def run_compile_suite(progress: Callable[[str], Any], models: tuple[str, ...] = MODELS) -> dict[str, Any]:

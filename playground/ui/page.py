@@ -211,7 +211,8 @@ def _header() -> dict[str, Any]:
                                 info="runs interleaved across columns; the table shows medians and ranges")
     with gr.Row(elem_classes=["toolbar"]):
         run = gr.Button(f"▶ Run all {START_COLUMNS} columns", variant="primary", elem_id="run", scale=2)
-        stop = gr.Button("■ Stop", variant="stop", elem_id="stop", scale=1)
+        # red only while a run is under way (wiring's lock step): nothing to stop before
+        stop = gr.Button("■ Stop", variant="secondary", elem_id="stop", scale=1)
         add = gr.Button("+ Add column", elem_id="add-column", scale=1)
         clear_chat = gr.Button("Clear conversation", elem_id="clear-chat", scale=1, visible=False)
     with gr.Row(elem_classes=["presets"]):

@@ -199,7 +199,7 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
-            desc, mark = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else ""), "⏳"
+            desc, mark = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else ""), "◔"
             if run.stop.is_set():  # a load (or torch building kernels) cannot be cut short: say when it stops
                 desc, mark = f"stops once this ends: {event.message} · {event.elapsed_s:.0f} s so far", "■"
             progress(event.fraction, desc=f"column {i + 1}: {desc}")

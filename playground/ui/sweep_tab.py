@@ -295,7 +295,7 @@ def click_point(tab: SweepTab, kept: dict[str, Any] | None, evt: gr.EventData) -
 
 
 def _progress_text(done: int, total: int, what: str, started: float) -> str:
-    return f"⏳ run {min(done + 1, total)} of {total} ({time.monotonic() - started:.0f} s so far): {what}"
+    return f"◔ run {min(done + 1, total)} of {total} ({time.monotonic() - started:.0f} s so far): {what}"
 
 
 def run_sweep_tab(tab: SweepTab, data: Inputs, request: gr.Request, progress: gr.Progress) -> Iterator[Updates]:
@@ -322,7 +322,7 @@ def run_sweep_tab(tab: SweepTab, data: Inputs, request: gr.Request, progress: gr
     tokens: list[Any] = []
     empty = empty_sweep(sweep.knob, sweep.values)
     yield {tab.run: gr.update(interactive=False), tab.stop: gr.update(interactive=True),
-           tab.status: f"⏳ starting: {len(sweep.prompts)} prompts, {len(sweep.values)} values",
+           tab.status: f"◔ starting: {len(sweep.prompts)} prompts, {len(sweep.values)} values",
            tab.row_choice: gr.update(choices=[], value=None), tab.tokens: "", tab.state: None,
            tab.download_json: gr.update(interactive=False), tab.download_csv: gr.update(interactive=False),
            tab.compile_note: compile_note_for(sweep.knob, sweep.spec.backend), **_plot_updates(tab, empty)}

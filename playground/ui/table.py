@@ -179,8 +179,9 @@ def process_memory_note(results: Sequence[Result | None]) -> str:
     peaks = [r["metrics"]["peak_rss_bytes"] for r in results if r and r["metrics"]["peak_rss_bytes"] is not None]
     if not peaks:
         return ""
-    note = (f"Process peak resident memory during these runs: {max(peaks) / MIB:.0f} MiB (all columns share one "
-            "process and its loaded models; each column's own memory is in the table).")
+    note = (f"The whole process's resident memory at its highest during these runs: {max(peaks) / MIB:.0f} MiB "
+            "(Python, torch, JAX, every loaded model and kept program: all columns share one process, so this is "
+            "not these runs' own memory; each column's weights and KV cache are in the table).")
     engines: dict[tuple[Any, Any, Any], tuple[int, int]] = {}  # the last figure per engine: columns run in turn
     for result in results:
         if result and "program_cache_bytes" in result["extra"]:

@@ -31,9 +31,15 @@ def _hue(token: TokenRecord, by: str) -> float | None:
 
 
 def _shown(text: str) -> str:
-    """Whitespace made visible, so a newline or a leading space is a token you can see and hover."""
-    escaped = html.escape(text).replace("\n", "↵<br>").replace("\t", "→")
+    """Whitespace made visible, so a newline or a leading space is a token you can see and hover. The line
+    breaks themselves go after the token's span (`_breaks`): inside it, an outline would draw an empty box at
+    the end of the line."""
+    escaped = html.escape(text).replace("\n", "↵").replace("\t", "→")
     return escaped if text.strip() else escaped.replace(" ", "·") or "∅"
+
+
+def _breaks(text: str) -> str:
+    return "<br>" * text.count("\n")
 
 
 def _tooltip(index: int, token: TokenRecord) -> str:
@@ -58,7 +64,8 @@ def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
     if not prefix:
         return []
     return [f"<span class='tok forced' data-pos='{index}' title=\"#{index} {html.escape(repr(piece), quote=True)}: "
-            f"forced (the branch's prefix)\">{_shown(piece)}</span>" for index, piece in enumerate(prefix["pieces"])]
+            f"forced (the branch's prefix)\">{_shown(piece)}</span>{_breaks(piece)}"
+            for index, piece in enumerate(prefix["pieces"])]
 
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
@@ -87,7 +94,7 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         title = html.escape(_tooltip(index, token), quote=True)
         text = _shown(token["text"])
         spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
-                     f"title=\"{title}\">{text}</span>")
+                     f"title=\"{title}\">{text}</span>{_breaks(token['text'])}")
     return "<div class='tokens'>" + "".join(spans) + "</div>"
 
 

@@ -20,6 +20,7 @@ import gradio as gr
 
 from playground import runner
 from playground.events import ProgressEvent
+from playground.registry.builtin import REFERENCE_CACHE
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
 from playground.ui.events import Updates, on_private, writes
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 # JAX greedy runs of the page's default prompt. Programs are keyed by the prompt's bucket and each layer's cache
 # layout: the page's defaults (the growing cache, 64 new tokens: one length, 128 positions, for a short prompt)
 # and the static cache, which shares the growing cache's programs at the same length.
-WARMUP_SPECS = (RunSpec(backend="jax"), RunSpec(backend="jax", cache="static"))
+WARMUP_SPECS = (RunSpec(backend="jax"), RunSpec(backend="jax", cache=REFERENCE_CACHE))
 POLL_S = 2.0
 
 
@@ -121,7 +122,7 @@ def notice() -> str:
     if state.phase != "running":
         return ""
     step = min(state.done + 1, state.total)
-    return (f"⏳ **Warming up** {step} of {state.total} ({state.detail}): the JAX programs of the default columns "
+    return (f"◔ **Warming up** {step} of {state.total} ({state.detail}): the JAX programs of the default columns "
             "and the presets, after a restart. A run you start goes first; it waits at most for this request.")
 
 

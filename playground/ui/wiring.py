@@ -223,20 +223,7 @@ def _wire_run(page: Page) -> None:
     on_private(partial(gr.on, [col.notice.change for col in page.columns] + [page.visible.change]), run_label,
                [page.visible, *(col.notice for col in page.columns)])
 
-    notices = [col.notice for col in page.columns]
-
-    @writes(notices, page.run)
-    def recheck(data: Inputs) -> Updates:
-        """A refusal left by the last run (an empty prompt) is checked again as the prompt changes (typed, pasted
-        or restored: `change`, not `input`), so it never outlives its cause; the Run button's count follows."""
-        updates: Updates = {}
-        for col in page.columns:
-            if str(data[col.notice]).startswith("⚠"):
-                updates[col.notice] = notice_text(column_settings(col.read(data)))
-        now = [str(updates[col.notice] if col.notice in updates else data[col.notice]) for col in page.columns]
-        return updates | {page.run: page.run_label(data[page.visible], *now)}
-
-    on_private(page.prompt.change, recheck, page.setting_inputs() | set(notices), trigger_mode="always_last")
+    _wire_recheck(page)
 
     @writes(page.status)
     def request_stop(request: gr.Request) -> Updates:
@@ -244,6 +231,29 @@ def _wire_run(page: Page) -> None:
         return {page.status: STOPPING}
 
     on_private(page.stop.click, request_stop)  # outside the queue, so it is not stuck behind the run it stops
+
+
+def _wire_recheck(page: Page) -> None:
+    """What the last run refused is checked again as the prompt changes."""
+    notices = [col.notice for col in page.columns]
+
+    @writes(notices, page.run, page.status)
+    def recheck(data: Inputs) -> Updates:
+        """A refusal left by the last run (an empty prompt) is checked again as the prompt changes (typed, pasted
+        or restored: `change`, not `input`), so it never outlives its cause; the Run button's count follows, and
+        the status line's summary of refusals goes once none is left."""
+        updates: Updates = {}
+        for col in page.columns:
+            if str(data[col.notice]).startswith("⚠"):
+                updates[col.notice] = notice_text(column_settings(col.read(data)))
+        now = [str(updates[col.notice] if col.notice in updates else data[col.notice]) for col in page.columns]
+        refused = any(notice.startswith("⚠") for notice in now)
+        status = str(data[page.status] or "")
+        cleared = {page.status: ""} if updates and not refused and status.startswith("⚠") else {}
+        return updates | cleared | {page.run: page.run_label(data[page.visible], *now)}
+
+    on_private(page.prompt.change, recheck, page.setting_inputs() | set(notices) | {page.status},
+               trigger_mode="always_last")
 
 
 def _wire_branch(page: Page) -> None:
@@ -278,14 +288,17 @@ def _run_steps(page: Page, start: Callable[..., Dependency], columns: Handler, i
     (progress on the status line), controls unlocked, `after_unlock` steps, the exports of what finished."""
     lockable = page.lockable()
 
-    @writes(lockable)
+    @writes(lockable, page.stop)
     def lock() -> Updates:
-        """Settings cannot change under a running column: every control is locked until the run ends."""
-        return {component: gr.update(interactive=False) for component in lockable}
+        """Settings cannot change under a running column: every control is locked until the run ends. Stop
+        turns red while there is something to stop."""
+        return {component: gr.update(interactive=False) for component in lockable} | {
+            page.stop: gr.update(variant="stop")}
 
-    @writes(lockable)
+    @writes(lockable, page.stop)
     def unlock() -> Updates:
-        return {component: gr.update(interactive=True) for component in lockable}
+        return {component: gr.update(interactive=True) for component in lockable} | {
+            page.stop: gr.update(variant="secondary")}
 
     @writes(page.download_json, page.download_csv)
     def exports(outcome: Outcome) -> Updates:

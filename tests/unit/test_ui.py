@@ -75,7 +75,8 @@ def row(table: dict[str, Any], prefix: str) -> list[str]:
 
 def test_the_memory_note_adds_each_engines_compiled_programs_against_their_bound():
     torch_only = [fake_result([1, 2]), None]
-    assert process_memory_note(torch_only).startswith("Process peak resident memory during these runs: 900 MiB")
+    assert process_memory_note(torch_only).startswith(
+        "The whole process's resident memory at its highest during these runs: 900 MiB")
     assert "Compiled JAX programs" not in process_memory_note(torch_only)
     jax = [fake_result([1, 2]) for _ in range(3)]
     for result, kept, model in zip(jax, (10, 30, 5), ("a", "a", "b"), strict=True):
@@ -208,7 +209,8 @@ def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hove
     assert "&lt;b&gt;" in by_p and "<b>" not in by_p  # model text is escaped, never markup
     assert "class='tok draft'" in by_p and "class='tok diverge'" in by_p
     assert "&#x27;&lt;b&gt;&#x27;: 1.000 · 0.500" in by_p  # the top alternatives, both probabilities, on hover
-    assert "↵<br>" in by_p  # a newline token stays visible
+    assert "↵</span><br>" in by_p  # a newline token stays visible; its line break follows the span
+    assert "<br></span>" not in tokens_html(tokens, diverge_at=2)  # an outlined newline: no empty box
     by_model = tokens_html(tokens, "model probability")
     assert "hsl(60," in by_model  # p_model 0.5: halfway
     by_entropy = tokens_html(tokens, "entropy (as drawn)")
@@ -419,8 +421,8 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(page, mon
     updates = list(ui_run.run_all(page, data, request, lambda *a, **k: None))
     assert calls == [("Hello", 3, False, "greedy"), ("Hello", 3, False, "sampling")]
     assert updates[0][col1.notice] == "waiting: column 2 waits for column 1"
-    loading = next(u for u in updates if u.get(page.columns[0].notice) == "⏳ loading")
-    assert loading[page.status].startswith("⏳ **Column 1:** loading")  # by Run, not only on the card below
+    loading = next(u for u in updates if u.get(page.columns[0].notice) == "◔ loading")
+    assert loading[page.status].startswith("◔ **Column 1:** loading")  # by Run, not only on the card below
     assert any(u.get(page.columns[0].output) == "t1" for u in updates)  # streamed before the end
     table = next(u[page.metrics] for u in reversed(updates) if page.metrics in u)
     assert row(table, "decode speed") == ["10.0", "**★ 20.0**"]
@@ -523,7 +525,7 @@ def test_stop_during_a_compile_says_the_column_stops_once_the_compile_ends(page,
     monkeypatch.setattr(runner, "run", fake_run)
     updates = list(ui_run.run_all(page, page_data(page), request, lambda *a, **k: None))
     notices = [u[page.columns[0].notice] for u in updates if page.columns[0].notice in u]
-    assert "⏳ compiling the JAX programs" in notices
+    assert "◔ compiling the JAX programs" in notices
     assert "■ stops once this ends: compiling the JAX programs · 12 s so far" in notices
 
 
@@ -642,11 +644,13 @@ def wired(demo, name: str):
 
 def test_a_refusal_from_the_last_run_clears_as_soon_as_a_prompt_is_typed(demo, page):
     refused = "⚠ prompt is empty; type some text to continue"
-    data = page_data(page, {page.prompt: "Once", page.columns[0].notice: refused,
+    summary = "⚠ 0 columns ran, 2 refused or failed (column 1: prompt is empty; column 2: prompt is empty)"
+    data = page_data(page, {page.prompt: "Once", page.columns[0].notice: refused, page.status: summary,
                             page.columns[1].notice: refused, page.columns[2].notice: "", page.columns[3].notice: ""})
     updates = wired(demo, "recheck")(data)
     assert updates[page.columns[0].notice] == updates[page.columns[1].notice] == ""
     assert updates[page.run]["value"] == "▶ Run all 2 columns"
+    assert updates[page.status] == ""  # the summary of the refusals goes with them
 
 
 def test_the_run_button_counts_the_columns_left_after_a_remove_or_an_add(demo, page):
@@ -664,6 +668,22 @@ def test_every_control_is_locked_while_columns_run(page):
     lockable = page.lockable()
     assert page.prompt in lockable and page.columns[3].knobs["temperature"] in lockable and page.run not in lockable
     assert page.stop not in lockable  # stopping stays possible
+
+
+def test_stop_is_red_only_while_columns_run(demo, page):
+    assert page.stop.variant == "secondary"
+    assert wired(demo, "lock")()[page.stop]["variant"] == "stop"
+    assert wired(demo, "unlock")()[page.stop]["variant"] == "secondary"
+
+
+def test_no_glyph_the_pages_fonts_lack():
+    """Debian's Chromium draws U+23F3 (hourglass) as an empty box: no installed font has it."""
+    from pathlib import Path
+
+    import playground
+
+    for path in Path(playground.__file__).parent.rglob("*.py"):
+        assert "\u23f3" not in path.read_text(), path
 
 
 @pytest.mark.parametrize(("settings", "fragment"), [

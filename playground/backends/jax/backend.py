@@ -86,9 +86,10 @@ class JaxBackend:
         """Through the engine for spec's weights, with a static cache (every position attended, as the fp32
         reference attends them)."""
         from playground.backends.jax.teacher_forced import logprobs_along
+        from playground.registry.builtin import REFERENCE_CACHE
         from playground.spec import RunSpec
 
-        static = RunSpec(model=spec.model, backend="jax", cache="static", weights=spec.weights,
+        static = RunSpec(model=spec.model, backend="jax", cache=REFERENCE_CACHE, weights=spec.weights,
                          devices=spec.devices, max_new_tokens=max(1, len(new_ids)))
         return logprobs_along(loaded, static, prompt_ids, new_ids)
 

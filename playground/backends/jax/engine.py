@@ -370,6 +370,14 @@ def engine_for(model: PreTrainedModel, devices: int, weights: str = "fp32") -> t
         return engine, False
 
 
+def drop_programs(models: list[PreTrainedModel]) -> None:
+    """Every compiled program of these models' engines, dropped from memory: the next request compiles them or
+    loads them from the disk cache (the tests between files; the compile bench before each cell)."""
+    for model in models:
+        for engine in engines_of(model):
+            engine.programs.clear()
+
+
 def engines_of(model: PreTrainedModel) -> list[Engine]:
     """The model's engines (one per device count and precision it ran on); none if it never ran on JAX."""
     with _ENGINES_LOCK:
