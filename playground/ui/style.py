@@ -39,10 +39,9 @@ SHORTCUT_JS = """() => {
   }, true);
 }"""
 
-# A slider's number box silently puts an out-of-range entry back in range when it loses focus; a bounded number
-# box keeps it, and the run is refused. Seen in the capture phase, before the component's own handler, the entry
-# is still the one typed: a plain number box is put in range here too (as if typed, so the page sees it), and a
-# note under the control says what was typed and what it became; an in-range entry clears the note.
+# A number typed out of a control's range: the page puts it back in range when the entry is committed, and a
+# note under the control says what was typed and what it became; an in-range entry clears the note. The server
+# never sees the out-of-range value (Gradio would answer it with an error).
 CLAMP_NOTE_JS = """() => {
   if (window.__playgroundClampNotes) { return; }
   window.__playgroundClampNotes = true;
@@ -51,6 +50,17 @@ CLAMP_NOTE_JS = """() => {
     if (event.target.closest('.presets button, #apply-settings')) {
       document.querySelectorAll('.clamp-note').forEach((note) => note.remove());
     }
+  }, true);
+  // Seen in the capture phase, before Gradio's own listeners: an out-of-range `input` (a keystroke on the way to
+  // a number) never reaches the server, which would refuse it as an error; on `change` (the entry committed) the
+  // value is put in range, said in the note, and sent as an `input` of its own
+  document.addEventListener('input', (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.type !== 'number' || box.value === '') { return; }
+    const typed = Number(box.value);
+    const low = box.min === '' ? -Infinity : Number(box.min);
+    const high = box.max === '' ? Infinity : Number(box.max);
+    if (typed < low || typed > high) { event.stopImmediatePropagation(); }
   }, true);
   document.addEventListener('change', (event) => {
     const box = event.target;
@@ -71,10 +81,8 @@ CLAMP_NOTE_JS = """() => {
     const bound = typed > high ? box.max : box.min;
     const limit = typed > high ? `above the maximum, ${bound}` : `below the minimum, ${bound}`;
     note.textContent = `${box.value} is ${limit}: set to ${bound}`;
-    if (!block.querySelector('input[type=range]')) {
-      box.value = bound;
-      box.dispatchEvent(new Event('input', { bubbles: true }));
-    }
+    box.value = bound;
+    box.dispatchEvent(new Event('input', { bubbles: true }));
   }, true);
 }"""
 

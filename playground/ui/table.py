@@ -2,7 +2,9 @@
 
 A difference is real when the best value beats the next best by more than the spread of their repeated runs
 (max - min), or, with a single run each, by more than SINGLE_RUN_MARGIN: two runs of the same setting differ
-by tens of percent on a busy machine. Values that display the same are never told apart.
+by tens of percent on a busy machine. A timing measured once on a machine the run flagged as busy is never
+ranked, and no ranked figure includes compile or load time (those rows stand apart, unranked). Values that
+display the same are never told apart. A ranked row without a star says why in its label.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from playground.sweep import measures
 MIB = 2**20
 SINGLE_RUN_MARGIN = 0.20
 STAR_RULE = ("★ best in row, given only when it beats the next by more than the spread of repeated runs "
-             f"(with one run: by more than {SINGLE_RUN_MARGIN:.0%})")
+             f"(with one run: by more than {SINGLE_RUN_MARGIN:.0%}, and never for timings from a busy machine); "
+             "compile and load are never ranked")
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,9 @@ ROWS = (
     Row("decode speed (tok/s)", "tokens_per_s", False, "tokens_per_s_runs"),
     Row("ms/token p50 (ms)", "ms_per_token_p50", True, "ms_per_token_p50_runs"),
     Row("ms/token p90 (ms)", "ms_per_token_p90", True, "ms_per_token_p90_runs"),
-    Row("compile (s, first time only)", "compile_s", None),
-    Row("load (s)", "load_s", None),
-    Row("total (s)", "total_s", True, "total_s_runs"),
+    Row("total, compile and load excluded (s)", "run_s", True, "run_s_runs"),
+    Row("compile (s, first time only; not ranked)", "compile_s", None),
+    Row("load (s, not ranked)", "load_s", None),
     Row("new tokens", "new_tokens", None),
     Row("forward passes", "forward_passes", True),
     Row("memory: weights + KV cache (MiB)", "memory_bytes", True),
@@ -53,7 +56,9 @@ ROWS = (
 # rows shown only when some column has the figure: acceptance (assisted), KL (weights other than fp32)
 OPTIONAL_ROWS = ("acceptance_rate", "kl_vs_fp32")
 # when columns generated different numbers of tokens, totals are compared per token
-TOTAL_PER_TOKEN = Row("total per token (ms)", "total_ms_per_token", True, "total_ms_per_token_runs")
+TOTAL_PER_TOKEN = Row("total per token, compile and load excluded (ms)", "run_ms_per_token", True,
+                      "run_ms_per_token_runs")
+TIMINGS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90", "run_s", "run_ms_per_token")
 
 
 def _scaled(key: str, value: Any) -> float | int | None:
@@ -77,8 +82,11 @@ def metric_value(result: Result | None, key: str) -> float | int | None:
         return result["forward_passes"]
     if key == "memory_bytes":
         return _scaled(key, metrics["weight_bytes"] + metrics["kv_cache_bytes"])
-    if key == "total_ms_per_token":
-        return 1000.0 * metrics["total_s"] / result["new_tokens"] if result["new_tokens"] else None
+    if key == "run_s":  # the generation's wall time without its compile (load is outside total_s already)
+        return metrics["total_s"] - metrics["compile_s"]
+    if key == "run_ms_per_token":
+        run_s = metrics["total_s"] - metrics["compile_s"]
+        return 1000.0 * run_s / result["new_tokens"] if result["new_tokens"] else None
     if key == "distinct_2":
         return measures.distinct_n(result["token_ids"], 2)
     if key == "repeat_4gram_rate":
@@ -91,9 +99,13 @@ def metric_runs(result: Result | None, row: Row) -> list[float]:
     if not result or row.runs_key is None:
         return []
     metrics: Mapping[str, Any] = result["metrics"]
-    if row.key == "total_ms_per_token":
+    if row.key in ("run_s", "run_ms_per_token"):
         totals = metrics.get("total_s_runs") or []
-        return [1000.0 * t / result["new_tokens"] for t in totals] if result["new_tokens"] else []
+        compiles = metrics.get("compile_s_runs") or [0.0] * len(totals)
+        runs = [t - c for t, c in zip(totals, compiles, strict=False)]
+        if row.key == "run_s":
+            return runs
+        return [1000.0 * r / result["new_tokens"] for r in runs] if result["new_tokens"] else []
     return [v for v in metrics.get(row.runs_key) or [] if v is not None]
 
 
@@ -118,23 +130,30 @@ def _spread(runs: Sequence[float]) -> float | None:
 
 
 def best_index(values: Sequence[float | int | None], lower_better: bool | None,
-               runs: Sequence[Sequence[float]] | None = None) -> int | None:
-    """The column whose value is really the best in its row, or None.
+               runs: Sequence[Sequence[float]] | None = None, busy: bool = False) -> tuple[int | None, str]:
+    """The column whose value is really the best in its row, or None with the reason ("" where a row is not
+    ranked or has fewer than two values).
 
     Real: the best beats the next best by more than the spread of either's repeated runs, or by more than
-    SINGLE_RUN_MARGIN of the next best's value when neither was repeated; and the two display differently.
+    SINGLE_RUN_MARGIN of the next best's value when neither was repeated (and neither ran on a machine flagged
+    busy: `busy`, for timings); and the two display differently.
     """
     ranked = sorted((v, i) for i, v in enumerate(values) if v is not None)
     if lower_better is None or len(ranked) < 2:
-        return None
+        return None, ""
     if not lower_better:
         ranked.reverse()
     (best, index), (second, other) = ranked[0], ranked[1]
     if format_number(best) == format_number(second):
-        return None
+        return None, "no ★: the same"
     spreads = [s for s in (_spread(runs[index]), _spread(runs[other])) if s is not None] if runs else []
-    margin = max(spreads) if spreads else SINGLE_RUN_MARGIN * abs(second)
-    return index if abs(best - second) > margin else None
+    if not spreads and busy:
+        return None, "no ★: one run each on a busy machine"
+    if spreads:
+        return (index, "") if abs(best - second) > max(spreads) else (None, "no ★: within the runs' spread")
+    if abs(best - second) > SINGLE_RUN_MARGIN * abs(second):
+        return index, ""
+    return None, f"no ★: under {SINGLE_RUN_MARGIN:.0%} apart with one run each"
 
 
 def _rows(results: Sequence[Result | None]) -> list[Row]:
@@ -145,17 +164,24 @@ def _rows(results: Sequence[Result | None]) -> list[Row]:
     for row in ROWS:
         if row.key in OPTIONAL_ROWS and all(metric_value(r, row.key) is None for r in results):
             continue
-        rows.append(TOTAL_PER_TOKEN if row.key == "total_s" and len(counts) > 1 else row)
+        rows.append(TOTAL_PER_TOKEN if row.key == "run_s" and len(counts) > 1 else row)
     return rows
 
 
+def _busy(results: Sequence[Result | None]) -> bool:
+    """Some column ran on a machine it flagged as busy (other work took CPU time): its timings are noise."""
+    return any(r is not None and (r.get("extra", {}).get("machine_load") or {}).get("busy") for r in results)
+
+
 def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> dict[str, Any]:
-    """Rows are figures, columns are runs; a real best is bold with a ★, repeated runs show their spread."""
+    """Rows are figures, columns are runs; a real best is bold with a ★, repeated runs show their spread, and a
+    ranked row without a star says why."""
     data = []
+    busy = _busy(results)
     for row in _rows(results):
         values = [metric_value(r, row.key) for r in results]
         runs = [metric_runs(r, row) for r in results]
-        best = best_index(values, row.lower_is_better, runs)
+        best, why = best_index(values, row.lower_is_better, runs, busy=busy and row.key in TIMINGS)
         cells = []
         for i, (value, column_runs) in enumerate(zip(values, runs, strict=True)):
             never = row.key == "greedy_divergence" and value is None and results[i] is not None
@@ -163,7 +189,7 @@ def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> di
             if len(column_runs) > 1:  # the median, and the range of the repeated runs
                 text += f" ({format_number(min(column_runs))}–{format_number(max(column_runs))})"
             cells.append(f"**★ {text}**" if i == best else text)
-        data.append([row.label] + cells)
+        data.append([f"{row.label} · {why}" if why else row.label] + cells)
     return {"headers": ["metric"] + list(labels), "data": data}
 
 

@@ -47,10 +47,13 @@ def _metrics_row(page, label: str) -> list[str]:
 
 
 def _open(browser, app_url: str):
-    """A fresh page on the app, loaded, and the list its script errors are collected in."""
+    """A fresh page on the app, loaded, and the list its script errors and the server's error answers (HTTP 5xx)
+    are collected in."""
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("response", lambda answer: errors.append(f"HTTP {answer.status} {answer.url}")
+            if answer.status >= 500 else None)
     page.goto(app_url)
     page.wait_for_selector("#run", timeout=30_000)
     return page, errors

@@ -92,10 +92,12 @@ def test_metrics_table_marks_the_best_value_per_row_with_units_in_labels():
     assert table["headers"] == ["metric", "1: greedy", "2: sampling"]
     assert row(table, "decode speed (tok/s)") == ["10.0", "**★ 20.0**"]  # higher is better
     assert row(table, "TTFT") == ["**★ 0.50**", "0.90"]  # lower is better
-    assert row(table, "KV cache (MiB)") == ["1.00", "1.00"]  # a tie marks nothing
+    assert row(table, "KV cache (MiB)") == ["1.00", "1.00"]  # a tie marks nothing...
+    assert next(r[0] for r in table["data"] if r[0].startswith("KV cache")) == "KV cache (MiB) · no ★: the same"
     assert row(table, "memory: weights + KV cache (MiB)") == ["101", "101"]  # the column's own, not the process's
     assert row(table, "new tokens") == ["2", "2"]  # counts are not ranked
     assert row(table, "load") == ["1.00", "1.00"] and row(table, "compile") == ["0.00", "0.00"]  # order-dependent
+    assert not any("★" in cell for cell in row(table, "compile") + row(table, "load"))
     assert not any(r[0].startswith(("draft acceptance", "peak RSS", "KL vs fp32")) for r in table["data"])
 
 
@@ -124,7 +126,26 @@ def test_with_repeats_a_star_needs_a_lead_larger_than_the_spread_of_the_runs():
 
 def test_totals_are_compared_per_token_when_columns_generated_different_counts():
     table = metrics_table([fake_result([1, 2]), fake_result([1, 2, 3, 4])], ["a", "b"])
-    assert row(table, "total per token (ms)") == ["1000", "**★ 500**"]
+    assert row(table, "total per token, compile and load excluded (ms)") == ["1000", "**★ 500**"]
+
+
+def test_no_ranked_total_includes_compile():
+    """A column that compiled 7.65 s of its 9.41 s is not beaten on its total by one that compiled nothing."""
+    compiled, eager = fake_result([1, 2]), fake_result([1, 2])
+    compiled["metrics"].update(total_s=9.41, compile_s=7.65)
+    eager["metrics"].update(total_s=6.79, compile_s=0.0)
+    assert row(metrics_table([eager, compiled], ["eager", "jax"]), "total, compile and load excluded (s)") == [
+        "6.79", "**★ 1.76**"]
+
+
+def test_one_timing_each_from_a_busy_machine_gets_no_star_and_says_why():
+    quick, slow = fake_result([1], ttft=0.70), fake_result([2], ttft=1.20)
+    slow["extra"] = {"machine_load": {"busy": True}}
+    table = metrics_table([quick, slow], ["a", "b"])
+    assert row(table, "TTFT") == ["0.70", "1.20"]
+    assert next(r[0] for r in table["data"] if r[0].startswith("TTFT")).endswith(
+        "no ★: one run each on a busy machine")
+    assert row(table, "KV cache") == ["1.00", "1.00"]  # not a timing: ranked as before (here, a tie)
 
 
 def test_metrics_table_shows_acceptance_only_with_an_assisted_column_and_dashes_for_missing_runs():
