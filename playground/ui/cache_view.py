@@ -17,6 +17,7 @@ from itertools import groupby
 import gradio as gr
 from gradio.blocks import Block
 
+from playground import registry
 from playground.result import Result
 from playground.retention import (
     CacheRow,
@@ -134,9 +135,23 @@ def cache_strip_html(result: Result | None, step: int) -> str:
         head = (f"<b>KV cache at step {step} of {last}</b>: {written(prompt, step)} positions written "
                 f"({prompt} prompt + {step - 1} new)")
     rows = rows_at(result, step, passes)
+    head += _residual_note(result, rows)
     drawn = "".join(f"<div class='cache-row'><div class='cache-label'>{html.escape(row.layers)}: {_summary(row)}"
                     f"</div><div class='cache-bar'>{_runs(row.states, prompt)}</div></div>" for row in rows)
     return f"<div class='cache-strip'><div>{head}</div>{drawn}{_legend(rows)}</div>"
+
+
+def _residual_note(result: Result, rows: list[CacheRow]) -> str:
+    """A cache that keeps its newest tokens in full precision: whether any position is quantized yet, so that a
+    short run's "2-bit" and "4-bit" columns are not read as the bits' doing."""
+    spec = result["spec"]
+    if "residual_length" not in registry.cache_type(str(spec.get("cache"))).knobs:
+        return ""
+    written_now = max((sum(state != "unwritten" for state in row.states) for row in rows), default=0)
+    if any("quantized" in row.states for row in rows):
+        return ""
+    return (f" · <b>nothing quantized yet</b>: all {written_now} positions still in full precision (the newest "
+            f"{spec.get('residual_length')} stay so); lower the residual or generate more to see the bits act")
 
 
 def _pass_head(result: Result, verify: VerifyPass, index: int, passes: int) -> str:

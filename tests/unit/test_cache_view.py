@@ -39,6 +39,14 @@ def test_sinks_and_quantized_positions_are_drawn():
     assert runs(sink, "sink") == [(0, 1)] and runs(sink, "kept") == [(23, 28)]
     quantized = cache_strip_html(result("quantized", cache_bits=4, residual_length=8), 12)  # 11 new written
     assert runs(quantized, "quantized") == [(0, 9), (10, 17)] and runs(quantized, "kept") == [(18, 20)]
+    assert "nothing quantized yet" not in quantized
+
+
+def test_a_quantized_strip_says_when_its_residual_still_holds_everything():
+    """With the default residual of 128, a short run quantizes nothing: the strip says so, with the numbers."""
+    short = cache_strip_html(result("quantized", backend="jax", cache_bits=2), 20)  # 29 written, residual 128
+    assert "nothing quantized yet</b>: all 29 positions still in full precision (the newest 128 stay so)" in short
+    assert "nothing quantized yet" not in cache_strip_html(result("sliding", window=8), 20)  # not a residual cache
 
 
 def test_gemma3_gets_a_row_per_layer_type():
