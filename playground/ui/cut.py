@@ -157,13 +157,16 @@ def branch_prefix(result: Result, position: int, token_id: int) -> list[int]:
     return ids[:position] + [int(token_id)]
 
 
-# A token view's click (a tap on a phone) reports the token's position; the clicked token stays outlined.
+# A token view's click (a tap on a phone) reports the token's position; the clicked token stays outlined. It
+# does not keep the focus: a focused token docks its alternatives at the foot of the screen (for keyboard users,
+# style.py), where they would cover the sampling cut the click has just opened with the same figures.
 PICK_TOKEN_JS = """
 element.addEventListener('click', (event) => {
   const token = event.target.closest('[data-pos]');
   if (!token || !element.contains(token)) return;
   document.querySelectorAll('.tok.picked').forEach((t) => t.classList.remove('picked'));
   token.classList.add('picked');
+  token.blur();
   trigger('click', {position: Number(token.dataset.pos)});
 });
 """

@@ -155,6 +155,9 @@ def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_ur
     token = page.locator("#tokens-1 .tok[data-pos='2']")
     token.tap() if phone else token.click()
     page.wait_for_selector("#sampling-cut .cut-row", timeout=10_000)
+    # the token's own panel (its alternatives, docked at the foot of the screen while it has the focus) is not
+    # left over the cut the click opened
+    assert page.evaluate("() => !document.activeElement?.matches('.tok')")
     assert page.locator("#sampling-cut .cut-row.drawn").count() == 1
     assert "◀ drawn" in page.locator("#sampling-cut .cut-row.drawn").inner_text()
     assert "top-k (k=50)" in page.locator("#sampling-cut .cut-filters").inner_text()  # the column's own filters
