@@ -128,12 +128,15 @@ def test_the_quantized_caches_kernel_build_is_reported_as_compile_time_outside_t
     time (as the JAX path counts its compiles), and left out of time to first token."""
     from optimum.quanto.library import extensions
 
+    from playground.backends import slow_stages
     from playground.backends.torch.backend import TorchBackend
     from playground.backends.torch.caches.kernels import BUILD_NOTE
     from playground.result import build_metrics
 
     build = _SlowBuild(tmp_path, 0.5)
     monkeypatch.setattr(extensions, "get_extension", lambda name: build)
+    monkeypatch.setattr(slow_stages, "ANNOUNCE_AFTER_S", 0.1)
+    (tmp_path / "quanto_cpp.so").write_bytes(b"")  # a built file is there (a shared build directory): still slow
     heard: list[str] = []
     spec = RunSpec(cache="quantized", cache_bits=4, residual_length=4, max_new_tokens=12, min_new_tokens=12)
     out = TorchBackend().generate(tiny, PROMPT, spec, lambda ids: None, lambda: False,
@@ -144,3 +147,22 @@ def test_the_quantized_caches_kernel_build_is_reported_as_compile_time_outside_t
     assert 0 <= metrics["ttft_s"] < 0.5 < metrics["total_s"]  # the build is in the run's window, not its TTFT
     plain = TorchBackend().generate(tiny, PROMPT, spec.replace(cache="dynamic"), lambda ids: None, lambda: False)
     assert plain.compile_s == 0.0 and build.builds == 1  # other caches need no kernels
+
+
+def test_a_quick_stage_says_nothing_and_a_slow_one_says_what_it_is_doing_and_how_long_it_took(monkeypatch):
+    import time
+
+    from playground.backends import slow_stages
+
+    monkeypatch.setattr(slow_stages, "ANNOUNCE_AFTER_S", 0.05)
+    heard: list[str] = []
+
+    def hear(fraction: float, message: str) -> None:
+        heard.append(message)
+
+    with slow_stages.announced_if_slow(hear, "waiting", "took {seconds:.1f}"):
+        pass
+    assert heard == []
+    with slow_stages.announced_if_slow(hear, "waiting", "took {seconds:.1f}"):
+        time.sleep(0.3)
+    assert heard[0] == "waiting" and heard[1].startswith("took 0.")

@@ -9,29 +9,25 @@ stall after the first tokens. Built here first, it is reported apart, as the JAX
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from playground.backends.base import ReportProgress
+from playground.backends.slow_stages import announced_if_slow
 from playground.spec import RunSpec
 
 PACKED_BITS = (2, 4)  # quanto's packed layouts; 8 bits is fp8, which needs no extension
-BUILD_NOTE = "building quanto's CPU kernels for the quantized cache (first use here only: about a minute)"
+BUILD_NOTE = "building quanto's CPU kernels for the quantized cache (once per environment: about a minute)"
 
 
 def prepare_quanto(spec: RunSpec, progress: ReportProgress | None = None) -> float:
     """The quantized cache's preparation (registry: torch_prepare): seconds spent building (or loading) quanto's
-    extension for this run's bits; 0 for 8 bits. `progress` hears of a build, since one takes a while."""
+    extension for this run's bits; 0 for 8 bits. `progress` hears of it whenever it takes a while: a first
+    build, a rebuild, or a build directory another environment is using."""
     if spec.cache_bits not in PACKED_BITS:
         return 0.0
     from optimum.quanto.library.extensions import get_extension
 
     extension = get_extension("quanto_cpp")
-    report = progress if not Path(extension.build_directory, f"{extension.name}.so").exists() else None
-    if report is not None:
-        report(0.0, BUILD_NOTE)
     start = time.perf_counter()
-    _ = extension.lib  # builds on first use, then loads; later calls return the loaded library
-    seconds = time.perf_counter() - start
-    if report is not None:
-        report(1.0, f"built quanto's CPU kernels in {seconds:.0f} s")
-    return seconds
+    with announced_if_slow(progress, BUILD_NOTE, "built quanto's CPU kernels in {seconds:.0f} s"):
+        _ = extension.lib  # builds on first use, then loads; later calls return the loaded library
+    return time.perf_counter() - start
