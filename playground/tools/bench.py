@@ -99,7 +99,8 @@ def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: 
 
 
 # Sampling with only top-k and top-p, and with every stage of the logits chain on (docs/samplers.md): the row
-# pair that shows what the chain's stages cost inside the jitted step
+# pair that shows what the chain's stages cost inside the jitted step, timed in interleaved rounds
+PAIR_ROUNDS = 5
 SAMPLING: dict[str, Any] = {"strategy": "sampling", "temperature": 0.9, "top_k": 50, "top_p": 0.9, "seed": 1}
 ALL_SAMPLERS: dict[str, Any] = {
     **SAMPLING, "min_p": 0.02, "typical_p": 0.95, "epsilon_cutoff": 0.0003, "eta_cutoff": 0.0005, "top_n_sigma": 2.0,
@@ -107,10 +108,10 @@ ALL_SAMPLERS: dict[str, Any] = {
     "frequency_penalty": 0.2, "no_repeat_ngram_size": 4, "dry_multiplier": 0.8}
 
 
-def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
-              weights: str = "fp32", name: str = "jax", **knobs: Any) -> dict[str, Any]:
-    """The JAX decoder: a cold call (it compiles, or loads from the persistent cache: its compile_s is what
-    we report), then ROUNDS warm calls. With int8 weights the row also says how many bytes a step reads."""
+def _jax_run(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, weights: str = "fp32",
+             **knobs: Any) -> tuple[Callable[[], tuple[float, list[float]]], Any]:
+    """A JAX request of these settings: one timed run as a callable, and the cold call's output (it compiles, or
+    loads from the persistent cache: its compile_s is what we report)."""
     from playground.backends.jax import decoder
     from playground.spec import RunSpec
 
@@ -122,12 +123,38 @@ def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: Ba
         out = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
         return out.start_time, out.token_times
 
-    cold = decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
+    return run_once, decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
+
+
+def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
+              weights: str = "fp32") -> dict[str, Any]:
+    """The JAX decoder: a cold call, then ROUNDS warm calls. With int8 weights the row also says how many bytes a
+    step reads and what the precision costs (KL from the fp32 model)."""
+    run_once, cold = _jax_run(loaded, ids, new_tokens, weights)
     if weights == "fp32":
-        return _timed(name, run_once, probe, compile_s=round(cold.compile_s, 3))
-    kl = kl_from_fp32(loaded.name, "jax", weights, fp32_references(loaded.name))  # what the precision costs
+        return _timed("jax", run_once, probe, compile_s=round(cold.compile_s, 3))
+    kl = kl_from_fp32(loaded.name, "jax", weights, fp32_references(loaded.name))
     return _timed(f"jax-{weights}", run_once, probe, compile_s=round(cold.compile_s, 3),
                   weight_bytes=cold.extra["device_weight_bytes"], kl_vs_fp32=float(f"{kl:.4g}"))
+
+
+def bench_jax_pair(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
+                   configs: tuple[tuple[str, dict[str, Any]], ...], rounds: int = PAIR_ROUNDS) -> list[dict[str, Any]]:
+    """Configurations whose ratio is the figure (sampling with and without the chain's other stages): compiled
+    first, then timed in interleaved rounds, so that the machine's drift (tens of percent here between minutes)
+    falls on each alike; each row is the median of its rounds."""
+    runs = [(name, *_jax_run(loaded, ids, new_tokens, **knobs)) for name, knobs in configs]
+    speeds: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    ttfts: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    for _ in range(rounds):
+        for name, run_once, _ in runs:
+            probe.sample()
+            rate, ttft = rates(*run_once())
+            speeds[name].append(rate or 0.0)
+            ttfts[name].append(ttft or 0.0)
+    return [{"name": name, "tokens_per_s": statistics.median(speeds[name]), "ttft_s": statistics.median(ttfts[name]),
+             "compile_s": round(cold.compile_s, 3), "tokens_per_s_runs": [round(v, 2) for v in speeds[name]]}
+            for name, _, cold in runs]
 
 
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
@@ -150,10 +177,10 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
         progress(f"jax-int8: int8 weights, compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe, weights="int8"))
-        for name, knobs in (("jax-sampling", SAMPLING), ("jax-all-samplers", ALL_SAMPLERS)):
-            progress(f"{name}: sampling with {len(knobs) - 2} knobs set, compile, then {max_new_tokens} tokens warm, "
-                     f"{ROUNDS} timed")
-            configs.append(bench_jax(loaded, ids, max_new_tokens, probe, name=name, **knobs))
+        progress(f"jax-sampling and jax-all-samplers: top-k and top-p alone, then every stage of the logits chain; "
+                 f"compile, then {max_new_tokens} tokens warm, {PAIR_ROUNDS} interleaved rounds")
+        configs += bench_jax_pair(loaded, ids, max_new_tokens, probe,
+                                  (("jax-sampling", SAMPLING), ("jax-all-samplers", ALL_SAMPLERS)))
         configs += bench_grounded(loaded, max_new_tokens, probe, progress, _timed)
         for backend in ("torch", "jax"):
             progress(f"{backend}-beam{BEAMS}: {BEAMS} beams, {max_new_tokens} tokens, warm-up + {ROUNDS} timed")

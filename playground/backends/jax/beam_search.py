@@ -95,7 +95,7 @@ def log_probs(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, kn
     """(K, V) log-softmax of the logits, then the chain's processors, as transformers' beam search applies its
     processor list to log-probabilities (a repetition penalty multiplies them: they are negative)."""
     scores = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    applied = chain.apply(scores, hyps.history, hyps.produced, None, mode.chain, knobs.chain, record=False)
+    applied = chain.apply(scores, hyps.history, hyps.produced, None, mode.chain, knobs.chain)
     return chain.in_vocab(applied.cands, scores.shape[-1], -jnp.inf)
 
 

@@ -195,7 +195,7 @@ class Applied(NamedTuple):
     """The chain's output for one row batch."""
 
     cands: Candidates  # the distribution to pick from
-    cut: jax.Array  # (B, V) int32: 1 + the position of the stage that removed each token; 0 where it stayed
+    cut: jax.Array  # (B, A) int32: per watched token, 1 + the position of the stage that removed it; 0: it stayed
     removed: jax.Array  # (B, S) int32: tokens each stage removed
     moved: jax.Array  # (B, S) float32: probability mass each stage moved (total variation, before vs after)
 
@@ -208,39 +208,52 @@ def _in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
     return jnp.full((cands.values.shape[0], vocab), fill, cands.values.dtype).at[rows, cands.ids].set(cands.values)
 
 
-def _stats(before: Candidates, after: Candidates, vocab: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(B, N) removed mask, and per row the tokens removed and the mass moved, in the set's own space when the
-    stage kept its ids, in the vocabulary's when it narrowed the set."""
-    if after.ids is not before.ids:
-        old, new = _in_vocab(before, vocab, -jnp.inf), _in_vocab(after, vocab, -jnp.inf)
-    else:
-        old, new = before.values, after.values
-    gone = jnp.isfinite(old) & ~jnp.isfinite(new)
-    moved = 0.5 * jnp.abs(jax.nn.softmax(new, axis=-1) - jax.nn.softmax(old, axis=-1)).sum(axis=-1)
-    return gone, gone.sum(axis=-1).astype(jnp.int32), moved
+def _at(cands: Candidates, table: jax.Array, tokens: jax.Array, fill: float) -> jax.Array:
+    """`table` (B, N), laid out like the candidates, read at token ids (B, A): `fill` for a token not among them.
+    A small membership test (A x N) once top-k has narrowed the set; a plain read before."""
+    if cands.ids is None:
+        return jnp.take_along_axis(table, tokens, axis=-1)
+    hit = cands.ids[:, None, :] == tokens[:, :, None]  # (B, A, N)
+    return jnp.where(hit.any(axis=-1), jnp.sum(jnp.where(hit, table[:, None, :], 0), axis=-1), fill)
+
+
+def _record(before: Candidates, before_probs: jax.Array, after: Candidates,
+            after_probs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(B,) tokens a stage removed and the mass it moved (total variation between before and after), read in the
+    set's own space: one pass over the N candidates, no (B, V) table."""
+    finite_before = jnp.isfinite(before.values).sum(axis=-1)
+    finite_after = jnp.isfinite(after.values).sum(axis=-1)
+    if after.ids is before.ids or after.ids is None:
+        moved = 0.5 * jnp.abs(after_probs - before_probs).sum(axis=-1)
+    else:  # a narrowing: the mass outside the new set moved into it
+        kept = _at(before, before_probs, after.ids, 0.0)  # (B, N')
+        moved = 0.5 * (jnp.abs(after_probs - kept).sum(axis=-1) + 1.0 - kept.sum(axis=-1))
+    return (finite_before - finite_after).astype(jnp.int32), moved
 
 
 def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, key: jax.Array | None,
-          chain_: Chain, args: tuple[tuple[jax.Array, ...], ...], *, record: bool = True) -> Applied:
-    """Every stage of `chain_` on logits (B, V), in order. `key` is the chain's own (split per random stage);
-    `record` adds what the sampling cut shows (which stage removed each token, and each stage's count and mass)."""
-    vocab = logits.shape[-1]
+          chain_: Chain, args: tuple[tuple[jax.Array, ...], ...], *, watch: jax.Array | None = None) -> Applied:
+    """Every stage of `chain_` on logits (B, V), in order. `key` is the chain's own (folded per random stage).
+    With `watch` (B, A) token ids (the model's top alternatives), it records what the sampling cut shows:
+    which stage removed each watched token, and each stage's removed count and moved mass."""
     cands = Candidates(logits.astype(jnp.float32), None)
     batch = logits.shape[0]
-    cut = jnp.zeros((batch, vocab), jnp.int32)
+    record = watch is not None
+    cut = jnp.zeros((batch, 0 if watch is None else watch.shape[1]), jnp.int32)
+    probs = jax.nn.softmax(cands.values, axis=-1) if record else cands.values
     removed, moved = [], []
     for index, ((name, static), stage_args) in enumerate(zip(chain_.stages, args, strict=True)):
         stage = _stage(name)
         stage_key = jax.random.fold_in(key, index) if stage.random and key is not None else None
         after = stage.apply(cands, View(history, produced, stage_key), static, stage_args)
-        if record:
-            gone, count, mass = _stats(cands, after, vocab)
-            narrowed = after.ids is not cands.ids
-            gone_vocab = gone if (narrowed or cands.ids is None) else _in_vocab(
-                Candidates(gone.astype(jnp.int32), cands.ids), vocab, 0).astype(bool)
-            cut = jnp.where((cut == 0) & gone_vocab, index + 1, cut)
+        if watch is not None:
+            after_probs = jax.nn.softmax(after.values, axis=-1)
+            count, mass = _record(cands, probs, after, after_probs)
+            alive = jnp.isfinite(_at(after, after.values, watch, -jnp.inf))  # (B, A)
+            cut = jnp.where((cut == 0) & ~alive, index + 1, cut)
             removed.append(count)
             moved.append(mass)
+            probs = after_probs
         cands = after
     if not removed:
         return Applied(cands, cut, jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0), jnp.float32))

@@ -122,12 +122,13 @@ def dry_penalties(ids: jax.Array, length: jax.Array, breakers: jax.Array, multip
     match = 1 + jnp.sum(jnp.cumprod(agree.astype(jnp.int32), axis=1), axis=1)  # (B, H)
     following = ids[:, jnp.minimum(position + 1, history - 1)]  # (B, H): ids[i + 1]
     starts = (position[None, :] <= length - 2) & (ids == last) & ~breakers[following] & ~breakers[last]  # (B, H)
+    # each start's penalty, over the H positions rather than the V tokens (a power per token was the stage's main
+    # cost); the penalty grows with the match (base > 1), so a token's largest is its longest match's
+    penalized = starts & (match >= allowed_length) & (multiplier != 0)  # (B, H)
+    amount = multiplier * jnp.power(base, (match - allowed_length).astype(jnp.float32))  # (B, H)
     rows = jnp.arange(batch)[:, None]  # (B, 1)
-    best = jnp.zeros((batch, vocab_size), jnp.int32)  # (B, V)
-    best = best.at[rows, jnp.where(starts, following, vocab_size)].max(match, mode="drop")
-    amount = multiplier * jnp.power(base, (best - allowed_length).astype(jnp.float32))  # (B, V)
-    penalized = (best >= 1) & (best >= allowed_length) & (multiplier != 0)  # (B, V)
-    return jnp.where(penalized, amount, 0.0).astype(jnp.float32)
+    penalties = jnp.zeros((batch, vocab_size), jnp.float32)  # (B, V)
+    return penalties.at[rows, jnp.where(penalized, following, vocab_size)].max(amount, mode="drop")
 
 
 def banned_ngrams(ids: jax.Array, length: jax.Array, n: int, vocab_size: int) -> jax.Array:

@@ -79,21 +79,23 @@ def _chosen(probs: jax.Array, token: jax.Array) -> jax.Array:
     return jnp.take_along_axis(probs, token[:, None], axis=-1)[:, 0]
 
 
-def token_info(model: jax.Array, final: jax.Array, token: jax.Array, applied: chain.Applied) -> StepInfo:
-    """model and final probabilities (B, V) over the whole vocabulary, token (B,), and the chain's record."""
+def token_info(model: jax.Array, final: jax.Array, token: jax.Array, top: jax.Array,
+               applied: chain.Applied) -> StepInfo:
+    """model and final probabilities (B, V) over the whole vocabulary, token (B,), the model's top alternatives
+    (B, TOP_ALTERNATIVES) whose fate the chain's record followed, and that record."""
     entropy = jax.scipy.special.entr
-    top_model, top_ids = jax.lax.top_k(model, TOP_ALTERNATIVES)
-    top_final = jnp.take_along_axis(final, top_ids, axis=-1)
-    top_cut = jnp.take_along_axis(applied.cut, top_ids, axis=-1)
+    top_model = jnp.take_along_axis(model, top, axis=-1)
+    top_final = jnp.take_along_axis(final, top, axis=-1)
     return StepInfo(_chosen(final, token), entropy(final).sum(axis=-1), _chosen(model, token),
-                    entropy(model).sum(axis=-1), top_ids.astype(jnp.int32), top_final, top_model, top_cut,
-                    applied.removed, applied.moved)
+                    entropy(model).sum(axis=-1), top, top_final, top_model, applied.cut, applied.removed,
+                    applied.moved)
 
 
 class Processed(NamedTuple):
     """One row batch through the chain: what a token is picked from, and what the view records of it."""
 
     model: jax.Array  # (B, V) the model's own softmax
+    top: jax.Array  # (B, TOP_ALTERNATIVES) int32 the model's most likely tokens
     applied: chain.Applied  # the candidates after the chain, and its record
     final: jax.Array  # (B, V) the distribution a token is taken from (0 where removed)
 
@@ -102,10 +104,12 @@ def processed(logits: jax.Array, history: History[jax.Array], produced: jax.Arra
               mode: SamplingMode, knobs: Knobs) -> Processed:
     """logits (B, V) through the chain; `key` is the chain's own (None when no stage draws)."""
     logits = logits.astype(jnp.float32)
-    applied = chain.apply(logits, history, produced, key, mode.chain, knobs)
+    model = jax.nn.softmax(logits, axis=-1)
+    top = jax.lax.top_k(model, TOP_ALTERNATIVES)[1].astype(jnp.int32)
+    applied = chain.apply(logits, history, produced, key, mode.chain, knobs, watch=top)
     final = chain.in_vocab(applied.cands._replace(values=jax.nn.softmax(applied.cands.values, axis=-1)),
                            logits.shape[-1], 0.0)
-    return Processed(jax.nn.softmax(logits, axis=-1), applied, final)
+    return Processed(model, top, applied, final)
 
 
 def split_for_chain(key: jax.Array, mode: SamplingMode) -> tuple[jax.Array, jax.Array | None]:
@@ -134,7 +138,7 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, history: Hist
     out = processed(logits, history, produced, chain_key, mode, knobs)
     if mode.greedy:
         token = pick(out.applied.cands, True, key)
-        return token, key, token_info(out.model, out.final, token, out.applied)
+        return token, key, token_info(out.model, out.final, token, out.top, out.applied)
     key, draw = jax.random.split(key)
     token = pick(out.applied.cands, False, draw)
-    return token, key, token_info(out.model, out.final, token, out.applied)
+    return token, key, token_info(out.model, out.final, token, out.top, out.applied)

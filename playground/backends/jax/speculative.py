@@ -90,7 +90,7 @@ def verdict(tokens: jax.Array, kept: jax.Array, rows_out: sampling.Processed, eo
     index = jnp.arange(width)
     stop = jnp.isin(tokens, jnp.asarray(eos_ids or (-1,))) & (index <= kept)
     count = jnp.where(stop.any(), jnp.argmax(stop) + 1, kept + 1).astype(jnp.int32)
-    info = jax.vmap(sampling.token_info)(rows_out.model, rows_out.final, tokens[:, None],
+    info = jax.vmap(sampling.token_info)(rows_out.model, rows_out.final, tokens[:, None], rows_out.top,
                                          rows_out.applied)  # rows (W, 1, ...)
     info = StepInfo(*(field[:, 0] for field in info))
     return Verdict(jnp.where(index < count, tokens, -1), count, jnp.minimum(kept, count), info)
