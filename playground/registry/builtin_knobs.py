@@ -15,7 +15,8 @@ MAX_BEAMS = 8
 CACHE_BITS = (2, 4, 8)
 DRY_BREAKERS = '["\\n", ":", "\\"", "*"]'  # text-generation-webui's and llama.cpp's default sequence breakers
 
-SAMPLING, PENALTIES = "sampling", "penalties"  # the column card's groups of chain knobs
+# the column card's groups of chain knobs: the four everyone knows, the rest folded under them, the penalties
+SAMPLING, MORE_SAMPLING, PENALTIES = "sampling", "more sampling", "penalties"
 
 for _knob in (
     # -- the sampling stages of the logits chain (only when the strategy samples) ----------------------------
@@ -29,27 +30,27 @@ for _knob in (
          sweep="distinct_2"),
     Knob(name="min_p", default=0.0, low=0.0, high=1.0, group=SAMPLING, step=0.01, label="min-p (0 = off)",
          help="removes tokens less likely than min_p x the most likely one", sweep="distinct_2"),
-    Knob(name="typical_p", default=1.0, low=0.0, high=1.0, low_open=True, group=SAMPLING, step=0.01,
+    Knob(name="typical_p", default=1.0, low=0.0, high=1.0, low_open=True, group=MORE_SAMPLING, step=0.01,
          label="typical-p (1 = off)",
          help="keeps the tokens whose surprise is closest to the entropy, until their mass reaches p",
          sweep="distinct_2"),
-    Knob(name="epsilon_cutoff", default=0.0, low=0.0, high=0.1, group=SAMPLING, step=0.0001,
+    Knob(name="epsilon_cutoff", default=0.0, low=0.0, high=0.1, group=MORE_SAMPLING, step=0.0001,
          label="epsilon cutoff (0 = off)", help="removes tokens with probability below epsilon",
          sweep="distinct_2"),
-    Knob(name="eta_cutoff", default=0.0, low=0.0, high=0.1, group=SAMPLING, step=0.0001,
+    Knob(name="eta_cutoff", default=0.0, low=0.0, high=0.1, group=MORE_SAMPLING, step=0.0001,
          label="eta cutoff (0 = off)",
          help="removes tokens below min(eta, sqrt(eta) x exp(-entropy)): a cutoff that adapts to the entropy",
          sweep="distinct_2"),
-    Knob(name="top_n_sigma", default=0.0, low=0.0, high=5.0, group=SAMPLING, step=0.05,
+    Knob(name="top_n_sigma", default=0.0, low=0.0, high=5.0, group=MORE_SAMPLING, step=0.05,
          label="top-nσ (0 = off)", help="keeps the logits within n standard deviations of the largest",
          sweep="distinct_2"),
-    Knob(name="xtc_threshold", default=0.1, low=0.0, high=0.5, low_open=True, group=SAMPLING, step=0.01,
+    Knob(name="xtc_threshold", default=0.1, low=0.0, high=0.5, low_open=True, group=MORE_SAMPLING, step=0.01,
          label="XTC threshold", help="XTC: the probability a token needs to count as a top choice",
          sweep="distinct_2"),
-    Knob(name="xtc_probability", default=0.0, low=0.0, high=1.0, group=SAMPLING, step=0.05,
+    Knob(name="xtc_probability", default=0.0, low=0.0, high=1.0, group=MORE_SAMPLING, step=0.05,
          label="XTC probability (0 = off)",
          help="XTC: how often the top choices but the least likely of them are excluded", sweep="distinct_2"),
-    Knob(name="sampler_order", kind=str, default="", group=SAMPLING, label="sampler order (empty = default)",
+    Knob(name="sampler_order", kind=str, default="", group=MORE_SAMPLING, label="sampler order (empty = default)",
          help="the chain's stages in the order to apply them, comma-separated, e.g. top_k,temperature,min_p; "
               "the stages named trade places, the others keep theirs"),
     # -- processors: every strategy, greedy and beam search included ----------------------------------------

@@ -11,7 +11,7 @@ import gradio as gr
 from playground import compatibility, registry, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED, model_choices
-from playground.registry.builtin_knobs import PENALTIES, SAMPLING
+from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
 from playground.spec import BACKENDS, CACHE_BITS, MAX_BEAMS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
@@ -47,7 +47,8 @@ UI_ONLY_DEFAULTS = {"assistant": "smollm2-135m", "prompt_lookup": 10, "draft_sou
 
 def groups() -> dict[str, tuple[str, ...]]:
     """Every knob group of the settings card: the chain's (drawn from the knobs' records), then the others."""
-    return {"sampling_knobs": chain_knobs(SAMPLING), "penalty_knobs": chain_knobs(PENALTIES), **OWN_GROUPS}
+    return {"sampling_knobs": chain_knobs(SAMPLING) + chain_knobs(MORE_SAMPLING),
+            "penalty_knobs": chain_knobs(PENALTIES), **OWN_GROUPS}
 
 
 def column_keys() -> tuple[str, ...]:
@@ -83,7 +84,7 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
     """The RunSpec keys that change what this column computes, in display order (assisted decoding that samples
     uses the sampling knobs too)."""
     keys = list(COMMON_KEYS)
-    sampled = chain_knobs(SAMPLING) if samples(strategy, assisted_sampling) else ()
+    sampled = chain_knobs(SAMPLING) + chain_knobs(MORE_SAMPLING) if samples(strategy, assisted_sampling) else ()
     for extra in (registry.strategy(strategy).knobs, sampled, chain_knobs(PENALTIES), registry.cache_type(cache).knobs,
                   BACKEND_KNOBS.get(backend, ())):
         keys += [k for k in extra if k not in keys]
@@ -282,6 +283,8 @@ def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], v
     """Sampling, beam and assisted knobs, each group shown only for its strategy."""
     with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
         chain_widgets(index, knobs, SAMPLING, values)
+        with gr.Accordion("more samplers: typical-p, epsilon and eta, top-nσ, XTC, the order", open=False):
+            chain_widgets(index, knobs, MORE_SAMPLING, values)
     with gr.Group(visible=shown["beam_knobs"]) as groups["beam_knobs"]:
         with gr.Row():
             knobs["num_beams"] = _slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)

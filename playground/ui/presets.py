@@ -134,17 +134,25 @@ def _assisted_every_cache() -> Preset:
         f"column compiles on its first run."))
 
 
+# a story whose last sentences repeat themselves: a small model continues by copying them, which the penalties
+# against repetition are for
+REPEATING_STORY = ("The story so far: the keeper climbed the stairs, lit the lamp, and watched the sea. The next night "
+                   "the keeper climbed the stairs, lit the lamp, and watched the sea. The night after that")
+
+
 def _against_repetition() -> Preset:
     sampled = _greedy(max_new_tokens=96, strategy="sampling", temperature=1.0, top_k=50)
-    return Preset(STORY_PROMPT, (
+    return Preset(REPEATING_STORY, (
         {**sampled, "dry_multiplier": 0.8},
         {**sampled, "repetition_penalty": 1.3},
         {**sampled, "no_repeat_ngram_size": 3},
         sampled,
-    ), "One story prompt sampled at temperature 1.0 with the same seed, against repetition in three ways: DRY "
-       "(penalises the token that would extend a repeated sequence), the repetition penalty (every token already "
-       "in the text) and no repeated 3-grams (a ban), then nothing. Compare the table's repeated 4-grams and "
-       "distinct bigrams, and open a token's sampling cut to see how much mass each penalty moved.", mode="raw")
+    ), "A story that has begun repeating itself, continued at temperature 1.0 with the same seed, against "
+       "repetition in three ways: DRY (penalises the token that would extend a sequence already in the text), the "
+       "repetition penalty (every token already in the text, so it also pushes the story off its subject) and no "
+       "repeated 3-grams (a ban), then nothing, which copies the repeated sentence again. Compare the texts, the "
+       "table's repeated 4-grams and distinct bigrams, and a token's sampling cut: the mass each penalty moved.",
+       mode="raw")
 
 
 def _creative_samplers() -> Preset:

@@ -128,3 +128,22 @@ def test_assisted_on_every_cache_accepts_and_rejects_drafts_on_each():
         assert sum(s["accepted"] for s in steps) > 10 and rejects_drafts(result), key
     windowed = [r for key, r in results.items() if ":sliding:" in key or ":sink:" in key]
     assert all(r["prompt_tokens"] + r["new_tokens"] > EVERY_CACHE_WINDOW for r in windowed)  # the windows evict
+
+
+def test_each_penalty_breaks_the_repetition_that_plain_sampling_continues():
+    from playground.sweep.measures import repeated_ngram_rate
+
+    results = list(run_preset("Samplers against repetition").values())  # DRY, repetition penalty, 3-grams, none
+    rates = [repeated_ngram_rate(r["token_ids"], 4) for r in results]
+    print([round(rate, 3) for rate in rates], [r["text"][:60] for r in results])
+    dry, penalty, ngrams, plain = rates
+    assert plain > 0.05  # without a penalty the story copies its repeated sentence again
+    assert dry < plain and penalty < plain and ngrams == 0.0  # a 3-gram ban leaves no repeated 4-gram
+
+
+def test_min_p_and_top_n_sigma_stay_likelier_than_top_p_at_high_temperature():
+    results = list(run_preset("Creative samplers at high temperature").values())  # top-p, min-p, top-nσ, XTC
+    quality = [r["metrics"]["mean_logprob"] for r in results]
+    print([round(q, 2) for q in quality], [r["text"][:60] for r in results])
+    top_p, min_p, top_n_sigma, _ = quality
+    assert min_p > top_p + 1.0 and top_n_sigma > top_p + 1.0  # nats per token under the fp32 model
