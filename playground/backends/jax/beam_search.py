@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from playground.backends.jax import chain
-from playground.backends.jax.chain import Chain, History, gathered, pushed
-from playground.backends.jax.sampling import Knobs, Leaf
+from playground.backends.jax.chain import Chain, History, Leaf, gathered, pushed
+from playground.backends.jax.sampling import Knobs
 
 # transformers' "very large negative" score: it masks hypotheses out of a top-k without -inf arithmetic
 NEG = -1.0e9

@@ -23,6 +23,7 @@ from playground import registry
 from playground.registry import chain
 from playground.spec import RunSpec
 
+# A program's inputs: arrays when it runs, shape structs in their place when it is lowered ahead of its first call.
 Leaf = TypeVar("Leaf", jax.Array, jax.ShapeDtypeStruct)
 HISTORY_GRANULE = 64  # history capacities come in multiples of this, so nearby lengths share their programs
 
@@ -200,8 +201,9 @@ class Applied(NamedTuple):
     moved: jax.Array  # (B, S) float32: probability mass each stage moved (total variation, before vs after)
 
 
-def _in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
-    """The candidates' values as a (B, V) table, `fill` where a token is not a candidate."""
+def in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
+    """The candidates' values (or anything shaped like them) as a (B, V) table, `fill` where a token is not a
+    candidate."""
     if cands.ids is None:
         return cands.values
     rows = jnp.arange(cands.values.shape[0])[:, None]
@@ -238,9 +240,8 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
     which stage removed each watched token, and each stage's removed count and moved mass."""
     cands = Candidates(logits.astype(jnp.float32), None)
     batch = logits.shape[0]
-    record = watch is not None
     cut = jnp.zeros((batch, 0 if watch is None else watch.shape[1]), jnp.int32)
-    probs = jax.nn.softmax(cands.values, axis=-1) if record else cands.values
+    probs = jax.nn.softmax(cands.values, axis=-1) if watch is not None else cands.values
     removed, moved = [], []
     for index, ((name, static), stage_args) in enumerate(zip(chain_.stages, args, strict=True)):
         stage = _stage(name)
@@ -258,11 +259,6 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
     if not removed:
         return Applied(cands, cut, jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0), jnp.float32))
     return Applied(cands, cut, jnp.stack(removed, axis=-1), jnp.stack(moved, axis=-1))
-
-
-def in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
-    """The candidates' values (or anything shaped like them) as a (B, V) table."""
-    return _in_vocab(cands, vocab, fill)
 
 
 def chosen_ids(cands: Candidates, picks: jax.Array) -> jax.Array:

@@ -36,10 +36,10 @@ from playground.backends.jax import compiling, disk_cache, sampling, tensor_para
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import History, history_shapes, pushed, start_history
+from playground.backends.jax.chain import History, Leaf, history_shapes, pushed, start_history
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
-from playground.backends.jax.sampling import Knobs, Leaf, SamplingMode, StepInfo, knob_specs
+from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo, knob_specs
 
 # Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
 # in-place cache writes safe inside the decode loop instead of copying each cache array every step.

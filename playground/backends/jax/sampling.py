@@ -8,7 +8,7 @@ never recompiles. Random keys are threaded through every step, so a seed reprodu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +32,6 @@ class SamplingMode:
         return self.chain.needs
 
 
-# A program's inputs: arrays when it runs, shape structs in their place when it is lowered ahead of its first call.
-Leaf = TypeVar("Leaf", jax.Array, jax.ShapeDtypeStruct)
 # The traced half: each stage's arguments, in chain order.
 Knobs = tuple
 
