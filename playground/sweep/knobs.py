@@ -19,6 +19,26 @@ def quality_measure(knob: str) -> str:
     return registry.knob(knob).sweep
 
 
+# the new tokens a run may make: a dynamic cache ends holding them, a preallocated one is sized for them
+LENGTH_KNOB = "max_new_tokens"
+
+
+def moves_kv_cache(knob: str) -> bool:
+    """Whether a sweep of `knob` can change the KV cache's size: a knob a cache type reads (window, bits, residual,
+    sinks), the one that sets how many rows a strategy's cache keeps (num_beams), or the length. Any other knob
+    only changes which tokens are picked, and the cache holds the same positions at the same precision."""
+    return (knob == LENGTH_KNOB or any(knob in cache.knobs for cache in registry.caches())
+            or any(knob == strategy.rows_knob for strategy in registry.strategies()))
+
+
+def moves_tokens_per_pass(strategy: str) -> bool:
+    """Whether a sweep on `strategy` can change the tokens per main-model forward pass: a strategy that verifies
+    drafts (more than one per pass when drafts are kept), or one that keeps several rows (beam search: its best
+    sequence may finish before the search does). Greedy and sampling make one token per pass whatever the knob."""
+    found = registry.strategy(strategy)
+    return found.drafts or found.rows_knob is not None
+
+
 def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
     """Comma-separated values of `knob`: whole numbers for the integer knobs."""
     knobs = sweepable()

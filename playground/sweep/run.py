@@ -2,7 +2,8 @@
 
 Every value's spec is built (and so validated) before anything runs, and the sweep's total tokens are checked
 against its cap, so bad input costs nothing. Each prompt also gets one reference run, greedy with fp32
-weights and the dynamic cache on the same backend, for the agreement measure. Runs go through the runner,
+weights and the dynamic cache on the same backend, for the agreement measure (the share of it an output
+reproduces before its first difference). Runs go through the runner,
 one at a time, as requests do: a stop ends the run under way and keeps the rows that finished.
 """
 
@@ -233,11 +234,12 @@ def to_csv(sweep: dict[str, Any]) -> str:
 
 
 def format_table(sweep: dict[str, Any]) -> str:
-    """The aggregates as a plain table, for the terminal."""
+    """The aggregates as a plain table, for the terminal: `prefix` is the agreement (the share of the greedy
+    reference reproduced before the first difference), `seed LCS` the self-similarity of the seeds."""
     columns = [("value", "value", "{}"), ("rows", "rows", "{}"), ("tok/s", "tokens_per_s_median", "{:.1f}"),
                ("KV MB", "kv_cache_bytes_median", "{:.2f}"), ("distinct-2", "distinct_2_median", "{:.3f}"),
                ("rep-4", "repeat_4gram_rate_median", "{:.3f}"), ("logprob", "mean_logprob_median", "{:.3f}"),
-               ("agree", "agreement_median", "{:.3f}"), ("self-sim", "self_similarity_median", "{:.3f}"),
+               ("prefix", "agreement_median", "{:.3f}"), ("seed LCS", "self_similarity_median", "{:.3f}"),
                ("compile s", "compile_s_total", "{:.1f}")]
     lines = ["  ".join(f"{title:>10}" for title, _, _ in columns)]
     for entry in sweep["aggregates"]:

@@ -23,11 +23,18 @@ SERIES_COLOURS = {"median": PALETTE[0], "lowest": SPREAD_COLOUR, "highest": SPRE
 Row = dict[str, Any]
 
 
+def _always(knob: str, strategy: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Measure:
     key: str
-    label: str  # the axis title, with its unit
+    title: str  # the y-axis title and the frame's column: short, so Vega draws it whole beside a 260 px plot
+    label: str  # what it is, in words: the plot's label above it
     read: Callable[[Row], float | None]
+    # (knob, strategy) -> whether a sweep of that knob on that strategy can move it: a plot it cannot is hidden
+    moves: Callable[[str, str], bool] = _always
 
 
 def _metric(name: str, scale: float = 1.0) -> Callable[[Row], float | None]:
@@ -46,16 +53,26 @@ def _measure(name: str) -> Callable[[Row], float | None]:
 
 # one line plot each, in page order (element ids sweep-plot-0 ... ); the scatter comes after them
 MEASURES = (
-    Measure("tokens_per_s", "decode speed (tokens/s)", _metric("tokens_per_s")),
-    Measure("distinct_2", "distinct-2 (share of bigrams)", _measure("distinct_2")),
-    Measure("repeat_4gram_rate", "repeated 4-grams (share)", _measure("repeat_4gram_rate")),
-    Measure("mean_logprob", "mean log-probability (nats/token)", _measure("mean_logprob")),
-    Measure("agreement", "agreement with greedy fp32 (share of tokens)", _measure("agreement")),
-    Measure("kv_cache_mib", "KV cache (MiB)", _metric("kv_cache_bytes", MIB)),
-    Measure("tokens_per_pass", "tokens per forward pass", _measure("tokens_per_pass")),
+    Measure("tokens_per_s", "tokens/s", "decode speed (tokens/s)", _metric("tokens_per_s")),
+    Measure("distinct_2", "distinct-2", "distinct-2 (distinct / all bigrams)", _measure("distinct_2")),
+    Measure("repeat_4gram_rate", "repeated 4-grams", "4-grams seen earlier in the run (share)",
+            _measure("repeat_4gram_rate")),
+    Measure("mean_logprob", "nats/token", "mean log-probability per token", _measure("mean_logprob")),
+    Measure("agreement", "agreed prefix", "tokens equal to greedy before the first difference (share)",
+            _measure("agreement")),
+    Measure("kv_cache_mib", "KV cache (MiB)", "KV cache at the end of a run (MiB)",
+            _metric("kv_cache_bytes", MIB), lambda knob, strategy: sweep_knobs.moves_kv_cache(knob)),
+    Measure("tokens_per_pass", "tokens per pass", "new tokens per forward pass",
+            _measure("tokens_per_pass"), lambda knob, strategy: sweep_knobs.moves_tokens_per_pass(strategy)),
 )
 BY_KEY = {m.key: m for m in MEASURES}
 SCATTER_SPEED = "tokens/s (median)"
+
+
+def shown(knob: str, strategy: str) -> list[bool]:
+    """Per line plot, whether a sweep of `knob` on `strategy` shows it: a temperature cannot change the KV cache's
+    size nor the tokens a pass makes, so those curves would be flat lines (the table still lists both)."""
+    return [measure.moves(knob, strategy) for measure in MEASURES]
 
 
 def value_text(value: float | int) -> str:
@@ -73,16 +90,16 @@ def measure_frame(sweep: dict[str, Any], measure: Measure) -> pd.DataFrame:
     first draws, so an empty plot must name all three series already.
     """
     knob = sweep["knob"]
-    rows: list[dict[str, Any]] = [{knob: float(sweep["values"][0]), "series": series, measure.label: math.nan}
+    rows: list[dict[str, Any]] = [{knob: float(sweep["values"][0]), "series": series, measure.title: math.nan}
                                   for series in SERIES]
     for value in sweep["values"]:
         present = [v for _, r in _rows_of(sweep, value) if (v := measure.read(r)) is not None]
         if not present:
             continue
         for series, y in zip(SERIES, (min(present), max(present), statistics.median(present)), strict=True):
-            rows.append({knob: float(value), "series": series, measure.label: y})
-    return pd.DataFrame(rows, columns=[knob, "series", measure.label]).astype(
-        {knob: "float64", "series": "str", measure.label: "float64"})
+            rows.append({knob: float(value), "series": series, measure.title: y})
+    return pd.DataFrame(rows, columns=[knob, "series", measure.title]).astype(
+        {knob: "float64", "series": "str", measure.title: "float64"})
 
 
 def quality_measure(knob: str) -> Measure:
@@ -102,10 +119,10 @@ def scatter_frame(sweep: dict[str, Any]) -> pd.DataFrame:
             continue
         middle = statistics.median(m[1] for m in mine)
         nearest = min(mine, key=lambda m: abs(m[1] - middle))
-        rows.append({SCATTER_SPEED: statistics.median(m[2] for m in mine), quality.label: middle,
+        rows.append({SCATTER_SPEED: statistics.median(m[2] for m in mine), quality.title: middle,
                      knob: value_text(value), "row": nearest[0]})
-    return pd.DataFrame(rows, columns=[SCATTER_SPEED, quality.label, knob, "row"]).astype(
-        {SCATTER_SPEED: "float64", quality.label: "float64", knob: "str", "row": "int64"})
+    return pd.DataFrame(rows, columns=[SCATTER_SPEED, quality.title, knob, "row"]).astype(
+        {SCATTER_SPEED: "float64", quality.title: "float64", knob: "str", "row": "int64"})
 
 
 def padded_limits(values: pd.Series, share: float = 0.08, *, above_zero: bool = False) -> list[float] | None:
@@ -127,7 +144,7 @@ def aggregate_table(sweep: dict[str, Any]) -> pd.DataFrame:
     columns = [("rows", "rows", 1), ("tokens/s", "tokens_per_s_median", 1), ("TTFT (s)", "ttft_s_median", 1),
                ("KV (MiB)", "kv_cache_bytes_median", MIB), ("distinct-2", "distinct_2_median", 1),
                ("rep. 4-grams", "repeat_4gram_rate_median", 1), ("log-prob", "mean_logprob_median", 1),
-               ("agreement", "agreement_median", 1), ("self-similarity", "self_similarity_median", 1),
+               ("agreed prefix", "agreement_median", 1), ("seeds' overlap (LCS)", "self_similarity_median", 1),
                ("tokens/pass", "tokens_per_pass_median", 1), ("compile (s)", "compile_s_total", 1)]
     table = []
     for entry in sweep["aggregates"]:

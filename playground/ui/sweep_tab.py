@@ -1,19 +1,16 @@
 """The page's Sweep tab: one knob over several values on a set of prompts, drawn as curves while it runs.
 
-A curve per measure shows each value's median and, in grey, its lowest and highest row; the scatter puts each
-value's median quality against its median speed. Clicking a point (a curve's, or the scatter's) opens that row's
-tokens below the plots; a list names every row too. Stop keeps the rows that finished.
+A curve per measure the knob can move shows each value's median and, in grey, its lowest and highest row (a
+temperature cannot change the KV cache's size or the tokens per pass: those plots are hidden); the scatter puts
+each value's median quality against its median speed. Until a sweep has a row, a sentence stands where the plots
+will be. Clicking a point (a curve's, or the scatter's) opens that row's tokens below the plots; a list names
+every row too. Stop keeps the rows that finished.
 """
 
 from __future__ import annotations
 
 import json
-import queue
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -25,29 +22,28 @@ from playground.spec import BACKENDS, RunSpec
 from playground.sweep import prompt_sets
 from playground.sweep.knobs import compile_note, parse_values, sweepable
 from playground.sweep.presets import SWEEP_PRESETS
-from playground.sweep.run import MAX_SEEDS, Sweep, aggregates, run_sweep, to_csv
+from playground.sweep.run import MAX_SEEDS, Sweep
 from playground.ui.events import Inputs, Updates
-from playground.ui.export import export_folder
-from playground.ui.run import stop_flag
 from playground.ui.sweep_frames import (
-    LEGEND,
     MEASURES,
     SCATTER_SPEED,
     SERIES_COLOURS,
+    Measure,
     aggregate_table,
     clicked_row,
     measure_frame,
-    padded_limits,
     quality_measure,
     row_label,
     scatter_frame,
-    value_text,
 )
 from playground.ui.tokens import tokens_html
 
 OWN_PROMPTS = "my own prompts (one per line)"
 FIRST_PRESET = next(iter(SWEEP_PRESETS.values()))
-DRAW_INTERVAL_S = 1.0  # the plots are redrawn at most this often while rows arrive (a redraw costs the 2 cores)
+EMPTY_NOTE = ("Run a sweep to see its curves here: one plot per measure the knob can move against the knob's "
+              "values, a quality-against-speed scatter, and a table of each value's medians.")
+WAITING_NOTE = "◔ The curves appear here when the sweep's first run finishes."
+NOTHING_NOTE = "■ Stopped before any run finished: nothing to draw. Run the sweep again to see its curves."
 
 # A click on a plot's mark reports Vega's description of it ("window: 64; agreement: 0.8; series: median") and
 # the plot's number; the server finds the row it stands for (sweep_frames.clicked_row).
@@ -83,6 +79,8 @@ class SweepTab:
     run: gr.Button
     stop: gr.Button
     status: gr.Markdown
+    empty_note: gr.Markdown  # before a sweep's first row: a sentence where the plots will be
+    results: gr.Column  # the plots, the table and the row list: hidden until a sweep has a row
     plots: list[Any]
     table: gr.Dataframe
     row_choice: gr.Dropdown
@@ -166,35 +164,45 @@ def build_sweep_tab() -> SweepTab:
         run = gr.Button("▶ Run sweep", variant="primary", elem_id="sweep-run")
         stop = gr.Button("■ Stop (keeps finished rows)", interactive=False, elem_id="sweep-stop")
     status = gr.Markdown("", elem_id="sweep-status")
-    plots, table, row_choice, tokens, download_json, download_csv = _results_area(preset.knob, preset.values)
+    empty_note, results, plots, table, row_choice, tokens, download_json, download_csv = _results_area(
+        preset.knob, preset.values)
     return SweepTab(presets, preset_note, prompt_set, prompt_count, own_prompts, knob, values, seeds, model, backend,
-                    strategy, cache, max_new_tokens, other, compile_text, run, stop, status, plots, table, row_choice,
-                    tokens, download_json, download_csv, gr.State(None))
+                    strategy, cache, max_new_tokens, other, compile_text, run, stop, status, empty_note, results, plots,
+                    table, row_choice, tokens, download_json, download_csv, gr.State(None))
 
 
-def _results_area(knob: str, values: str) -> tuple[list[Any], gr.Dataframe, gr.Dropdown, gr.HTML,
-                                                   gr.DownloadButton, gr.DownloadButton]:
-    """Below Run: a curve per measure and the scatter (empty until rows arrive), the medians table, the row
-    shown in the token view, and the downloads."""
+def _results_area(knob: str, values: str) -> tuple[gr.Markdown, gr.Column, list[Any], gr.Dataframe, gr.Dropdown,
+                                                   gr.HTML, gr.DownloadButton, gr.DownloadButton]:
+    """Below Run: a sentence until a sweep has a row; then a curve per measure the knob can move and the
+    scatter, the medians table and the row shown in the token view; the downloads."""
     plots: list[Any] = []
     empty = empty_sweep(knob, parse_values(knob, values))
-    with gr.Row(equal_height=True, elem_id="sweep-plots"):
-        for i, measure in enumerate(MEASURES):
-            plots.append(gr.LinePlot(measure_frame(empty, measure), x=knob, y=measure.label, color="series",
-                                     color_map=SERIES_COLOURS, tooltip="all",
-                                     height=260, min_width=300, elem_id=f"sweep-plot-{i}", label=measure.label))
-        quality = quality_measure(knob)
-        plots.append(gr.ScatterPlot(scatter_frame(empty), x=SCATTER_SPEED, y=quality.label, color=knob,
-                                    tooltip=[knob, SCATTER_SPEED, quality.label, "row"], height=260,
-                                    min_width=300, elem_id=f"sweep-plot-{len(MEASURES)}",
-                                    label=f"{quality.label} against speed (a point per value)"))
-    table = gr.Dataframe(None, label="medians per value", interactive=False, elem_id="sweep-table", wrap=True)
-    row_choice = gr.Dropdown([], value=None, label="run shown (or click a point)", elem_id="sweep-row")
+    empty_note = gr.Markdown(EMPTY_NOTE, elem_id="sweep-empty")
+    with gr.Column(visible=False, elem_id="sweep-results") as results:
+        with gr.Row(equal_height=True, elem_id="sweep-plots"):
+            for i, measure in enumerate(MEASURES):
+                plots.append(gr.LinePlot(measure_frame(empty, measure), x=knob, y=measure.title, color="series",
+                                         color_map=SERIES_COLOURS, tooltip="all", height=260, min_width=300,
+                                         elem_id=f"sweep-plot-{i}", label=measure.label))
+            quality = quality_measure(knob)
+            plots.append(gr.ScatterPlot(scatter_frame(empty), x=SCATTER_SPEED, y=quality.title, color=knob,
+                                        tooltip=[knob, SCATTER_SPEED, quality.title, "row"], height=260,
+                                        min_width=300, elem_id=f"sweep-plot-{len(MEASURES)}",
+                                        label=scatter_label(quality)))
+        # not wrapped: a narrow column's header wrapped a letter a line, hundreds of px tall on a phone; the
+        # table scrolls sideways there instead
+        table = gr.Dataframe(aggregate_table(empty), label="medians per value", interactive=False,
+                             elem_id="sweep-table", wrap=False)
+        row_choice = gr.Dropdown([], value=None, label="run shown (or click a point)", elem_id="sweep-row")
     tokens = gr.HTML("", elem_id="sweep-tokens", elem_classes=["token-view"], js_on_load=PICK_POINT_JS)
     with gr.Row():
         download_json = gr.DownloadButton("⬇ sweep JSON", interactive=False, size="sm", elem_id="sweep-download-json")
         download_csv = gr.DownloadButton("⬇ sweep CSV", interactive=False, size="sm", elem_id="sweep-download-csv")
-    return plots, table, row_choice, tokens, download_json, download_csv
+    return empty_note, results, plots, table, row_choice, tokens, download_json, download_csv
+
+
+def scatter_label(quality: Measure) -> str:
+    return f"{quality.title} against speed, a point per value"
 
 
 def apply_preset(tab: SweepTab, name: str) -> Updates:
@@ -225,47 +233,7 @@ def empty_sweep(knob: str, values: tuple[float | int, ...]) -> dict[str, Any]:
     return {"knob": knob, "values": list(values), "rows": [], "aggregates": []}
 
 
-def _plot_updates(tab: SweepTab, sweep: dict[str, Any], *, final: bool = False) -> Updates:
-    """Every plot and the table for the rows so far. The scatter's legend names the values, so a new sweep's
-    values redraw it with their colours (Gradio keeps a plot's colour domain until its legend changes).
-
-    The axes reach past the data (padded_limits) only in the finished sweep's update, sent with its data; until
-    then they are left to fit the data. Gradio redraws a plot whose limits change from the data it holds when the
-    redraw starts, and a data update that arrives during that redraw is lost (plots.step_axes): limits that
-    moved with every batch of rows could drop a later batch. A batch changes only data, and the finish's redraw
-    starts from the final rows.
-    """
-    knob = sweep["knob"]
-    # the legend is set here, not when built: a plot first drawn in a hidden tab draws an empty legend, and a
-    # changed legend makes Gradio draw the plot again (now visible)
-    updates: Updates = {}
-    for plot, measure in zip(tab.plots, MEASURES, strict=False):
-        frame = measure_frame(sweep, measure)
-        updates[plot] = gr.update(value=frame, x=knob, colors_in_legend=list(LEGEND),
-                                  y_lim=padded_limits(frame[measure.label], above_zero=True) if final else None)
-    quality = quality_measure(knob)
-    scatter = scatter_frame(sweep)
-    updates[tab.plots[-1]] = gr.update(value=scatter, y=quality.label, color=knob,
-                                       x_lim=padded_limits(scatter[SCATTER_SPEED]) if final else None,
-                                       y_lim=padded_limits(scatter[quality.label]) if final else None,
-                                       colors_in_legend=[value_text(v) for v in sweep["values"]],
-                                       tooltip=[knob, SCATTER_SPEED, quality.label, "row"],
-                                       label=f"{quality.label} against speed (a point per value)")
-    updates[tab.table] = aggregate_table(sweep)
-    return updates
-
-
-def _exports(sweep: dict[str, Any]) -> tuple[Path, Path]:
-    """Fresh files per sweep (old export folders go, as the page's run exports do)."""
-    folder, stamp = export_folder()
-    json_path, csv_path = folder / f"sweep-{sweep['knob']}-{stamp}.json", folder / f"sweep-{sweep['knob']}-{stamp}.csv"
-    public = {**sweep, "rows": [{k: v for k, v in r.items() if k != "token_ids"} for r in sweep["rows"]]}
-    json_path.write_text(json.dumps(public, indent=1), encoding="utf-8")
-    csv_path.write_text(to_csv(sweep), encoding="utf-8")
-    return json_path, csv_path
-
-
-def _show_row(tab: SweepTab, kept: dict[str, Any] | None, index: int | None) -> Updates:
+def show_row(tab: SweepTab, kept: dict[str, Any] | None, index: int | None) -> Updates:
     if not kept or index is None or not 0 <= index < len(kept["sweep"]["rows"]):
         return {}
     sweep = kept["sweep"]
@@ -282,7 +250,7 @@ def choose_row(tab: SweepTab, kept: dict[str, Any] | None, label: str | None) ->
     if not kept or not label:
         return {}
     labels = [row_label(kept["sweep"], i) for i in range(len(kept["sweep"]["rows"]))]
-    return _show_row(tab, kept, labels.index(label)) if label in labels else {}
+    return show_row(tab, kept, labels.index(label)) if label in labels else {}
 
 
 def click_point(tab: SweepTab, kept: dict[str, Any] | None, evt: gr.EventData) -> Updates:
@@ -291,89 +259,4 @@ def click_point(tab: SweepTab, kept: dict[str, Any] | None, evt: gr.EventData) -
         plot, label = int(getattr(evt, "plot", -1)), str(getattr(evt, "label", ""))
     except (TypeError, ValueError):
         return {}
-    return _show_row(tab, kept, clicked_row(kept["sweep"] if kept else None, plot, label))
-
-
-def _progress_text(done: int, total: int, what: str, started: float) -> str:
-    return f"◔ run {min(done + 1, total)} of {total} ({time.monotonic() - started:.0f} s so far): {what}"
-
-
-def run_sweep_tab(tab: SweepTab, data: Inputs, request: gr.Request, progress: gr.Progress) -> Iterator[Updates]:
-    """Run the sweep in a worker thread; the curves grow as rows finish, Stop keeps what finished."""
-    try:
-        sweep = tab.request(data)
-        sweep.checked_specs()
-    except PlaygroundError as exc:
-        yield {tab.status: f"⚠ {exc}"}
-        return
-    flag = stop_flag(request)
-    flag.clear()
-    events: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-    def work() -> None:
-        try:
-            events.put(("done", run_sweep(sweep, flag.is_set, lambda d, t, w: events.put(("progress", (d, t, w))),
-                                          lambda row, result: events.put(("row", (row, result["tokens"]))))))
-        except BaseException as exc:  # handed to the request's thread, which reports it
-            events.put(("error", exc))
-
-    started = time.monotonic()
-    rows: list[dict[str, Any]] = []
-    tokens: list[Any] = []
-    empty = empty_sweep(sweep.knob, sweep.values)
-    yield {tab.run: gr.update(interactive=False), tab.stop: gr.update(interactive=True),
-           tab.status: f"◔ starting: {len(sweep.prompts)} prompts, {len(sweep.values)} values",
-           tab.row_choice: gr.update(choices=[], value=None), tab.tokens: "", tab.state: None,
-           tab.download_json: gr.update(interactive=False), tab.download_csv: gr.update(interactive=False),
-           tab.compile_note: compile_note_for(sweep.knob, sweep.spec.backend), **_plot_updates(tab, empty)}
-    threading.Thread(target=work, name="sweep-page", daemon=True).start()
-    try:
-        yield from _follow(tab, sweep, events, rows, tokens, progress, started)
-    finally:
-        flag.set()  # a tab closed mid-sweep closes this generator: the sweep stops at its next token
-
-
-def _follow(tab: SweepTab, sweep: Sweep, events: queue.Queue[tuple[str, Any]], rows: list[dict[str, Any]],
-            tokens: list[Any], progress: gr.Progress, started: float) -> Iterator[Updates]:
-    """The worker's events as page updates, until it finishes or fails."""
-    drawn = 0.0
-    partial_sweep = {"knob": sweep.knob, "values": list(sweep.values), "rows": rows, "aggregates": []}
-    while True:
-        kind, payload = events.get()
-        if kind == "progress":
-            done, total, what = payload
-            if done >= total or what == "stopped":
-                continue  # the last word is the finish's
-            progress((done, total), desc=f"sweep: {what}")
-            yield {tab.status: _progress_text(done, total, what, started)}
-        elif kind == "row":
-            rows.append(payload[0])
-            tokens.append(payload[1])
-            if time.monotonic() - drawn >= DRAW_INTERVAL_S:
-                drawn = time.monotonic()
-                partial_sweep["aggregates"] = aggregates(sweep.values, rows)
-                yield _plot_updates(tab, partial_sweep)
-        elif kind == "error":
-            message = str(payload) if isinstance(payload, PlaygroundError) else f"{type(payload).__name__}: {payload}"
-            yield {tab.status: f"⚠ the sweep failed: {message}", tab.run: gr.update(interactive=True),
-                   tab.stop: gr.update(interactive=False)}
-            return
-        else:
-            yield _finish(tab, payload, tokens, time.monotonic() - started)
-            return
-
-
-def _finish(tab: SweepTab, result: dict[str, Any], tokens: list[Any], seconds: float) -> Updates:
-    kept = {"sweep": result, "tokens": tokens}
-    labels = [row_label(result, i) for i in range(len(result["rows"]))]
-    how = "■ stopped: kept the" if result["stopped"] else "✓ sweep done:"
-    status = (f"{how} {len(result['rows'])} rows over {len(result['values'])} values of {result['knob']} "
-              f"in {seconds:.0f} s; {result['compiles']} of its runs compiled JAX programs")
-    json_path, csv_path = _exports(result)
-    shown = _show_row(tab, kept, 0) if labels else {}
-    return {tab.status: status, tab.state: kept, tab.run: gr.update(interactive=True),
-            tab.stop: gr.update(interactive=False), tab.tokens: shown.get(tab.tokens, ""),
-            tab.row_choice: gr.update(choices=labels, value=labels[0] if labels else None),
-            tab.download_json: gr.update(value=str(json_path), interactive=bool(labels)),
-            tab.download_csv: gr.update(value=str(csv_path), interactive=bool(labels)),
-            **_plot_updates(tab, result, final=True)}
+    return show_row(tab, kept, clicked_row(kept["sweep"] if kept else None, plot, label))

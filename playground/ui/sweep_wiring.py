@@ -10,6 +10,7 @@ import gradio as gr
 
 from playground.ui.events import Handler, Inputs, Updates, on_private, writes
 from playground.ui.run import stop_flag
+from playground.ui.sweep_running import run_sweep_tab
 from playground.ui.sweep_tab import (
     SweepTab,
     apply_preset,
@@ -17,7 +18,6 @@ from playground.ui.sweep_tab import (
     choose_row,
     click_point,
     compile_note_for,
-    run_sweep_tab,
 )
 
 
@@ -40,7 +40,7 @@ def wire(tab: SweepTab) -> None:
 
     on_private(partial(gr.on, [tab.knob.input, tab.backend.input]), sweep_compile_note, [tab.knob, tab.backend])
     outputs = (tab.run, tab.stop, tab.status, tab.row_choice, tab.tokens, tab.state, tab.download_json,
-               tab.download_csv, tab.compile_note, tab.table, *tab.plots)
+               tab.download_csv, tab.compile_note, tab.empty_note, tab.results, tab.table, *tab.plots)
 
     @writes(outputs)
     def run_sweep_on_page(data: Inputs, request: gr.Request,

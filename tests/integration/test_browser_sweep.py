@@ -1,7 +1,9 @@
-"""The sweep tab in a real browser: a preset fills the tab, the sweep runs, every plot has one point per value,
+"""The sweep tab in a real browser: a sentence before any sweep, a preset fills the tab, the sweep runs, every
+plot the knob can move has one point per value and its axis title whole, the finish's axis limits keep its data,
 and clicking a point opens that row's tokens.
 
-Screenshots (light, dark and a 390 px wide phone) go to $PLAYGROUND_SHOTS when it is set.
+Screenshots (before a sweep; after one in light, dark and on a 390 px wide phone) go to $PLAYGROUND_SHOTS when it
+is set.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import re
 import pytest
 
 from playground.sweep.presets import SWEEP_PRESETS
+from playground.ui.sweep_frames import MEASURES, shown
 from tests.integration.test_browser import _open, _set_slider
 from tests.integration.test_browser_mechanics import _shoot
 
 pytestmark = pytest.mark.slow
 PRESET = "Sliding window on a long output"
-LINE_PLOTS = 7  # sweep-plot-0 ... 6 are curves, sweep-plot-7 the scatter
+LINE_PLOTS = len(MEASURES)  # sweep-plot-0 ... 6 are curves, sweep-plot-7 the scatter
+AGREEMENT = next(i for i, m in enumerate(MEASURES) if m.key == "agreement")
 
 
 def _marks(page, plot: int) -> list[str]:
@@ -56,9 +60,36 @@ def _visible_point(page, plot: int, values: list[int]) -> tuple[int, float, floa
     return found[0], found[1], found[2]
 
 
+def _y_title(page, plot: int) -> str | None:
+    """The text Vega drew as a plot's y-axis title (it ends in "…" where Vega cut it to fit)."""
+    return page.evaluate("""(plot) => {
+      const title = document.querySelector(`#sweep-plot-${plot} [aria-label^="Y-axis"] .role-axis-title text`);
+      return title ? title.textContent : null;
+    }""", plot)
+
+
+def _below_the_top(page, plot: int, field: str) -> float:
+    """How far below the top of the plot's frame the centre of the median mark whose description has `field`
+    is drawn, in px: 0 where the y axis ends at that mark's value, more where the axis reaches past it."""
+    return page.evaluate("""([plot, field]) => {
+      const root = document.querySelector(`#sweep-plot-${plot}`);
+      const mark = [...root.querySelectorAll("svg path[role='graphics-symbol']")]
+        .find(m => (m.getAttribute('aria-label') || '').includes(field)
+                   && (m.getAttribute('aria-label') || '').includes('series: median'));
+      const frame = root.querySelector('svg .role-frame > g > path.background').getBoundingClientRect();
+      const box = mark.getBoundingClientRect();
+      return box.y + box.height / 2 - frame.y;
+    }""", [plot, field])
+
+
 def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_url, browser):
     page, errors = _open(browser, app_url)
     page.get_by_role("tab", name="Sweep a knob").click()
+    # before any sweep: a sentence where the plots will be, no empty axes and no table headed "1 2 3"
+    page.wait_for_selector("#sweep-empty", state="visible", timeout=10_000)
+    assert page.locator("#sweep-empty").inner_text().startswith("Run a sweep to see")
+    assert not page.locator("#sweep-plot-0").is_visible() and not page.locator("#sweep-table").is_visible()
+    _shoot(page, "sweep-empty")
     page.locator("#sweep-preset-1").click()  # the window preset: 16 to 256 on a long output
     page.wait_for_function("() => document.querySelector('#sweep-preset-note')?.innerText.includes('window')",
                            timeout=10_000)
@@ -74,14 +105,23 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
                            timeout=240_000)
     assert f"{len(values)} rows over {len(values)} values of window" in page.locator("#sweep-status").inner_text()
 
-    for plot in range(LINE_PLOTS):
+    assert not page.locator("#sweep-empty").is_visible()
+    # a window moves the KV cache but not the tokens a pass makes (greedy): that curve would be flat, so it is hidden
+    drawn = [i for i, show in enumerate(shown("window", "greedy")) if show]
+    assert drawn == [i for i in range(LINE_PLOTS) if MEASURES[i].key != "tokens_per_pass"]
+    assert not page.locator(f"#sweep-plot-{LINE_PLOTS - 1}").is_visible()
+    for plot in drawn:
         medians = {re.match(r"window: ([\d,]+)", m).group(1).replace(",", "") for m in _marks(page, plot)
                    if "series: median" in m and m.startswith("window:")}
         assert sorted(int(v) for v in medians) == values, (plot, _marks(page, plot))
+        assert _y_title(page, plot) == MEASURES[plot].title  # drawn whole, not cut to "agreement with gr…"
+    # the finish's limits arrive after its data and redraw each plot: the axis now reaches past the highest
+    # agreement (1.0, at the widest window) instead of ending at it, and every value's point is still there
+    assert _below_the_top(page, AGREEMENT, f"window: {values[-1]};") > 3
     points = [m for m in _marks(page, LINE_PLOTS) if "row:" in m]
     assert len(points) == len(values)
     # the widest window holds the prompt and all 40 new tokens: it agrees with full attention on every token
-    cell, heads, rows = _table_cell(page, "256", "agreement")
+    cell, heads, rows = _table_cell(page, "256", "agreed prefix")
     assert cell == "1", (heads, rows)
 
     # a user clicks a point they can see: one whose centre is not under another point (two values of similar

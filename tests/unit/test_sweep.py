@@ -16,7 +16,7 @@ from playground.__main__ import main
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from playground.sweep import measures, prompt_sets
-from playground.sweep.knobs import parse_values
+from playground.sweep.knobs import moves_kv_cache, moves_tokens_per_pass, parse_values, sweepable
 from playground.sweep.run import Sweep, run_sweep, sweep_from_json, to_csv
 from tests.helpers import allowed_tiny_model
 
@@ -43,12 +43,42 @@ def test_distinct_and_repeats_equal_a_direct_count():
         assert measures.repeated_ngram_rate(ids, 4) == sum(c - 1 for c in counts.values()) / len(grams)
 
 
-def test_agreement_and_self_similarity():
+def test_agreement_is_the_share_of_the_reference_reproduced_before_the_first_difference():
     assert measures.agreement([1, 2, 3], [1, 2, 3]) == (1.0, None)
-    assert measures.agreement([1, 9, 3, 4], [1, 2, 3, 4]) == (0.75, 1)
+    # by position this was 0.75: the tokens after the first difference no longer count
+    assert measures.agreement([1, 9, 3, 4], [1, 2, 3, 4]) == (0.25, 1)
+    assert measures.agreement([1, 2, 3, 9, 9, 9, 9, 9], [1, 2, 3, 4, 5, 6, 7, 8]) == (3 / 8, 3)
+    assert measures.agreement([5, 1, 2, 3], [1, 2, 3, 4]) == (0.0, 0)  # one token out of step: nothing agreed
     assert measures.agreement([1, 2], [1, 2, 3, 4]) == (0.5, 2)  # stopped early: differs where it ended
+    assert measures.agreement([1, 2, 3, 4, 5], [1, 2, 3, 4]) == (1.0, 4)  # all of the reference, then more
+    assert measures.agreement([], []) == (1.0, None) and measures.agreement([7], []) == (0.0, 0)
+
+
+def test_self_similarity_is_the_mean_lcs_overlap_of_the_seeds():
     assert measures.self_similarity([[1, 2, 3], [1, 2, 3]]) == 1.0
     assert measures.self_similarity([[1, 2, 3], [4, 5, 6]]) == 0.0 and measures.self_similarity([[1, 2]]) is None
+    # one token inserted, then the same text: the alignment still sees 4 shared tokens, 2 x 4 / (4 + 5)
+    assert measures.self_similarity([[1, 2, 3, 4], [9, 1, 2, 3, 4]]) == pytest.approx(8 / 9)
+    # the same bigrams in another order are not the same text (their 2-gram sets were equal: Jaccard 1.0)
+    assert measures.self_similarity([[1, 2, 1, 2], [2, 1, 2, 1]]) == pytest.approx(6 / 8)
+    # three seeds: the mean of the three pairs (1.0, 0.0, 0.0)
+    assert measures.self_similarity([[1, 2], [1, 2], [3, 4]]) == pytest.approx(1 / 3)
+    assert measures.self_similarity([[], []]) == 1.0 and measures.self_similarity([[], [1]]) == 0.0
+
+
+def test_the_lcs_equals_a_dynamic_programming_table():
+    def table(a, b):
+        cells = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+        for i, x in enumerate(a):
+            for j, y in enumerate(b):
+                cells[i + 1][j + 1] = cells[i][j] + 1 if x == y else max(cells[i][j + 1], cells[i + 1][j])
+        return cells[-1][-1]
+
+    rng = random.Random(0)
+    for _ in range(300):
+        a = [rng.randrange(5) for _ in range(rng.randrange(0, 70))]  # past 64 ids: more than one machine word
+        b = [rng.randrange(5) for _ in range(rng.randrange(0, 70))]
+        assert measures.lcs_length(a, b) == table(a, b), (a, b)
 
 
 # -- input --------------------------------------------------------------------------------------------------------
@@ -63,6 +93,15 @@ def test_agreement_and_self_similarity():
 def test_bad_values_are_refused_with_the_reason(knob, text, fragment):
     with pytest.raises(PlaygroundError, match=fragment):
         parse_values(knob, text)
+
+
+def test_the_knobs_that_can_move_the_kv_cache_and_the_strategies_that_can_move_tokens_per_pass():
+    """Known before a sweep runs, from the registry: the page hides the plots a sweep cannot move."""
+    assert {k for k in sweepable() if moves_kv_cache(k)} == {"window", "sink_tokens", "cache_bits",
+                                                             "residual_length", "num_beams", "max_new_tokens"}
+    assert not any(moves_kv_cache(k) for k in ("temperature", "top_p", "top_k", "min_p", "prompt_lookup"))
+    assert moves_tokens_per_pass("assisted") and moves_tokens_per_pass("beam")
+    assert not moves_tokens_per_pass("sampling") and not moves_tokens_per_pass("greedy")
 
 
 def test_a_value_the_spec_refuses_is_named_before_anything_runs():

@@ -11,7 +11,7 @@ import pytest
 
 from playground.errors import PlaygroundError
 from playground.sweep.presets import SWEEP_PRESETS
-from playground.ui import sweep_tab
+from playground.ui import sweep_running, sweep_tab
 from playground.ui.run import stop_flag
 from playground.ui.sweep_frames import (
     MEASURES,
@@ -23,6 +23,7 @@ from playground.ui.sweep_frames import (
     quality_measure,
     row_label,
     scatter_frame,
+    shown,
 )
 from tests.helpers import allowed_tiny_model
 
@@ -45,7 +46,7 @@ AGREEMENT = next(i for i, m in enumerate(MEASURES) if m.key == "agreement")
 def test_a_curve_is_each_values_median_lowest_and_highest_with_undrawn_placeholders():
     frame = measure_frame(SWEEP, MEASURES[AGREEMENT])
     drawn = frame.dropna()
-    label = MEASURES[AGREEMENT].label
+    label = MEASURES[AGREEMENT].title
     assert len(drawn) == 3 * len(SWEEP["values"])  # one point per value in each series
     by = {(r["window"], r["series"]): r[label] for _, r in drawn.iterrows()}
     assert by[(16, "median")] == pytest.approx(0.4) and by[(16, "lowest")] == 0.2 and by[(16, "highest")] == 0.6
@@ -76,7 +77,7 @@ def test_the_scatter_axes_reach_past_the_extreme_points():
 
 
 def test_a_clicked_mark_names_its_row():
-    label = MEASURES[AGREEMENT].label
+    label = MEASURES[AGREEMENT].title
     assert clicked_row(SWEEP, len(MEASURES), f"{SCATTER_SPEED}: 30; {label}: 1; window: 64; row: 3") == 3
     assert clicked_row(SWEEP, AGREEMENT, f"window: 16; {label}: 0.6; series: highest") == 1
     assert clicked_row(SWEEP, AGREEMENT, f"window: 16; {label}: 0.2; series: lowest") == 0
@@ -84,6 +85,40 @@ def test_a_clicked_mark_names_its_row():
     assert clicked_row(SWEEP, AGREEMENT, f"window: 1,024; {label}: 1; series: median") in (3, 5)  # nearest value
     assert clicked_row(SWEEP, AGREEMENT, "X-axis titled 'window'") is None
     assert clicked_row(SWEEP, len(MEASURES), "row: 99") is None and clicked_row(None, 0, "row: 1") is None
+
+
+def test_axis_titles_are_short_and_the_labels_say_what_each_plot_is():
+    """Vega cuts an axis title longer than 0.8 of the plot's height (260 px: about 28 characters at 12 px), so the
+    titles are short and the plot's label above it says the rest."""
+    assert all(len(m.title) <= 20 for m in MEASURES) and len(SCATTER_SPEED) <= 20
+    assert len({m.title for m in MEASURES}) == len(MEASURES) and not any(":" in m.title for m in MEASURES)
+    agreement = MEASURES[AGREEMENT]
+    assert agreement.label == "tokens equal to greedy before the first difference (share)"
+
+
+@pytest.mark.parametrize(("knob", "strategy", "hidden"), [
+    ("temperature", "sampling", {"kv_cache_mib", "tokens_per_pass"}),
+    ("top_p", "sampling", {"kv_cache_mib", "tokens_per_pass"}),
+    ("window", "greedy", {"tokens_per_pass"}),
+    ("cache_bits", "greedy", {"tokens_per_pass"}),
+    ("prompt_lookup", "assisted", {"kv_cache_mib"}),
+    ("num_beams", "beam", set()),
+])
+def test_a_sweep_shows_only_the_plots_its_knob_can_move(tab, knob, strategy, hidden):
+    assert {m.key for m, show in zip(MEASURES, shown(knob, strategy), strict=True) if not show} == hidden
+    empty = sweep_tab.empty_sweep(knob, (1, 2))
+    setup = sweep_running.plot_setup(tab, empty, strategy)
+    visible = {m.key for plot, m in zip(tab.plots, MEASURES, strict=False) if setup[plot]["visible"]}
+    assert visible == {m.key for m in MEASURES} - hidden
+    assert "visible" not in setup[tab.plots[-1]]  # the scatter always shows
+    assert set(sweep_running.plot_updates(tab, empty)[tab.plots[0]]) == {"__type__", "value"}  # a batch: data only
+
+
+def test_before_a_run_the_tab_shows_a_sentence_not_empty_axes(tab):
+    """No plot with a lone "0.200000" tick and no table headed "1 2 3" before a sweep: a sentence instead."""
+    assert tab.results.visible is False  # the plots, the table and the row list
+    assert tab.empty_note.visible is not False and tab.empty_note.value.startswith("Run a sweep to see")
+    assert tab.table.value["headers"][:3] == ["temperature", "rows", "tokens/s"]  # named, should it ever show
 
 
 def test_the_table_has_a_line_per_value_with_units():
@@ -95,9 +130,18 @@ def test_the_table_has_a_line_per_value_with_units():
 
 
 @pytest.fixture(scope="module")
-def tab() -> sweep_tab.SweepTab:
-    with gr.Blocks():
-        return sweep_tab.build_sweep_tab()
+def wired() -> tuple[sweep_tab.SweepTab, gr.Blocks]:
+    from playground.ui.sweep_wiring import wire
+
+    with gr.Blocks() as demo:
+        built = sweep_tab.build_sweep_tab()
+        wire(built)
+    return built, demo
+
+
+@pytest.fixture(scope="module")
+def tab(wired) -> sweep_tab.SweepTab:
+    return wired[0]
 
 
 def _data(tab: sweep_tab.SweepTab, **changes: Any) -> dict[Any, Any]:
@@ -141,34 +185,61 @@ def model(monkeypatch, tmp_path):
         yield path
 
 
-def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(tab, model, monkeypatch):
-    monkeypatch.setattr(sweep_tab, "DRAW_INTERVAL_S", 0.0)
-    updates = list(sweep_tab.run_sweep_tab(tab, _data(tab, model=model), _Request(), lambda *a, **k: None))
-    final = updates[-1]
+def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(wired, model, monkeypatch):
+    tab, demo = wired
+    monkeypatch.setattr(sweep_running, "DRAW_INTERVAL_S", 0.0)
+    updates = list(sweep_running.run_sweep_tab(tab, _data(tab, model=model), _Request(), lambda *a, **k: None))
+    # Gradio refuses an update to a component the event does not list as an output (the whole run fails)
+    outputs = next(f.outputs for f in demo.fns.values() if f.name == "run_sweep_on_page")
+    assert {c for u in updates for c in u} <= set(outputs)
+    start, limits = updates[0], updates[-1]
+    final = next(u for u in reversed(updates) if tab.status in u and "sweep done" in u[tab.status])
     kept = final[tab.state]
     assert "✓ sweep done: 4 rows over 2 values" in final[tab.status]
     assert len(kept["tokens"]) == len(kept["sweep"]["rows"]) == 4
     assert final[tab.row_choice]["value"] == row_label(kept["sweep"], 0)
-    batches = [u for u in updates[1:-1] if tab.plots[0] in u]
+    # a sentence until the first row; the first batch of rows shows the plots (a temperature sweep: five of seven)
+    assert start[tab.results]["visible"] is False and "first run finishes" in start[tab.empty_note]["value"]
+    assert [start[p]["visible"] for p in tab.plots[:-1]] == [True, True, True, True, True, False, False]
+    assert start[tab.plots[0]]["x_lim"][1] > 1.0  # the knob's axis spans its values before any row
+    batches = [u for u in updates[1:] if tab.plots[0] in u and u is not limits]
+    assert batches[0][tab.results]["visible"] is True and batches[0][tab.empty_note]["visible"] is False
     assert any(not u[tab.plots[0]]["value"].dropna().empty for u in batches)
-    # limits change only with the finish, sent with its data: a redraw for new limits loses data sent during it
-    scatter = tab.plots[-1]
-    assert all(u[p]["y_lim"] is None for u in batches for p in tab.plots) and all(u[scatter]["x_lim"] is None
-                                                                                 for u in batches)
-    assert final[scatter]["x_lim"] and all(final[p]["y_lim"] for p in tab.plots)
+    # rows change only data: Gradio redraws a plot whose limits, legend or axes change, and data sent during that
+    # redraw is lost; the finish's limits come alone, after its data, so their redraw draws the final rows
+    assert all(set(u[p]) == {"__type__", "value"} for u in batches for p in tab.plots)
+    assert final is updates[-2] and set(limits) == set(tab.plots)
+    assert all(set(limits[p]) == {"__type__", "y_lim"} for p in tab.plots[:-1])
+    assert set(limits[tab.plots[-1]]) == {"__type__", "x_lim", "y_lim"}
+    assert limits[tab.plots[-1]]["x_lim"] and all(limits[p]["y_lim"] for p in tab.plots)
+    drawn = final[tab.plots[0]]["value"].dropna()
+    assert sorted(set(drawn["temperature"])) == [0.5, 1.0] and len(drawn) == 3 * 2  # the final rows, all values
     shown = sweep_tab.choose_row(tab, kept, row_label(kept["sweep"], 3))
     assert "prompt 2" in shown[tab.tokens] and "data-pos='0'" in shown[tab.tokens]
 
     # Stop once the first row is drawn: the finish keeps the rows that finished
-    runs = sweep_tab.run_sweep_tab(tab, _data(tab, model=model, values="0.5,0.7,0.9"), _Request(), lambda *a, **k: None)
+    runs = sweep_running.run_sweep_tab(tab, _data(tab, model=model, values="0.5,0.7,0.9"), _Request(),
+                                       lambda *a, **k: None)
     last: dict[Any, Any] = {}
     for update in runs:
-        last = update
-        if tab.plots[0] in update and not update[tab.plots[0]]["value"].dropna().empty:
+        if tab.status in update:
+            last = update
+        if tab.plots[0] in update and not update[tab.plots[0]].get("value", pd.DataFrame()).dropna().empty:
             stop_flag(_Request()).set()
     assert "■ stopped: kept the" in last[tab.status]
     rows = last[tab.state]["sweep"]["rows"]
     assert 1 <= len(rows) < 6 and all(r["value"] == 0.5 for r in rows[:2])
+
+
+def test_a_sweep_stopped_before_its_first_row_says_so_instead_of_drawing(tab, model):
+    runs = sweep_running.run_sweep_tab(tab, _data(tab, model=model), _Request(), lambda *a, **k: None)
+    start = next(runs)
+    assert start[tab.results]["visible"] is False
+    stop_flag(_Request()).set()  # before the worker starts: no run begins
+    rest = list(runs)
+    final = rest[-1]  # no limits follow: there is nothing to fit them to
+    assert "■ stopped: kept the 0 rows" in final[tab.status]
+    assert final[tab.results]["visible"] is False and "nothing to draw" in final[tab.empty_note]["value"]
 
 
 def test_the_tab_leaves_the_public_endpoints_as_named():
