@@ -22,6 +22,7 @@ from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_s
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
+from playground.models.decode_costs import DECODE_COSTS
 from playground.models.loaded import LOADED, LoadedModel
 from playground.result import NO_QUALITY, Quality, Result, build_result, combine_runs
 from playground.spec import RunSpec, check_vocabulary
@@ -315,7 +316,9 @@ class _Job:
                 tail = text.finish()
                 if tail:
                     yield TextEvent(tail, text.text, len(text.ids))
-                yield DoneEvent(report.result(self.spec))
+                result = report.result(self.spec)
+                DECODE_COSTS.record(result)
+                yield DoneEvent(result)
                 return
 
     def _wind_down(self) -> None:

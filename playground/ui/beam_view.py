@@ -17,6 +17,7 @@ ROW_HEIGHT = 30  # px per candidate
 NODE_WIDTH = 80
 NODE_HEIGHT = 22
 MAX_STEPS = 96  # longer searches are cut here, with a note, to keep the page light
+FITS_WIDTH = 560  # px: a wider tree overflows a column card on a laptop (and any tree wider than ~3 steps on a phone)
 
 
 def _token(text: str) -> str:
@@ -60,11 +61,13 @@ def beam_html(result: Result | None) -> str:
     scores = result["scores"] or []
     items = "".join(f"<li><b>{score:.3f}</b> {html.escape(text)}</li>"
                     for text, score in zip(result["sequences"], scores, strict=False))
-    cut = len(result["beam_tree"]) > MAX_STEPS
-    note = f" Showing the first {MAX_STEPS} of {len(result['beam_tree'])} steps." if cut else ""
+    steps = len(result["beam_tree"])
+    note = f" Showing the first {MAX_STEPS} of {steps} steps." if steps > MAX_STEPS else ""
+    if min(steps, MAX_STEPS) * STEP_WIDTH > FITS_WIDTH:
+        note += f" The tree is {min(steps, MAX_STEPS)} steps wide: scroll it sideways →"
     return ("<div class='beam-view'><div class='beam-head'>Returned sequences (score = log-probability / "
             f"length<sup>length_penalty</sup>, best first):</div><ol>{items}</ol>"
             "<div class='beam-legend'><span class='chosen'>returned best path</span> · <span class='kept'>kept"
             "</span> · <span class='pruned'>pruned</span> · <span class='finished'>finished (EOS or length)"
             f"</span> · numbers: cumulative log-probability.{note}</div>"
-            f"<div class='beam-scroll'>{tree_svg(result['beam_tree'])}</div></div>")
+            f"<div class='beam-scroll'>{tree_svg(result['beam_tree'])}<span class='beam-more'></span></div></div>")

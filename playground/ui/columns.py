@@ -11,6 +11,7 @@ import gradio as gr
 from playground import compatibility, registry, runner
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED, model_choices
+from playground.models.decode_costs import draft_note
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
 from playground.spec import BACKENDS, CACHE_BITS, MAX_BEAMS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.cut import PICK_TOKEN_JS
@@ -170,8 +171,12 @@ def problem(settings: ColumnSettings, check_sources: bool = True) -> str:
 
 
 def notice_text(settings: ColumnSettings) -> str:
+    """Why the column cannot run ('⚠ ...': RunSpec's messages already say what to pick instead), else what a
+    draft model has cost here ('ℹ ...'), else ''."""
     reason = problem(settings)
-    return f"⚠ {reason}" if reason else ""  # RunSpec's messages already say what cannot run and what to pick
+    if reason:
+        return f"⚠ {reason}"
+    return draft_note(RunSpec.from_dict(settings))
 
 
 def title_classes(position: int) -> list[str]:

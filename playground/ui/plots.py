@@ -18,6 +18,7 @@ STEP_FORMAT = "d"  # step axes count tokens: whole numbers only
 OUTLIER_FACTOR = 4
 MIN_POINTS_TO_CAP = 10  # fewer arrivals than this have no meaningful percentile
 DRAWN_MS = "ms/token (drawn)"  # the plotted height; the tooltip keeps the real "ms/token"
+HEADROOM = 1.1  # the speed and KV plots' value axes reach this far past their largest value (value_limits)
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
     """Typed even when empty: the plot fixes its axis types (numeric or categorical) from the first frame it gets."""
@@ -68,6 +69,19 @@ def step_axes(count: int, max_new_tokens: Sequence[int]) -> dict[str, Any]:
     """
     return {"colors_in_legend": [series_name(i) for i in range(count)],
             "x_lim": [1, max([*max_new_tokens, MIN_STEP_SPAN])]}
+
+
+def value_limits(values: Sequence[float] | pd.Series) -> list[float | None]:
+    """The value (y) axis of the speed and KV plots: from 0 to HEADROOM times the largest drawn value.
+
+    Sent after the plot's data (ui.run.plot_limits). A lower limit alone turns off Vega's rounding of the axis
+    to a round number, so the axis ended exactly at the largest value: the tallest bar ran into the plot's top
+    edge and a cache flat at its full size from the first step (JAX's static cache) was drawn on the border.
+    Without a positive drawn value the top is left to Vega ([0, None]).
+    """
+    drawn = [float(v) for v in values if v is not None and math.isfinite(v)]
+    top = max(drawn, default=0.0)
+    return [0.0, top * HEADROOM] if top > 0 else [0.0, None]
 
 
 def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | None],

@@ -15,9 +15,11 @@ from playground import runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.metrics import busy_note
+from playground.models.decode_costs import against_alone
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
 from playground.ui.assist_view import assist_strip_html
+from playground.ui.beam_compare import beam_comparison
 from playground.ui.beam_view import beam_html
 from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
@@ -25,7 +27,7 @@ from playground.ui.events import Inputs, Updates
 from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
-from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame
+from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame, value_limits
 from playground.ui.settings import PageSettings
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
@@ -57,12 +59,15 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
     marks = divergence_from_first(results)
     updates: Updates = {
         page.metrics: metrics_table(results, labels) if indices else empty_metrics(),
-        # named and coloured by position, as the cards are; legends name only the columns that ran
-        page.speed_plot: throughput_frame(outcome["results"], outcome["labels"], outcome["positions"]),
-        page.latency_plot: latency_frame(outcome["results"], outcome["labels"], outcome["positions"]),
+        # named and coloured by position, as the cards are; legends name only the columns that ran. Sent as
+        # updates, not bare frames: a run's later updates reach the page as diffs that Gradio applies in place to
+        # the last one sent, which for a bare frame is the very object the plot draws from (its data emptied, the
+        # plot's next redraw failed)
+        page.speed_plot: gr.update(value=throughput_frame(outcome["results"], outcome["labels"], outcome["positions"])),
+        page.latency_plot: gr.update(value=latency_frame(outcome["results"], outcome["labels"], outcome["positions"])),
         page.latency_note: latency_note(outcome["results"]),
-        page.kv_plot: kv_frame(outcome["results"], outcome["labels"], outcome["positions"]),
-        page.diff: divergence_report(results, labels),
+        page.kv_plot: gr.update(value=kv_frame(outcome["results"], outcome["labels"], outcome["positions"])),
+        page.diff: divergence_report(results, labels) + beam_comparison(results, labels),
         page.process_memory: process_memory_note(results),
         page.legend: legend_html(colour_by),
     }
@@ -76,6 +81,20 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
         updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
         updates |= strip_updates(col.cache_step, col.cache_strip, result)
     return updates
+
+
+def plot_limits(page: Page, outcome: Outcome) -> Updates:
+    """The value axes of the speed and KV plots for the data `render` drew: room above the tallest bar and the
+    highest line (ui.plots.value_limits).
+
+    An update of its own, sent after the data's: Gradio sets an update's value after its other properties, and
+    redraws a plot whose limits change from the data it holds when the redraw starts, so limits sent with new data
+    redrew the old data, and the new data, arriving during that redraw, was lost (plots.step_axes).
+    """
+    speed = throughput_frame(outcome["results"], outcome["labels"], outcome["positions"])
+    kv = kv_frame(outcome["results"], outcome["labels"], outcome["positions"])
+    return {page.speed_plot: gr.update(y_lim=value_limits(speed["tokens/s"])),
+            page.kv_plot: gr.update(y_lim=value_limits(kv["KV cache (MiB)"]))}
 
 
 def render_outputs(page: Page) -> list[Any]:
@@ -103,6 +122,8 @@ def done_notice(result: Result) -> str:
         parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")
     if metrics["acceptance_rate"] is not None:
         parts.append(f"{100 * metrics['acceptance_rate']:.0f}% drafts accepted")
+    if alone := against_alone(result):
+        parts.append(alone)
     if result["stopped"]:
         parts.append("stopped early")
     if len(result["sequences"]) > 1:
@@ -214,6 +235,7 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
             yield _text_update(run, i, event.text) | {col.notice: LEADING_BEAM.format(tokens=event.new_tokens)}
         elif isinstance(event, DoneEvent):
             yield _finish_column(run, i, event.result)
+            yield plot_limits(run.page, run.outcome)  # after the data they fit, never with it
 
 
 def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[Updates]:

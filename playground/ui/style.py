@@ -7,7 +7,9 @@ import gradio as gr
 
 from playground.ui.assist_view import ASSIST_CSS
 from playground.ui.cache_view import CACHE_CSS
+from playground.ui.columns import MAX_COLUMNS
 from playground.ui.plots import PALETTE
+from playground.ui.table import scroll_cue
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
                        font=["system-ui", "Segoe UI", "Helvetica Neue", "Arial", "sans-serif"],
@@ -156,6 +158,12 @@ CSS = """
 .beam-legend .pruned { opacity: 0.55; }
 .beam-scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--border-color-primary); border-radius: 8px;
                background: var(--background-fill-primary); }
+/* a tree wider than its card fades out at the card's right edge, so a cut node reads as "more this way": the fade
+   is a sticky strip after the tree, which rests past the tree's end once scrolled there (or when the tree fits) */
+.beam-scroll { display: flex; }
+.beam-scroll > svg { flex: none; }
+.beam-more { flex: none; width: 40px; position: sticky; right: 0; pointer-events: none;
+             background: linear-gradient(to right, transparent, var(--background-fill-primary) 85%); }
 .beam-svg text { font-family: var(--font-mono); font-size: 11px; fill: var(--body-text-color); }
 .beam-svg text.score { font-size: 9px; fill: var(--body-text-color-subdued); }
 .beam-svg rect { fill: var(--background-fill-secondary); stroke: var(--border-color-primary); }
@@ -168,6 +176,9 @@ CSS = """
 .beam-edge.kept { stroke: var(--body-text-color-subdued); }
 .beam-edge.pruned { opacity: 0.45; }
 .beam-edge.chosen { stroke: #b45309; stroke-width: 2.5; }
+/* the beam comparison under the divergence line: a wide table scrolls sideways instead of squeezing into a phone */
+#diff table { display: block; overflow-x: auto; max-width: 100%; }
+#diff th, #diff td, #diff td code { white-space: nowrap; }
 """
 # a dot in each column's title and a stripe on its output card, in the colour of its line and bar in the plots
 # (both follow the column's position: ui.page.layout); on a phone each column's output card follows its settings card
@@ -210,4 +221,31 @@ CSS += """
   .cut-note { grid-column: 1 / -1; }
 }
 """
+# The metrics table, wider than a phone's screen (the figures' names and column 1 of 2 fill 390 px), scrolls
+# sideways inside itself and shows that it does, in CSS alone: its scroller's position drives two animations, which
+# apply only while the table is wider than its box (an inactive scroll timeline applies nothing): a fade at each
+# edge with columns behind it, and a line over the table that names the columns. A browser without scroll-driven
+# animations ignores animation-timeline and would run them by time, once: the delay (ignored on a scroll timeline)
+# with no backwards fill keeps them off there, and the table scrolls as before. Gradio drops @supports and @property
+# from the page's CSS, hence no feature query. The line's text stays out of the keyframes: Chrome resolved a var()
+# there once, when the animation started, and went on saying "both columns" after a third column's results came.
+METRICS_SCROLL_CSS = """
+#metrics { timeline-scope: --metrics-x; }
+#metrics .virtual-table-viewport { overflow-x: auto; scroll-timeline: --metrics-x x;
+    animation: metrics-edges linear forwards; animation-delay: 1000000s; animation-timeline: --metrics-x; }
+@keyframes metrics-edges {
+  0% { mask-image: linear-gradient(to right, #000 calc(100% - 48px), transparent); }
+  3%, 97% { mask-image: linear-gradient(to right, transparent, #000 48px, #000 calc(100% - 48px), transparent); }
+  100% { mask-image: linear-gradient(to right, transparent, #000 48px); }
+}
+#metrics .table-wrap::before { content: var(--metrics-cue, none); display: block; max-height: 0; overflow: hidden;
+    opacity: 0; padding: 0 8px; text-align: center; font-size: 0.85em; color: var(--body-text-color-subdued);
+    animation: metrics-cue linear forwards; animation-delay: 1000000s; animation-timeline: --metrics-x; }
+@keyframes metrics-cue { from, to { max-height: 3em; opacity: 1; padding: 2px 8px; } }
+"""
+# the line names the columns (the header's cells past the figures' names); none before a run, with one column
+METRICS_SCROLL_CSS += "".join(
+    f'#metrics:has(thead th:nth-child({count + 1})) {{ --metrics-cue: "{scroll_cue(count)}"; }}\n'
+    for count in range(2, MAX_COLUMNS + 1))
+CSS += METRICS_SCROLL_CSS
 CSS += ASSIST_CSS + CACHE_CSS

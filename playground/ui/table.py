@@ -23,6 +23,12 @@ STAR_RULE = ("★ best in row, given only when it beats the next by more than th
              "compile and load are never ranked")
 
 
+def scroll_cue(columns: int) -> str:
+    """The line over a table of `columns` run columns while it is wider than its box (ui.style shows it): a phone
+    showed column 1 of 2, with nothing to say that another lay to its right."""
+    return f"← scroll sideways for {'both columns' if columns == 2 else f'all {columns} columns'} →"
+
+
 @dataclass(frozen=True)
 class Row:
     """A figure of the table: its label with unit, where a Result has it, and which way is better."""

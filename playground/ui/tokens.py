@@ -148,12 +148,34 @@ def divergence_report(results: Sequence[Result | None], labels: Sequence[str]) -
         for label_b, b in done[i + 1:]:
             found = first_divergence(a, b)
             if found is None:
-                lines.append(f"- **{label_a}** = **{label_b}**: identical ({len(token_ids(a))} tokens)")
+                lines.append(f"- **{label_a}** = **{label_b}**: identical ({len(token_ids(a))} tokens)"
+                             f"{_beyond_the_best(a, b)}")
             else:
                 index, left, right = found
                 lines.append(f"- **{label_a}** vs **{label_b}**: first differ at token {index}: "
                              f"`{left!r}` vs `{right!r}`")
     return "\n".join(lines)
+
+
+def _beyond_the_best(a: Result, b: Result) -> str:
+    """Beam search: where two columns with the same best sequence still differ (their other returned sequences,
+    their scores), so that a knob such as the length penalty does not read as inert."""
+    if not a["scores"] or not b["scores"]:
+        return ""
+    differ = next((i for i, (x, y) in enumerate(zip(a["sequences"], b["sequences"], strict=False)) if x != y), None)
+    if differ is None and len(a["sequences"]) != len(b["sequences"]):
+        differ = min(len(a["sequences"]), len(b["sequences"]))
+    if differ is not None:
+        return f"; the returned sequences differ from the {ordinal(differ + 1)} on"
+    if any(abs(x - y) > 1e-4 for x, y in zip(a["scores"], b["scores"], strict=False)):
+        return f"; the same sequences returned, scored {a['scores'][0]:.3f} against {b['scores'][0]:.3f}"
+    return ""
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th, 21st."""
+    last = n % 10 if n % 100 not in (11, 12, 13) else 0
+    return f"{n}{'st' if last == 1 else 'nd' if last == 2 else 'rd' if last == 3 else 'th'}"
 
 
 def divergence_from_first(results: Sequence[Result | None]) -> list[int | None]:

@@ -8,15 +8,61 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from playground.ui.table import scroll_cue
 from tests.integration.test_browser import _set_slider
 
 pytestmark = pytest.mark.slow
 CONTRAST_JS = (Path(__file__).parent / "contrast.js").read_text()
 PHONE = {"width": 390, "height": 844}
 RAN = "() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')"
+# How far below the top of its plotting area the highest bar or line of the speed and KV plots is drawn (px), and
+# how many bars or lines there are: an axis that ends at the largest value draws it on the border
+PLOT_ROOM_JS = """() => Object.fromEntries(['speed-plot', 'kv-plot'].map(id => {
+    const svg = document.querySelector(`#${id} svg`);
+    const top = svg.querySelector('.role-frame path.background').getBoundingClientRect().top;
+    const boxes = (selector) => [...svg.querySelectorAll(selector)].map(p => p.getBoundingClientRect());
+    const marks = [...boxes('.mark-rect path').filter(r => r.height > 0),  // not the empty positions' zeros
+                   ...boxes('.mark-line path').filter(r => r.width > 0)];
+    return [id, {room: Math.min(...marks.map(r => r.top)) - top, marks: marks.length}];
+}))"""
+# The metrics table at its start and, scrolled all the way sideways, at its end: the element that scrolls (its
+# overflow, widths, and whether the last column's head then lies within it), the fade on its edges and the line
+# over the table (a pseudo-element of an element in #metrics: its text, opacity and height)
+TABLE_SCROLL_JS = """async () => {
+    const box = document.querySelector('#metrics');
+    const scroller = [...box.querySelectorAll('*')].find(
+        e => e.scrollWidth > e.clientWidth + 1 && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX));
+    const cue = () => {
+        for (const e of box.querySelectorAll('*')) {
+            for (const pseudo of ['::before', '::after']) {
+                const style = getComputedStyle(e, pseudo);
+                if (style.content.includes('scroll')) {
+                    return {text: style.content, opacity: style.opacity, height: style.maxHeight,
+                            display: style.display};
+                }
+            }
+        }
+        return null;
+    };
+    const frame = () => new Promise(resolve => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+    if (!scroller) { return {scrolls: false, width: box.getBoundingClientRect().width, cue: cue()}; }
+    const start = {cue: cue(), mask: getComputedStyle(scroller).maskImage};
+    scroller.scrollLeft = scroller.scrollWidth;
+    await frame();
+    const heads = [...box.querySelectorAll('thead th')];
+    const last = heads[heads.length - 1].getBoundingClientRect(), view = scroller.getBoundingClientRect();
+    const end = {cue: cue(), mask: getComputedStyle(scroller).maskImage,
+                 lastColumnInView: last.left >= view.left - 1 && last.right <= view.right + 1};
+    scroller.scrollLeft = 0;
+    await frame();
+    return {scrolls: true, overflowX: getComputedStyle(scroller).overflowX, width: box.getBoundingClientRect().width,
+            scrollWidth: scroller.scrollWidth, clientWidth: scroller.clientWidth, columns: heads.length - 1,
+            start, end};
+}"""
 
 
 def _short_columns(page, tokens: int = 8) -> None:
@@ -66,7 +112,24 @@ def test_in_dark_mode_every_text_has_at_least_4_5_to_1_contrast(dark_run):
     assert "rejected draft" in covered  # the legend's struck-through sample, measured with its opacity
 
 
-def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_settings(app_url, browser):
+def test_the_tallest_bar_and_the_highest_kv_line_are_drawn_below_the_top_of_their_plots(dark_run):
+    """Issue 47: the axes ended at the largest value, so the tallest bar was cut at the plot's top edge and a KV
+    line at its maximum lay on the border; and limits sent with new data lost the data (both bars must show)."""
+    plots = dark_run["page"].evaluate(PLOT_ROOM_JS)
+    assert plots["speed-plot"]["marks"] == 2 and plots["kv-plot"]["marks"] == 2, plots  # the two columns' data
+    assert all(plot["room"] >= 5 for plot in plots.values()), plots
+
+
+def test_a_metrics_table_that_fits_its_box_shows_no_scroll_cue(dark_run):
+    table = dark_run["page"].evaluate(TABLE_SCROLL_JS)
+    assert not table["scrolls"], table  # 1440 px: both columns in view
+    cue = table["cue"]
+    assert cue is None or (cue["opacity"] == "0" and cue["height"] == "0px"), table  # and nothing said
+
+
+@pytest.fixture(scope="module")
+def phone_run(app_url, browser) -> Iterator[Any]:
+    """The start page on a 390 px phone, its two columns run (6 tokens each) with a tap on Run."""
     context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
     page = context.new_page()
     page.goto(app_url)
@@ -75,13 +138,32 @@ def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_setti
     page.locator("#run").tap()
     page.wait_for_function(RAN, timeout=300_000)
     page.wait_for_timeout(1000)
+    yield page
+    context.close()
+
+
+def test_on_a_phone_every_metrics_column_can_be_reached_and_the_table_says_how(phone_run):
+    """Issue 47: at 390 px the table showed column 1 only, with no cue that a second one lay to its right (and its
+    stars nothing to compare against). It scrolls sideways inside itself, its right edge fades while columns lie
+    behind it, and a line over it names the columns; scrolled to the end, the last column is in view and the fade
+    moves to the left edge."""
+    table = phone_run.evaluate(TABLE_SCROLL_JS)
+    assert table["scrolls"] and table["overflowX"] in ("auto", "scroll"), table
+    assert table["scrollWidth"] > table["clientWidth"] and table["width"] <= PHONE["width"], table
+    assert table["columns"] == 2, table
+    start, end = table["start"], table["end"]
+    assert start["cue"] == {"text": f'"{scroll_cue(2)}"', "opacity": "1", "height": start["cue"]["height"],
+                            "display": "block"} and start["cue"]["height"] != "0px", start
+    assert start["mask"].startswith("linear-gradient(to right, rgb(0, 0, 0)"), start  # opaque left, faded right
+    assert end["lastColumnInView"], end
+    assert end["cue"] == start["cue"], end  # still there to say the table scrolls
+    assert end["mask"].startswith("linear-gradient(to right, rgba(0, 0, 0, 0)"), end  # faded left, opaque right
+
+
+def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_settings(phone_run):
+    page = phone_run
     assert page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
-    table = page.evaluate("""() => {
-        const box = document.querySelector('#metrics');
-        const inner = [...box.querySelectorAll('*')].find(e => e.scrollWidth > e.clientWidth + 1
-                                                          && getComputedStyle(e).overflowX !== 'visible');
-        return {width: box.getBoundingClientRect().width, scrolls: Boolean(inner)};
-    }""")
+    table = page.evaluate(TABLE_SCROLL_JS)
     assert table["width"] <= PHONE["width"] and table["scrolls"], table  # the table scrolls inside itself
     tops = page.evaluate("""() => [0, 1].map(i => ['run-card', 'out-card'].map(
         kind => document.querySelector(`.${kind}.card-${i}`).getBoundingClientRect().top))""")
@@ -109,4 +191,3 @@ def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_setti
     assert page.evaluate("() => !document.activeElement?.matches('.tok')")
     box = page.locator("#sampling-cut").bounding_box()
     assert box is not None and box["y"] < PHONE["height"] and box["y"] + box["height"] > 0  # on screen
-    context.close()

@@ -252,9 +252,10 @@ def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
     bench_with(monkeypatch, llama)
     result = bench.run_bench("tiny-llama", max_new_tokens=12, progress=lambda message: None)
     rows = {c["name"]: c for c in result["configs"]}
-    assert {"jax-grounded", "torch-prompt-lookup", "jax-prompt-lookup"} <= set(rows)
+    assert {"jax-grounded", "torch-grounded", "torch-prompt-lookup", "torch-prompt-lookup-3",
+            "jax-prompt-lookup"} <= set(rows)
     assert rows["jax-grounded"]["prompt_tokens"] >= 300
-    for name in ("torch-prompt-lookup", "jax-prompt-lookup"):
+    for name in ("torch-prompt-lookup", "torch-prompt-lookup-3", "jax-prompt-lookup"):
         assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
     assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
     for name in ("jax-prompt-lookup-sliding", "jax-prompt-lookup-sink"):  # against plain greedy over their cache
@@ -264,6 +265,9 @@ def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
     assert "verify passes/s" in bench.format_table(result)
     assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
     assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
+    assert result["ratios"]["torch_prompt_lookup_3_vs_torch"] > 0
+    assert "torch prompt lookup (3 drafts) / torch-grounded" in bench.format_table(result)
+    assert rows["torch-prompt-lookup-3"]["same_tokens_as_jax"] is True  # torch greedy = JAX greedy, lookup or not
 
 
 # -- a draft model ----------------------------------------------------------------------------------------------

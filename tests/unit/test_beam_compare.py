@@ -1,0 +1,97 @@
+"""What a beam knob changed: finished hypotheses ranked under each column's length penalty, on a hand-made tree
+and on transformers' and the JAX decoder's own beam searches over a tiny model that can stop early."""
+
+import time
+
+import pytest
+import torch
+
+from playground.result import build_result
+from playground.spec import RunSpec
+from playground.ui.beam_compare import beam_columns, beam_comparison, finished_hypotheses, returned_ranks
+from playground.ui.tokens import divergence_report, ordinal
+from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run
+
+PROMPT = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 5, 17, 42, 99, 3, 8, 9, 10]])
+
+
+def _node(token, text, score, parent, finished=False, kept=False):
+    return {"parent": parent, "token": token, "text": text, "score": score, "kept": kept, "finished": finished,
+            "chosen": False}
+
+
+# two beams (a parent is an index into the step before); step 2 finishes " a<eos>" (2 tokens, log-prob -2.0);
+# step 4 ends " b c d e" by the length limit (-3.0)
+TREE = [
+    [_node(1, " a", -0.5, None, kept=True), _node(2, " b", -0.7, None, kept=True)],
+    [_node(9, "<eos>", -2.0, 0, finished=True), _node(3, " c", -1.5, 1, kept=True), _node(4, " x", -2.2, 0, kept=True)],
+    [_node(5, " d", -2.5, 1, kept=True), _node(6, " y", -4.0, 2, kept=True)],
+    [_node(7, " e", -3.0, 0, finished=True), _node(8, " z", -5.0, 1, finished=True)],
+]
+
+
+def _result(length_penalty, scores, sequences):
+    spec = RunSpec(strategy="beam", num_beams=2, num_return_sequences=2, max_new_tokens=4,
+                   length_penalty=length_penalty).to_dict()
+    return {"spec": spec, "prompt_tokens": 5, "beam_tree": TREE, "tokens": [], "scores": scores, "sequences": sequences,
+            "token_ids": [1, 9] if sequences[0] == " a" else [2, 3, 5, 7]}
+
+
+def test_finished_hypotheses_are_the_stopped_candidates_among_each_steps_best():
+    found = finished_hypotheses(TREE, num_beams=2, max_new_tokens=4)
+    assert [(h.tokens, h.text, h.length, h.log_prob, h.by_length_limit) for h in found] == [
+        ((1, 9), " a", 2, -2.0, False), ((2, 3, 5, 7), " b c d e", 4, -3.0, True),
+        ((1, 4, 6, 8), " a x y z", 4, -5.0, True)]
+    assert len(finished_hypotheses(TREE, num_beams=1, max_new_tokens=4)) == 2  # " a x y z" was 2nd at its step
+
+
+def test_a_length_penalty_reranks_the_same_hypotheses_and_the_table_says_which_each_column_returned():
+    short_first = _result(-2.0, [-2.0 * 4, -3.0 * 16], [" a", " b c d e"])  # log-prob * length ** 2
+    long_first = _result(2.0, [-3.0 / 16, -5.0 / 16], [" b c d e", " a x y z"])
+    columns = beam_columns([short_first, long_first], ["1: beam", "2: beam"])
+    assert [returned_ranks(c) for c in columns] == [{(1, 9): 1, (2, 3, 5, 7): 2}, {(2, 3, 5, 7): 1, (1, 4, 6, 8): 2}]
+    table = beam_comparison([short_first, long_first], ["1: beam", "2: beam"])
+    assert "1: beam ranks `a` (2 tokens) first; 2: beam ranks `b c d e` (4 tokens) first" in table
+    assert "`a` + EOS | 2 | -2.00 | **-8.000 · ranks 1st, returned 1st** | -0.500 · ranks 3rd" in table
+    assert ("`a x y z` (length limit) | 4 | -5.00 | -80.000 · ranks 3rd | **-0.312 · ranks 2nd, returned 2nd**"
+            in table)
+    same = beam_comparison([short_first, short_first], ["1: beam", "2: beam"])
+    assert "Every penalty ranks `a` (2 tokens) first" in same
+    assert beam_comparison([short_first], ["1: beam"]) == ""  # nothing to compare
+
+
+def test_the_divergence_line_of_two_beam_columns_with_one_best_text_names_what_differs():
+    a = _result(-2.0, [-8.0, -48.0], [" a", " b c d e"])
+    b = _result(0.5, [-2.0 / 2 ** 0.5, -3.0 / 2], [" a", " a x y z"])
+    line = divergence_report([a, b], ["1: beam", "2: beam"])
+    assert "identical (2 tokens); the returned sequences differ from the 2nd on" in line
+    rescored = divergence_report([a, {**a, "scores": [-4.0, -48.0]}], ["1", "2"])
+    assert "the same sequences returned, scored -8.000 against -4.000" in rescored
+
+
+def test_ordinals():
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd"]
+
+
+@pytest.fixture(scope="module")
+def stops_early():
+    """A tiny model whose EOS is a token its beams write at once, so short and long hypotheses both finish."""
+    return tiny_loaded("tiny-eos", tiny_llama(eos_token_id=105, pad_token_id=105))
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_every_returned_sequence_is_found_among_the_searchs_finished_hypotheses(stops_early, backend):
+    """The table's length (new tokens, EOS included) and scores are the ones each backend's search used: every
+    returned score is matched to one hypothesis of its own tree, and -2 against +2 puts different texts first."""
+    results = []
+    for length_penalty in (-2.0, 2.0):
+        spec = RunSpec(strategy="beam", num_beams=3, num_return_sequences=3, max_new_tokens=8, backend=backend,
+                       cache="static" if backend == "jax" else "dynamic", length_penalty=length_penalty)
+        out = (jax_run if backend == "jax" else torch_run)(stops_early, PROMPT, spec)[0]
+        results.append(build_result(spec, stops_early, PROMPT.shape[1], out, time.perf_counter(), 0.0, None))
+    columns = beam_columns(results, ["1", "2"])
+    assert all(sorted(returned_ranks(c).values()) == [1, 2, 3] for c in columns)
+    firsts = [next(t for t, rank in returned_ranks(c).items() if rank == 1) for c in columns]
+    assert len(firsts[0]) < len(firsts[1])  # -2 returns a short hypothesis first, +2 a long one
+    assert "2 ranks" in beam_comparison(results, ["1", "2"])
