@@ -20,7 +20,10 @@ from playground.result import BeamRecord, Result
 from playground.ui.tokens import ordinal
 
 SHOWN = 8  # hypotheses listed, best ranked first; the rest are counted
-SCORE_MATCH = 1e-3  # a returned score and a hypothesis' recomputed score agree to float32 rounding
+# a returned score and a hypothesis' score recomputed from its float32 cumulative log-probability agree to float32
+# rounding, which grows with the score: at length_penalty -2 a 15-token hypothesis scores log-prob * 225, and the
+# two differed by 7e-4 at -579
+SCORE_MATCH_ABS, SCORE_MATCH_REL = 1e-4, 1e-5
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,8 @@ def returned_ranks(column: BeamColumn) -> dict[tuple[int, ...], int]:
     for rank, returned in enumerate(column.returned, 1):
         free = [h for h in column.hypotheses if h.tokens not in found]
         nearest = min(free, key=lambda h: abs(h.score(column.length_penalty) - returned), default=None)
-        if nearest is not None and abs(nearest.score(column.length_penalty) - returned) <= SCORE_MATCH:
+        if nearest is not None and abs(nearest.score(column.length_penalty) - returned) <= (
+                SCORE_MATCH_ABS + SCORE_MATCH_REL * abs(returned)):
             found[nearest.tokens] = rank
     return found
 

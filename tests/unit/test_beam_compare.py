@@ -60,6 +60,14 @@ def test_a_length_penalty_reranks_the_same_hypotheses_and_the_table_says_which_e
     assert beam_comparison([short_first], ["1: beam"]) == ""  # nothing to compare
 
 
+def test_a_large_score_is_matched_within_float32_rounding_and_an_absent_one_is_not():
+    """At length_penalty -2 a score is the log-prob times the squared length: float32 rounding of a -579 score
+    reached 7e-4 on SmolLM2, so the match is relative."""
+    drifted = _result(-2.0, [-2.0 * 4 * (1 + 2e-6), -3.0 * 16 + 5.0], [" a", "not in the tree"])
+    (column,) = beam_columns([drifted], ["1: beam"])
+    assert returned_ranks(column) == {(1, 9): 1}
+
+
 def test_the_divergence_line_of_two_beam_columns_with_one_best_text_names_what_differs():
     a = _result(-2.0, [-8.0, -48.0], [" a", " b c d e"])
     b = _result(0.5, [-2.0 / 2 ** 0.5, -3.0 / 2], [" a", " a x y z"])
