@@ -4,6 +4,7 @@ file was recorded (docs/guide-references.md). A failure here means the models mo
 
 import importlib.util
 import json
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ REFERENCES = json.loads((ROOT / "tests/references/guide_methods.json").read_text
 TINY = sorted(name for name, entry in REFERENCES["models"].items() if entry["kind"] == "tiny")
 
 
-def _weights_module():
+def weights_module():
     spec = importlib.util.spec_from_file_location("guide_weights", ROOT / "scripts/guide_references/weights.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -28,14 +29,30 @@ def reference_model(name: str) -> torch.nn.Module:
     """A tiny model of the file, built as the recording built it."""
     entry = REFERENCES["models"][name]
     model = tiny_llama(entry["seed"], **entry["overrides"])
-    _weights_module().set_reference_weights(model, entry["weights"]["seed"], entry["weights"]["std"])
+    weights_module().set_reference_weights(model, entry["weights"]["seed"], entry["weights"]["std"])
     return model
+
+
+@cache
+def shared_model(name: str) -> torch.nn.Module:
+    """`reference_model(name)`, built once per test process (the parity tests only read it)."""
+    return reference_model(name)
+
+
+def records(method: str, kind: str | None = None) -> list[dict]:
+    """The file's records of one method, of every model or of one kind ("tiny", "bundled")."""
+    return [r for r in REFERENCES["records"] if r["method"] == method
+            and (kind is None or REFERENCES["models"][r["model"]]["kind"] == kind)]
+
+
+def record_by_id(record_id: str) -> dict:
+    return next(r for r in REFERENCES["records"] if r["id"] == record_id)
 
 
 @pytest.mark.parametrize("name", TINY)
 def test_each_tiny_model_rebuilds_to_the_recorded_weights_and_greedy_tokens(name):
     model = reference_model(name)
-    assert _weights_module().weights_digest(model) == REFERENCES["models"][name]["weights_digest"]
+    assert weights_module().weights_digest(model) == REFERENCES["models"][name]["weights_digest"]
     checks = [c for c in REFERENCES["greedy_checks"] if c["model"] == name]
     assert checks and all(c["equal"] for c in checks)
     for check in checks:

@@ -4,28 +4,17 @@ records what decided each token, and leaves the cache as 4.52 did."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 import torch
 from transformers import DynamicCache
 
 from playground.backends.torch.contrastive import ContrastiveStep, contrastive_search
-from tests.unit.test_guide_references import REFERENCES, _weights_module, reference_model
+from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
 
-CONTRASTIVE = [r for r in REFERENCES["records"] if r["method"] == "contrastive_search"]
-TINY = [r for r in CONTRASTIVE if REFERENCES["models"][r["model"]]["kind"] == "tiny"]
-BUNDLED = [r for r in CONTRASTIVE if r["model"] == "smollm2-135m"]
+CONTRASTIVE = records("contrastive_search")
+TINY = records("contrastive_search", "tiny")
+BUNDLED = records("contrastive_search", "bundled")
 ON_EOS = "tiny-8l/p1/contrastive_search/alpha0.6-k4"  # stops on eos after 18 tokens
-
-
-@cache
-def _tiny(name: str) -> torch.nn.Module:
-    return reference_model(name)
-
-
-def _record(record_id: str) -> dict:
-    return next(r for r in CONTRASTIVE if r["id"] == record_id)
 
 
 def _generate(model, reference: dict, **kwargs):
@@ -38,7 +27,7 @@ def _generate(model, reference: dict, **kwargs):
 
 
 def _assert_parity(model, record: dict) -> None:
-    assert _weights_module().weights_digest(model) == REFERENCES["models"][record["model"]]["weights_digest"]
+    assert weights_module().weights_digest(model) == REFERENCES["models"][record["model"]]["weights_digest"]
     _, new, _ = _generate(model, record)
     (expected,) = record["output"]["sequences"]
     assert new[:len(expected)] == expected
@@ -55,13 +44,13 @@ def test_the_references_hold_every_contrastive_setting_on_every_model():
 
 @pytest.mark.parametrize("record", TINY, ids=[r["id"] for r in TINY])
 def test_tiny_models_give_transformers_4_52_tokens(record):
-    _assert_parity(_tiny(record["model"]), record)
+    _assert_parity(shared_model(record["model"]), record)
 
 
 def test_the_last_hidden_state_is_after_the_final_norm_as_in_4_52():
     """4.52's LlamaModel appended the normed output as hidden_states[-1]; transformers 5 records layer outputs
     and swaps the last for last_hidden_state. The penalty is computed on it, so check it is that tensor."""
-    model = _tiny("tiny-8l")
+    model = shared_model("tiny-8l")
     ids = torch.tensor([TINY[0]["prompt_ids"]])
     with torch.no_grad():
         out = model(ids, output_hidden_states=True)
@@ -72,11 +61,11 @@ def test_the_last_hidden_state_is_after_the_final_norm_as_in_4_52():
 
 
 def test_the_recorder_holds_each_tokens_candidates_and_the_score_that_chose():
-    record = _record("tiny-2l/p1/contrastive_search/alpha0.6-k4")
+    record = record_by_id("tiny-2l/p1/contrastive_search/alpha0.6-k4")
     alpha, k = record["generate_kwargs"]["penalty_alpha"], record["generate_kwargs"]["top_k"]
     steps: list[ContrastiveStep] = []
     emitted: list[int] = []
-    _, new, _ = _generate(_tiny("tiny-2l"), record, record=steps, emit=emitted.extend)
+    _, new, _ = _generate(shared_model("tiny-2l"), record, record=steps, emit=emitted.extend)
     assert emitted == new and len(steps) == len(new) == 32
     for step, token in zip(steps, new, strict=True):
         assert step.row == 0
@@ -95,8 +84,8 @@ def test_the_recorder_holds_each_tokens_candidates_and_the_score_that_chose():
 def test_the_cache_holds_the_prompt_and_the_new_tokens_but_the_last(return_dict):
     """4.52 caches the chosen candidate in the look-ahead forward and crops that one position at the end (it
     cropped only with return_dict_in_generate; we always do). What is kept is what a plain forward computes."""
-    record = _record(ON_EOS)
-    model = _tiny(record["model"])
+    record = record_by_id(ON_EOS)
+    model = shared_model(record["model"])
     cache = DynamicCache(config=model.config)
     prompt_len, new, out = _generate(model, record, past_key_values=cache, return_dict_in_generate=return_dict)
     assert new[-1] == record["generate_kwargs"]["eos_token_id"] and len(new) == 18
@@ -113,16 +102,16 @@ def test_the_cache_holds_the_prompt_and_the_new_tokens_but_the_last(return_dict)
 
 
 def test_scores_and_logits_come_back_per_step_when_asked():
-    record = _record(ON_EOS)
-    _, new, out = _generate(_tiny(record["model"]), record, return_dict_in_generate=True, output_scores=True,
+    record = record_by_id(ON_EOS)
+    _, new, out = _generate(shared_model(record["model"]), record, return_dict_in_generate=True, output_scores=True,
                             output_logits=True)
     assert len(out.scores) == len(out.logits) == len(new)
     assert [int(s.argmax()) for s in out.scores][:1] == [int(out.logits[0].argmax())]
 
 
 def test_what_it_cannot_run_is_refused_with_a_reason():
-    record = _record(ON_EOS)
-    model = _tiny(record["model"])
+    record = record_by_id(ON_EOS)
+    model = shared_model(record["model"])
     with pytest.raises(ValueError, match="DynamicCache"):
         _generate(model, record, cache_implementation="static")
     ids = torch.tensor([record["prompt_ids"]])

@@ -5,26 +5,15 @@ it does not cover."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 import torch
 
 from playground.backends.torch.diverse_beam import DiverseBeamStep, diverse_beam_search
-from tests.unit.test_guide_references import REFERENCES, _weights_module, reference_model
+from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
 
-BEAMS = [r for r in REFERENCES["records"] if r["method"] == "diverse_beam_search"]
-TINY = [r for r in BEAMS if REFERENCES["models"][r["model"]]["kind"] == "tiny"]
-BUNDLED = [r for r in BEAMS if r["model"] == "smollm2-135m"]
-
-
-@cache
-def _tiny(name: str) -> torch.nn.Module:
-    return reference_model(name)
-
-
-def _record(record_id: str) -> dict:
-    return next(r for r in BEAMS if r["id"] == record_id)
+BEAMS = records("diverse_beam_search")
+TINY = records("diverse_beam_search", "tiny")
+BUNDLED = records("diverse_beam_search", "bundled")
 
 
 def _generate(model, reference: dict, **kwargs):
@@ -41,7 +30,7 @@ def _generate(model, reference: dict, **kwargs):
 
 
 def _assert_parity(model, record: dict) -> None:
-    assert _weights_module().weights_digest(model) == REFERENCES["models"][record["model"]]["weights_digest"]
+    assert weights_module().weights_digest(model) == REFERENCES["models"][record["model"]]["weights_digest"]
     new, out = _generate(model, record)
     assert new == record["output"]["sequences"]
     assert out.sequences_scores.tolist() == pytest.approx(record["output"]["sequences_scores"], abs=1e-4)
@@ -57,14 +46,14 @@ def test_the_references_hold_one_diverse_setting_on_every_model():
 
 @pytest.mark.parametrize("record", TINY, ids=[r["id"] for r in TINY])
 def test_tiny_models_give_transformers_4_52_sequences_and_scores(record):
-    _assert_parity(_tiny(record["model"]), record)
+    _assert_parity(shared_model(record["model"]), record)
 
 
 def test_the_recorder_holds_each_beam_by_group_with_the_penalty_it_paid():
     """A small penalty, so that group 1 sometimes still takes group 0's token and pays for it, and an eos that
     the best beams reach (a token of the recorded best sequence), so that hypotheses finish on the way."""
-    record = _record("tiny-2l/p1/diverse_beam_search/beams4-groups2-div1.0")
-    model, eos = _tiny(record["model"]), record["output"]["sequences"][0][4]
+    record = record_by_id("tiny-2l/p1/diverse_beam_search/beams4-groups2-div1.0")
+    model, eos = shared_model(record["model"]), record["output"]["sequences"][0][4]
     knobs = {"diversity_penalty": 1e-3, "eos_token_id": eos, "max_new_tokens": 12, "output_logits": True}
     steps: list[DiverseBeamStep] = []
     new, out = _generate(model, record, record=steps, **knobs)
@@ -105,8 +94,8 @@ def _path(by: dict, step: int, beam: int) -> list[int]:
 def test_penalty_in_score_false_returns_each_sequence_own_log_probability():
     """With a small penalty group 1 pays and keeps some beams anyway: 4.52 leaves what they paid in their scores,
     penalty_in_score=False gives each sequence its own mean log-probability (one teacher-forced pass)."""
-    record = _record("tiny-2l/p1/diverse_beam_search/beams4-groups2-div1.0")
-    model, knobs = _tiny(record["model"]), {"diversity_penalty": 1e-3, "max_new_tokens": 12}
+    record = record_by_id("tiny-2l/p1/diverse_beam_search/beams4-groups2-div1.0")
+    model, knobs = shared_model(record["model"]), {"diversity_penalty": 1e-3, "max_new_tokens": 12}
     first, as_452 = _generate(model, record, **knobs)
     new, out = _generate(model, record, penalty_in_score=False, **knobs)
     assert sorted(out.sequences_scores.tolist(), reverse=True) == out.sequences_scores.tolist()
@@ -122,8 +111,8 @@ def test_penalty_in_score_false_returns_each_sequence_own_log_probability():
 
 
 def test_what_it_cannot_run_is_refused_with_a_reason():
-    record = _record("tiny-2l/p0/diverse_beam_search/beams4-groups2-div1.0")
-    model = _tiny(record["model"])
+    record = record_by_id("tiny-2l/p0/diverse_beam_search/beams4-groups2-div1.0")
+    model = shared_model(record["model"])
     with pytest.raises(ValueError, match="DynamicCache"):
         _generate(model, record, cache_implementation="static")
     with pytest.raises(ValueError, match="diversity_penalty > 0"):

@@ -5,30 +5,19 @@ guide_methods.json), records what decided each token, and refuses what it cannot
 from __future__ import annotations
 
 import math
-from functools import cache
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig
 
 from playground.backends.torch.dola import DolaStep, candidate_layers, dola_decoding
-from tests.unit.test_guide_references import REFERENCES, _weights_module, reference_model
+from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
 
-DOLA = [r for r in REFERENCES["records"] if r["method"] == "dola"]
-TINY = [r for r in DOLA if REFERENCES["models"][r["model"]]["kind"] == "tiny"]
-BUNDLED = [r for r in DOLA if r["model"] == "smollm2-135m"]
+DOLA = records("dola")
+TINY = records("dola", "tiny")
+BUNDLED = records("dola", "bundled")
 MIXED = "tiny-8l/p1/dola/high-rep1.2"  # layers 4 and 6 both chosen; the contrast changes every token
-
-
-@cache
-def _tiny(name: str) -> Any:
-    return reference_model(name)
-
-
-def _record(record_id: str) -> dict:
-    return next(r for r in DOLA if r["id"] == record_id)
 
 
 def _generate(model, reference: dict, ids: torch.Tensor | None = None, **kwargs):
@@ -41,7 +30,7 @@ def _generate(model, reference: dict, ids: torch.Tensor | None = None, **kwargs)
 
 
 def _assert_parity(model, record: dict) -> None:
-    assert _weights_module().weights_digest(model) == REFERENCES["models"][record["model"]]["weights_digest"]
+    assert weights_module().weights_digest(model) == REFERENCES["models"][record["model"]]["weights_digest"]
     steps: list[DolaStep] = []
     (new,), _ = _generate(model, record, record=steps)
     (expected,) = record["output"]["sequences"]
@@ -83,14 +72,14 @@ def test_the_other_layer_rules_of_4_52():
 
 @pytest.mark.parametrize("record", TINY, ids=[r["id"] for r in TINY])
 def test_tiny_models_give_transformers_4_52_tokens_and_layers(record):
-    _assert_parity(_tiny(record["model"]), record)
+    _assert_parity(shared_model(record["model"]), record)
 
 
 def test_hidden_states_hold_what_4_52_fed_lm_head():
     """4.52's LlamaModel collected each layer's input, then the final norm's output. transformers 5 records layer
     outputs by hooks and swaps the last for last_hidden_state: the same tensors, checked here, so the candidates
     (indices < N) are the raw residual stream and only [N] is normed."""
-    model = _tiny("tiny-8l")
+    model = shared_model("tiny-8l")
     ids = torch.tensor([TINY[0]["prompt_ids"]])
     layer_outputs: list[torch.Tensor] = []
     hooks = [layer.register_forward_hook(lambda _m, _a, out: layer_outputs.append(out)) for layer in model.model.layers]
@@ -108,8 +97,8 @@ def test_hidden_states_hold_what_4_52_fed_lm_head():
 
 
 def test_the_recorder_holds_each_tokens_layer_divergences_and_whether_the_contrast_changed_it():
-    record = _record(MIXED)
-    model = _tiny(record["model"])
+    record = record_by_id(MIXED)
+    model = shared_model(record["model"])
     steps: list[DolaStep] = []
     (new,), out = _generate(model, record, record=steps, return_dict_in_generate=True, output_logits=True)
     assert [s.token for s in steps] == new and len(steps) == 32
@@ -122,26 +111,26 @@ def test_the_recorder_holds_each_tokens_layer_divergences_and_whether_the_contra
     assert {s.premature for s in steps} == {4, 6}
     # on tiny-8l/p0 'low' the contrast changed one token only: both cases are shown
     few: list[DolaStep] = []
-    _generate(model, _record("tiny-8l/p0/dola/low-rep1.2"), record=few)
+    _generate(model, record_by_id("tiny-8l/p0/dola/low-rep1.2"), record=few)
     assert sum(s.changed for s in few) == 1
 
 
 def test_tokens_stream_through_emit_one_step_at_a_time():
-    record = _record("tiny-2l/p1/dola/high-rep1.2")
+    record = record_by_id("tiny-2l/p1/dola/high-rep1.2")
     chunks: list[list[int]] = []
-    (new,), _ = _generate(_tiny(record["model"]), record, emit=chunks.append)
+    (new,), _ = _generate(shared_model(record["model"]), record, emit=chunks.append)
     assert chunks == [[token] for token in new] and len(new) == 32
 
 
 def test_the_layer_is_chosen_once_for_the_whole_batch_as_in_4_52():
     """4.52 averages the divergences over the rows: a row can be contrasted with a layer that is not its own best."""
-    record = _record(MIXED)
+    record = record_by_id(MIXED)
     prompts = [REFERENCES["models"]["tiny-8l"]["prompts"][p]["ids"] for p in ("p0", "p1")]
     width = max(map(len, prompts))
     ids = torch.tensor([[256] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     steps: list[DolaStep] = []
-    _generate(_tiny("tiny-8l"), record, ids, attention_mask=mask, record=steps, max_new_tokens=16)
+    _generate(shared_model("tiny-8l"), record, ids, attention_mask=mask, record=steps, max_new_tokens=16)
     own_best = 0
     for first, second in zip(steps[::2], steps[1::2], strict=True):
         assert (first.row, second.row) == (0, 1) and first.premature == second.premature
@@ -153,16 +142,16 @@ def test_the_layer_is_chosen_once_for_the_whole_batch_as_in_4_52():
 
 def test_norm_premature_puts_the_candidates_through_the_final_norm():
     """The switch for 4.52's un-normed candidates: off reproduces the references (above); on changes the tokens."""
-    record = _record("tiny-2l/p0/dola/low-rep1.2")
-    (normed,), _ = _generate(_tiny(record["model"]), record, norm_premature=True)
+    record = record_by_id("tiny-2l/p0/dola/low-rep1.2")
+    (normed,), _ = _generate(shared_model(record["model"]), record, norm_premature=True)
     assert normed != record["output"]["sequences"][0]
 
 
 def test_sampling_draws_from_the_tokens_the_final_layer_finds_plausible():
     """DoLa with do_sample, as 4.52 allowed: repeatable under a seed, every token within the relative-top set
     (p_final >= 0.1 * max p_final), and not just the argmax."""
-    record = _record("tiny-8l/p0/dola/high-rep1.2")
-    model = _tiny(record["model"])
+    record = record_by_id("tiny-8l/p0/dola/high-rep1.2")
+    model = shared_model(record["model"])
     runs = []
     for _ in range(2):
         torch.manual_seed(7)
@@ -178,8 +167,8 @@ def test_sampling_draws_from_the_tokens_the_final_layer_finds_plausible():
 
 
 def test_a_passed_cache_a_static_cache_or_none_give_the_same_tokens():
-    record = _record("tiny-4l-tied/p0/dola/low-rep1.2")
-    model = _tiny(record["model"])
+    record = record_by_id("tiny-4l-tied/p0/dola/low-rep1.2")
+    model = shared_model(record["model"])
     expected = record["output"]["sequences"][0][:12]
     cache = DynamicCache(config=model.config)
     (new,), out = _generate(model, record, max_new_tokens=12, past_key_values=cache, return_dict_in_generate=True,
@@ -191,8 +180,8 @@ def test_a_passed_cache_a_static_cache_or_none_give_the_same_tokens():
 
 
 def test_what_it_cannot_run_as_4_52_did_is_refused_with_a_reason():
-    record = _record("tiny-2l/p0/dola/low-rep1.2")
-    model = _tiny(record["model"])
+    record = record_by_id("tiny-2l/p0/dola/low-rep1.2")
+    model = shared_model(record["model"])
     ids = torch.tensor([record["prompt_ids"]])
     with pytest.raises(ValueError, match="dola_layers"):
         model.generate(ids, custom_generate=dola_decoding, max_new_tokens=2, do_sample=False, pad_token_id=256)
