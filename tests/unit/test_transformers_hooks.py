@@ -176,3 +176,33 @@ def test_gguf_weight_naming_builds_gguf_name_tables_when_it_runs_so_one_table_se
     assert len(built) == 1, broke(f"gguf.{hooks.GGUF_NAME_MAP}", f"was built {len(built)} times for one model")
     assert names["blk.0.attn_q.weight"] == "model.layers.0.self_attn.q_proj.weight"
     assert getattr(gguf, hooks.GGUF_NAME_MAP) is name_map  # put back after the block
+
+
+def test_a_custom_generate_loop_gets_the_config_and_helpers_our_own_loops_use(model):
+    """Contrastive search, diverse beam search and DoLa run as generate(custom_generate=...) loops that read the
+    pad and EOS tensors generate() prepared and call its prefill and model-kwargs helpers."""
+    for name, params in ((hooks.UPDATE_MODEL_KWARGS, ("outputs", "model_kwargs")),
+                         (hooks.EXPAND_INPUTS, ("expand_size", "input_ids")),
+                         (hooks.PREFILL, ("input_ids", "generation_config", "model_kwargs"))):
+        method = getattr(model, name, None)
+        assert callable(method), broke(name, "is gone from GenerationMixin")
+        missing = set(params) - set(inspect.signature(method).parameters)
+        assert not missing, broke(name, f"no longer takes {sorted(missing)}")
+    assert hooks.is_stateful(model) is False and hasattr(model, hooks.STATEFUL), broke(hooks.STATEFUL, "is gone")
+    seen = {}
+
+    def loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+             **model_kwargs):
+        seen["pad"], seen["eos"] = hooks.pad_token(generation_config), hooks.eos_tokens(generation_config)
+        outputs = hooks.prefill(model, input_ids, generation_config, model_kwargs)
+        grown = hooks.update_model_kwargs(model, outputs, model_kwargs)
+        seen["cache"] = grown["past_key_values"].get_seq_length()
+        expanded, _ = hooks.expand_inputs(model, 3, input_ids, {})
+        seen["rows"] = expanded.shape[0]
+        return input_ids
+
+    generate(model, custom_generate=loop)
+    assert seen["pad"] is not None and int(seen["pad"]) == 256, broke(hooks.PAD_TOKEN_TENSOR, "is not set")
+    assert seen["eos"] is not None and 256 in seen["eos"].view(-1).tolist(), broke(hooks.EOS_TOKEN_TENSOR, "is not set")
+    assert seen["cache"] == 8, broke(hooks.PREFILL, f"left {seen['cache']} cached positions for an 8-token prompt")
+    assert seen["rows"] == 3, broke(hooks.EXPAND_INPUTS, "did not repeat the rows")

@@ -22,6 +22,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
+from playground.backends.torch.transformers_hooks import expand_inputs, pad_token, update_model_kwargs
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def contrastive_search(model: Any, input_ids: torch.Tensor, logits_processor: Lo
     cosine_mask = (mask if mask is not None else torch.ones_like(input_ids)).repeat_interleave(k, dim=0)
     context, logits, model_kwargs = _prefill(model, input_ids, k, model_kwargs)
     cache: DynamicCache = model_kwargs["past_key_values"]
-    pad = generation_config._pad_token_tensor
+    pad = pad_token(generation_config)
     has_eos = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
     keep = generation_config.return_dict_in_generate
     scores: tuple[torch.Tensor, ...] | None = () if keep and generation_config.output_scores else None
@@ -78,7 +79,7 @@ def contrastive_search(model: Any, input_ids: torch.Tensor, logits_processor: Lo
         context = torch.cat([context, chosen_hidden.unsqueeze(1)], dim=1)
         cache.batch_select_indices(rows * k + selected)  # the chosen candidate's row, its token already cached
         logits = outputs.logits[:, -1, :].float().view(batch, k, -1)[rows, selected].to(input_ids.device)
-        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+        model_kwargs = update_model_kwargs(model, outputs, model_kwargs)
         if has_eos and pad is not None:  # finished rows get the pad token
             next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
@@ -123,8 +124,8 @@ def _prefill(model: Any, input_ids: torch.Tensor, k: int,
         raise ValueError(f"contrastive search needs a DynamicCache, the model made {type(outputs.past_key_values)}")
     context = outputs.hidden_states[-1]
     logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=input_ids.device)
-    model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
-    _, model_kwargs = model._expand_inputs_for_generation(expand_size=k, input_ids=input_ids, **model_kwargs)
+    model_kwargs = update_model_kwargs(model, outputs, model_kwargs)
+    _, model_kwargs = expand_inputs(model, k, input_ids, model_kwargs)
     return context, logits, model_kwargs
 
 

@@ -30,6 +30,8 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
 
+from playground.backends.torch.transformers_hooks import eos_tokens, pad_token, update_model_kwargs
+
 
 @dataclass(frozen=True)
 class DiverseBeamStep:
@@ -102,7 +104,7 @@ class _Groups:
 
     def __init__(self, config: GenerationConfig, size: int, penalty: float, max_new: int | None,
                  penalty_in_score: bool, device: torch.device) -> None:
-        groups, eos, pad = config.num_beam_groups or 1, config._eos_token_tensor, config._pad_token_tensor
+        groups, eos, pad = config.num_beam_groups or 1, eos_tokens(config), pad_token(config)
         early = False if config.early_stopping is None else config.early_stopping
         self.size, self.penalty, self.penalty_in_score = size, penalty, penalty_in_score
         self.eos, self.pad = (set() if eos is None else set(eos.view(-1).tolist())), pad
@@ -207,7 +209,7 @@ def diverse_beam_search(model: Any, input_ids: torch.Tensor, logits_processor: L
     raw: tuple[torch.Tensor, ...] | None = () if keep and cfg.output_logits else None
     outputs, cache = _prefill(model, input_ids, model_kwargs)
     while True:
-        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+        model_kwargs = update_model_kwargs(model, outputs, model_kwargs)
         current = torch.zeros(num_beams, dtype=input_ids.dtype, device=input_ids.device)
         reorder = torch.zeros(num_beams, dtype=torch.long, device=input_ids.device)
         processed_all = torch.zeros_like(outputs.logits[:, -1, :])

@@ -44,6 +44,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
+from playground.backends.torch.transformers_hooks import is_stateful, pad_token, prefill, update_model_kwargs
 
 RELATIVE_TOP = 0.1  # 4.52's `_relative_top_filter` default: keep tokens with p_final >= RELATIVE_TOP * max p_final
 BASE_FILTER_VALUE = -1e-3  # what the premature layer's log-probability is set to where the final one was cut
@@ -96,15 +97,15 @@ def dola_decoding(model: Any, input_ids: torch.Tensor, logits_processor: LogitsP
     raw: tuple[torch.Tensor, ...] | None = () if keep and generation_config.output_logits else None
     attentions: tuple[Any, ...] | None = () if keep and generation_config.output_attentions else None
     hiddens: tuple[Any, ...] | None = () if keep and generation_config.output_hidden_states else None
-    pad = generation_config._pad_token_tensor
+    pad = pad_token(generation_config)
     has_eos = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     model_kwargs["output_hidden_states"] = True  # prepare_inputs_for_generation forwards it to every forward
     if attentions is not None:
         model_kwargs["output_attentions"] = True
-    outputs = model._prefill(input_ids, generation_config, model_kwargs)  # slices a restarted cache, chunks if asked
+    outputs = prefill(model, input_ids, generation_config, model_kwargs)  # slices a restarted cache, chunks if asked
     while True:
-        model_kwargs = model._update_model_kwargs_for_generation(outputs, model_kwargs)
+        model_kwargs = update_model_kwargs(model, outputs, model_kwargs)
         final = outputs.logits[:, -1, :].float()
         premature = {i: _head(lm_head, norm, outputs.hidden_states[i][:, -1, :]).to(final.device) for i in layers}
         js = _js_divergences(premature, layers, final) if len(layers) > 1 or record is not None else None
@@ -140,7 +141,7 @@ def dola_decoding(model: Any, input_ids: torch.Tensor, logits_processor: LogitsP
 
 def _refuse_what_4_52_did_not_run(model: Any, config: GenerationConfig, synced_gpus: bool) -> torch.nn.Module:
     """What this loop cannot give 4.52's result for is refused with the reason; returns the model's lm_head."""
-    if synced_gpus or model.config.is_encoder_decoder or model._is_stateful:
+    if synced_gpus or model.config.is_encoder_decoder or is_stateful(model):
         raise NotImplementedError("DoLa here is for decoder-only, non-stateful models on one device")
     if config.num_beams not in (None, 1):  # 4.52 ran plain beam search then, DoLa ignored
         raise ValueError("DoLa runs greedy or sampling only, not with num_beams > 1")

@@ -3,7 +3,9 @@ transformers changes (tests/unit/test_transformers_hooks.py fails with the hook'
 
 Each hook wraps a method on one model instance for one generate() call (the runner's generation lock is held),
 so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process, and
-gguf's reader and name table, replaced during a GGUF conversion only.
+gguf's reader and name table, replaced during a GGUF conversion only. Our own decoding loops (contrastive search,
+diverse beam search, DoLa) call a few of generate's private helpers and read two tensors it prepares; they do so
+through the functions here, never directly.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ GGUF_READER = "GGUFReader"
 # builds afresh for every module of the model as it maps the weights' names
 GGUF_NAME_MAP = "get_tensor_name_map"
 
+# what our own decoding loops (contrastive search, diverse beam search, DoLa: generate(custom_generate=...)) call of
+# generate's private helpers and read of the config generate() prepared, to do what transformers' own loops do
+UPDATE_MODEL_KWARGS = "_update_model_kwargs_for_generation"  # grows the mask, positions and cache after a forward
+EXPAND_INPUTS = "_expand_inputs_for_generation"  # repeats every model kwarg's rows (k candidates, beams)
+PREFILL = "_prefill"  # the prompt's forward, as _sample runs it (a restarted cache sliced, chunks if asked)
+STATEFUL = "_is_stateful"  # a recurrent model, whose state cannot be cropped or reordered
+PAD_TOKEN_TENSOR = "_pad_token_tensor"  # the pad id as a tensor, set by generate() on its config copy
+EOS_TOKEN_TENSOR = "_eos_token_tensor"  # every EOS id as a tensor, set likewise
+
 _INSTALL_LOCK = threading.Lock()
 _GGUF_LOCK = threading.Lock()
 
@@ -71,6 +82,36 @@ def wrap_beam_steps(model: Any, top_k: Callable[[Any], Any], running: Callable[[
         stack.enter_context(wrapped(model, TOP_K_CONTINUATIONS, top_k))
         stack.enter_context(wrapped(model, RUNNING_BEAMS, running))
         yield
+
+
+def update_model_kwargs(model: Any, outputs: Any, model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The model kwargs after a forward that wrote `outputs` (its cache, one more position)."""
+    return getattr(model, UPDATE_MODEL_KWARGS)(outputs, model_kwargs)
+
+
+def expand_inputs(model: Any, expand_size: int, input_ids: torch.Tensor,
+                  model_kwargs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The ids and model kwargs with every row repeated `expand_size` times."""
+    return getattr(model, EXPAND_INPUTS)(expand_size=expand_size, input_ids=input_ids, **model_kwargs)
+
+
+def prefill(model: Any, input_ids: torch.Tensor, generation_config: Any, model_kwargs: dict[str, Any]) -> Any:
+    """The prompt's forward as generate's own loops run it; its outputs (logits, cache, hidden states if asked)."""
+    return getattr(model, PREFILL)(input_ids, generation_config, model_kwargs)
+
+
+def is_stateful(model: Any) -> bool:
+    return bool(getattr(model, STATEFUL, False))
+
+
+def pad_token(generation_config: Any) -> torch.Tensor | None:
+    """The pad id generate() prepared (None: no pad token)."""
+    return getattr(generation_config, PAD_TOKEN_TENSOR, None)
+
+
+def eos_tokens(generation_config: Any) -> torch.Tensor | None:
+    """Every EOS id generate() prepared (None: none)."""
+    return getattr(generation_config, EOS_TOKEN_TENSOR, None)
 
 
 @contextmanager
