@@ -166,3 +166,20 @@ def test_a_quick_stage_says_nothing_and_a_slow_one_says_what_it_is_doing_and_how
     with slow_stages.announced_if_slow(hear, "waiting", "took {seconds:.1f}"):
         time.sleep(0.3)
     assert heard[0] == "waiting" and heard[1].startswith("took 0.")
+
+
+def test_eager_columns_never_let_generate_compile_the_forward_by_itself(tiny):
+    """On an accelerator generate() compiles the forward whenever the cache is static; our config turns that off.
+    Here the accelerator is stood in for by a compile config that asks for every device."""
+    from transformers import CompileConfig, StaticCache
+
+    from playground.backends.torch.config import generation_config
+
+    config = generation_config(RunSpec(cache="static"), tiny.model)
+    config.compile_config = CompileConfig()
+    config.compile_config._compile_all_devices = True
+    cache = {"past_key_values": StaticCache(config=tiny.model.config, max_cache_len=32)}
+    assert config.disable_compile is True
+    assert tiny.model._valid_auto_compile_criteria(cache, config) is False
+    config.disable_compile = False  # what transformers would do with our config otherwise
+    assert tiny.model._valid_auto_compile_criteria(cache, config) is True

@@ -25,6 +25,9 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
                   epsilon_cutoff=None, eta_cutoff=None, repetition_penalty=None, no_repeat_ngram_size=None,
                   min_new_tokens=None, num_return_sequences=1, length_penalty=None, early_stopping=None)
     config.return_dict_in_generate = True  # we read scores and sequences from the output object
+    # eager is eager on every device: on an accelerator generate() compiles the forward by itself whenever the cache
+    # is static, which would make a "PyTorch, static" column a compiled one without saying so
+    config.disable_compile = True
     config.max_new_tokens = spec.max_new_tokens
     config.max_length = None
     if config.pad_token_id is None:
