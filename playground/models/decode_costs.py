@@ -44,8 +44,8 @@ class DecodeCosts:
         rate = result["metrics"].get("tokens_per_s")
         if not rate or result["stopped"] or strategy.records not in ("tokens", "drafts"):
             return
-        draft = spec.get("assistant") if strategy.drafts else None
-        if strategy.drafts and (not draft or spec.get("prompt_lookup")):
+        draft = drafting_model(spec["strategy"], spec.get("assistant"), spec.get("prompt_lookup"))
+        if strategy.drafts and draft is None:  # prompt lookup: no model's cost in it
             return
         key = CostKey(spec["model"], spec["weights"], spec["backend"], draft)
         with self._lock:
@@ -64,6 +64,11 @@ class DecodeCosts:
 DECODE_COSTS = DecodeCosts()
 
 
+def drafting_model(strategy: str, assistant: str | None, prompt_lookup: int | None) -> str | None:
+    """The draft model a run drafts with; None for a strategy without drafts or drafts looked up in the prompt."""
+    return assistant if registry.strategy(strategy).drafts and assistant and not prompt_lookup else None
+
+
 def _figure(cost: Cost) -> str:
     return f"{cost.ms_per_token:.0f} ms/token" + (" (busy machine)" if cost.busy else "")
 
@@ -71,19 +76,20 @@ def _figure(cost: Cost) -> str:
 def draft_note(spec: RunSpec, costs: DecodeCosts = DECODE_COSTS) -> str:
     """For assisted decoding with a draft model: each model's measured decode cost here and the pair's last run;
     '' for every other column."""
-    if not registry.strategy(spec.strategy).drafts or not spec.assistant or spec.prompt_lookup:
+    assistant = drafting_model(spec.strategy, spec.assistant, spec.prompt_lookup)
+    if assistant is None:
         return ""
     main = costs.get(CostKey(spec.model, spec.weights, spec.backend, None))
-    draft = costs.get(CostKey(spec.assistant, spec.weights, spec.backend, None))  # a draft loads at the main's weights
-    pair = costs.get(CostKey(spec.model, spec.weights, spec.backend, spec.assistant))
+    draft = costs.get(CostKey(assistant, spec.weights, spec.backend, None))  # a draft loads at the main's weights
+    pair = costs.get(CostKey(spec.model, spec.weights, spec.backend, assistant))
     where = f"decoding alone on this server ({spec.backend})"
     if main and draft:
-        parts = [f"draft {spec.assistant} {_figure(draft)} against {spec.model} {_figure(main)} {where}: the draft "
+        parts = [f"draft {assistant} {_figure(draft)} against {spec.model} {_figure(main)} {where}: the draft "
                  f"costs {draft.ms_per_token / main.ms_per_token:.2f}x the main model per token"]
     else:
-        missing = " and ".join(name for name, cost in ((spec.assistant, draft), (spec.model, main)) if cost is None)
+        missing = " and ".join(name for name, cost in ((assistant, draft), (spec.model, main)) if cost is None)
         parts = [f"the cost per token of {missing} is not measured here yet: run it alone (greedy, {spec.backend}) "
-                 f"to see it before drafting with {spec.assistant}"]
+                 f"to see it before drafting with {assistant}"]
     if pair:
         alone = f" against {_figure(main)} alone" if main else ""
         parts.append(f"the last run of this pair took {_figure(pair)}{alone}")
@@ -96,7 +102,7 @@ def against_alone(result: Result, costs: DecodeCosts = DECODE_COSTS) -> str:
     '' otherwise."""
     spec = result["spec"]
     rate = result["metrics"].get("tokens_per_s")
-    if not registry.strategy(spec["strategy"]).drafts or not spec.get("assistant") or spec.get("prompt_lookup"):
+    if drafting_model(spec["strategy"], spec.get("assistant"), spec.get("prompt_lookup")) is None:
         return ""
     main = costs.get(CostKey(spec["model"], spec["weights"], spec["backend"], None))
     if not main or not rate:
