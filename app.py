@@ -3,8 +3,10 @@
 import os
 
 from playground import host
+from playground.backends import device
 
 host.apply_thread_limits()  # before torch or jax start their thread pools: sized to the container's CPUs
+device.configure_process()  # before JAX starts its backends
 
 from playground.ui import warmup  # noqa: E402 - after the thread limits, by design
 from playground.ui.style import CSS, THEME  # noqa: E402

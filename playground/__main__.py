@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from playground import host, registry
+from playground.backends import device
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths, public
@@ -65,17 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default=None,
-                       help="default: smollm2-135m (suite compile: both bundled models unless one is named)")
-    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights"), default="default",
+                       help="default: smollm2-135m (suites compile and devices: every installed bundled model unless "
+                            "one is named)")
+    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights", "devices"),
+                       default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
                             "both backends over long runs; sweeps: the page's sweep presets, first and again; "
                             "compile: every JAX cell's first request on both bundled models (with "
                             "PLAYGROUND_COMPILE_CACHE=0 for cold compiles); weights: every weight precision on "
-                            "both backends, speed and KL from fp32")
+                            "both backends, speed and KL from fp32; devices: eager, torch.compile and JAX (fp32, int8) "
+                            "on this process's device (the GPU when there is one) against its roofline")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
     bench.add_argument("--rounds", type=int, default=None,
-                       help="suites caches and weights: timed rounds of every configuration (default 3; the "
+                       help="suites caches, weights and devices: timed rounds of every configuration (default 3; the "
                             "median is reported)")
     bench.add_argument("--json", action="store_true")
 
@@ -102,6 +106,10 @@ def _add_spec_options(command: argparse.ArgumentParser) -> None:
                                  help="token ids forced after the prompt; generation continues from the last of them")
         elif name == "assistant":
             command.add_argument(flag, default=None, metavar="MODEL", help="assisted decoding: draft model")
+        elif name == "torch_compile":  # a bare --torch-compile asks for the default mode
+            modes = registry.knob(name).choices
+            command.add_argument(flag, nargs="?", const="default", default=None, choices=modes, metavar="MODE",
+                                 help=f"{registry.knob(name).help}; MODE: {', '.join(modes)} (bare: default)")
         elif knob is not None and knob.kind is bool:
             command.add_argument(flag, action="store_true", default=None, help=knob.help or None)
         elif knob is not None:
@@ -213,6 +221,13 @@ def command_bench(args: argparse.Namespace) -> None:
         result = bench_compile.run_compile_suite(progress, (args.model,) if args.model else bench_compile.MODELS)
         print(json.dumps(result) if args.json else bench_compile.format_table(result))
         return
+    if args.suite == "devices":
+        from playground.tools import bench_devices
+
+        result = bench_devices.run_devices_suite(progress, (args.model,) if args.model else None, new_tokens,
+                                                 rounds=args.rounds or bench_devices.ROUNDS)
+        print(json.dumps(result) if args.json else bench_devices.format_table(result))
+        return
     model = args.model or "smollm2-135m"
     if args.suite == "sweeps":
         from playground.tools import bench_sweeps
@@ -256,6 +271,7 @@ def command_soak(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """The CLI (also the `playground` console script)."""
     host.apply_thread_limits()  # before torch or jax start their thread pools
+    device.configure_process()  # before JAX starts its backends
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench,
                "models": command_models, "soak": command_soak}[args.command]

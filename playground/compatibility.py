@@ -10,23 +10,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from playground import registry
+from playground.backends import device
 from playground.errors import PlaygroundError
 from playground.registry import BACKENDS
 
 WEIGHTS = ("fp32", "bf16", "int8", "nf4")
-# Weights the JAX path refuses, and the measured reason (python -m playground.tools.bench_matmul on SmolLM2's output
-# head, and a bf16 decoder built as the int8 one is, on a 2-core AMD EPYC; docs/benchmarks.md). It runs fp32, and
-# int8 converted inside the product (int8.py).
-JAX_REFUSED_WEIGHTS = {
-    "bf16": "bf16 weights are not offered on the JAX path: they measured slower than fp32 in the decode loop "
-            "(24.8 tok/s against 45.9 on SmolLM2; XLA on CPU hoists an inline conversion out of the loop, and "
-            "converting a block of rows at a time took 35 ms per output-head product against fp32's 2.9 ms), "
-            "while int8 ran at 125 tok/s; use int8 or fp32",
-    "nf4": "4-bit weights are not offered on the JAX path: XLA on CPU does not fuse unpacking two weights per byte "
-           "into the product, so they measured slower than fp32 (int4 in groups of 64: 7.0 ms per output-head "
-           "product, inline or a block of rows at a time, against fp32's 2.9 ms and int8's 0.9 ms); use int8 or "
-           "fp32",
-}
 
 
 class Combination(Protocol):
@@ -62,8 +50,41 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
 
 
 def weights_refusal(backend: str, weights: str) -> str | None:
-    """Why `weights` cannot run on `backend`, or None when they can."""
-    return JAX_REFUSED_WEIGHTS.get(weights) if backend == "jax" else None
+    """Why `weights` cannot run on `backend` on this process's device, or None when they can."""
+    return device.jax_refusals().get(weights) if backend == "jax" else None
+
+
+# Weights transformers' generate will not compile: bitsandbytes' quantizers say they are not compileable
+# (HfQuantizer.is_compileable), so a compile config would be ignored and the column would run eager unsaid
+NOT_COMPILED_WEIGHTS = ("int8", "nf4")
+
+
+def compile_refusal(mode: str, backend: str, strategy: str, cache: str, weights: str) -> str | None:
+    """Why torch.compile (`torch_compile=mode`) cannot run with these settings, or None when it can (or is off).
+
+    transformers' generate compiles only what `_valid_auto_compile_criteria` lets through, and refusing the rest
+    here keeps a "torch.compile" column from silently running eager: a cache of fixed shapes (a preallocated one:
+    the others grow or evict, and each new shape would compile again), the one-token-per-step loop (`_sample`:
+    beam search and assisted decoding call the model eager), and weights its quantizer lets it compile."""
+    if mode == "off":
+        return None
+    if backend != "torch":
+        return (f"torch.compile is PyTorch's compiler, for backend 'torch'; backend '{backend}' is compiled by "
+                "XLA already: set torch_compile to 'off'")
+    fixed = [c.name for c in registry.caches() if c.preallocated]
+    if cache not in fixed:
+        return (f"torch.compile needs the static cache's fixed shapes (transformers compiles generate's forward "
+                f"only over a preallocated cache; cache '{cache}' changes shape as it grows or evicts): use cache "
+                + " or ".join(f"'{c}'" for c in fixed))
+    plain = [s.name for s in registry.strategies() if s.records == "tokens"]
+    if strategy not in plain:
+        return (f"transformers compiles only the one-token-per-step decode loop, and strategy '{strategy}' calls "
+                "the model eager (beam search and assisted decoding have loops of their own): use strategy "
+                + " or ".join(f"'{s}'" for s in plain))
+    if weights in NOT_COMPILED_WEIGHTS:
+        return (f"transformers compiles no bitsandbytes-quantized model ({weights} weights); use fp32 or bf16 "
+                "weights")
+    return None
 
 
 def check_combination(spec: Combination) -> None:

@@ -10,6 +10,7 @@ import importlib.metadata
 import statistics
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from playground.backends import device
 from playground.backends.base import GenerationOutput, TokenInfo
 from playground.metrics import arrivals, percentile
 
@@ -148,6 +149,7 @@ class Result(TypedDict):
     attention_layers: AttentionLayers
     extra: dict[str, Any]
     prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
+    device: NotRequired[str]  # where it ran: "CPU (<processor>)" or "GPU (<name>)"
 
 
 def versions() -> dict[str, str | None]:
@@ -280,6 +282,7 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "token_ids": list(output.sequences[0]) if output.sequences else [],
         "metrics": build_metrics(output, end, load_s, peak_rss, weight_bytes, quality),
         "versions": versions(),
+        "device": device.current().label,
         "tokens": token_records(tokenizer, output),
         "timeline": {"token_ms": [round(ms, 3) for ms in timing.ms_per_token], "token_steps": timing.ends,
                      "kv_cache_bytes": output.kv_trace},

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from playground import registry
-from playground.compatibility import WEIGHTS, check_combination
+from playground.compatibility import WEIGHTS, check_combination, compile_refusal
 from playground.errors import PlaygroundError
 from playground.limits import max_new_tokens_cap
 from playground.registry import BACKENDS, chain
@@ -73,6 +73,8 @@ class RunSpec:
     chat: bool | None = None  # None: apply the chat template when the model has one
     devices: int = 1  # JAX path: shard over this many devices
     repeats: int = 1  # timed runs of the same generation; metrics report their median and every run
+    # PyTorch path: "off" (eager), or a torch.compile mode for generate's decode step over the static cache
+    torch_compile: str = "off"
     # forced first tokens after the prompt (branching at a token): generation continues from the last of them
     prefix_ids: tuple[int, ...] = ()
     # (name, value) of knobs registered beyond these fields (a plug-in's stage of the logits chain), sorted by
@@ -258,6 +260,9 @@ def _check_ranges(spec: RunSpec) -> None:
         if validate is not None:
             validate(spec)
     check_combination(spec)
+    why = compile_refusal(spec.torch_compile, spec.backend, spec.strategy, spec.cache, spec.weights)
+    if why is not None:
+        raise PlaygroundError(f"torch_compile={spec.torch_compile!r} cannot run: {why}")
 
 
 def _readers(knob: str) -> str:

@@ -12,8 +12,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from playground.backends import device
 from playground.errors import PlaygroundError
 from playground.models import memory, public
 from playground.models.catalog import BUNDLED, check_available, hub_reachable, local_dir
@@ -73,7 +74,9 @@ def _accept(config: Any) -> None:
     pass
 
 
-def _load_kwargs(weights: str) -> dict[str, Any]:
+def _load_kwargs(weights: str, on: str = "cpu") -> dict[str, Any]:
+    """from_pretrained's arguments for `weights` on the torch device `on` (bitsandbytes quantizes as the
+    weights reach a GPU, so a quantized model is placed while it loads; others are moved after)."""
     import torch
 
     if weights == "fp32":
@@ -82,12 +85,14 @@ def _load_kwargs(weights: str) -> dict[str, Any]:
         return {"dtype": torch.bfloat16}
     from transformers import BitsAndBytesConfig
 
+    placed: dict[str, Any] = {} if on == "cpu" else {"device_map": {"": on}}
+
     if weights == "int8":
         # bitsandbytes warns at every matmul that int8 casts fp32 inputs to fp16; the README says it once
         logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
-        return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True)}
+        return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True), **placed}
     return {"quantization_config": BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)}
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32), **placed}
 
 
 def _load_uncached(name: str, weights: str, progress: Progress, make_room: Callable[[str, int], None],
@@ -124,13 +129,15 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
         check(config)
         make_room(f"model {name} ({weights})", memory.weight_bytes_estimate(config, weights))
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False, **_load_kwargs(weights))
+        on = device.current().torch_device
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False, **_load_kwargs(weights, on))
     except PlaygroundError:
         raise  # a refusal (a cache this model cannot have, no room), worded by whoever refused: not a load failure
     except (OSError, ValueError) as exc:
         raise PlaygroundError(f"could not load model {name!r}: {str(exc).splitlines()[0]}") from None
     model.eval()
     if weights in ("fp32", "bf16"):  # bitsandbytes' quantized parameters are not plain tensors: left as they are
+        cast(Any, model).to(on)  # transformers' typing of `to` wraps it for a meta-device check
         _realign(model)
     if instruct is None:
         instruct = getattr(tokenizer, "chat_template", None) is not None

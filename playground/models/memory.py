@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from playground import host
+from playground.backends import device
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 
@@ -17,11 +17,12 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def budget_bytes() -> int:
-    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of the memory this process may use
-    (the container's cgroup limit, or physical RAM if that is smaller: see host.py)."""
+    """PLAYGROUND_MEMORY_BUDGET (bytes, or with a K/M/G suffix); default 60% of the memory the device has for
+    this process: the GPU's memory on a GPU, else the container's cgroup limit or physical RAM if that is
+    smaller (see host.py)."""
     raw = os.environ.get("PLAYGROUND_MEMORY_BUDGET", "").strip()
     if not raw:
-        return int(host.limits().memory_bytes * DEFAULT_BUDGET_SHARE)
+        return int(device.current().memory()[0] * DEFAULT_BUDGET_SHARE)
     return parse_size("PLAYGROUND_MEMORY_BUDGET", raw)
 
 

@@ -14,6 +14,8 @@ from playground.registry.store import register_knob
 MAX_BEAMS = 8
 CACHE_BITS = (2, 4, 8)
 DRY_BREAKERS = '["\\n", ":", "\\"", "*"]'  # text-generation-webui's and llama.cpp's default sequence breakers
+# the PyTorch path's engines: eager ("off"), or generate's decode step compiled by torch.compile in one of its modes
+TORCH_COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 # the column card's groups of chain knobs: the four everyone knows, the rest folded under them, the penalties
 SAMPLING, MORE_SAMPLING, PENALTIES = "sampling", "more sampling", "penalties"
@@ -93,6 +95,10 @@ for _knob in (
     Knob(name="sink_tokens", kind=int, default=4, low=0, high=1024, shapes=True, sweep="agreement"),
     Knob(name="devices", kind=int, default=1, low=1, high=64, shapes=True),
     Knob(name="repeats", kind=int, default=1, low=1, high=5),
+    # the PyTorch path's compiler: its own widget, on PyTorch columns only (RunSpec refuses it elsewhere)
+    Knob(name="torch_compile", kind=str, default="off", choices=TORCH_COMPILE_MODES, label="torch.compile",
+         help="PyTorch only: generate's decode step compiled by torch.compile (inductor) over the static cache, "
+              "in this mode, its compile time reported apart; off: eager"),
     # range checked by the strategy that reads them (elsewhere they must keep their default)
     Knob(name="num_return_sequences", kind=int, default=1, shapes=True),
     Knob(name="early_stopping", kind=bool, default=False, help="beam search: stop at num_beams finished"),

@@ -10,10 +10,11 @@ import gradio as gr
 
 from playground import compatibility, registry, runner
 from playground.errors import PlaygroundError
-from playground.models.catalog import BUNDLED, model_choices
+from playground.models.catalog import model_choices
 from playground.models.decode_costs import draft_note
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
-from playground.spec import BACKENDS, CACHE_BITS, MAX_BEAMS, WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.spec import BACKENDS, WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.ui.card_groups import DRAFT_MODEL, PROMPT_LOOKUP, cache_knobs, slider, strategy_knobs
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets
@@ -26,11 +27,10 @@ START_SETTINGS: tuple[ColumnSettings, ...] = (
     {"strategy": "sampling", "cache": "dynamic", "max_new_tokens": 48, "temperature": 0.9, "top_k": 50, "top_p": 0.95},
 )
 START_COLUMNS = len(START_SETTINGS)
-DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
 
 # The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
-BACKEND_KNOBS = {"jax": ("devices",)}
+BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
 # Knob groups of the settings card drawn by their own code: a group is shown when the choice reads any of its knobs
 OWN_GROUPS = {
     "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
@@ -39,6 +39,7 @@ OWN_GROUPS = {
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
+    "torch_compile": ("torch_compile",),
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
 # decoding starts from prompt lookup: the default draft model is the main model itself, whose every draft is
@@ -139,6 +140,8 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
             settings["prompt_lookup"] = _clean("prompt_lookup", values["prompt_lookup"])
         else:
             settings["assistant"] = values["assistant"] or None
+    if settings.get("torch_compile") == "off":  # left out when off, so an eager column's settings stay as they were
+        del settings["torch_compile"]
     return settings
 
 
@@ -202,6 +205,9 @@ def label(position: int, settings: ColumnSettings) -> str:
         parts.append(settings["backend"])
     if settings.get("weights", "fp32") != "fp32":
         parts.append(settings["weights"])
+    mode = settings.get("torch_compile", "off")
+    if mode != "off":
+        parts.append("torch.compile" if mode == "default" else f"torch.compile {mode}")
     return " · ".join(parts)
 
 
@@ -259,11 +265,6 @@ class ColumnControls:
         return updates
 
 
-def _slider(key: str, index: int, low: float, high: float, step: float, label: str, values: Mapping[str, Any],
-            **kw: Any) -> gr.Slider:
-    return gr.Slider(low, high, value=values[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
-
-
 def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) -> None:
     """Model, weights, strategy, cache, backend and length: shown for every choice."""
     with gr.Row():
@@ -280,59 +281,7 @@ def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) ->
                                      info=registry.cache_type(values["cache"]).help)
     knobs["backend"] = gr.Radio(offered(BACKENDS, 0), value=values["backend"], label="backend",
                                 elem_id=f"backend-{index}")
-    knobs["max_new_tokens"] = _slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens", values)
-
-
-def _strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
-                    shown: Mapping[str, bool]) -> None:
-    """Sampling, beam and assisted knobs, each group shown only for its strategy."""
-    with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
-        chain_widgets(index, knobs, SAMPLING, values)
-        with gr.Accordion("more samplers: typical-p, epsilon and eta, top-nσ, XTC, the order", open=False):
-            chain_widgets(index, knobs, MORE_SAMPLING, values)
-    with gr.Group(visible=shown["beam_knobs"]) as groups["beam_knobs"]:
-        with gr.Row():
-            knobs["num_beams"] = _slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
-            knobs["num_return_sequences"] = _slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
-                                                    "returned sequences", values)
-        with gr.Row():
-            knobs["length_penalty"] = _slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty", values)
-            knobs["early_stopping"] = gr.Checkbox(values["early_stopping"], label="early stopping",
-                                                  elem_id=f"early_stopping-{index}")
-    with gr.Group(visible=shown["draft_knobs"]) as groups["draft_knobs"]:
-        knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=values["draft_source"],
-                                         label="draft tokens from", elem_id=f"draft_source-{index}")
-        knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=values["assistant"], label="draft model",
-                                         allow_custom_value=True, elem_id=f"assistant-{index}",
-                                         visible=shown["assistant"])
-        knobs["prompt_lookup"] = _slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens", values,
-                                         visible=shown["prompt_lookup"])
-        groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
-        knobs["assisted_sampling"] = gr.Checkbox(
-            values["assisted_sampling"], label="sample (speculative sampling)", elem_id=f"assisted_sampling-{index}",
-            info="off: greedy, the same text as greedy decoding · on: drafts accepted by the speculative-sampling "
-                 "rule, so the text follows the sampling knobs above")
-
-
-def _cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
-                 shown: Mapping[str, bool]) -> None:
-    """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX."""
-    with gr.Group(visible=shown["bits_knobs"]) as groups["bits_knobs"]:
-        with gr.Row():
-            knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=values["cache_bits"], label="cache bits",
-                                           elem_id=f"cache_bits-{index}",
-                                           info="2/4: + full-precision residual · 8: fp8 (torch), 8-bit groups (jax)")
-            knobs["residual_length"] = gr.Number(values["residual_length"], precision=0, minimum=1,
-                                                 label="full-precision residual (tokens)",
-                                                 elem_id=f"residual_length-{index}")
-    with gr.Row(visible=shown["window_box"]) as groups["window_box"]:
-        knobs["window"] = gr.Number(values["window"], precision=0, minimum=1, label="window (tokens)",
-                                    elem_id=f"window-{index}")
-        knobs["sink_tokens"] = gr.Number(values["sink_tokens"], precision=0, minimum=0, label="sink tokens",
-                                         elem_id=f"sink_tokens-{index}", visible=shown["sink_tokens"])
-        groups["sink_tokens"] = knobs["sink_tokens"]
-    knobs["devices"] = _slider("devices", index, 1, 8, 1, "devices (shards)", values, visible=shown["devices"])
-    groups["devices"] = knobs["devices"]
+    knobs["max_new_tokens"] = slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens", values)
 
 
 def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any], gr.Markdown, gr.Button,
@@ -351,11 +300,11 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
             remove = gr.Button("✕", size="sm", scale=0, min_width=36, elem_id=f"remove-{index}",
                                elem_classes=["remove-btn"])
         _choice_controls(index, knobs, values)
-        _strategy_knobs(index, knobs, groups, values, shown)
-        _cache_knobs(index, knobs, groups, values, shown)
+        strategy_knobs(index, knobs, groups, values, shown)
+        cache_knobs(index, knobs, groups, values, shown)
         with gr.Accordion("more: min tokens, penalties against repetition", open=False):
-            knobs["min_new_tokens"] = _slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
-                                              "min new tokens", values)
+            knobs["min_new_tokens"] = slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
+                                             "min new tokens", values)
             with gr.Group(visible=shown["penalty_knobs"]) as groups["penalty_knobs"]:
                 chain_widgets(index, knobs, PENALTIES, values)
         notice = gr.Markdown("", elem_classes=["notice"], elem_id=f"notice-{index}")

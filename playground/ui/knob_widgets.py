@@ -15,10 +15,13 @@ def chain_knobs(group: str) -> tuple[str, ...]:
     return tuple(knob.name for knob in registry.knobs() if knob.group == group)
 
 
-def knob_widget(knob: registry.Knob, index: int, value: Any) -> Any:
-    """A knob's widget from its record alone: a slider over the knob's own range (its first step where the low
-    end is refused), a number box, a text box or a checkbox."""
-    common: dict[str, Any] = {"label": knob.title, "info": knob.help or None, "elem_id": f"{knob.name}-{index}"}
+def knob_widget(knob: registry.Knob, index: int, value: Any, visible: bool = True) -> Any:
+    """A knob's widget from its record alone: a dropdown of its choices, a slider over the knob's own range (its
+    first step where the low end is refused), a number box, a text box or a checkbox."""
+    common: dict[str, Any] = {"label": knob.title, "info": knob.help or None, "elem_id": f"{knob.name}-{index}",
+                              "visible": visible}
+    if knob.choices:
+        return gr.Dropdown(list(knob.choices), value=value, **common)
     if knob.kind is bool:
         return gr.Checkbox(value, **common)
     if knob.kind is str:

@@ -83,6 +83,16 @@ def _torch_vs_jax() -> Preset:
        "(0 once compiled).")
 
 
+def _three_compilers() -> Preset:
+    eager_static = _greedy(cache="static")
+    return Preset("Explain in a few sentences why the sky is blue.", (
+        _greedy(), eager_static, {**eager_static, "torch_compile": "default"}, {**eager_static, "backend": "jax"},
+    ), "Greedy, fp32, 64 tokens, three engines: PyTorch generate eager (dynamic and static cache), generate with "
+       "torch.compile over the static cache (inductor: its decode step compiled on the first run, the compile "
+       "time shown apart, 0 once compiled), and the jitted JAX decoder. The text is the same token for token; "
+       "compare decode speed and TTFT in the table, and each compiler's compile time.")
+
+
 def _assisted() -> Preset:
     # no draft-model column: the only bundled pair (SmolLM2 drafting for Gemma-3, different tokenizers) re-tokenizes
     # every draft, and on a 2-core CPU it ran slower than Gemma-3 alone
@@ -172,6 +182,7 @@ PRESETS: dict[str, Preset] = {
     "Greedy vs sampling vs beam": _strategies(),
     "Cache shoot-out": _cache_shoot_out(),
     "PyTorch vs JAX": _torch_vs_jax(),
+    "Three compilers": _three_compilers(),
     "Beam on PyTorch vs JAX": _beam_torch_vs_jax(),
     "Assisted vs plain": _assisted(),
     "Assisted on PyTorch vs JAX": _assisted_torch_vs_jax(),

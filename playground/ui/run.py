@@ -122,6 +122,8 @@ def done_notice(result: Result) -> str:
         parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")
     if metrics["acceptance_rate"] is not None:
         parts.append(f"{100 * metrics['acceptance_rate']:.0f}% drafts accepted")
+    if "device" in result:
+        parts.append(f"on {result['device']}")
     if alone := against_alone(result):
         parts.append(alone)
     if result["stopped"]:

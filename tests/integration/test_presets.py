@@ -87,6 +87,18 @@ def test_pytorch_and_jax_give_the_same_text():
     assert results[0]["new_tokens"] > 20
 
 
+def test_three_compilers_give_the_same_text_and_torch_compile_compiles_outside_the_timed_run():
+    results = list(run_preset("Three compilers").values())
+    compiled = results[2]
+    print(f"tokens/s {[round(r['metrics']['tokens_per_s'], 1) for r in results]}; compile s "
+          f"{[round(r['metrics']['compile_s'], 1) for r in results]}")
+    assert [(r["spec"]["backend"], r["spec"]["torch_compile"]) for r in results] == [
+        ("torch", "off"), ("torch", "off"), ("torch", "default"), ("jax", "off")]
+    assert all(r["token_ids"] == results[0]["token_ids"] for r in results)
+    assert compiled["extra"]["torch_compile"]["graphs_compiled_in_run"] == 0  # its compile is in compile_s
+    assert compiled["metrics"]["ttft_s"] < 1.0  # not the compile's tens of seconds
+
+
 def test_assisted_accepts_drafts_on_the_passage_and_keeps_the_greedy_text():
     results = list(run_preset("Assisted vs plain").values())
     plain, assisted = results[0], results[1:]

@@ -1,10 +1,11 @@
 """CLI contract: bad input exits 2 with a single `error:` line on stderr and no traceback."""
 
+import json
 import subprocess
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, save_tiny_model
 
 pytestmark = pytest.mark.subprocess  # every test runs the CLI in a fresh Python
 
@@ -27,6 +28,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--backend", "jax", "--weights", "nf4"], "weights=nf4 cannot run: 4-bit weights are not offered on the JAX"),
     (["--backend", "jax", "--strategy", "beam", "--num-beams", "2", "--num-return-sequences", "3"],
      "raise num_beams or lower num_return_sequences"),
+    (["--torch-compile", "--cache", "dynamic"], "torch.compile needs the static cache's fixed shapes"),
+    (["--backend", "jax", "--cache", "static", "--torch-compile"], "torch.compile is PyTorch's compiler"),
+    (["--torch-compile", "fastest"], "invalid choice: 'fastest'"),
 ])
 def test_bad_input_exits_2_with_one_error_line(args, fragment):
     done = cli("run", "--prompt", "hi", *args)
@@ -58,3 +62,17 @@ def test_bench_names_its_suites_when_given_another():
 def test_soak_refuses_what_it_cannot_run(args, fragment):
     done = cli("soak", *args)
     assert done.returncode == 2 and fragment in done.stderr
+
+
+def test_a_torch_compile_run_gives_eager_tokens_with_its_compile_time_apart(tmp_path):
+    model = save_tiny_model(tmp_path / "tiny")
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
+    args = ("run", "--model", model, "--prompt", "hello", "--cache", "static", "--max-new-tokens", "16", "--json")
+    eager = run_cli(*args, env=env)
+    compiled = run_cli(*args, "--torch-compile", env=env, timeout=300)
+    assert eager.returncode == 0 and compiled.returncode == 0, compiled.stderr[-2000:]
+    eager_result, result = json.loads(eager.stdout), json.loads(compiled.stdout)
+    assert result["spec"]["torch_compile"] == "default" and result["token_ids"] == eager_result["token_ids"]
+    metrics = result["metrics"]
+    assert metrics["compile_s"] > 0 and metrics["ttft_s"] < metrics["compile_s"]  # compiled before the prompt ran
+    assert result["extra"]["torch_compile"]["graphs_compiled_in_run"] == 0

@@ -47,6 +47,16 @@ def test_the_sampling_and_assisted_presets_carry_what_makes_them_differ():
     assert backends == {"torch", "jax"}
 
 
+def test_three_compilers_runs_the_same_greedy_request_on_each_engine():
+    preset = PRESETS["Three compilers"]
+    specs = [RunSpec.from_dict(c) for c in preset.columns]
+    assert [(s.backend, s.cache, s.torch_compile) for s in specs] == [("torch", "dynamic", "off"), (
+        "torch", "static", "off"), ("torch", "static", "default"), ("jax", "static", "off")]
+    same = {(s.strategy, s.model, s.weights, s.max_new_tokens) for s in specs}
+    assert same == {("greedy", "smollm2-135m", "fp32", 64)}
+    assert "compile" in preset.note and "JAX" in preset.note
+
+
 @pytest.fixture(scope="module")
 def ui():
     from playground.ui.wiring import build_ui
@@ -111,3 +121,13 @@ def test_applying_a_preset_puts_its_prompt_and_columns_on_the_page_and_keeps_the
     from playground.ui.run import run_outputs
     assert page.preset_note not in run_outputs(page)
     assert updates[page.run]["value"] == f"▶ Run all {len(preset.columns)} columns"  # the button counts them
+
+
+def test_the_three_compilers_preset_sets_the_torch_compile_control_of_its_third_column(page):
+    from playground.ui.wiring import apply_preset
+
+    data = page_data(page, {})
+    _put_on_page(data, apply_preset(page, "Three compilers", data))
+    assert [data[page.columns[i].knobs["torch_compile"]] for i in range(MAX_COLUMNS)] == [
+        "off", "off", "default", "off"]
+    assert [data[page.columns[i].knobs["backend"]] for i in range(MAX_COLUMNS)] == ["torch", "torch", "torch", "jax"]

@@ -206,3 +206,15 @@ def test_a_custom_generate_loop_gets_the_config_and_helpers_our_own_loops_use(mo
     assert seen["eos"] is not None and 256 in seen["eos"].view(-1).tolist(), broke(hooks.EOS_TOKEN_TENSOR, "is not set")
     assert seen["cache"] == 8, broke(hooks.PREFILL, f"left {seen['cache']} cached positions for an 8-token prompt")
     assert seen["rows"] == 3, broke(hooks.EXPAND_INPUTS, "did not repeat the rows")
+
+
+def test_a_compile_config_made_for_every_device_lets_generate_compile_on_a_cpu(model):
+    import copy
+
+    from transformers import CompileConfig, StaticCache
+
+    config = copy.deepcopy(model.generation_config)
+    config.compile_config, config.disable_compile = hooks.compiled_on_every_device(CompileConfig()), False
+    cache = {"past_key_values": StaticCache(config=model.config, max_cache_len=16)}
+    assert model.device.type == "cpu" and model._valid_auto_compile_criteria(cache, config), broke(
+        hooks.COMPILE_ALL_DEVICES, "no longer lets generate() compile the forward on a CPU")

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
+from playground.backends import device
 from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts
@@ -72,7 +73,7 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
 
 def _local(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
     """The main state's small arrays on the draft's one device (the main model may be split over a mesh)."""
-    return tuple(jax.device_put(arrays, jax.devices()[0]))
+    return tuple(jax.device_put(arrays, device.current().jax_device()))
 
 
 class Drafter:

@@ -32,6 +32,7 @@ from jax.stages import CompilerOptions, Lowered
 from torchax import interop
 from transformers import PreTrainedModel
 
+from playground.backends import device
 from playground.backends.jax import compiling, disk_cache, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
@@ -41,9 +42,8 @@ from playground.backends.jax.compiling import Pending
 from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo, knob_specs
 
-# Debug options per compiled program (they are part of its cache key). Region analysis lets XLA prove the
-# in-place cache writes safe inside the decode loop instead of copying each cache array every step.
-COMPILER_OPTIONS: CompilerOptions = {"xla_cpu_copy_insertion_use_region_analysis": True}
+# Debug options per compiled program (they are part of its cache key): the device's (device.py)
+COMPILER_OPTIONS: CompilerOptions = dict(device.current().xla_options)
 
 
 @dataclass(frozen=True)
@@ -315,15 +315,6 @@ class Engine:
         return self.program(("decode", batch, layouts, steps, mode, eos), lower)
 
 
-# XLA's CPU buffers must start on a 64-byte boundary: DLPack shares a torch tensor's memory only then, and
-# copies it otherwise (weights read in place from a safetensors file sit at the file's offsets)
-DLPACK_ALIGNMENT = 64
-
-
-def _shareable(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.data_ptr() % DLPACK_ALIGNMENT == 0
-
-
 def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") -> int:
     """Bytes an Engine for (model, devices, weights) allocates beyond the model's own tensors, counted before it
     does (the memory budget reserves them first). On one device fused q/k/v and gate/up matrices are new arrays
@@ -348,7 +339,7 @@ def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") ->
             if devices > 1:
                 split = any(tensor_parallel.weight_spec(array_name, ndim, config, devices))
                 total += size if split else size * devices
-            elif scale_name is not None or len(parts) > 1 or not _shareable(parts[0]):
+            elif scale_name is not None or len(parts) > 1 or not device.current().shares_with_jax(parts[0]):
                 total += size
     return total
 

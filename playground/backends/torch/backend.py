@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from playground import registry
@@ -16,6 +17,8 @@ from playground.backends.base import (
     ReportProgress,
     ShouldStop,
 )
+from playground.backends.torch import compiled
+from playground.errors import PlaygroundError
 from playground.models import memory
 
 if TYPE_CHECKING:
@@ -36,12 +39,19 @@ class TorchBackend:
 
     def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
                   draft_config: Mapping[str, Any] | None) -> None:
-        """Everything transformers runs, this path runs: RunSpec's checks are the refusals."""
+        """Everything transformers runs, this path runs: RunSpec's checks are the refusals, and torch.compile
+        on a CPU without the C++ compiler its kernels are built with."""
+        if spec.torch_compile != "off" and compiled.cpp_compiler() is None and compiled.on_cpu():
+            raise PlaygroundError(f"torch_compile={spec.torch_compile!r} cannot run: {compiled.compiler_refusal()}")
 
     def memory_needed(self, loaded: LoadedModel, spec: RunSpec, prompt_tokens: int,
                       draft: LoadedModel | None) -> MemoryNeed:
         """The full-precision cache for prompt + max_new_tokens, a row per sequence (and the draft's)."""
         total = prompt_tokens + spec.max_new_tokens
+        if spec.torch_compile != "off":
+            from playground.backends.torch.caches.factory import compiled_length  # torch is loaded by now
+
+            total = compiled_length(prompt_tokens, spec.max_new_tokens)
         sequences = registry.strategy(spec.strategy).rows(spec)
         need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
         if draft is not None:
@@ -57,14 +67,22 @@ class TorchBackend:
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
-        # model.generate compiles nothing; the one preparation is the quantized cache's kernels, built on first use,
-        # and counted as this path's compile time (outside every timing, like the JAX path's)
+        # the preparations, counted as this path's compile time (outside every timing, like the JAX path's): the
+        # quantized cache's kernels, built on first use, and under torch.compile the decode step's compile
         from playground.backends.torch.generate import generate
 
         began = time.perf_counter()
         prepare = registry.cache_type(spec.cache).torch_prepare
         build_s = prepare(spec, progress) if prepare is not None else 0.0
-        output = generate(loaded, input_ids, spec, emit, should_stop, draft, preview)
+        compiling = spec.torch_compile != "off"
+        if compiling:
+            build_s += compiled.warm_up(loaded, input_ids.to(loaded.model.device), spec, progress)
+        graphs = compiled.graphs_compiled() if compiling else 0
+        with compiled.torchax_out_of_sight() if compiling else nullcontext():  # a step the warm-up missed compiles
+            output = generate(loaded, input_ids, spec, emit, should_stop, draft, preview)
+        if compiling:  # what the timed run compiled itself: nothing, where the warm-up covered its shapes
+            output.extra["torch_compile"] = {"mode": spec.torch_compile,
+                                             "graphs_compiled_in_run": compiled.graphs_compiled() - graphs}
         if build_s:  # the run's window opens before the build, as the JAX path's opens before its compiles
             output.start_time, output.compile_s = began, build_s
         return output

@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from transformers import GenerationConfig
+from transformers import CompileConfig, GenerationConfig
 
 from playground import registry
 from playground.backends.base import first_eos
+from playground.backends.torch.transformers_hooks import compiled_on_every_device
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     # eager is eager on every device: on an accelerator generate() compiles the forward by itself whenever the cache
     # is static, which would make a "PyTorch, static" column a compiled one without saying so
     config.disable_compile = True
+    if spec.torch_compile != "off":
+        config.compile_config, config.disable_compile = compile_config(spec.torch_compile), False
     config.max_new_tokens = spec.max_new_tokens
     config.max_length = None
     if config.pad_token_id is None:
@@ -39,6 +42,16 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
         strategy.torch_config(spec, config)
     config.validate(strict=True)
     return config
+
+
+def compile_config(mode: str) -> CompileConfig:
+    """torch.compile of the decode step in `mode`: shapes static until dynamo sees one change (dynamic=None, its
+    default and transformers': a sliding layer of the static cache counts its length in a Python int, which a
+    static compile would take as a constant and compile again at every step), the whole forward one graph
+    (fullgraph: a graph break is an error, never a step run half eager), and on every device (transformers
+    compiles on accelerators only unless told). Configs of one mode compare equal, so the model keeps its
+    compiled call from request to request."""
+    return compiled_on_every_device(CompileConfig(fullgraph=True, dynamic=None, mode=mode))
 
 
 def beam_search(spec: RunSpec, config: GenerationConfig) -> None:

@@ -73,6 +73,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
              preview: PreviewTokens | None = None) -> GenerationOutput:
     """model.generate with our cache, streamer, probes and stop criterion; new tokens stream through `emit`,
     beam search's leading beam through `preview`."""
+    input_ids = input_ids.to(loaded.model.device)  # the runner encodes on the host
     prompt_len = input_ids.shape[1]
     run = _prepare(loaded, prompt_len, spec, emit, should_stop, draft, preview)
     context = TorchContext(prompt_len, tuple(eos_ids(run.config, loaded.tokenizer)), loaded.tokenizer,

@@ -162,9 +162,10 @@ def chained(model: Any, spec: RunSpec, context: TorchContext, probe: TokenProbe 
 
 @contextmanager
 def count_forward_passes(module: torch.nn.Module) -> Iterator[list[int]]:
-    """Counts calls of the main model's forward."""
+    """Counts calls of the main model's forward. The hook runs outside whatever torch.compile traces: traced, it
+    would be compiled with the count as a constant, and compiled again at every step."""
     count = [0]
-    handle = module.register_forward_pre_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+    handle = module.register_forward_pre_hook(torch.compiler.disable(lambda *_: count.__setitem__(0, count[0] + 1)))
     try:
         yield count
     finally:

@@ -15,6 +15,7 @@ def reference_greedy(model: Any, ids: torch.Tensor, new_tokens: int, cache_imple
     """Exactly `new_tokens` greedy tokens from plain transformers generate, none of our processors or caches:
     the reference the other paths must match (tests) and are timed against (bench). `cache_implementation` is
     transformers' own ("dynamic" or "static")."""
+    ids = ids.to(model.device)
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
                              min_new_tokens=new_tokens, streamer=streamer, cache_implementation=cache_implementation,
@@ -34,10 +35,10 @@ class Judgement:
 def logprobs_along(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> torch.Tensor:
     """Log-probabilities (N, V) of the distribution each new token came from, in one forward pass over prompt +
     output (no cache: full attention)."""
-    ids = torch.cat([prompt_ids, torch.tensor([new_ids], dtype=prompt_ids.dtype)], dim=1)  # (1, T + N)
+    ids = torch.cat([prompt_ids, torch.tensor([new_ids], dtype=prompt_ids.dtype)], dim=1).to(model.device)  # (1, T+N)
     with torch.inference_mode():
         out = model(ids, attention_mask=torch.ones_like(ids))
-    return torch.log_softmax(out.logits[0, prompt_ids.shape[1] - 1: -1].float(), dim=-1)
+    return torch.log_softmax(out.logits[0, prompt_ids.shape[1] - 1: -1].float(), dim=-1).cpu()  # judged on the host
 
 
 def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:

@@ -50,6 +50,9 @@ PREFILL = "_prefill"  # the prompt's forward, as _sample runs it (a restarted ca
 STATEFUL = "_is_stateful"  # a recurrent model, whose state cannot be cropped or reordered
 PAD_TOKEN_TENSOR = "_pad_token_tensor"  # the pad id as a tensor, set by generate() on its config copy
 EOS_TOKEN_TENSOR = "_eos_token_tensor"  # every EOS id as a tensor, set likewise
+# CompileConfig's switch that lets generate() compile the forward on a CPU too (else on accelerators only); read by
+# GenerationMixin._valid_auto_compile_criteria
+COMPILE_ALL_DEVICES = "_compile_all_devices"
 
 _INSTALL_LOCK = threading.Lock()
 _GGUF_LOCK = threading.Lock()
@@ -102,6 +105,12 @@ def prefill(model: Any, input_ids: torch.Tensor, generation_config: Any, model_k
 
 def is_stateful(model: Any) -> bool:
     return bool(getattr(model, STATEFUL, False))
+
+
+def compiled_on_every_device(compile_config: Any) -> Any:
+    """The compile config, made to compile on any device (a CPU included)."""
+    setattr(compile_config, COMPILE_ALL_DEVICES, True)
+    return compile_config
 
 
 def pad_token(generation_config: Any) -> torch.Tensor | None:

@@ -16,6 +16,11 @@ from playground.backends.torch.caches.sliding import make_sliding_cache
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 
+# A static cache that torch.compile runs over is prompt + max_new_tokens rounded up to this many positions: its
+# length is a shape of the compiled decode step, so a new length compiles again (the JAX path rounds its own
+# static cache to the same granule, for the same reason); nearby requests share one
+COMPILED_GRANULE = 64
+
 
 def check_cache(spec: RunSpec, config: Any) -> None:
     """Refuse, from the model's config alone (so before its weights load), a cache this model cannot have;
@@ -37,6 +42,11 @@ def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     return registry.cache_type(spec.cache).torch(spec, model, prompt_tokens)
 
 
+def compiled_length(prompt_tokens: int, max_new_tokens: int) -> int:
+    """The static cache's length under torch.compile."""
+    return -(-(prompt_tokens + max_new_tokens) // COMPILED_GRANULE) * COMPILED_GRANULE
+
+
 def _text_config(model: Any) -> Any:
     return model.config.get_text_config(decoder=True)
 
@@ -46,13 +56,17 @@ def dynamic_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
 
 
 def static_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
-    """Sized for this request exactly: prompt + every token we may generate. A drafting strategy's cache can roll
-    rejected drafts back, and has room for the last verify pass, whose prompt-lookup drafts may run up to
-    `prompt_lookup` tokens past the end (a draft model's drafts stop at the end)."""
+    """Sized for this request: prompt + every token we may generate (rounded up under torch.compile). A
+    drafting strategy's cache can roll rejected drafts back, and has room for the last verify pass, whose
+    prompt-lookup drafts may run up to `prompt_lookup` tokens past the end (a draft model's drafts stop at the
+    end)."""
     if registry.strategy(spec.strategy).drafts:
         return CroppableStaticCache(_text_config(model),
                                     max_cache_len=prompt_tokens + spec.max_new_tokens + spec.prompt_lookup)
-    return StaticCache(config=_text_config(model), max_cache_len=prompt_tokens + spec.max_new_tokens)
+    length = prompt_tokens + spec.max_new_tokens
+    if spec.torch_compile != "off":  # a shape of the compiled step: rounded up, so nearby requests share one
+        length = compiled_length(prompt_tokens, spec.max_new_tokens)
+    return StaticCache(config=_text_config(model), max_cache_len=length)
 
 
 def sliding_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:

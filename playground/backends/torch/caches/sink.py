@@ -209,9 +209,10 @@ class SinkLayer(DynamicLayer):
         sees, as a single step at its position would: its own sink copy, and the recent keys of its window."""
         sinks, start = self.num_sink_tokens, self.seen_tokens
         recent = self.stored_length() - sinks
-        queries = torch.arange(start, start + query_length)[:, None]  # (q, 1) absolute positions
-        held = torch.arange(start - recent, start + query_length)[None, :]  # (1, R + q) absolute positions
-        own_sinks = torch.eye(query_length, dtype=torch.bool).repeat_interleave(sinks, dim=1)  # (q, q * S)
+        at = self.keys.device if self.keys is not None else None
+        queries = torch.arange(start, start + query_length, device=at)[:, None]  # (q, 1) absolute positions
+        held = torch.arange(start - recent, start + query_length, device=at)[None, :]  # (1, R + q) positions
+        own_sinks = torch.eye(query_length, dtype=torch.bool, device=at).repeat_interleave(sinks, dim=1)  # (q, qS)
         window = (held <= queries) & (held > queries - (self.window_length - sinks))
         return torch.cat([own_sinks, window], dim=1)
 

@@ -1,0 +1,80 @@
+"""A column's settings card below its choices: the strategies' knob groups (the sampling stages, drawn from
+their registry records by knob_widgets.py; beam search's; assisted decoding's), then the caches' and the
+backends' (devices on JAX, torch.compile on PyTorch), each shown only where the column's choice reads its knobs
+(columns.visibility)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gradio as gr
+
+from playground import registry
+from playground.models.catalog import BUNDLED
+from playground.registry.builtin_knobs import MORE_SAMPLING, SAMPLING
+from playground.spec import CACHE_BITS, MAX_BEAMS
+from playground.ui.knob_widgets import chain_widgets, knob_widget
+from playground.ui.settings import ColumnValues
+
+DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
+
+
+def slider(key: str, index: int, low: float, high: float, step: float, label: str, values: Mapping[str, Any],
+           **kw: Any) -> gr.Slider:
+    return gr.Slider(low, high, value=values[key], step=step, label=label, elem_id=f"{key}-{index}", **kw)
+
+
+def strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
+                   shown: Mapping[str, bool]) -> None:
+    """Sampling, beam and assisted knobs, each group shown only for its strategy."""
+    with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
+        chain_widgets(index, knobs, SAMPLING, values)
+        with gr.Accordion("more samplers: typical-p, epsilon and eta, top-nσ, XTC, the order", open=False):
+            chain_widgets(index, knobs, MORE_SAMPLING, values)
+    with gr.Group(visible=shown["beam_knobs"]) as groups["beam_knobs"]:
+        with gr.Row():
+            knobs["num_beams"] = slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
+            knobs["num_return_sequences"] = slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
+                                                   "returned sequences", values)
+        with gr.Row():
+            knobs["length_penalty"] = slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty", values)
+            knobs["early_stopping"] = gr.Checkbox(values["early_stopping"], label="early stopping",
+                                                  elem_id=f"early_stopping-{index}")
+    with gr.Group(visible=shown["draft_knobs"]) as groups["draft_knobs"]:
+        knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=values["draft_source"],
+                                         label="draft tokens from", elem_id=f"draft_source-{index}")
+        knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=values["assistant"], label="draft model",
+                                         allow_custom_value=True, elem_id=f"assistant-{index}",
+                                         visible=shown["assistant"])
+        knobs["prompt_lookup"] = slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens", values,
+                                        visible=shown["prompt_lookup"])
+        groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
+        knobs["assisted_sampling"] = gr.Checkbox(
+            values["assisted_sampling"], label="sample (speculative sampling)", elem_id=f"assisted_sampling-{index}",
+            info="off: greedy, the same text as greedy decoding · on: drafts accepted by the speculative-sampling "
+                 "rule, so the text follows the sampling knobs above")
+
+
+def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
+                shown: Mapping[str, bool]) -> None:
+    """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX, torch.compile only
+    for PyTorch."""
+    with gr.Group(visible=shown["bits_knobs"]) as groups["bits_knobs"]:
+        with gr.Row():
+            knobs["cache_bits"] = gr.Radio(list(CACHE_BITS), value=values["cache_bits"], label="cache bits",
+                                           elem_id=f"cache_bits-{index}",
+                                           info="2/4: + full-precision residual · 8: fp8 (torch), 8-bit groups (jax)")
+            knobs["residual_length"] = gr.Number(values["residual_length"], precision=0, minimum=1,
+                                                 label="full-precision residual (tokens)",
+                                                 elem_id=f"residual_length-{index}")
+    with gr.Row(visible=shown["window_box"]) as groups["window_box"]:
+        knobs["window"] = gr.Number(values["window"], precision=0, minimum=1, label="window (tokens)",
+                                    elem_id=f"window-{index}")
+        knobs["sink_tokens"] = gr.Number(values["sink_tokens"], precision=0, minimum=0, label="sink tokens",
+                                         elem_id=f"sink_tokens-{index}", visible=shown["sink_tokens"])
+        groups["sink_tokens"] = knobs["sink_tokens"]
+    knobs["devices"] = slider("devices", index, 1, 8, 1, "devices (shards)", values, visible=shown["devices"])
+    groups["devices"] = knobs["devices"]
+    groups["torch_compile"] = knobs["torch_compile"] = knob_widget(
+        registry.knob("torch_compile"), index, values["torch_compile"], visible=shown["torch_compile"])
