@@ -9,7 +9,6 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 import zlib
@@ -125,11 +124,12 @@ def applied_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     """Where the figures were measured: they mean little without the cores, the memory and the device."""
-    devices = ["cpu (PyTorch)"]
-    if "jax" in sys.modules:  # only after a JAX column ran: exporting never starts JAX
-        devices.append(f"{sys.modules['jax'].devices()[0].platform} (JAX)")
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total, "devices": devices}
+    from playground.backends import device
+
+    found = device.current()
+    return {"platform": platform.platform(), "processor": device.cpu_name(), "cores": os.cpu_count(),
+            "memory_bytes": psutil.virtual_memory().total, "device": found.label,
+            "device_memory_bytes": found.memory()[0], "devices": [f"{found.label} (PyTorch and JAX)"]}
 
 
 def results_json(settings: PageSettings, results: Sequence[Result | None]) -> str:

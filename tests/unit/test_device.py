@@ -132,3 +132,14 @@ def test_a_column_says_where_it_ran(tmp_path, monkeypatch):
         result = run_to_result("hello", RunSpec(model=path, max_new_tokens=3, min_new_tokens=3))
     assert result["device"] == device.current().label
     assert f"on {device.current().label}" in done_notice(result)
+
+
+def test_no_module_but_the_device_names_a_cpu_only_compiler_flag_or_picks_a_device_itself():
+    from tests.helpers import ROOT
+
+    for path in (ROOT / "playground").rglob("*.py"):
+        if path.name == "device.py":
+            continue
+        text = path.read_text()
+        assert "xla_cpu_" not in text, f"{path}: a CPU compiler flag belongs to the device object"
+        assert "jax.devices()[0]" not in text, f"{path}: the device object names JAX's device"
