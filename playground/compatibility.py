@@ -43,7 +43,12 @@ def _instead(backend: str, cache: str) -> str:
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
     """The reason a combination cannot run, or None when it can."""
-    if not registry.strategy(strategy).drafts:
+    entry = registry.strategy(strategy)
+    if backend == "jax" and entry.jax is None:
+        return f"{entry.jax_missing}; use backend 'torch'"
+    if backend == "torch" and entry.torch_caches is not None and cache not in entry.torch_caches:
+        return f"{entry.torch_cache_need}; use cache " + " or ".join(f"'{c}'" for c in entry.torch_caches)
+    if not entry.drafts:
         return None
     why = registry.cache_type(cache).no_rollback.get(backend)
     return None if why is None else f"{why}; {_instead(backend, cache)}"
@@ -76,10 +81,11 @@ def compile_refusal(mode: str, backend: str, strategy: str, cache: str, weights:
         return (f"torch.compile needs the static cache's fixed shapes (transformers compiles generate's forward "
                 f"only over a preallocated cache; cache '{cache}' changes shape as it grows or evicts): use cache "
                 + " or ".join(f"'{c}'" for c in fixed))
-    plain = [s.name for s in registry.strategies() if s.records == "tokens"]
+    plain = [s.name for s in registry.strategies() if s.records == "tokens" and s.torch_loop is None]
     if strategy not in plain:
         return (f"transformers compiles only the one-token-per-step decode loop, and strategy '{strategy}' calls "
-                "the model eager (beam search and assisted decoding have loops of their own): use strategy "
+                "the model eager (beam search, assisted decoding and the guide's methods have loops of their own): use "
+                "strategy "
                 + " or ".join(f"'{s}'" for s in plain))
     if weights in NOT_COMPILED_WEIGHTS:
         return (f"transformers compiles no bitsandbytes-quantized model ({weights} weights); use fp32 or bf16 "

@@ -60,6 +60,7 @@ class RunSpec:
     num_beams: int = 4
     length_penalty: float = 1.0
     early_stopping: bool = False
+    penalty_alpha: float = 0.6  # contrastive search: the degeneration penalty's weight (candidates: top_k)
     num_return_sequences: int = 1
     # assisted decoding: a draft model, or n-gram lookup in the prompt (no draft model)
     assistant: str | None = None

@@ -22,6 +22,16 @@ _RETENTION = "playground.retention"
 
 
 
+# contrastive search scores its candidates in one batched forward of top_k rows per step
+MAX_CONTRASTIVE_K = 64
+
+
+def _check_contrastive(spec: RunSpec) -> None:
+    if not 2 <= spec.top_k <= MAX_CONTRASTIVE_K:
+        raise PlaygroundError(f"contrastive search weighs top_k candidates per step in one batched forward: "
+                              f"top_k={spec.top_k} must be 2 to {MAX_CONTRASTIVE_K} (the method's paper uses 4 to 10)")
+
+
 def _check_sinks(spec: RunSpec) -> None:
     if spec.sink_tokens >= spec.window:
         raise PlaygroundError(
@@ -104,6 +114,17 @@ register_strategy(Strategy(
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
     jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
+
+register_strategy(Strategy(
+    name="contrastive", label="contrastive search",
+    help="of the top_k most likely tokens, the one that scores best on (1 - α)·p minus α times its greatest "
+         "similarity to the text so far: coherent, and less repetitive than greedy",
+    knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch_config=lazy(_TORCH_CONFIG, "contrastive"),
+    torch_loop="playground.backends.torch.contrastive:contrastive_search", torch_caches=("dynamic",),
+    torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
+                     "step, which the dynamic cache selects in place",
+    jax_missing="contrastive search runs on the PyTorch path only so far (its JAX plug-in is not built)",
+    page=False))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

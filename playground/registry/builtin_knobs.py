@@ -87,6 +87,10 @@ for _knob in (
     Knob(name="seed", kind=int, default=0, low=0, high=2**32 - 1),
     Knob(name="num_beams", kind=int, default=4, low=1, high=MAX_BEAMS, shapes=True, sweep="mean_logprob"),
     Knob(name="length_penalty", default=1.0, low=-10.0, high=10.0),
+    # contrastive search: the weight of the degeneration penalty against the model's probability (its candidates
+    # are the top_k most likely tokens)
+    Knob(name="penalty_alpha", default=0.6, low=0.0, high=1.0, label="penalty α",
+         help="contrastive search: score = (1 - α)·p - α·(the candidate's greatest similarity to the text so far)"),
     # the verify pass's width
     Knob(name="prompt_lookup", kind=int, default=0, low=0, high=64, shapes=True, sweep="tokens_per_pass"),
     Knob(name="cache_bits", kind=int, default=4, choices=CACHE_BITS, shapes=True, sweep="agreement"),

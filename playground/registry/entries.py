@@ -147,8 +147,16 @@ class Strategy:
     # "drafts" (verification steps); beam search streams nothing until it ends
     records: str = "tokens"
     # jax: (spec, draft model or None) -> the plug-in the JAX request loop runs for one request
-    # (playground/backends/jax/strategy.py says what a plug-in provides)
-    jax: Callable[[RunSpec, Any], Any]
+    # (playground/backends/jax/strategy.py says what a plug-in provides); None: the JAX path refuses it
+    jax: Callable[[RunSpec, Any], Any] | None = None
+    jax_missing: str = ""  # why the JAX path refuses it, where it has no plug-in
+    # torch: "module:function", the decoding loop generate() runs as `custom_generate` (a method transformers 5
+    # no longer has in its core); None: generate's own loop. It takes `_sample`'s arguments and `emit`.
+    torch_loop: str | None = None
+    # the caches that loop runs on, and why not the others (the method's own need); None: every cache
+    torch_caches: tuple[str, ...] | None = None
+    torch_cache_need: str = ""
+    page: bool = True  # offered among the page's strategies (False: the CLI and the API only, so far)
     # the RunSpec key holding how many sequences the cache keeps a row for (beam search: num_beams); None: one
     rows_knob: str | None = None
     # verifies several drafted tokens per pass, so the cache must roll rejected ones back (CacheType.no_rollback)

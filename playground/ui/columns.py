@@ -104,7 +104,7 @@ def visibility(strategy: str, cache: str, backend: str, draft_source: str,
 def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
     """Offered strategies; those refused with the current cache/backend carry a ✗ (the notice says why)."""
     return [(s if compatibility.refusal(backend, s, cache) is None else f"{s} ✗ with {cache}", s)
-            for s in offered(registry.strategy_names(), 1)]
+            for s in offered(registry.page_strategy_names(), 1)]
 
 
 def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:

@@ -36,5 +36,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
              preview: PreviewTokens | None = None) -> GenerationOutput:
     """One request of `spec` (already validated: RunSpec refuses what this path cannot run), streaming through
     `emit`; no compile announcements (JaxBackend.generate adds them)."""
-    plugin = registry.strategy(spec.strategy).jax(spec, draft)
+    make_plugin = registry.strategy(spec.strategy).jax
+    if make_plugin is None:  # RunSpec refuses such a spec before it gets here
+        raise ValueError(f"strategy {spec.strategy!r} has no JAX plug-in")
+    plugin = make_plugin(spec, draft)
     return loop.generate(loaded, input_ids, spec, emit, should_stop, plugin, preview, draft)

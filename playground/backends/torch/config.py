@@ -38,9 +38,14 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     strategy = registry.strategy(spec.strategy)
     if strategy.samples(spec.assisted_sampling):
         config.update(do_sample=True, top_k=0)
-    if strategy.torch_config is not None:
+    own_loop = strategy.torch_loop is not None
+    if strategy.torch_config is not None and not own_loop:
         strategy.torch_config(spec, config)
     config.validate(strict=True)
+    if strategy.torch_config is not None and own_loop:
+        # settings only our loop reads (contrastive search's top_k): transformers 5 no longer runs the method,
+        # so its validation would call them unused
+        strategy.torch_config(spec, config)
     return config
 
 
@@ -58,6 +63,11 @@ def beam_search(spec: RunSpec, config: GenerationConfig) -> None:
     config.update(num_beams=spec.num_beams, length_penalty=spec.length_penalty,
                   early_stopping=spec.early_stopping, num_return_sequences=spec.num_return_sequences,
                   output_scores=True)
+
+
+def contrastive(spec: RunSpec, config: GenerationConfig) -> None:
+    """generate() leaves these in the config for the loop (contrastive.py) to read; it sets nothing else."""
+    config.update(penalty_alpha=spec.penalty_alpha, top_k=spec.top_k)
 
 
 def assisted(spec: RunSpec, config: GenerationConfig) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -148,9 +149,24 @@ def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run
             streamer=run.streamer,
             stopping_criteria=StoppingCriteriaList([run.stop, run.trace]),
             **run.assistant,
+            **_own_loop(spec, run),
         )
         end = time.perf_counter()
     return out, _Measured(start, end, passes[0])
+
+
+def _own_loop(spec: RunSpec, run: _Run) -> dict[str, Any]:
+    """generate()'s arguments for a strategy that runs its own decoding loop (`custom_generate`): generate()
+    puts the prompt in the streamer but hands the loop none, so the loop's `emit` feeds the same streamer."""
+    where = registry.strategy(spec.strategy).torch_loop
+    if where is None:
+        return {}
+    module, name = where.split(":")
+    loop = getattr(importlib.import_module(module), name)
+    streamer = run.streamer
+    if streamer is None:
+        return {"custom_generate": loop}
+    return {"custom_generate": loop, "emit": lambda ids: streamer.put(torch.tensor(ids))}
 
 
 def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], measured: _Measured) -> GenerationOutput:
