@@ -67,20 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
     bench.add_argument("--model", default=None,
                        help="default: smollm2-135m (suites compile and devices: every installed bundled model unless "
-                            "one is named)")
-    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights", "devices"),
+                            "one is named; grammar: both bundled models' tokenizers unless one is named)")
+    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights", "devices", "grammar"),
                        default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
                             "both backends over long runs; sweeps: the page's sweep presets, first and again; "
                             "compile: every JAX cell's first request on both bundled models (with "
                             "PLAYGROUND_COMPILE_CACHE=0 for cold compiles); weights: every weight precision on "
                             "both backends, speed and KL from fp32; devices: eager, torch.compile and JAX (fp32, int8) "
-                            "on this process's device (the GPU when there is one) against its roofline")
+                            "on this process's device (the GPU when there is one) against its roofline; grammar: the "
+                            "grammar engines (llguidance, xgrammar where installed) on the bundled tokenizers: "
+                            "compile, per-step mask and rollback times")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
     bench.add_argument("--rounds", type=int, default=None,
-                       help="suites caches, weights and devices: timed rounds of every configuration (default 3; the "
-                            "median is reported)")
+                       help="suites caches, weights, devices and grammar: timed rounds of every configuration "
+                            "(default 3; the median is reported)")
     bench.add_argument("--json", action="store_true")
 
     commands.add_parser("models", help="list the model catalog")
@@ -227,6 +229,13 @@ def command_bench(args: argparse.Namespace) -> None:
         result = bench_devices.run_devices_suite(progress, (args.model,) if args.model else None, new_tokens,
                                                  rounds=args.rounds or bench_devices.ROUNDS)
         print(json.dumps(result) if args.json else bench_devices.format_table(result))
+        return
+    if args.suite == "grammar":
+        from playground.tools import bench_grammar
+
+        result = bench_grammar.run_grammar_suite(progress, (args.model,) if args.model else bench_grammar.TOKENIZERS,
+                                                 rounds=args.rounds or bench_grammar.ROUNDS)
+        print(json.dumps(result) if args.json else bench_grammar.format_table(result))
         return
     model = args.model or "smollm2-135m"
     if args.suite == "sweeps":
