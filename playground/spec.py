@@ -61,6 +61,7 @@ class RunSpec:
     length_penalty: float = 1.0
     early_stopping: bool = False
     penalty_alpha: float = 0.6  # contrastive search: the degeneration penalty's weight (candidates: top_k)
+    dola_layers: str = "high"  # DoLa: "low", "high" or comma-separated layer indices
     num_return_sequences: int = 1
     # assisted decoding: a draft model, or n-gram lookup in the prompt (no draft model)
     assistant: str | None = None

@@ -32,6 +32,17 @@ def _check_contrastive(spec: RunSpec) -> None:
                               f"top_k={spec.top_k} must be 2 to {MAX_CONTRASTIVE_K} (the method's paper uses 4 to 10)")
 
 
+def _check_dola_layers(spec: RunSpec) -> None:
+    """The form of dola_layers; which indices a model has is checked by the loop, which knows the model."""
+    value = spec.dola_layers.strip()
+    if value in ("low", "high"):
+        return
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise PlaygroundError(f"dola_layers={spec.dola_layers!r} is not 'low', 'high' or comma-separated layer "
+                              "indices (e.g. 0,2,4)")
+
+
 def _check_sinks(spec: RunSpec) -> None:
     if spec.sink_tokens >= spec.window:
         raise PlaygroundError(
@@ -124,7 +135,16 @@ register_strategy(Strategy(
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
     jax_missing="contrastive search runs on the PyTorch path only so far (its JAX plug-in is not built)",
-    page=False))
+    check_model=lazy("playground.backends.torch.contrastive", "check_model"), page=False))
+
+register_strategy(Strategy(
+    name="dola", label="DoLa",
+    help="contrasts the final layer's next-token log-probabilities with an early layer's (the one most unlike "
+         "it) and decodes greedily from the difference: facts the late layers add stand out",
+    knobs=("dola_layers",), validate=_check_dola_layers, torch_config=lazy(_TORCH_CONFIG, "dola"),
+    torch_loop="playground.backends.torch.dola:dola_decoding",
+    jax_missing="DoLa runs on the PyTorch path only so far (its JAX plug-in is not built)",
+    check_model=lazy("playground.backends.torch.dola", "check_model"), page=False))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

@@ -89,6 +89,10 @@ for _knob in (
     Knob(name="length_penalty", default=1.0, low=-10.0, high=10.0),
     # contrastive search: the weight of the degeneration penalty against the model's probability (its candidates
     # are the top_k most likely tokens)
+    # DoLa: the early ("premature") layers whose logits the final layer's are contrasted with
+    Knob(name="dola_layers", kind=str, default="high", label="DoLa layers",
+         help="DoLa: 'low' or 'high' (the lower or upper half of the layers, every second one) or layer indices, "
+              "e.g. 0,2,4"),
     Knob(name="penalty_alpha", default=0.6, low=0.0, high=1.0, label="penalty α",
          help="contrastive search: score = (1 - α)·p - α·(the candidate's greatest similarity to the text so far)"),
     # the verify pass's width

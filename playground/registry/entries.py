@@ -157,6 +157,9 @@ class Strategy:
     torch_caches: tuple[str, ...] | None = None
     torch_cache_need: str = ""
     page: bool = True  # offered among the page's strategies (False: the CLI and the API only, so far)
+    # (spec, text_config, layer_types) -> raise ValueError(reason) for a model this strategy cannot run; called
+    # from the config alone, before the weights load (as a cache's check_model is)
+    check_model: Callable[[RunSpec, Any, list[str]], None] | None = None
     # the RunSpec key holding how many sequences the cache keeps a row for (beam search: num_beams); None: one
     rows_knob: str | None = None
     # verifies several drafted tokens per pass, so the cache must roll rejected ones back (CacheType.no_rollback)

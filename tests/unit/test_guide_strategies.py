@@ -56,7 +56,7 @@ def test_the_compatibility_table_and_the_page_follow_the_entry():
     assert "contrastive" in registry.strategy_names() and "contrastive" not in registry.page_strategy_names()
 
 
-def test_the_cli_runs_contrastive_search(tmp_path, monkeypatch, capsys):
+def test_the_cli_runs_contrastive_search(tmp_path, monkeypatch, capfd):
     import json
 
     from playground.__main__ import main
@@ -65,7 +65,64 @@ def test_the_cli_runs_contrastive_search(tmp_path, monkeypatch, capsys):
     with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as path:
         main(["run", "--model", path, "--prompt", "hello", "--strategy", "contrastive", "--penalty-alpha", "0.6",
               "--top-k", "4", "--max-new-tokens", "6", "--min-new-tokens", "6", "--json"])
-    result = json.loads(capsys.readouterr().out)
+    captured = capfd.readouterr()
+    result = json.loads(captured.out)
+    assert "may be ignored" not in captured.err  # top_k is read, by our loop
     assert result["spec"]["strategy"] == "contrastive" and result["spec"]["penalty_alpha"] == 0.6
     assert result["new_tokens"] == 6 and len(result["tokens"]) == 6
 
+
+
+DOLA = [r for r in records("dola", "tiny") if r["model"] in ("tiny-2l", "tiny-4l-tied")]
+
+
+@pytest.mark.parametrize("record", DOLA, ids=[r["id"] for r in DOLA])
+def test_a_dola_column_gives_transformers_4_52_tokens(record):
+    kwargs = record["generate_kwargs"]
+    model = shared_model(record["model"])
+    model.generation_config.eos_token_id = kwargs["eos_token_id"]
+    model.generation_config.pad_token_id = kwargs["pad_token_id"]
+    spec = RunSpec(strategy="dola", dola_layers=kwargs["dola_layers"], repetition_penalty=kwargs["repetition_penalty"],
+                   max_new_tokens=kwargs["max_new_tokens"])
+    out, streamed = torch_run(tiny_loaded(record["model"], model), torch.tensor([record["prompt_ids"]]), spec)
+    (expected,) = record["output"]["sequences"]
+    assert out.sequences[0] == expected[:len(out.sequences[0])] and streamed == out.sequences[0]
+    assert len(out.token_times) == len(streamed)
+
+
+def test_dola_layers_are_refused_in_a_form_it_cannot_read():
+    with pytest.raises(PlaygroundError, match="dola_layers='middle' is not 'low', 'high' or comma-separated"):
+        RunSpec(strategy="dola", dola_layers="middle")
+    with pytest.raises(PlaygroundError, match="DoLa runs on the PyTorch path only so far"):
+        RunSpec(strategy="dola", backend="jax")
+    assert RunSpec(strategy="dola", dola_layers="0,2").dola_layers == "0,2"
+
+
+def test_a_model_a_method_cannot_serve_is_refused_before_it_loads():
+    from playground.backends.torch.caches.factory import check_cache
+    from tests.helpers import tiny_gemma
+
+    config = tiny_gemma().config  # sliding layers around a global one; three layers
+    with pytest.raises(PlaygroundError, match="contrastive search cannot run on model_type='gemma3_text'"):
+        check_cache(RunSpec(strategy="contrastive", top_k=4), config)
+    with pytest.raises(PlaygroundError, match="dola_layers='low' leaves no candidate layer in a 3-layer model"):
+        check_cache(RunSpec(strategy="dola", dola_layers="low"), config)
+    with pytest.raises(PlaygroundError, match=r"layer indices in \[0, 3\)"):
+        check_cache(RunSpec(strategy="dola", dola_layers="7"), config)
+    check_cache(RunSpec(strategy="dola", dola_layers="0,2"), config)
+
+
+@pytest.mark.parametrize("cache", ["static", "quantized", "sliding", "sink"])
+def test_dola_runs_on_every_cache_and_a_full_one_gives_the_dynamic_caches_tokens(cache, capfd):
+    from tests.helpers import tiny_llama
+
+    loaded = tiny_loaded("tiny", tiny_llama(seed=2))
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    spec = RunSpec(strategy="dola", dola_layers="0", repetition_penalty=1.2, max_new_tokens=12, min_new_tokens=12)
+    plain, _ = torch_run(loaded, ids, spec)
+    knobs = {"quantized": {"cache_bits": 8}, "sliding": {"window": 64}, "sink": {"window": 64, "sink_tokens": 4}}
+    out, _ = torch_run(loaded, ids, spec.replace(cache=cache, **knobs.get(cache, {})))
+    assert len(out.sequences[0]) == 12
+    if cache in ("static", "sliding", "sink"):  # nothing evicted or rounded within 17 positions
+        assert out.sequences == plain.sequences
+    assert "may be ignored" not in capfd.readouterr().err

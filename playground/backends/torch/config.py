@@ -66,8 +66,15 @@ def beam_search(spec: RunSpec, config: GenerationConfig) -> None:
 
 
 def contrastive(spec: RunSpec, config: GenerationConfig) -> None:
-    """generate() leaves these in the config for the loop (contrastive.py) to read; it sets nothing else."""
-    config.update(penalty_alpha=spec.penalty_alpha, top_k=spec.top_k)
+    """generate() leaves these in the config for the loop (contrastive.py) to read; it sets nothing else. Set as
+    attributes: update() validates, and would warn that top_k "may be ignored" without sampling."""
+    config.penalty_alpha, config.top_k = spec.penalty_alpha, spec.top_k
+
+
+def dola(spec: RunSpec, config: GenerationConfig) -> None:
+    """The loop (dola.py) reads dola_layers from the config: 'low', 'high' or a list of layer indices."""
+    value = spec.dola_layers.strip()
+    config.dola_layers = value if value in ("low", "high") else [int(i) for i in value.split(",")]
 
 
 def assisted(spec: RunSpec, config: GenerationConfig) -> None:

@@ -23,7 +23,8 @@ is used. transformers 5's `hidden_states` hold what 4.52's did: [0] the embeddin
   per-row choice is had by running the rows one at a time. `DolaStep.js` keeps each row's own divergences.
 - Quirks: a tied 4-layer model gets `[2]` for both `low` and `high` (5 layers: `[2]` and `[2, 4]`); untied models
   start at layer 0, the embeddings put through `lm_head`; over 40 layers the first/last 20 are used; a list keeps
-  indices < N. Not 4.52: a negative index, or a list with none left, is refused (4.52 indexed from the end or crashed).
+  indices < N. Not 4.52: a negative index, a list with none left, or a half with no layer in it is refused (4.52
+  indexed from the end or crashed).
 - Refused, not matched: num_return_sequences > 1. 4.52 silently returned one sequence per prompt under DoLa; the
   generate() here has already repeated each prompt, and its n rows would draw other samples than 4.52's one.
 Checked beside 4.52 directly, not in the tests: single-row greedy and seeded sampling give bit-equal scores and
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, cast
 
 import torch
@@ -70,12 +72,18 @@ def candidate_layers(model: Any, dola_layers: str | list[int] | None) -> list[in
         start = 0
     else:
         start = 2 if final > 2 else 1 if final == 2 else 0
+    layers = []
     if dola_layers == "low":
         if start == final // 2:
             return [start]
-        return list(range(start, final // 2, 2)) if final <= 40 else list(range(start, 20, 2))
-    if dola_layers == "high":
-        return list(range(final // 2, final, 2)) if final <= 40 else list(range(final - 20, final, 2))
+        layers = list(range(start, final // 2, 2)) if final <= 40 else list(range(start, 20, 2))
+    elif dola_layers == "high":
+        layers = list(range(final // 2, final, 2)) if final <= 40 else list(range(final - 20, final, 2))
+    if layers:
+        return layers
+    if dola_layers in ("low", "high"):  # a model too shallow for the half asked for: 4.52 crashed on it
+        raise ValueError(f"dola_layers={dola_layers!r} leaves no candidate layer in a {final}-layer model; "
+                         "name the layers instead, e.g. 0")
     if isinstance(dola_layers, list) and all(isinstance(i, int) and i >= 0 for i in dola_layers):
         if layers := [i for i in dola_layers if i < final]:
             return layers
@@ -201,3 +209,10 @@ def _steps(layers: list[int], js: torch.Tensor, chosen: int, final: torch.Tensor
     tops = final.argmax(dim=-1).tolist()
     return [DolaStep(row, list(layers), js[:, row].tolist(), chosen, tops[row], token, token != tops[row])
             for row, token in enumerate(tokens.tolist())]
+
+
+def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
+    """The registry's model check: the layers `spec.dola_layers` names must exist in this model."""
+    value = spec.dola_layers.strip()
+    asked: str | list[int] = value if value in ("low", "high") else [int(i) for i in value.split(",")]
+    candidate_layers(SimpleNamespace(config=config), asked)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -138,7 +140,8 @@ def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run
     block_mask = getattr(run.cache, "block_mask", None) if run.assist is not None else None
     with torch.inference_mode(), count_forward_passes(model) as passes, recording_assist(model, run.assist), \
             chained(model, spec, context, run.probe), recording_beams(model, run.beams), \
-            (with_attention_mask(model, run.cache, block_mask) if block_mask else nullcontext()):
+            (with_attention_mask(model, run.cache, block_mask) if block_mask else nullcontext()), \
+            (_quiet_validation() if registry.strategy(spec.strategy).torch_loop else nullcontext()):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
         out = model.generate(
@@ -153,6 +156,19 @@ def _call_generate(model: Any, input_ids: torch.Tensor, spec: RunSpec, run: _Run
         )
         end = time.perf_counter()
     return out, _Measured(start, end, passes[0])
+
+
+@contextmanager
+def _quiet_validation() -> Iterator[None]:
+    """generate() validates its config again and logs a warning that settings only our loop reads (contrastive
+    search's top_k) "may be ignored": transformers 5 no longer runs the method, and the loop does read them."""
+    logger = logging.getLogger("transformers.generation.configuration_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _own_loop(spec: RunSpec, run: _Run) -> dict[str, Any]:

@@ -23,17 +23,18 @@ COMPILED_GRANULE = 64
 
 
 def check_cache(spec: RunSpec, config: Any) -> None:
-    """Refuse, from the model's config alone (so before its weights load), a cache this model cannot have;
-    both backends refuse with these words."""
-    check_model = registry.cache_type(spec.cache).check_model
-    if check_model is None:
-        return
+    """Refuse, from the model's config alone (so before its weights load), a cache this model cannot have, or a
+    strategy it cannot run; both backends refuse with these words."""
+    checks = [registry.cache_type(spec.cache).check_model, registry.strategy(spec.strategy).check_model]
     text_config = config.get_text_config(decoder=True)
     layer_types, _ = get_layer_types_and_kwargs(text_config)
-    try:
-        check_model(spec, text_config, layer_types)
-    except ValueError as exc:
-        raise PlaygroundError(str(exc)) from None
+    for check_model in checks:
+        if check_model is None:
+            continue
+        try:
+            check_model(spec, text_config, layer_types)
+        except ValueError as exc:
+            raise PlaygroundError(str(exc)) from None
 
 
 def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
