@@ -132,6 +132,7 @@ register_strategy(Strategy(
          "similarity to the text so far: coherent, and less repetitive than greedy",
     knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch_config=lazy(_TORCH_CONFIG, "contrastive"),
     torch_loop="playground.backends.torch.contrastive:contrastive_search", torch_caches=("dynamic",),
+    peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
     jax_missing="contrastive search runs on the PyTorch path only so far (its JAX plug-in is not built)",

@@ -162,6 +162,9 @@ class Strategy:
     check_model: Callable[[RunSpec, Any, list[str]], None] | None = None
     # the RunSpec key holding how many sequences the cache keeps a row for (beam search: num_beams); None: one
     rows_knob: str | None = None
+    # the RunSpec key holding how many cache rows the torch loop holds at its peak, where that is not rows_knob
+    # (contrastive search: its top_k candidates, one row each, during every step's scoring pass); None: rows()
+    peak_rows_knob: str | None = None
     # verifies several drafted tokens per pass, so the cache must roll rejected ones back (CacheType.no_rollback)
     drafts: bool = False
 
@@ -172,3 +175,7 @@ class Strategy:
     def rows(self, spec: RunSpec) -> int:
         """Sequences decoded side by side, each with its own cache row."""
         return int(getattr(spec, self.rows_knob)) if self.rows_knob else 1
+
+    def peak_rows(self, spec: RunSpec) -> int:
+        """Cache rows held at once at the peak of a step: what the memory budget must make room for."""
+        return int(getattr(spec, self.peak_rows_knob)) if self.peak_rows_knob else self.rows(spec)

@@ -126,3 +126,14 @@ def test_dola_runs_on_every_cache_and_a_full_one_gives_the_dynamic_caches_tokens
     if cache in ("static", "sliding", "sink"):  # nothing evicted or rounded within 17 positions
         assert out.sequences == plain.sequences
     assert "may be ignored" not in capfd.readouterr().err
+
+
+def test_the_memory_budget_counts_contrastive_searchs_top_k_cache_rows():
+    from playground.backends.torch.backend import TorchBackend
+
+    loaded = tiny_loaded("tiny")
+    backend = TorchBackend()
+    greedy = backend.memory_needed(loaded, RunSpec(max_new_tokens=32), 16, None).run
+    wide = backend.memory_needed(loaded, RunSpec(strategy="contrastive", top_k=8, max_new_tokens=32), 16,
+                                 None).run
+    assert wide.bytes == 8 * greedy.bytes and "x 8 sequence(s)" in wide.what and "lower top_k" in wide.hint

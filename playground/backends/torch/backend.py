@@ -52,11 +52,15 @@ class TorchBackend:
             from playground.backends.torch.caches.factory import compiled_length  # torch is loaded by now
 
             total = compiled_length(prompt_tokens, spec.max_new_tokens)
-        sequences = registry.strategy(spec.strategy).rows(spec)
+        strategy = registry.strategy(spec.strategy)
+        sequences = strategy.peak_rows(spec)
         need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
         if draft is not None:
             need += memory.kv_bytes_estimate(draft.model.config, total)
-        return MemoryNeed(Held(f"the KV cache for {total} tokens x {sequences} sequence(s)", need))
+        held = Held(f"the KV cache for {total} tokens x {sequences} sequence(s)", need)
+        if strategy.peak_rows_knob:  # the rows are its candidates: fewer of them is the first thing to try
+            held = Held(held.what, need, f"lower {strategy.peak_rows_knob} or max_new_tokens, pick smaller weights")
+        return MemoryNeed(held)
 
     def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
                        new_ids: list[int]) -> torch.Tensor:
