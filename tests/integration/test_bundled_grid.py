@@ -12,7 +12,10 @@ pytestmark = pytest.mark.slow
 MODELS = ["smollm2-135m", "gemma3-270m"]
 CELLS = [(row["backend"], row["strategy"], cache) for row in compatibility.table() for cache in registry.cache_names()]
 SUPPORTED = [cell for cell in CELLS if compatibility.refusal(*cell) is None]
-STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}}
+STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}, "contrastive": {"top_k": 4}}
+# model-dependent refusals (Gemma3 has its own sliding layers): (model, strategy or cache) -> what the refusal says
+MODEL_REFUSALS = {("gemma3-270m", "sink"): "use cache 'sliding'",
+                  ("gemma3-270m", "contrastive"): "contrastive search cannot run on model_type='gemma3_text'"}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -20,9 +23,11 @@ STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}}
 def test_supported_cell_runs(model, backend, strategy, cache):
     spec = RunSpec(model=model, backend=backend, strategy=strategy, cache=cache, max_new_tokens=6, chat=False,
                    window=16, **STRATEGY_EXTRAS.get(strategy, {}))
-    if model == "gemma3-270m" and cache == "sink":
-        # the README's footnote: attention sinks need an all-global RoPE model; Gemma3 has its own sliding layers
-        with pytest.raises(PlaygroundError, match="use cache 'sliding'"):
+    refusal = MODEL_REFUSALS.get((model, cache)) or MODEL_REFUSALS.get((model, strategy))
+    if refusal is not None:
+        # the README's footnote: attention sinks need an all-global RoPE model, and contrastive search crops its
+        # cache at the end, which sliding layers past their window cannot
+        with pytest.raises(PlaygroundError, match=refusal):
             runner.run_to_result("The capital of France is", spec)
         return
     result = runner.run_to_result("The capital of France is", spec)
