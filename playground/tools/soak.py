@@ -44,7 +44,9 @@ KNOB_VALUES: dict[str, tuple[Any, ...]] = {
     "min_p": (0.0, 0.05), "repetition_penalty": (1.0, 1.1, 1.3), "num_beams": (2, 3, 4),
     "length_penalty": (1.0, 0.8), "prompt_lookup": (3, 5, 8), "window": (32, 64, 128, 256),
     "sink_tokens": (2, 4, 8), "cache_bits": (2, 4, 8), "residual_length": (16, 32, 64),
+    "penalty_alpha": (0.3, 0.6), "dola_layers": ("low", "high"),
 }
+PEAK_ROWS = (2, 4, 6)  # a strategy's cache rows at its peak, where a knob sets them
 _GENERIC_ERROR = "has not enabled verbose error reporting"  # gradio_client's words for an unexpected exception
 
 
@@ -74,7 +76,9 @@ def random_spec(rng: random.Random) -> dict[str, Any]:
                                   "strategy": strategy.name, "cache": cache.name, "chat": rng.choice((None, False)),
                                   "max_new_tokens": rng.choice((8, 16, 32, 48)), "seed": rng.randrange(1000)}
         for name in strategy.knobs + cache.knobs:
-            if name in KNOB_VALUES:
+            if name == strategy.peak_rows_knob:  # a cache row each (contrastive search's candidates): a few
+                values[name] = rng.choice(PEAK_ROWS)
+            elif name in KNOB_VALUES:
                 values[name] = rng.choice(KNOB_VALUES[name])
         if strategy.drafts:
             values["prompt_lookup"] = rng.choice(KNOB_VALUES["prompt_lookup"])
