@@ -85,6 +85,11 @@ def dark_run(app_url, browser) -> Iterator[dict]:
     seen = {"presets_locked": page.locator("#preset-1").is_disabled()}
     page.wait_for_function(RAN, timeout=300_000)
     page.wait_for_timeout(1000)  # the plots draw after the last update
+    # colours are read once every transition has ended: on a busy machine the download buttons were still
+    # fading from disabled to enabled after that second, and a colour halfway read as too little contrast
+    page.wait_for_function("() => !document.querySelector('#download-json').disabled", timeout=30_000)
+    page.wait_for_function("() => document.getAnimations().every(a => !(a instanceof CSSTransition)"
+                           " || a.playState !== 'running')", timeout=10_000)
     yield {"page": page, "errors": errors, **seen}
     page.close()
 
