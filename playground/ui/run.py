@@ -275,6 +275,9 @@ def _closing(run: _Run, not_run: int) -> Updates:
                  "work took CPU time): compare their timings after a repeat on a quiet one." if busy else "")
     final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note
                       + contended}
+    if ran:  # the limits once more, well after the last data: on a busy machine a column's own limits update
+        # could arrive while its data was still being drawn, and be lost (a bar drawn past the plot's top)
+        final.update(plot_limits(run.page, run.outcome))
     if run.chat and run.replies:
         final[run.page.conversation] = record_turn(run.conversation, run.prompt, run.replies)
         final[run.page.prompt] = ""

@@ -82,9 +82,12 @@ def test_a_run_sends_the_plots_their_headroom_after_their_data_never_with_it(pag
     plots = (page.speed_plot, page.kv_plot)
     drawn = [i for i, u in enumerate(updates) if page.speed_plot in u and "value" in u[page.speed_plot]]
     limited = [i for i, u in enumerate(updates) if page.speed_plot in u and "y_lim" in u[page.speed_plot]]
-    assert len(limited) == 2 and all(i - 1 in drawn for i in limited)  # after each column's data, at once
+    *after_data, closing = limited
+    assert len(after_data) == 2 and all(i - 1 in drawn for i in after_data)  # after each column's data, at once
+    assert page.status in updates[closing] and closing == len(updates) - 1  # and once more as the run closes
+    assert updates[closing][page.speed_plot]["y_lim"] == updates[after_data[-1]][page.speed_plot]["y_lim"]
     for i in limited:
-        assert all(set(updates[i][plot]) == {"__type__", "y_lim"} for plot in plots)  # limits alone
+        assert all(set(updates[i][plot]) == {"__type__", "y_lim"} for plot in plots)  # limits alone, never data
     for i in drawn:
         assert all(updates[i][plot].get("__type__") == "update" for plot in (*plots, page.latency_plot))
     final = updates[limited[-1]]
