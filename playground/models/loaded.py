@@ -53,16 +53,13 @@ class LoadedModel:
         return self.weight_bytes + sum(self.held.values())
 
 
-# torch's CPU allocator starts tensors on 64-byte boundaries, which is what XLA needs to share them (DLPack)
-_ALIGNMENT = 64
-
-
 def _realign(model: Any) -> None:
     """Weights read in place from a safetensors file sit at the file's offsets, which XLA cannot share: JAX
     would copy every one of them. Copied once here into aligned memory, they are shared with a JAX engine
     instead (no more memory than before: the file's mapped pages are dropped)."""
     for tensor in list(model.parameters()) + list(model.buffers()):
-        if tensor.device.type == "cpu" and tensor.data_ptr() % _ALIGNMENT:
+        # torch's CPU allocator starts tensors on that boundary; the file's offsets need not
+        if tensor.device.type == "cpu" and tensor.data_ptr() % device.DLPACK_ALIGNMENT:
             tensor.data = tensor.data.clone()
 
 
