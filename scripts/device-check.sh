@@ -22,6 +22,9 @@ tests_rc=0
 bench_rc=0
 if [[ " $parts " == *" tests "* ]]; then
 start=$SECONDS
+# quanto's kernels for this device, built once here: left to the tests, one worker builds them inside a timed test
+# while the others wait on its lock (nvcc: minutes)
+"$python" -m playground.backends.torch.caches.kernels 2>&1 | tail -1
 workers=()
 "$python" -c "import xdist" 2> /dev/null && workers=(-n "${WORKERS:-4}")  # one GPU, several test processes
 "$python" -m pytest tests/gpu ${SELECT:+-k "$SELECT"} "${workers[@]}" -q -p no:cacheprovider -o addopts="" \
