@@ -64,6 +64,27 @@ class Alternative(TypedDict):
     removed_by: str | None  # the first stage of the logits chain that removed it; None: it stayed
 
 
+class Candidate(TypedDict):
+    """Contrastive search: one of the top_k candidates it weighed for a token."""
+
+    id: int
+    text: str
+    p: float  # the model's probability (after the penalties of the logits chain, as transformers computed it)
+    penalty: float  # degeneration penalty: the candidate's greatest cosine similarity to the text so far
+    score: float  # (1 - penalty_alpha)·p - penalty_alpha·penalty: the highest is the token
+
+
+class DolaRecord(TypedDict):
+    """DoLa: the contrast behind one token."""
+
+    layer: int  # the premature layer contrasted with the final one
+    layers: list[int]  # the candidate layers
+    js: list[float]  # per candidate layer, its Jensen-Shannon divergence from the final layer
+    greedy_id: int  # the final layer's own most likely token (what greedy decoding would have taken)
+    greedy_text: str
+    changed: bool  # the contrast took another token than greedy's
+
+
 class StageRecord(TypedDict):
     """What one stage of the logits chain did at a step."""
 
@@ -85,6 +106,8 @@ class TokenRecord(TypedDict):
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
     alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
     stages: NotRequired[list[StageRecord] | None]  # each active stage of the chain, in order (the sampling cut)
+    contrastive: NotRequired[list[Candidate] | None]  # contrastive search: the candidates, most probable first
+    dola: NotRequired[DolaRecord | None]  # DoLa: the layer contrasted, and whether that changed greedy's choice
 
 
 class PrefixRecord(TypedDict):
@@ -251,8 +274,26 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "alternatives": _alternatives(tokenizer, known),
             "stages": [{"stage": name, "removed": removed, "moved": round(moved, 5)}
                        for name, removed, moved in known["stages"]] if "stages" in known else None,
+            "contrastive": _candidates(tokenizer, known),
+            "dola": _dola(tokenizer, known, token),
         })
     return records
+
+
+def _candidates(tokenizer: Any, known: TokenInfo) -> list[Candidate] | None:
+    if "candidates" not in known:
+        return None
+    return [{"id": int(i), "text": tokenizer.decode([i]), "p": round(p, 5), "penalty": round(penalty, 5),
+             "score": round(score, 5)} for i, p, penalty, score in known["candidates"]]
+
+
+def _dola(tokenizer: Any, known: TokenInfo, token: int) -> DolaRecord | None:
+    if "dola" not in known:
+        return None
+    contrast = known["dola"]
+    return {"layer": contrast["layer"], "layers": list(contrast["layers"]),
+            "js": [round(value, 6) for value in contrast["js"]], "greedy_id": contrast["final_top"],
+            "greedy_text": tokenizer.decode([contrast["final_top"]]), "changed": contrast["final_top"] != token}
 
 
 def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:

@@ -39,6 +39,19 @@ class TokenInfo(TypedDict, total=False):
     top_cut: list[str | None]  # per entry of `top`: the chain stage that removed it first, None if it survived
     stages: list[tuple[str, int, float]]  # per stage of the chain, in order: (name, tokens it removed, the
     #                                       probability mass it moved: total variation between before and after)
+    # contrastive search: its top_k candidates, most probable first: (token id, p after the logits processors,
+    # degeneration penalty = greatest cosine similarity to the context, score = (1 - α)·p - α·penalty)
+    candidates: list[tuple[int, float, float, float]]
+    dola: DolaInfo  # DoLa: the contrast behind the token
+
+
+class DolaInfo(TypedDict):
+    """What DoLa contrasted for one token."""
+
+    layer: int  # the premature layer contrasted with the final one at this step
+    layers: list[int]  # the candidate premature layers
+    js: list[float]  # per candidate layer, its Jensen-Shannon divergence from the final layer (the largest wins)
+    final_top: int  # the final layer's own most likely token: greedy's choice, before the contrast
 
 
 class BeamNode(TypedDict):

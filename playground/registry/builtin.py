@@ -12,7 +12,7 @@ from playground.registry.builtin_knobs import CACHE_BITS, MAX_BEAMS
 from playground.registry.entries import CacheType, RunSpec, Strategy, lazy
 from playground.registry.store import caches, register_cache, register_strategy
 
-__all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS", "REFERENCE_CACHE"]
+__all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS", "MAX_CONTRASTIVE_K", "REFERENCE_CACHE"]
 
 # --- caches -----------------------------------------------------------------------------------------------------
 
@@ -117,6 +117,7 @@ register_strategy(Strategy(
 register_strategy(Strategy(
     name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
+    picks="the num_beams most likely hypotheses are kept",
     validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams",
     jax=lazy("playground.backends.jax.beam", "beam"), rows_knob="num_beams"))
 register_strategy(Strategy(
@@ -130,22 +131,25 @@ register_strategy(Strategy(
     name="contrastive", label="contrastive search",
     help="of the top_k most likely tokens, the one that scores best on (1 - α)·p minus α times its greatest "
          "similarity to the text so far: coherent, and less repetitive than greedy",
+    picks="of the top_k most likely, the best on (1 - α)·p - α·(greatest similarity to the text) is taken",
     knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch_config=lazy(_TORCH_CONFIG, "contrastive"),
     torch_loop="playground.backends.torch.contrastive:contrastive_search", torch_caches=("dynamic",),
     peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
     jax_missing="contrastive search runs on the PyTorch path only so far (its JAX plug-in is not built)",
-    check_model=lazy("playground.backends.torch.contrastive", "check_model"), page=False))
+    check_model=lazy("playground.backends.torch.contrastive", "check_model")))
 
 register_strategy(Strategy(
     name="dola", label="DoLa",
     help="contrasts the final layer's next-token log-probabilities with an early layer's (the one most unlike "
          "it) and decodes greedily from the difference: facts the late layers add stand out",
+    picks="the most likely token under the contrast (the chain acts on the final layer's log-probabilities minus "
+          "the premature layer's) is taken",
     knobs=("dola_layers",), validate=_check_dola_layers, torch_config=lazy(_TORCH_CONFIG, "dola"),
     torch_loop="playground.backends.torch.dola:dola_decoding",
     jax_missing="DoLa runs on the PyTorch path only so far (its JAX plug-in is not built)",
-    check_model=lazy("playground.backends.torch.dola", "check_model"), page=False))
+    check_model=lazy("playground.backends.torch.dola", "check_model")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

@@ -93,8 +93,9 @@ for _knob in (
     Knob(name="dola_layers", kind=str, default="high", label="DoLa layers",
          help="DoLa: 'low' or 'high' (the lower or upper half of the layers, every second one) or layer indices, "
               "e.g. 0,2,4"),
-    Knob(name="penalty_alpha", default=0.6, low=0.0, high=1.0, label="penalty α",
-         help="contrastive search: score = (1 - α)·p - α·(the candidate's greatest similarity to the text so far)"),
+    Knob(name="penalty_alpha", default=0.6, low=0.0, high=1.0, step=0.05, label="penalty α",
+         help="contrastive search: score = (1 - α)·p - α·(the candidate's greatest similarity to the text so far)",
+         sweep="repeat_4gram_rate"),
     # the verify pass's width
     Knob(name="prompt_lookup", kind=int, default=0, low=0, high=64, shapes=True, sweep="tokens_per_pass"),
     Knob(name="cache_bits", kind=int, default=4, choices=CACHE_BITS, shapes=True, sweep="agreement"),

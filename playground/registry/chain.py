@@ -57,7 +57,7 @@ def stages(spec: Any, *, sampling: bool | None = None) -> tuple[Processor, ...]:
 def describe(spec: Any) -> str:
     """What stands between the model's logits and the chosen token, in the order applied."""
     steps = [stage.describe(spec) for stage in stages(spec) if stage.shown(spec)]
-    end = "draw" if samples(spec) else f"{spec.strategy}: the most likely token is taken"
+    end = "draw" if samples(spec) else f"{spec.strategy}: {store.strategy(spec.strategy).picks}"
     return " → ".join([*steps, end])
 
 

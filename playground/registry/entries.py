@@ -139,6 +139,8 @@ class Strategy:
     knobs: tuple[str, ...] = ()
     # whether the sampling knobs apply: "always", "never", or "optional" (the `assisted_sampling` switch decides)
     sampling: str = "never"
+    # how the token is chosen after the logits chain when it is not drawn (the sampling cut's last words)
+    picks: str = "the most likely token is taken"
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
     # torch: (spec, GenerationConfig) -> None, setting what this strategy adds to transformers' config

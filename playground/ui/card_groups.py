@@ -12,12 +12,18 @@ import gradio as gr
 
 from playground import registry
 from playground.models.catalog import BUNDLED
+from playground.registry.builtin import MAX_CONTRASTIVE_K
 from playground.registry.builtin_knobs import MORE_SAMPLING, SAMPLING
 from playground.spec import CACHE_BITS, MAX_BEAMS
 from playground.ui.knob_widgets import chain_widgets, knob_widget
 from playground.ui.settings import ColumnValues
 
 DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
+# contrastive search's top_k has a control of its own (the sampling filter's slider means something else, and
+# its default of 50 would batch 50 candidates per step): the UI-only key it is held under, and the paper's k
+CANDIDATES, CANDIDATES_DEFAULT = "candidates", 4
+DOLA_NOTE = ("the generation guide pairs DoLa with a repetition penalty of 1.2 (under “more: min tokens, penalties”): "
+             "the contrast alone tends to repeat itself")
 
 
 def slider(key: str, index: int, low: float, high: float, step: float, label: str, values: Mapping[str, Any],
@@ -54,6 +60,21 @@ def strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], va
             values["assisted_sampling"], label="sample (speculative sampling)", elem_id=f"assisted_sampling-{index}",
             info="off: greedy, the same text as greedy decoding · on: drafts accepted by the speculative-sampling "
                  "rule, so the text follows the sampling knobs above")
+
+
+def guide_method_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
+                       shown: Mapping[str, bool]) -> None:
+    """Contrastive search's penalty α and candidates, and DoLa's layers, each shown only for its strategy."""
+    with gr.Group(visible=shown["contrastive_knobs"]) as groups["contrastive_knobs"]:
+        with gr.Row():
+            knobs["penalty_alpha"] = knob_widget(registry.knob("penalty_alpha"), index, values["penalty_alpha"])
+            top_k = registry.knob("top_k")
+            knobs[CANDIDATES] = gr.Slider(
+                2, MAX_CONTRASTIVE_K, value=values[CANDIDATES], step=1, label="candidates (top_k)",
+                elem_id=f"{CANDIDATES}-{index}", info=f"contrastive search weighs this many of the most likely "
+                f"tokens per step, in one batched forward (RunSpec key {top_k.name})")
+    with gr.Group(visible=shown["dola_knobs"]) as groups["dola_knobs"]:
+        knobs["dola_layers"] = knob_widget(registry.knob("dola_layers"), index, values["dola_layers"], note=DOLA_NOTE)
 
 
 def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,

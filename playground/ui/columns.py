@@ -14,7 +14,16 @@ from playground.models.catalog import model_choices
 from playground.models.decode_costs import draft_note
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
 from playground.spec import BACKENDS, WEIGHTS, RunSpec, max_new_tokens_cap
-from playground.ui.card_groups import DRAFT_MODEL, PROMPT_LOOKUP, cache_knobs, slider, strategy_knobs
+from playground.ui.card_groups import (
+    CANDIDATES,
+    CANDIDATES_DEFAULT,
+    DRAFT_MODEL,
+    PROMPT_LOOKUP,
+    cache_knobs,
+    guide_method_knobs,
+    slider,
+    strategy_knobs,
+)
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets
@@ -35,6 +44,8 @@ BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
 OWN_GROUPS = {
     "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
+    "contrastive_knobs": ("penalty_alpha",),
+    "dola_knobs": ("dola_layers",),
     "bits_knobs": ("cache_bits", "residual_length"),
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
@@ -44,7 +55,8 @@ OWN_GROUPS = {
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
 # decoding starts from prompt lookup: the default draft model is the main model itself, whose every draft is
 # accepted, so nothing about verification would be seen
-UI_ONLY_DEFAULTS = {"assistant": "smollm2-135m", "prompt_lookup": 10, "draft_source": PROMPT_LOOKUP}
+UI_ONLY_DEFAULTS = {"assistant": "smollm2-135m", "prompt_lookup": 10, "draft_source": PROMPT_LOOKUP,
+                    CANDIDATES: CANDIDATES_DEFAULT}
 
 
 def groups() -> dict[str, tuple[str, ...]]:
@@ -93,18 +105,32 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
     return keys
 
 
+def own_top_k(strategy: str, assisted_sampling: bool = False) -> bool:
+    """Whether the strategy reads `top_k` as its own setting rather than as the sampling filter (contrastive
+    search's candidates): then its own control sets it, and the sampling knobs stay hidden."""
+    return "top_k" in registry.strategy(strategy).knobs and not samples(strategy, assisted_sampling)
+
+
 def visibility(strategy: str, cache: str, backend: str, draft_source: str,
                assisted_sampling: bool = False) -> dict[str, bool]:
     """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
     keys = set(relevant_keys(strategy, cache, backend, assisted_sampling))
     shown = {group: bool(keys & set(knobs)) for group, knobs in groups().items()}
+    shown["sampling_knobs"] = samples(strategy, assisted_sampling)
     return {**shown, "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP}
 
 
 def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
-    """Offered strategies; those refused with the current cache/backend carry a ✗ (the notice says why)."""
-    return [(s if compatibility.refusal(backend, s, cache) is None else f"{s} ✗ with {cache}", s)
-            for s in offered(registry.page_strategy_names(), 1)]
+    """Offered strategies; those refused with the current cache/backend carry a ✗ (the notice says why): "on
+    jax" where the backend runs the strategy on no cache at all, "with <cache>" where the cache is the reason."""
+    def entry(name: str) -> str:
+        if compatibility.refusal(backend, name, cache) is None:
+            return name
+        if all(compatibility.refusal(backend, name, c) is not None for c in registry.cache_names()):
+            return f"{name} ✗ on {backend}"
+        return f"{name} ✗ with {cache}"
+
+    return [(entry(s), s) for s in offered(registry.page_strategy_names(), 1)]
 
 
 def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
@@ -140,6 +166,8 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
             settings["prompt_lookup"] = _clean("prompt_lookup", values["prompt_lookup"])
         else:
             settings["assistant"] = values["assistant"] or None
+    if own_top_k(values["strategy"], sampled):
+        settings["top_k"] = _clean("top_k", values[CANDIDATES])
     if settings.get("torch_compile") == "off":  # left out when off, so an eager column's settings stay as they were
         del settings["torch_compile"]
     return settings
@@ -158,6 +186,10 @@ def control_values(settings: ColumnSettings) -> ColumnValues:
         values["prompt_lookup"] = defaults["prompt_lookup"]
     if not values["assistant"]:
         values["assistant"] = defaults["assistant"]
+    if own_top_k(values["strategy"], bool(values["assisted_sampling"])) and "top_k" in settings:
+        values[CANDIDATES], values["top_k"] = settings["top_k"], defaults["top_k"]
+    else:
+        values[CANDIDATES] = defaults[CANDIDATES]
     return values
 
 
@@ -301,6 +333,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
                                elem_classes=["remove-btn"])
         _choice_controls(index, knobs, values)
         strategy_knobs(index, knobs, groups, values, shown)
+        guide_method_knobs(index, knobs, groups, values, shown)
         cache_knobs(index, knobs, groups, values, shown)
         with gr.Accordion("more: min tokens, penalties against repetition", open=False):
             knobs["min_new_tokens"] = slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,

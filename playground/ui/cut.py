@@ -16,6 +16,7 @@ from playground import registry
 from playground.registry import chain
 from playground.result import Result, StageRecord, TokenRecord
 from playground.spec import RunSpec, spec_keys
+from playground.ui.method_view import panel_html
 
 NOTHING_PICKED = "click or tap a token first"
 
@@ -124,7 +125,7 @@ def cut_html(result: Result | None, position: int | None, column: str) -> str:
                 "nothing was drawn there. Pick a generated token.</div></div>")
     record = result["tokens"][position - forced]
     rows = cut_rows(record, result["spec"])
-    head += f": <code>{html.escape(repr(record['text']))}</code></div>"
+    head += f": <code>{html.escape(repr(record['text']))}</code></div>{panel_html(record, result['spec'])}"
     if not rows:
         return (f"<div class='cut'>{head}<p>This strategy keeps no per-token distribution "
                 f"({html.escape(str(result['spec'].get('strategy')))}: several hypotheses or draft tokens per step)."

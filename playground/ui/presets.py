@@ -178,6 +178,36 @@ def _creative_samplers() -> Preset:
        "how many tokens each stage removed and the mass it moved.")
 
 
+def _guide_methods() -> Preset:
+    return Preset(STORY_PROMPT, (
+        _greedy(),
+        _greedy(strategy="contrastive", penalty_alpha=0.6, top_k=4),
+        _greedy(strategy="beam", num_beams=4),
+        _greedy(strategy="dola", dola_layers="high", repetition_penalty=1.2),
+    ), "Methods of the transformers generation guide, 64 tokens each, all deterministic. Greedy and beam search "
+       "soon repeat themselves on a small model; contrastive search (α 0.6, 4 candidates) takes a less likely "
+       "candidate whenever the likeliest resembles the text so far; DoLa (upper layers, repetition penalty 1.2) "
+       "decodes from the final layer's difference to an early one. Marked tokens are where a method took another "
+       "token than the model's top one: click one for the candidates' scores or the layer DoLa contrasted. The "
+       "table's repeated 4-grams and distinct bigrams show why contrastive search exists.")
+
+
+FACT_PROMPT = "Answer in one sentence. Which planet is closest to the Sun, and how long is its year?"
+
+
+def _dola_vs_greedy() -> Preset:
+    penalised = _greedy(max_new_tokens=40, repetition_penalty=1.2)
+    return Preset(FACT_PROMPT, (
+        penalised,
+        {**penalised, "strategy": "dola", "dola_layers": "high"},
+        {**penalised, "strategy": "dola", "dola_layers": "low"},
+    ), "A factual question, greedy against DoLa contrasting the upper or the lower half of the layers (each with "
+       "the repetition penalty of 1.2 the guide pairs it with). DoLa decodes from what the last layers add to an "
+       "early layer's guess, which the method's paper found brings out facts. Marked tokens are those where the "
+       "contrast changed the final layer's own choice; the line under each token view names the layers it "
+       "contrasted, and a click on a token shows every candidate layer's divergence.")
+
+
 PRESETS: dict[str, Preset] = {
     "Greedy vs sampling vs beam": _strategies(),
     "Cache shoot-out": _cache_shoot_out(),
@@ -189,4 +219,6 @@ PRESETS: dict[str, Preset] = {
     "Assisted on every cache": _assisted_every_cache(),
     "Samplers against repetition": _against_repetition(),
     "Creative samplers at high temperature": _creative_samplers(),
+    "The guide's methods": _guide_methods(),
+    "DoLa vs greedy": _dola_vs_greedy(),
 }

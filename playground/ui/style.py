@@ -135,6 +135,11 @@ CSS = """
     border: 1px solid var(--border-color-primary); border-radius: 6px; box-shadow: var(--shadow-drop-lg); }
 .tok.draft { border-bottom: 3px solid #2563eb; }
 .tok.diverge { outline: 2px solid #dc2626; outline-offset: 1px; }
+.tok.contrast { border-bottom: 3px dotted #9333ea; }
+.dark .tok.contrast { border-bottom-color: #c084fc; }
+.method-note { font-size: 0.85em; color: var(--body-text-color-subdued); padding-top: 4px; }
+.method-panel p { margin: 2px 0 4px; }
+.method-panel tr.chosen { font-weight: 600; background: var(--background-fill-secondary); }
 .tok-legend { font-size: 0.85em; padding-top: 18px; }
 .token-bar { align-items: center; }
 .diff { font-size: 0.92em; }

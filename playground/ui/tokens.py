@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from playground.result import AssistRecord, PrefixRecord, Result, TokenRecord
 from playground.ui.assist_view import rejected_at, rejected_span
+from playground.ui.method_view import summary_html, token_classes, tooltip_lines
 
 # colour mode -> (token record key, kind): what the user colours tokens by
 COLOUR_MODES = {
@@ -56,7 +57,7 @@ def _tooltip(index: int, token: TokenRecord) -> str:
         lines.append("model's top tokens (as drawn · model):")
     for text, p, p_model in token["top"] or []:
         lines.append(f"  {text!r}: {p:.3f} · {p_model:.3f}")
-    return "\n".join(lines)
+    return "\n".join(lines + tooltip_lines(token))
 
 
 def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
@@ -89,13 +90,14 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
             classes.append("draft")
         if diverge_at is not None and index == diverge_at:
             classes.append("diverge")
+        classes += token_classes(token)
         hue = _hue(token, by)
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token), quote=True)
         text = _shown(token["text"])
         spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
                      f"title=\"{title}\">{text}</span>{_breaks(token['text'])}")
-    return "<div class='tokens'>" + "".join(spans) + "</div>"
+    return "<div class='tokens'>" + "".join(spans) + "</div>" + summary_html(tokens)
 
 
 def legend_html(by: str) -> str:
@@ -104,7 +106,8 @@ def legend_html(by: str) -> str:
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
             "<span class='tok draft'>accepted draft</span> · <span class='tok rejected'>rejected draft</span> · "
-            "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span>"
+            "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span> · "
+            "<span class='tok contrast'>not the model's top token (contrastive search, DoLa)</span>"
             " · hover a token for its top alternatives, click or tap it for its sampling cut</div>")
 
 

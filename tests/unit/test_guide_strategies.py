@@ -36,6 +36,13 @@ def test_a_contrastive_column_gives_transformers_4_52_tokens(record):
     assert streamed == out.sequences[0]  # streamed token by token through the loop's emit
     assert len(out.token_times) == len(streamed)  # each one timed as it arrived
     assert out.token_info is not None and len(out.token_info) == len(streamed)  # the token view's records
+    for info, token in zip(out.token_info, out.sequences[0], strict=True):  # what the loop weighed, per token
+        candidates = info["candidates"]
+        assert len(candidates) == record["generate_kwargs"]["top_k"]
+        assert [c[1] for c in candidates] == sorted((c[1] for c in candidates), reverse=True)
+        assert max(candidates, key=lambda c: c[3])[0] == token  # the highest score is the token
+        alpha = record["generate_kwargs"]["penalty_alpha"]
+        assert all(abs((1 - alpha) * p - alpha * penalty - score) < 1e-5 for _, p, penalty, score in candidates)
 
 
 def test_contrastive_search_is_refused_where_it_cannot_run_with_the_reason():
@@ -53,7 +60,7 @@ def test_the_compatibility_table_and_the_page_follow_the_entry():
     assert rows[("torch", "contrastive")]["dynamic"] == "yes"
     assert all(rows[("torch", "contrastive")][c] == "no" for c in ("static", "quantized", "sliding", "sink"))
     assert all(v == "no" for k, v in rows[("jax", "contrastive")].items() if k not in ("backend", "strategy"))
-    assert "contrastive" in registry.strategy_names() and "contrastive" not in registry.page_strategy_names()
+    assert {"contrastive", "dola"} <= set(registry.page_strategy_names())
 
 
 def test_the_cli_runs_contrastive_search(tmp_path, monkeypatch, capfd):
@@ -88,6 +95,13 @@ def test_a_dola_column_gives_transformers_4_52_tokens(record):
     (expected,) = record["output"]["sequences"]
     assert out.sequences[0] == expected[:len(out.sequences[0])] and streamed == out.sequences[0]
     assert len(out.token_times) == len(streamed)
+    assert out.token_info is not None and len(out.token_info) == len(streamed)
+    for info in out.token_info:  # the layer contrasted is the candidate most unlike the final layer
+        contrast = info["dola"]
+        assert contrast["layer"] in contrast["layers"] and len(contrast["js"]) == len(contrast["layers"])
+        if len(contrast["layers"]) > 1:
+            assert contrast["layers"][max(range(len(contrast["js"])), key=contrast["js"].__getitem__)] == \
+                contrast["layer"]
 
 
 def test_dola_layers_are_refused_in_a_form_it_cannot_read():

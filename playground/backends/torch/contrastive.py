@@ -37,6 +37,11 @@ class ContrastiveStep:
     scores: list[float]  # (1 - alpha) * prob - alpha * penalty
     chosen: int  # index into `candidates` of the highest score
 
+    def token_info(self) -> dict[str, Any]:
+        """What the token's record keeps of the step (backends.base.TokenInfo's `candidates`)."""
+        return {"candidates": [(token, p, penalty, score) for token, p, penalty, score
+                               in zip(self.candidates, self.probs, self.penalties, self.scores, strict=True)]}
+
 
 def contrastive_search(model: Any, input_ids: torch.Tensor, logits_processor: LogitsProcessorList,
                        stopping_criteria: StoppingCriteriaList, generation_config: GenerationConfig,

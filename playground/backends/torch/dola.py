@@ -64,6 +64,10 @@ class DolaStep:
     token: int
     changed: bool  # token != final_top
 
+    def token_info(self) -> dict[str, Any]:
+        """What the token's record keeps of the step (backends.base.TokenInfo's `dola`)."""
+        return {"dola": {"layer": self.premature, "layers": self.layers, "js": self.js, "final_top": self.final_top}}
+
 
 def candidate_layers(model: Any, dola_layers: str | list[int] | None) -> list[int]:
     """4.52's reading of `dola_layers`: 'low' / 'high' halves of the layers in steps of 2, or a list of indices."""

@@ -16,7 +16,7 @@ from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
 from playground import registry
-from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
+from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, TokenInfo, eos_ids
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.caches.croppable_quantized import draft_room
@@ -101,6 +101,9 @@ class _Run:
     probe: TokenProbe | None
     beams: BeamRecorder | None
     assist: AssistRecorder | None
+    # a strategy's own loop (`custom_generate`): what it recorded per token and row (contrastive search's
+    # candidates, DoLa's contrast), each with a `token_info()`; None for generate's own loops
+    steps: list[Any] | None
 
 
 @dataclass
@@ -131,6 +134,7 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         probe=probe,
         beams=BeamRecorder(preview) if records == "beams" else None,
         assist=AssistRecorder(probe, lambda: draft_room(cache)) if records == "drafts" else None,
+        steps=[] if registry.strategy(spec.strategy).torch_loop else None,
     )
 
 
@@ -181,8 +185,8 @@ def _own_loop(spec: RunSpec, run: _Run) -> dict[str, Any]:
     loop = getattr(importlib.import_module(module), name)
     streamer = run.streamer
     if streamer is None:
-        return {"custom_generate": loop}
-    return {"custom_generate": loop, "emit": lambda ids: streamer.put(torch.tensor(ids))}
+        return {"custom_generate": loop, "record": run.steps}
+    return {"custom_generate": loop, "record": run.steps, "emit": lambda ids: streamer.put(torch.tensor(ids))}
 
 
 def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], measured: _Measured) -> GenerationOutput:
@@ -200,7 +204,7 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
         kv_cache_bytes=kv_bytes(run.cache),
         scores=_beam_scores(out),
         acceptance_rate=run.assist.acceptance_rate() if run.assist else None,
-        token_info=run.probe.finish(first[-1] if first else None)[: len(first)] if run.probe else None,
+        token_info=_token_info(run, first),
         draft_flags=_draft_flags(run.streamer, len(first)) if assisted else None,
         kv_trace=run.trace.bytes,
         beam_tree=run.beams.tree(first) if run.beams else None,
@@ -210,6 +214,17 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
         extra={"generate_s": measured.end - measured.start,
                "draft_tokens_proposed": run.assist.proposed() if run.assist else None},
     )
+
+
+def _token_info(run: _Run, first: list[int]) -> list[TokenInfo] | None:
+    """Per token of the first sequence: what the probes saw, and what a strategy's own loop recorded (row 0)."""
+    if run.probe is None:
+        return None
+    info = run.probe.finish(first[-1] if first else None)[: len(first)]
+    own = [step for step in run.steps or [] if step.row == 0]
+    for known, step in zip(info, own, strict=False):
+        known.update(step.token_info())
+    return info
 
 
 def _beam_scores(out: Any) -> list[float] | None:

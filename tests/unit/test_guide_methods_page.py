@@ -1,0 +1,101 @@
+"""Contrastive search and DoLa on the page: their own controls (contrastive search's candidates are its top_k, not
+the sampling filter's), the sampling knobs hidden for strategies that do not sample, what the token view and the
+token panel show of each method, and the presets that put them side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playground.result import TokenRecord
+from playground.spec import RunSpec
+from playground.ui import columns
+from playground.ui.card_groups import CANDIDATES
+from playground.ui.cut import cut_html
+from playground.ui.method_view import panel_html, summary_html, token_classes, tooltip_lines
+from playground.ui.presets import PRESETS
+from playground.ui.tokens import tokens_html
+
+
+def _values(strategy: str, **changed: Any) -> dict[str, Any]:
+    values = columns.control_values({"strategy": strategy})
+    return {**values, **changed}
+
+
+def test_the_strategy_list_offers_both_and_says_where_they_do_not_run():
+    torch_choices = dict((value, label) for label, value in columns.strategy_choices("torch", "dynamic"))
+    assert torch_choices["contrastive"] == "contrastive" and torch_choices["dola"] == "dola"
+    static = dict((value, label) for label, value in columns.strategy_choices("torch", "static"))
+    assert static["contrastive"] == "contrastive ✗ with static"  # the cache is the reason
+    jax_choices = dict((value, label) for label, value in columns.strategy_choices("jax", "dynamic"))
+    assert jax_choices["contrastive"] == "contrastive ✗ on jax" and jax_choices["dola"] == "dola ✗ on jax"
+
+
+def test_each_method_shows_its_own_knobs_and_only_sampling_strategies_show_the_samplers():
+    contrastive = columns.visibility("contrastive", "dynamic", "torch", "prompt lookup")
+    assert contrastive["contrastive_knobs"] and not contrastive["sampling_knobs"] and not contrastive["dola_knobs"]
+    dola = columns.visibility("dola", "dynamic", "torch", "prompt lookup")
+    assert dola["dola_knobs"] and dola["penalty_knobs"] and not dola["sampling_knobs"]
+    assert columns.visibility("sampling", "dynamic", "torch", "prompt lookup")["sampling_knobs"]
+    assert not columns.visibility("greedy", "dynamic", "torch", "prompt lookup")["contrastive_knobs"]
+
+
+def test_contrastive_searchs_candidates_control_is_its_top_k_and_the_sampling_slider_keeps_its_own():
+    values = _values("contrastive", penalty_alpha=0.3, top_k=50, **{CANDIDATES: 6})
+    settings = columns.column_settings(values)
+    assert settings["top_k"] == 6 and settings["penalty_alpha"] == 0.3
+    assert "temperature" not in settings and "top_p" not in settings  # no sampler reaches the run
+    assert RunSpec.from_dict(settings).top_k == 6
+    back = columns.control_values(settings)  # a shared link puts the value back on the candidates control
+    assert back[CANDIDATES] == 6 and back["top_k"] == RunSpec().top_k
+    sampled = columns.column_settings(_values("sampling", top_k=30, **{CANDIDATES: 6}))
+    assert sampled["top_k"] == 30 and "penalty_alpha" not in sampled
+    assert columns.control_values(sampled)[CANDIDATES] == 4  # the paper's k, ready for a switch of strategy
+
+
+def test_dola_layers_reach_the_run_with_the_penalties():
+    settings = columns.column_settings(_values("dola", dola_layers="low", repetition_penalty=1.2))
+    assert settings["dola_layers"] == "low" and settings["repetition_penalty"] == 1.2
+    assert columns.notice_text(settings) == ""
+    assert "dola_layers='mid'" in columns.notice_text({**settings, "dola_layers": "mid"})
+
+
+def _token(token_id: int, text: str, **method: Any) -> TokenRecord:
+    return {"id": token_id, "text": text, "p": 0.5, "entropy": 1.0, "p_model": 0.5, "entropy_model": 1.0,
+            "top": None, "draft": None, **method}  # type: ignore[typeddict-item]
+
+
+CANDIDATES_SEEN = [{"id": 1, "text": " the", "p": 0.6, "penalty": 0.9, "score": -0.3},
+                   {"id": 2, "text": " a", "p": 0.3, "penalty": 0.2, "score": 0.0}]
+
+
+def test_the_token_view_marks_where_contrastive_search_took_a_less_probable_candidate():
+    won = _token(2, " a", contrastive=CANDIDATES_SEEN)
+    top = _token(1, " the", contrastive=CANDIDATES_SEEN)
+    assert token_classes(won) == ["contrast"] and token_classes(top) == []
+    assert any("' a': 0.300 · 0.200 → 0.000 ◀" in line for line in tooltip_lines(won))
+    assert "at 1 of 2 tokens" in summary_html([won, top])
+    assert "class='tok contrast'" in tokens_html([won, top])
+    panel = panel_html(won, {"penalty_alpha": 0.5})
+    assert "(1 − 0.5)·p − 0.5·penalty" in panel and panel.count("<tr") == 3 and "class=chosen" in panel
+
+
+def test_the_token_view_names_the_layer_dola_contrasted_and_marks_a_changed_choice():
+    dola = {"layer": 3, "layers": [1, 3], "js": [0.01, 0.02], "greedy_id": 9, "greedy_text": " Paris",
+            "changed": True}
+    changed = _token(4, " Lyon", dola=dola)
+    kept = _token(9, " Paris", dola={**dola, "layer": 1, "changed": False})
+    assert token_classes(changed) == ["contrast"] and token_classes(kept) == []
+    assert "the final layer alone would have taken ' Paris'" in "\n".join(tooltip_lines(changed))
+    assert "at 1 of 2 tokens" in summary_html([changed, kept]) and "layers used: 1 ×1, 3 ×1" in summary_html(
+        [changed, kept])
+    result: Any = {"tokens": [changed], "spec": RunSpec(strategy="dola").to_dict(), "prefix": None}
+    assert "DoLa contrasted layer <b>3</b>" in cut_html(result, 0, "1: dola")
+    assert summary_html([_token(1, "x")]) == ""  # other strategies get no line
+
+
+def test_the_guide_presets_run_as_set():
+    for name in ("The guide's methods", "DoLa vs greedy"):
+        for column in PRESETS[name].columns:
+            assert columns.problem(column, check_sources=False) == "", (name, column)
+    strategies = [c["strategy"] for c in PRESETS["The guide's methods"].columns]
+    assert strategies[:2] == ["greedy", "contrastive"] and "dola" in strategies
