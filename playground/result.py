@@ -128,6 +128,8 @@ class BeamRecord(TypedDict):
     kept: bool
     finished: bool
     chosen: bool
+    group: NotRequired[int]  # diverse beam search: the hypothesis's group
+    penalty: NotRequired[float]  # diverse beam search: the diversity penalty its token paid (in `score`)
 
 
 class AssistRecord(TypedDict):

@@ -60,6 +60,8 @@ class RunSpec:
     num_beams: int = 4
     length_penalty: float = 1.0
     early_stopping: bool = False
+    num_beam_groups: int = 2  # diverse beam search: groups of num_beams / num_beam_groups beams each
+    diversity_penalty: float = 1.0  # diverse beam search: per earlier group that chose the token at this step
     penalty_alpha: float = 0.6  # contrastive search: the degeneration penalty's weight (candidates: top_k)
     dola_layers: str = "high"  # DoLa: "low", "high" or comma-separated layer indices
     num_return_sequences: int = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
 if TYPE_CHECKING:  # type names only: importing this module must not import torch
     import torch
@@ -63,6 +63,8 @@ class BeamNode(TypedDict):
     kept: bool  # continues as one of the live beams
     finished: bool  # ended here (EOS)
     chosen: bool  # on the path of the best returned sequence
+    group: NotRequired[int]  # diverse beam search: the group of beams the hypothesis belongs to
+    penalty: NotRequired[float]  # diverse beam search: the diversity penalty this token paid (in `score`)
 
 
 class AssistStep(TypedDict):

@@ -100,6 +100,14 @@ def _check_beams(spec: RunSpec) -> None:
             "returns at most its beams); raise num_beams or lower num_return_sequences")
 
 
+def _check_groups(spec: RunSpec) -> None:
+    """Diverse beam search: beam search's own limits, and groups that split the beams evenly."""
+    _check_beams(spec)
+    if spec.num_beams % spec.num_beam_groups:
+        raise PlaygroundError(f"num_beam_groups={spec.num_beam_groups} must divide num_beams={spec.num_beams} "
+                              "(each group keeps the same number of beams)")
+
+
 def _check_draft_source(spec: RunSpec) -> None:
     if (spec.assistant is None) == (spec.prompt_lookup == 0):
         raise PlaygroundError(
@@ -126,6 +134,17 @@ register_strategy(Strategy(
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
     jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
+
+register_strategy(Strategy(
+    name="diverse_beam", label="diverse beam search",
+    help="beam search in groups: a group loses diversity_penalty on each token an earlier group just chose, so the "
+         "groups return different texts",
+    picks="each group keeps its most likely hypotheses after the diversity penalty",
+    knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
+           "early_stopping"),
+    validate=_check_groups, torch_config=lazy(_TORCH_CONFIG, "diverse_beam"), records="beams",
+    torch_loop="playground.backends.torch.diverse_beam:diverse_beam_search", rows_knob="num_beams",
+    jax_missing="diverse beam search runs on the PyTorch path only so far (its JAX plug-in is not built)"))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",

@@ -76,6 +76,8 @@ def beam_columns(results: Sequence[Result | None], labels: Sequence[str]) -> lis
     for label, result in zip(labels, results, strict=True):
         if not result or not result["beam_tree"] or not result["scores"]:
             continue
+        if any("group" in node for node in result["beam_tree"][0]):  # diverse beam search: its scores hold the
+            continue  # diversity penalties, and its finished hypotheses are per group, not among num_beams best
         spec = result["spec"]
         key = (spec["model"], spec["weights"], result["prompt_tokens"])
         first = first or key

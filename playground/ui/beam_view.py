@@ -18,6 +18,7 @@ NODE_WIDTH = 80
 NODE_HEIGHT = 22
 MAX_STEPS = 96  # longer searches are cut here, with a note, to keep the page light
 FITS_WIDTH = 560  # px: a wider tree overflows a column card on a laptop (and any tree wider than ~3 steps on a phone)
+GROUP_BAR = 4  # px: the stripe on a node's left edge that colours it by its group (diverse beam search)
 
 
 def _token(text: str) -> str:
@@ -27,9 +28,15 @@ def _token(text: str) -> str:
 
 def _node(x: float, y: float, node: BeamRecord) -> str:
     state = "chosen" if node["chosen"] else "finished" if node["finished"] else "kept" if node["kept"] else "pruned"
-    title = html.escape(f"{node['text']!r}: cumulative log-prob {node['score']:.3f} ({state})", quote=True)
+    about = f"{node['text']!r}: cumulative log-prob {node['score']:.3f} ({state})"
+    stripe = ""
+    if "group" in node:
+        about += f", group {node['group'] + 1}, diversity penalty paid here {node.get('penalty', 0.0):.2f}"
+        stripe = (f"<rect class='beam-group g{node['group'] % 4}' x='{x:.0f}' y='{y:.0f}' width='{GROUP_BAR}' "
+                  f"height='{NODE_HEIGHT}'/>")
+    title = html.escape(about, quote=True)
     return (f"<g class='beam-node {state}'><title>{title}</title>"
-            f"<rect x='{x:.0f}' y='{y:.0f}' width='{NODE_WIDTH}' height='{NODE_HEIGHT}' rx='4'/>"
+            f"<rect x='{x:.0f}' y='{y:.0f}' width='{NODE_WIDTH}' height='{NODE_HEIGHT}' rx='4'/>{stripe}"
             f"<text x='{x + 4:.0f}' y='{y + 15:.0f}'>{_token(node['text'])}</text>"
             f"<text class='score' x='{x + NODE_WIDTH - 3:.0f}' y='{y + 15:.0f}' text-anchor='end'>"
             f"{node['score']:.1f}</text></g>")
@@ -65,8 +72,15 @@ def beam_html(result: Result | None) -> str:
     note = f" Showing the first {MAX_STEPS} of {steps} steps." if steps > MAX_STEPS else ""
     if min(steps, MAX_STEPS) * STEP_WIDTH > FITS_WIDTH:
         note += f" The tree is {min(steps, MAX_STEPS)} steps wide: scroll it sideways →"
-    return ("<div class='beam-view'><div class='beam-head'>Returned sequences (score = log-probability / "
-            f"length<sup>length_penalty</sup>, best first):</div><ol>{items}</ol>"
+    grouped = any("group" in node for step in result["beam_tree"] for node in step)
+    if grouped:
+        groups = 1 + max(node.get("group", 0) for step in result["beam_tree"] for node in step)
+        swatches = " ".join(f"<span class='beam-swatch g{g % 4}'></span>group {g + 1}" for g in range(groups))
+        note = (f" Stripes: {swatches}; a node's tooltip gives the diversity penalty its token paid, which stays "
+                f"in the numbers (as transformers 4.52 kept it).{note}")
+    penalty = " − diversity penalties paid" if grouped else ""
+    return ("<div class='beam-view'><div class='beam-head'>Returned sequences (score = (log-probability"
+            f"{penalty}) / length<sup>length_penalty</sup>, best first):</div><ol>{items}</ol>"
             "<div class='beam-legend'><span class='chosen'>returned best path</span> · <span class='kept'>kept"
             "</span> · <span class='pruned'>pruned</span> · <span class='finished'>finished (EOS or length)"
             f"</span> · numbers: cumulative log-probability.{note}</div>"

@@ -64,7 +64,14 @@ def strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], va
 
 def guide_method_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                        shown: Mapping[str, bool]) -> None:
-    """Contrastive search's penalty α and candidates, and DoLa's layers, each shown only for its strategy."""
+    """Diverse beam search's groups and penalty, contrastive search's penalty α and candidates, and DoLa's
+    layers, each shown only for its strategy."""
+    with gr.Group(visible=shown["diverse_knobs"]) as groups["diverse_knobs"]:
+        with gr.Row():
+            knobs["num_beam_groups"] = slider("num_beam_groups", index, 2, MAX_BEAMS, 1, "beam groups", values,
+                                              info="must divide the beams")
+            knobs["diversity_penalty"] = knob_widget(registry.knob("diversity_penalty"), index,
+                                                     values["diversity_penalty"])
     with gr.Group(visible=shown["contrastive_knobs"]) as groups["contrastive_knobs"]:
         with gr.Row():
             knobs["penalty_alpha"] = knob_widget(registry.knob("penalty_alpha"), index, values["penalty_alpha"])

@@ -44,6 +44,7 @@ BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
 OWN_GROUPS = {
     "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
+    "diverse_knobs": ("num_beam_groups", "diversity_penalty"),
     "contrastive_knobs": ("penalty_alpha",),
     "dola_knobs": ("dola_layers",),
     "bits_knobs": ("cache_bits", "residual_length"),

@@ -182,10 +182,12 @@ def _guide_methods() -> Preset:
     return Preset(STORY_PROMPT, (
         _greedy(),
         _greedy(strategy="contrastive", penalty_alpha=0.6, top_k=4),
-        _greedy(strategy="beam", num_beams=4),
+        _greedy(strategy="diverse_beam", num_beams=4, num_beam_groups=2, diversity_penalty=1.0,
+                num_return_sequences=2),
         _greedy(strategy="dola", dola_layers="high", repetition_penalty=1.2),
-    ), "Methods of the transformers generation guide, 64 tokens each, all deterministic. Greedy and beam search "
-       "soon repeat themselves on a small model; contrastive search (α 0.6, 4 candidates) takes a less likely "
+    ), "Methods of the transformers generation guide, 64 tokens each, all deterministic. Greedy soon repeats "
+       "itself on a small model; diverse beam search (4 beams in 2 groups, diversity penalty 1.0) returns one text "
+       "per group, its tree striped by group; contrastive search (α 0.6, 4 candidates) takes a less likely "
        "candidate whenever the likeliest resembles the text so far; DoLa (upper layers, repetition penalty 1.2) "
        "decodes from the final layer's difference to an early one. Marked tokens are where a method took another "
        "token than the model's top one: click one for the candidates' scores or the layer DoLa contrasted. The "

@@ -175,6 +175,12 @@ CSS = """
 .beam-node.kept rect { stroke: var(--body-text-color-subdued); }
 .beam-node.pruned { opacity: 0.45; }
 .beam-node.finished rect { stroke-width: 2; stroke-dasharray: 3 2; }
+.beam-svg .beam-node rect.beam-group { stroke: none; stroke-width: 0; }
+.beam-node rect.beam-group.g0 { fill: #2563eb; } .beam-swatch.g0 { background: #2563eb; }
+.beam-node rect.beam-group.g1 { fill: #db2777; } .beam-swatch.g1 { background: #db2777; }
+.beam-node rect.beam-group.g2 { fill: #059669; } .beam-swatch.g2 { background: #059669; }
+.beam-node rect.beam-group.g3 { fill: #9333ea; } .beam-swatch.g3 { background: #9333ea; }
+.beam-swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 3px 0 6px; }
 .beam-node.chosen rect { fill: #fde68a; stroke: #b45309; stroke-width: 2; }
 .beam-node.chosen text { fill: #111; }
 .beam-edge { stroke: var(--border-color-primary); stroke-width: 1; }

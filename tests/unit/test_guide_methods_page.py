@@ -99,3 +99,21 @@ def test_the_guide_presets_run_as_set():
             assert columns.problem(column, check_sources=False) == "", (name, column)
     strategies = [c["strategy"] for c in PRESETS["The guide's methods"].columns]
     assert strategies[:2] == ["greedy", "contrastive"] and "dola" in strategies
+
+
+def test_a_diverse_beam_column_shows_beam_knobs_and_its_groups_and_draws_its_tree_by_group():
+    shown = columns.visibility("diverse_beam", "dynamic", "torch", "prompt lookup")
+    assert shown["beam_knobs"] and shown["diverse_knobs"] and not shown["sampling_knobs"]
+    settings = columns.column_settings(_values("diverse_beam", num_beams=6, num_beam_groups=3, diversity_penalty=0.5))
+    assert (settings["num_beam_groups"], settings["diversity_penalty"]) == (3, 0.5)
+    assert columns.notice_text(settings) == ""
+    assert "must divide num_beams=4" in columns.notice_text({**settings, "num_beams": 4})
+    from playground.ui.beam_view import beam_html
+
+    node = {"parent": None, "token": 1, "text": " a", "score": -1.0, "kept": True, "finished": False,
+            "chosen": True, "group": 1, "penalty": 0.5}
+    result: Any = {"beam_tree": [[{**node, "group": 0, "penalty": 0.0}, node]], "scores": [-1.0],
+                   "sequences": [" a"]}
+    view = beam_html(result)
+    assert "rect class='beam-group g1'" in view and "group 2" in view and "diversity penalties paid" in view
+    assert "diversity penalty paid here 0.50" in view

@@ -151,3 +151,52 @@ def test_the_memory_budget_counts_contrastive_searchs_top_k_cache_rows():
     wide = backend.memory_needed(loaded, RunSpec(strategy="contrastive", top_k=8, max_new_tokens=32), 16,
                                  None).run
     assert wide.bytes == 8 * greedy.bytes and "x 8 sequence(s)" in wide.what and "lower top_k" in wide.hint
+
+
+DIVERSE = records("diverse_beam_search", "tiny")
+
+
+def _diverse_spec(record: dict, **changed) -> RunSpec:
+    kwargs = record["generate_kwargs"]
+    return RunSpec(strategy="diverse_beam", num_beams=kwargs["num_beams"], num_beam_groups=kwargs["num_beam_groups"],
+                   diversity_penalty=kwargs["diversity_penalty"], num_return_sequences=kwargs["num_return_sequences"],
+                   length_penalty=kwargs["length_penalty"], max_new_tokens=kwargs["max_new_tokens"], **changed)
+
+
+@pytest.mark.parametrize("record", DIVERSE[:2], ids=[r["id"] for r in DIVERSE[:2]])
+def test_a_diverse_beam_column_gives_transformers_4_52_sequences_scores_and_a_tree_by_group(record):
+    model = shared_model(record["model"])
+    model.generation_config.eos_token_id = record["generate_kwargs"]["eos_token_id"]
+    model.generation_config.pad_token_id = record["generate_kwargs"]["pad_token_id"]
+    out, streamed = torch_run(tiny_loaded(record["model"], model), torch.tensor([record["prompt_ids"]]),
+                              _diverse_spec(record))
+    assert out.sequences == record["output"]["sequences"] and streamed == out.sequences[0]
+    assert out.scores == pytest.approx(record["output"]["sequences_scores"], abs=1e-4)
+    tree = out.beam_tree
+    assert tree is not None and {node["group"] for step in tree for node in step} == {0, 1}
+    chosen = [next(node for node in step if node["chosen"])["token"] for step in tree if any(n["chosen"] for n in step)]
+    assert chosen == out.sequences[0][:len(chosen)] and len(chosen) >= len(out.sequences[0]) - 1  # the best's path
+
+
+def test_diverse_beam_search_runs_on_every_cache_and_a_full_one_gives_the_dynamic_caches_sequences():
+    record = DIVERSE[0]
+    model = shared_model(record["model"])
+    model.generation_config.eos_token_id = record["generate_kwargs"]["eos_token_id"]
+    model.generation_config.pad_token_id = record["generate_kwargs"]["pad_token_id"]
+    loaded, ids = tiny_loaded(record["model"], model), torch.tensor([record["prompt_ids"]])
+    runs = {cache: torch_run(loaded, ids, _diverse_spec(record, cache=cache, window=8, sink_tokens=2,
+                                                         cache_bits=8))[0]
+            for cache in registry.cache_names()}
+    assert runs["static"].sequences == runs["dynamic"].sequences == record["output"]["sequences"]
+    assert runs["static"].scores == pytest.approx(runs["dynamic"].scores, abs=1e-5)
+    for bounded in ("sliding", "sink"):  # 4 beams' rows of at most 8 positions, far below 32 tokens' worth
+        assert len(runs[bounded].sequences) == 4 and runs[bounded].kv_cache_bytes < runs["dynamic"].kv_cache_bytes / 2
+
+
+def test_diverse_beam_search_is_refused_where_it_cannot_run_with_the_reason():
+    with pytest.raises(PlaygroundError, match="num_beam_groups=3 must divide num_beams=4"):
+        RunSpec(strategy="diverse_beam", num_beams=4, num_beam_groups=3)
+    with pytest.raises(PlaygroundError, match="runs on the PyTorch path only so far"):
+        RunSpec(strategy="diverse_beam", backend="jax")
+    with pytest.raises(PlaygroundError, match="diversity_penalty"):
+        RunSpec(strategy="diverse_beam", diversity_penalty=0.0)

@@ -113,8 +113,6 @@ def test_penalty_in_score_false_returns_each_sequence_own_log_probability():
 def test_what_it_cannot_run_is_refused_with_a_reason():
     record = record_by_id("tiny-2l/p0/diverse_beam_search/beams4-groups2-div1.0")
     model = shared_model(record["model"])
-    with pytest.raises(ValueError, match="DynamicCache"):
-        _generate(model, record, cache_implementation="static")
     with pytest.raises(ValueError, match="diversity_penalty > 0"):
         _generate(model, record, diversity_penalty=0.0)
     with pytest.raises(ValueError, match="one prompt"):

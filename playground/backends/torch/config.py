@@ -65,6 +65,12 @@ def beam_search(spec: RunSpec, config: GenerationConfig) -> None:
                   output_scores=True)
 
 
+def diverse_beam(spec: RunSpec, config: GenerationConfig) -> None:
+    """Beam search's settings, and the groups and their penalty, which the loop (diverse_beam.py) reads."""
+    beam_search(spec, config)
+    config.num_beam_groups, config.diversity_penalty = spec.num_beam_groups, spec.diversity_penalty
+
+
 def contrastive(spec: RunSpec, config: GenerationConfig) -> None:
     """generate() leaves these in the config for the loop (contrastive.py) to read; it sets nothing else. Set as
     attributes: update() validates, and would warn that top_k "may be ignored" without sampling."""

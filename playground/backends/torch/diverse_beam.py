@@ -3,9 +3,10 @@
 transformers 5 moved group beam search, with its `BeamSearchScorer` and `HammingDiversityLogitsProcessor`, to a Hub
 repository that generate() would run as remote code, which the project never allows. This ports 4.52.4's
 `_group_beam_search`, the scorer's `process` / `finalize`, `BeamHypotheses` and the Hamming processor (decoder-only,
-batch 1, a DynamicCache) step for step, so that it gives 4.52's sequences and `sequences_scores` (tests/references/
-guide_methods.json). generate() still expands the prompt to `num_beams` rows and prepares the cache, processors and
-stopping criteria; `num_beam_groups` and `diversity_penalty` wait in the generation config.
+batch 1; any cache, where 4.52 used a DynamicCache) step for step, so that it gives 4.52's sequences and
+`sequences_scores` (tests/references/guide_methods.json). generate() still expands the prompt to `num_beams`
+rows and prepares the cache, processors and stopping criteria; `num_beam_groups` and `diversity_penalty` wait in
+the generation config.
 
 4.52 behaviours matched on purpose (docs/guide-references.md). Quirks, kept: a hypothesis's length counts its eos;
 all groups' hypotheses are pooled and returned best score first, not by group. A bug, behind a switch: the Hamming
@@ -23,7 +24,7 @@ from typing import Any, cast
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation.logits_process import (
     SequenceBiasLogitsProcessor,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
@@ -268,13 +269,13 @@ def _with_hamming(processors: LogitsProcessorList, hamming: HammingDiversity) ->
     return LogitsProcessorList([*processors[:at], hamming, *processors[at:]])
 
 
-def _prefill(model: Any, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> tuple[Any, DynamicCache]:
-    """The prompt's forward over all beams' rows (as 4.52 ran it: same shapes, same bits), into the empty
-    DynamicCache that the loop reorders after each step."""
+def _prefill(model: Any, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> tuple[Any, Cache]:
+    """The prompt's forward over all beams' rows (as 4.52 ran it: same shapes, same bits), into the empty cache
+    that the loop reorders after each step (4.52 used a DynamicCache; every cache type reorders its rows)."""
     cache = model_kwargs.get("past_key_values")
     if not model_kwargs.get("use_cache", True) or cache is None:
-        raise ValueError("diverse beam search needs use_cache=True (it reorders a DynamicCache)")
-    if not isinstance(cache, DynamicCache) or cache.get_seq_length() > 0:
-        raise ValueError("diverse beam search needs an empty DynamicCache (it reorders its batch rows)")
+        raise ValueError("diverse beam search needs use_cache=True (it reorders the cache's rows)")
+    if not isinstance(cache, Cache) or cache.get_seq_length() > 0:
+        raise ValueError("diverse beam search needs an empty Cache (it reorders its batch rows)")
     inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
     return model(**inputs, return_dict=True), cache

@@ -16,13 +16,22 @@ from transformers.cache_utils import Cache
 from transformers.generation.streamers import BaseStreamer
 
 from playground import registry
-from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, TokenInfo, eos_ids
+from playground.backends.base import (
+    BeamNode,
+    EmitTokens,
+    GenerationOutput,
+    PreviewTokens,
+    ShouldStop,
+    TokenInfo,
+    eos_ids,
+)
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import assistant_kwargs, generation_config
+from playground.backends.torch.group_tree import group_tree
 from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.transformers_hooks import with_attention_mask
 from playground.models.loaded import LoadedModel
@@ -122,6 +131,7 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
     assistant = assistant_kwargs(spec, loaded.tokenizer, draft)
     cache = make_cache(spec, loaded.model, prompt_len)
     records = registry.strategy(spec.strategy).records
+    own_loop = registry.strategy(spec.strategy).torch_loop is not None
     # one distribution per token exists for single-hypothesis decoding; assisted passes are sorted out per step
     probe = TokenProbe() if records in ("tokens", "drafts") else None
     return _Run(
@@ -132,9 +142,10 @@ def _prepare(loaded: LoadedModel, prompt_len: int, spec: RunSpec, emit: EmitToke
         stop=StopWhen(should_stop),
         trace=CacheTrace(cache),
         probe=probe,
-        beams=BeamRecorder(preview) if records == "beams" else None,
+        # generate()'s own beam search is recorded from inside transformers; a loop of ours records its own steps
+        beams=BeamRecorder(preview) if records == "beams" and not own_loop else None,
         assist=AssistRecorder(probe, lambda: draft_room(cache)) if records == "drafts" else None,
-        steps=[] if registry.strategy(spec.strategy).torch_loop else None,
+        steps=[] if own_loop else None,
     )
 
 
@@ -207,7 +218,7 @@ def _output(spec: RunSpec, run: _Run, out: Any, sequences: list[list[int]], meas
         token_info=_token_info(run, first),
         draft_flags=_draft_flags(run.streamer, len(first)) if assisted else None,
         kv_trace=run.trace.bytes,
-        beam_tree=run.beams.tree(first) if run.beams else None,
+        beam_tree=_beam_tree(spec, run, first),
         assisted_steps=run.assist.steps if run.assist else None,
         forward_passes=passes,
         stopped=run.stop.triggered,
@@ -225,6 +236,15 @@ def _token_info(run: _Run, first: list[int]) -> list[TokenInfo] | None:
     for known, step in zip(info, own, strict=False):
         known.update(step.token_info())
     return info
+
+
+def _beam_tree(spec: RunSpec, run: _Run, first: list[int]) -> list[list[BeamNode]] | None:
+    """What a beam-type strategy weighed per step, the best sequence's path marked; None for the others."""
+    if run.beams is not None:
+        return run.beams.tree(first)
+    if run.steps is not None and registry.strategy(spec.strategy).records == "beams":
+        return group_tree(run.steps).tree(first)
+    return None
 
 
 def _beam_scores(out: Any) -> list[float] | None:
