@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
     run.add_argument("--prompt", required=True, help="text to continue (or the user turn, in chat mode)")
     _add_spec_options(run)
+    _add_constraint_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
 
     sweep = commands.add_parser("sweep", help="run one knob over several values on a set of prompts: a row per "
@@ -122,6 +123,35 @@ def _add_spec_options(command: argparse.ArgumentParser) -> None:
                                  help=f"default: {getattr(RunSpec(), name)}")
 
 
+# the constraint's own flags: each sets `constraint` to its kind and `constraint_text` to its text
+CONSTRAINT_FLAGS = {"regex": "the output must match this regex as a whole (Rust syntax)",
+                    "json_schema": "the output must be JSON valid against this schema: JSON text, or a file holding it",
+                    "choices": "the output must be one of these: one per line, or |-separated",
+                    "grammar": "the output must parse under this Lark grammar file (start rule: start)"}
+
+
+def _add_constraint_options(command: argparse.ArgumentParser) -> None:
+    group = command.add_mutually_exclusive_group()
+    for name, help in CONSTRAINT_FLAGS.items():
+        group.add_argument("--" + name.replace("_", "-"), default=None, metavar="FILE" if name == "grammar" else
+                           "TEXT", help=help)
+
+
+def _constraint(args: argparse.Namespace) -> dict[str, str]:
+    """The constraint keys the flags ask for: a schema given as a path is read from it, a grammar always is."""
+    for name in CONSTRAINT_FLAGS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name == "grammar" or (name == "json_schema" and not value.lstrip().startswith("{")):
+            try:
+                value = Path(value).read_text()
+            except OSError as exc:
+                fail(f"--{name.replace('_', '-')}: cannot read {value!r}: {exc.strerror}")
+        return {"constraint": "choice" if name == "choices" else name, "constraint_text": value}
+    return {}
+
+
 def _token_ids(text: str) -> list[int]:
     """Comma-separated token ids, as `--prefix-ids 3,17,42` gives them."""
     try:
@@ -133,7 +163,7 @@ def _token_ids(text: str) -> list[int]:
 
 def spec_from_args(args: argparse.Namespace, **overrides: object) -> RunSpec:
     given = {name: getattr(args, name) for name in spec_keys() if getattr(args, name, None) is not None}
-    return RunSpec.from_dict({**given, **overrides})
+    return RunSpec.from_dict({**given, **_constraint(args), **overrides})
 
 
 def command_run(args: argparse.Namespace) -> None:
@@ -159,6 +189,10 @@ def command_run(args: argparse.Namespace) -> None:
     m = result["metrics"]
     for i, text in enumerate(result["sequences"][1:], start=2):
         print(f"--- sequence {i}: {text}")
+    constraint = result.get("constraint")
+    if constraint:
+        print(f"[constraint ({constraint['kind']}): {constraint['verdict']}, checked by {constraint['checked_by']}]",
+              file=sys.stderr)
     print(f"[{result['new_tokens']} tokens, TTFT {m['ttft_s']} s, {m['tokens_per_s']} tok/s, "
           f"compile {m['compile_s']} s, KV cache {m['kv_cache_bytes']} B]", file=sys.stderr)
     busy = busy_note(result["extra"].get("machine_load"))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from playground.backends import device
 from playground.backends.base import GenerationOutput, TokenInfo
+from playground.constraints.record import ConstraintRecord, constraint_record
 from playground.metrics import arrivals, percentile
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
@@ -174,6 +175,7 @@ class Result(TypedDict):
     attention_layers: AttentionLayers
     extra: dict[str, Any]
     prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
+    constraint: NotRequired[ConstraintRecord | None]  # a constrained run: its verdict and the mask's cost
     device: NotRequired[str]  # where it ran: "CPU (<processor>)" or "GPU (<name>)"
 
 
@@ -337,6 +339,7 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "attention_layers": attention_layers(loaded.model),
         "extra": output.extra,
         "prefix": prefix_record(tokenizer, spec.prefix_ids),
+        "constraint": constraint_record(spec, tokenizer, output),
     }
 
 

@@ -46,6 +46,9 @@ class RunSpec:
     xtc_threshold: float = 0.1
     xtc_probability: float = 0.0  # 0.0 disables XTC
     sampler_order: str = ""  # "": the default order; else stage names, comma-separated (playground/registry/chain.py)
+    # the chain's first stage, every strategy: the output must match a regex, JSON schema, choices or Lark grammar
+    constraint: str = "none"
+    constraint_text: str = ""
     # the chain's processors: every strategy
     repetition_penalty: float = 1.0  # 1.0 = no penalty
     presence_penalty: float = 0.0

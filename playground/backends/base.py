@@ -96,6 +96,9 @@ class GenerationOutput:
     beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
     assisted_steps: list[AssistStep] | None = None  # assisted: per verification step, drafted and accepted
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
+    # a constrained run: per returned sequence, whether the grammar may end after it (the engine's word; the
+    # Result adds the independent check); None without a constraint
+    constraint_accepting: list[bool] | None = None
     # bytes of the weights the run read (main and draft) where they are not the loaded torch models' own
     # (a JAX engine's int8 copy); None: the loaded models' bytes
     weight_bytes: int | None = None

@@ -20,7 +20,15 @@ TORCH_COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cud
 # the column card's groups of chain knobs: the four everyone knows, the rest folded under them, the penalties
 SAMPLING, MORE_SAMPLING, PENALTIES = "sampling", "more sampling", "penalties"
 
+CONSTRAINT_KINDS = ("none", "regex", "json_schema", "choice", "grammar")
+
 for _knob in (
+    # -- the constraint: the first stage of the logits chain, on every strategy ----------------------------
+    Knob(name="constraint", kind=str, default="none", choices=CONSTRAINT_KINDS, label="constraint",
+         help="the output must match a regex, a JSON schema, one of a list of choices or a Lark grammar: tokens that "
+              "cannot continue a match are masked out first, before the sampling stages"),
+    Knob(name="constraint_text", kind=str, default="", label="constraint text",
+         help="the regex, the JSON schema, the choices (one per line, or |-separated) or the Lark grammar"),
     # -- the sampling stages of the logits chain (only when the strategy samples) ----------------------------
     Knob(name="temperature", default=1.0, low=0.0, high=5.0, low_open=True, group=SAMPLING, step=0.05,
          help="divides the logits: below 1 sharpens the distribution, above 1 flattens it", sweep="distinct_2"),

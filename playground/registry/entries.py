@@ -79,10 +79,12 @@ class Processor:
     samples_only: bool = True
     # (spec) -> whether the stage is in the chain for these settings (a top-p of 1.0 removes nothing)
     active: Callable[[RunSpec], bool]
-    # () -> the JAX stage (playground.backends.jax.chain.JaxStage): its compile key, traced arguments, jnp function
-    jax: Callable[[], Any]
     # (spec, playground.backends.torch.chain.TorchContext) -> a transformers LogitsProcessor
     torch: Callable[[RunSpec, Any], Any]
+    # () -> the JAX stage (playground.backends.jax.chain.JaxStage): its compile key, traced arguments, jnp function;
+    # None: the JAX path has none yet, and RunSpec refuses the stage there (`jax_missing` says why)
+    jax: Callable[[], Any] | None = None
+    jax_missing: str = ""
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
     # (spec) -> True where the stage stays in the chain (so that its value is a traced argument and a new one

@@ -18,6 +18,7 @@ NODE_WIDTH = 80
 NODE_HEIGHT = 22
 MAX_STEPS = 96  # longer searches are cut here, with a note, to keep the page light
 FITS_WIDTH = 560  # px: a wider tree overflows a column card on a laptop (and any tree wider than ~3 steps on a phone)
+IMPOSSIBLE = -1e8  # a candidate's score at or below this is not a hypothesis (see _possible)
 GROUP_BAR = 4  # px: the stripe on a node's left edge that colours it by its group (diverse beam search)
 
 
@@ -42,9 +43,15 @@ def _node(x: float, y: float, node: BeamRecord) -> str:
             f"{node['score']:.1f}</text></g>")
 
 
+def _possible(step: Sequence[BeamRecord]) -> Sequence[BeamRecord]:
+    """A step's candidates but the impossible ones, which rank last: the first step's continuations of the beams
+    that do not exist yet (transformers starts them at -1e9) and tokens a constraint masked out (-inf)."""
+    return [node for node in step if node["score"] > IMPOSSIBLE or node["kept"] or node["chosen"]]
+
+
 def tree_svg(steps: Sequence[Sequence[BeamRecord]]) -> str:
     """The search as an SVG: columns of candidates, lines to their parents."""
-    shown = steps[:MAX_STEPS]
+    shown = [_possible(step) for step in steps[:MAX_STEPS]]
     rows = max((len(step) for step in shown), default=0)
     width, height = len(shown) * STEP_WIDTH + 8, rows * ROW_HEIGHT + 8
     lines, nodes = [], []

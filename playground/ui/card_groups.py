@@ -106,3 +106,19 @@ def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], value
     groups["devices"] = knobs["devices"]
     groups["torch_compile"] = knobs["torch_compile"] = knob_widget(
         registry.knob("torch_compile"), index, values["torch_compile"], visible=shown["torch_compile"])
+
+
+CONSTRAINT_HELP = ("regex: the whole output must match (Rust syntax, e.g. [0-9]{1,3}) · json_schema: a JSON schema "
+                   "object · choice: one per line, or a|b|c · grammar: Lark, start rule `start`")
+
+
+def constraint_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues) -> None:
+    """The constraint (the logits chain's first stage, on every strategy), folded away until it is set."""
+    kind = registry.knob("constraint")
+    with gr.Accordion("constraint: regex, JSON schema, choices, grammar", open=values["constraint"] != "none",
+                      elem_id=f"constraint-box-{index}") as groups["constraint_box"]:
+        knobs["constraint"] = gr.Dropdown(list(kind.choices), value=values["constraint"], label=kind.title,
+                                          info=kind.help, elem_id=f"constraint-{index}")
+        knobs["constraint_text"] = gr.Textbox(values["constraint_text"], lines=3, max_lines=12,
+                                              label=registry.knob("constraint_text").title, info=CONSTRAINT_HELP,
+                                              elem_id=f"constraint_text-{index}")

@@ -20,6 +20,7 @@ from playground.ui.card_groups import (
     DRAFT_MODEL,
     PROMPT_LOOKUP,
     cache_knobs,
+    constraint_knobs,
     guide_method_knobs,
     slider,
     strategy_knobs,
@@ -40,6 +41,9 @@ START_COLUMNS = len(START_SETTINGS)
 # The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
 BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
+# the logits chain's first stage, on every strategy: the page shows it on every column (RunSpec says where it
+# cannot run, as for any knob)
+CONSTRAINT_KEYS = ("constraint", "constraint_text")
 # Knob groups of the settings card drawn by their own code: a group is shown when the choice reads any of its knobs
 OWN_GROUPS = {
     "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
@@ -52,6 +56,7 @@ OWN_GROUPS = {
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
     "torch_compile": ("torch_compile",),
+    "constraint_box": CONSTRAINT_KEYS,
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
 # decoding starts from prompt lookup: the default draft model is the main model itself, whose every draft is
@@ -101,7 +106,7 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
     keys = list(COMMON_KEYS)
     sampled = chain_knobs(SAMPLING) + chain_knobs(MORE_SAMPLING) if samples(strategy, assisted_sampling) else ()
     for extra in (registry.strategy(strategy).knobs, sampled, chain_knobs(PENALTIES), registry.cache_type(cache).knobs,
-                  BACKEND_KNOBS.get(backend, ())):
+                  BACKEND_KNOBS.get(backend, ()), CONSTRAINT_KEYS):
         keys += [k for k in extra if k not in keys]
     return keys
 
@@ -169,6 +174,9 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
             settings["assistant"] = values["assistant"] or None
     if own_top_k(values["strategy"], sampled):
         settings["top_k"] = _clean("top_k", values[CANDIDATES])
+    if settings.get("constraint") == "none":  # left out when none, so a link without one stays as it was
+        settings.pop("constraint")
+        settings.pop("constraint_text", None)
     if settings.get("torch_compile") == "off":  # left out when off, so an eager column's settings stay as they were
         del settings["torch_compile"]
     return settings
@@ -275,6 +283,9 @@ class ColumnControls:
             # some knobs are their own group (prompt lookup, draft model, sink tokens): keep their value too
             earlier = updates.get(component)
             updates[component] = {**earlier, **update} if isinstance(earlier, dict) else update
+        # a shared or loaded constraint opens its fold, so that what shapes the output is in sight
+        box = self.groups["constraint_box"]
+        updates[box] = {**updates.get(box, {}), "open": values["constraint"] != "none"}
         choices = self.choices(values)
         for key in ("strategy", "cache", "weights"):
             updates[self.knobs[key]] = {**choices[self.knobs[key]], "value": values[key]}
@@ -336,6 +347,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
         strategy_knobs(index, knobs, groups, values, shown)
         guide_method_knobs(index, knobs, groups, values, shown)
         cache_knobs(index, knobs, groups, values, shown)
+        constraint_knobs(index, knobs, groups, values)
         with gr.Accordion("more: min tokens, penalties against repetition", open=False):
             knobs["min_new_tokens"] = slider("min_new_tokens", index, 0, max_new_tokens_cap(), 1,
                                              "min new tokens", values)

@@ -210,6 +210,45 @@ def _dola_vs_greedy() -> Preset:
        "contrasted, and a click on a token shows every candidate layer's divergence.")
 
 
+PERSON_PROMPT = "Describe a fictional person as JSON with the fields name, age and city."
+PERSON_SCHEMA = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, '
+                 '"age": {"type": "integer", "minimum": 0, "maximum": 120}, "city": {"type": "string", '
+                 '"maxLength": 40}}, "required": ["name", "age", "city"], "additionalProperties": false}')
+# the same object, its shape fixed by a regex and one field's values narrowed: an age of one or two digits
+PERSON_REGEX = r'\{"name": "[A-Z][a-z]+( [A-Z][a-z]+)?", "age": [1-9][0-9]?, "city": "[A-Z][a-z]+"\}'
+
+
+def _json_free_vs_schema() -> Preset:
+    free = _greedy(max_new_tokens=60)
+    return Preset(PERSON_PROMPT, (
+        free,
+        {**free, "constraint": "json_schema", "constraint_text": PERSON_SCHEMA},
+        {**free, "constraint": "regex", "constraint_text": PERSON_REGEX},
+    ), "The same request three times, greedy: free, where the model wraps its JSON in prose and code fences; "
+       "under a JSON schema (name, age 0-120, city, nothing else), whose output always parses and validates; and "
+       "under a regex that fixes the object's shape and allows an age of one or two digits. Each constrained card "
+       "says whether its output is valid and how often the mask overrode the model (marked tokens; click one for "
+       "its cut: the constraint is the first stage). The table adds the mask's cost, and the log-probability the "
+       "unconstrained model gives each output.")
+
+
+REVIEW_PROMPT = ("Classify the sentiment of this review as positive, negative or neutral.\n\nReview: The battery "
+                 "lasts two days, but the screen scratches if you look at it.\nSentiment:")
+SENTIMENTS = "positive\nnegative\nneutral"
+
+
+def _pick_one() -> Preset:
+    pick = _greedy(max_new_tokens=8, constraint="choice", constraint_text=SENTIMENTS)
+    return Preset(REVIEW_PROMPT, (
+        _greedy(max_new_tokens=8),
+        pick,
+        {**pick, "strategy": "sampling", "temperature": 1.0, "top_k": 0},
+    ), "A classification prompt: free greedy may answer in a sentence; with the choice list positive, negative or "
+       "neutral the answer is exactly one of them, greedy taking the most likely and sampling (temperature 1, "
+       "same seed) drawing one in proportion. Click the first token for the cut: how much of the model's "
+       "probability the mask removed.")
+
+
 PRESETS: dict[str, Preset] = {
     "Greedy vs sampling vs beam": _strategies(),
     "Cache shoot-out": _cache_shoot_out(),
@@ -223,4 +262,6 @@ PRESETS: dict[str, Preset] = {
     "Creative samplers at high temperature": _creative_samplers(),
     "The guide's methods": _guide_methods(),
     "DoLa vs greedy": _dola_vs_greedy(),
+    "JSON, free vs schema": _json_free_vs_schema(),
+    "Pick one": _pick_one(),
 }

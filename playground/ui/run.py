@@ -23,6 +23,7 @@ from playground.ui.beam_compare import beam_comparison
 from playground.ui.beam_view import beam_html
 from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
+from playground.ui.constraint_view import verdict_html
 from playground.ui.events import Inputs, Updates
 from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
@@ -74,8 +75,10 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
     for i, result, mark in zip(indices, results, marks, strict=True):
         if result is not None:
             steps = result.get("assisted_steps")
+            constraint = result.get("constraint") or None
             updates[page.columns[i].tokens] = assist_strip_html(steps) + tokens_html(
-                result["tokens"], colour_by, mark, steps, result.get("prefix"))
+                result["tokens"], colour_by, mark, steps, result.get("prefix"),
+                constraint["vocab_size"] if constraint else None) + verdict_html(result)
     for col, result in zip(page.columns, outcome["results"], strict=True):
         tree = beam_html(result)
         updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))

@@ -137,6 +137,11 @@ CSS = """
 .tok.diverge { outline: 2px solid #dc2626; outline-offset: 1px; }
 .tok.contrast { border-bottom: 3px dotted #9333ea; }
 .dark .tok.contrast { border-bottom-color: #c084fc; }
+.tok.masked { box-shadow: inset 0 -3px 0 #0d9488; }
+.dark .tok.masked { box-shadow: inset 0 -3px 0 #2dd4bf; }
+.constraint-note { font-size: 0.85em; padding-top: 4px; color: var(--body-text-color); }
+.constraint-note.bad b { color: #b45309; }
+.dark .constraint-note.bad b { color: #fbbf24; }
 .method-note { font-size: 0.85em; color: var(--body-text-color-subdued); padding-top: 4px; }
 .method-panel p { margin: 2px 0 4px; }
 .method-panel tr.chosen { font-weight: 600; background: var(--background-fill-secondary); }

@@ -58,9 +58,14 @@ ROWS = (
     Row("text: repeated 4-grams (share)", "repeat_4gram_rate", None),
     Row("leaves fp32 greedy at token", "greedy_divergence", None),
     Row("KL vs fp32 weights (nats)", "kl_vs_fp32", True),
+    # a constraint's cost: not ranked, the mask does what it was asked to
+    Row("constraint: steps where it took out the model's top token", "constraint_changed_steps", None),
+    Row("constraint: probability mass removed per step (mean)", "constraint_mass_removed_mean", None),
 )
-# rows shown only when some column has the figure: acceptance (assisted), KL (weights other than fp32)
-OPTIONAL_ROWS = ("acceptance_rate", "kl_vs_fp32")
+# rows shown only when some column has the figure: acceptance (assisted), KL (weights other than fp32), the
+# constraint's cost (constrained columns)
+OPTIONAL_ROWS = ("acceptance_rate", "kl_vs_fp32", "constraint_changed_steps", "constraint_mass_removed_mean")
+CONSTRAINT_FIGURES = {"constraint_changed_steps": "changed_steps", "constraint_mass_removed_mean": "mass_removed_mean"}
 # when columns generated different numbers of tokens, totals are compared per token
 TOTAL_PER_TOKEN = Row("total per token, compile and load excluded (ms)", "run_ms_per_token", True,
                       "run_ms_per_token_runs")
@@ -97,6 +102,10 @@ def metric_value(result: Result | None, key: str) -> float | int | None:
         return measures.distinct_n(result["token_ids"], 2)
     if key == "repeat_4gram_rate":
         return measures.repeated_ngram_rate(result["token_ids"], 4)
+    if key in CONSTRAINT_FIGURES:
+        constraint: Mapping[str, Any] = result.get("constraint") or {}
+        figure = constraint.get(CONSTRAINT_FIGURES[key])
+        return figure if isinstance(figure, (int, float)) else None
     return _scaled(key, metrics.get(key))
 
 

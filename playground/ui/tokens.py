@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from playground.result import AssistRecord, PrefixRecord, Result, TokenRecord
 from playground.ui.assist_view import rejected_at, rejected_span
+from playground.ui.constraint_view import token_classes as constraint_classes
+from playground.ui.constraint_view import tooltip_lines as constraint_lines
 from playground.ui.method_view import summary_html, token_classes, tooltip_lines
 
 # colour mode -> (token record key, kind): what the user colours tokens by
@@ -43,7 +45,7 @@ def _breaks(text: str) -> str:
     return "<br>" * text.count("\n")
 
 
-def _tooltip(index: int, token: TokenRecord) -> str:
+def _tooltip(index: int, token: TokenRecord, vocab_size: int | None = None) -> str:
     lines = [f"#{index} {token['text']!r} (id {token['id']})"]
     if token["p"] is not None and token["entropy"] is not None:
         lines.append(f"as drawn: p={token['p']:.3f}, entropy={token['entropy']:.2f} nats")
@@ -57,7 +59,7 @@ def _tooltip(index: int, token: TokenRecord) -> str:
         lines.append("model's top tokens (as drawn · model):")
     for text, p, p_model in token["top"] or []:
         lines.append(f"  {text!r}: {p:.3f} · {p_model:.3f}")
-    return "\n".join(lines + tooltip_lines(token))
+    return "\n".join(lines + tooltip_lines(token) + constraint_lines(token, vocab_size))
 
 
 def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
@@ -70,7 +72,8 @@ def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
 
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
-                steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None) -> str:
+                steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None,
+                vocab_size: int | None = None) -> str:
     """One span per token: background by `by`, title with the top alternatives, draft tokens underlined,
     (assisted) each step's rejected drafts struck through before the token that replaced them, and a branch's
     forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens.
@@ -90,10 +93,10 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
             classes.append("draft")
         if diverge_at is not None and index == diverge_at:
             classes.append("diverge")
-        classes += token_classes(token)
+        classes += token_classes(token) + constraint_classes(token)
         hue = _hue(token, by)
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
-        title = html.escape(_tooltip(index, token), quote=True)
+        title = html.escape(_tooltip(index, token, vocab_size), quote=True)
         text = _shown(token["text"])
         spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
                      f"title=\"{title}\">{text}</span>{_breaks(token['text'])}")
@@ -107,7 +110,8 @@ def legend_html(by: str) -> str:
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
             "<span class='tok draft'>accepted draft</span> · <span class='tok rejected'>rejected draft</span> · "
             "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span> · "
-            "<span class='tok contrast'>not the model's top token (contrastive search, DoLa)</span>"
+            "<span class='tok contrast'>not the model's top token (contrastive search, DoLa)</span> · "
+            "<span class='tok masked'>the constraint masked the model's top token</span>"
             " · hover a token for its top alternatives, click or tap it for its sampling cut</div>")
 
 

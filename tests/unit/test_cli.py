@@ -31,6 +31,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--torch-compile", "--cache", "dynamic"], "torch.compile needs the static cache's fixed shapes"),
     (["--backend", "jax", "--cache", "static", "--torch-compile"], "torch.compile is PyTorch's compiler"),
     (["--torch-compile", "fastest"], "invalid choice: 'fastest'"),
+    (["--regex", "[0-9"], "constraint_text is not a valid regular expression"),
+    (["--grammar", "/no/such/grammar.lark"], "--grammar: cannot read '/no/such/grammar.lark'"),
+    (["--regex", "a", "--choices", "b"], "not allowed with argument"),
 ])
 def test_bad_input_exits_2_with_one_error_line(args, fragment):
     done = cli("run", "--prompt", "hi", *args)

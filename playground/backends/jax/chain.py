@@ -108,7 +108,10 @@ class Chain:
 
 
 def _stage(name: str) -> JaxStage:
-    stage: JaxStage = registry.processor(name).jax()
+    make = registry.processor(name).jax
+    if make is None:  # RunSpec refuses such a stage on the JAX path before a run gets here
+        raise ValueError(f"the logits chain's stage {name!r} has no JAX twin")
+    stage: JaxStage = make()
     return stage
 
 

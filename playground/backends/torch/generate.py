@@ -31,6 +31,7 @@ from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import assistant_kwargs, generation_config
+from playground.backends.torch.constrained import accepting
 from playground.backends.torch.group_tree import group_tree
 from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.transformers_hooks import with_attention_mask
@@ -94,7 +95,17 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     sequences = [_trim(row.tolist(), run.config) for row in out.sequences[:, prompt_len:]]  # (N, new)
     if not run.streamer:
         emit(sequences[0])  # nothing streamed (beam search): the best sequence arrives whole
-    return _output(spec, run, out, sequences, measured)
+    output = _output(spec, run, out, sequences, measured)
+    if spec.constraint != "none":
+        vocab = _vocab_size(loaded.model)
+        output.constraint_accepting = [accepting(loaded.tokenizer, vocab, context.eos, spec, ids) for ids in sequences]
+        output.extra["logits_width"] = vocab  # the constraint's allowed-token counts are out of this many
+    return output
+
+
+def _vocab_size(model: Any) -> int:
+    """The width of the model's logits: the constraint's index of the vocabulary is built for it."""
+    return int(model.get_output_embeddings().weight.shape[0])
 
 
 @dataclass

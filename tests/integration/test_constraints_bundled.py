@@ -1,0 +1,40 @@
+"""Constraints on the bundled SmolLM2: a JSON schema, a regex and a choice list give valid outputs (greedy and
+sampling; every strategy on tiny models: tests/unit/test_constraints.py), and a constraint that allows any text
+leaves greedy's tokens as they were."""
+
+import json
+
+import pytest
+
+from playground import runner
+from playground.spec import RunSpec
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "Describe a fictional person as JSON with the fields name, age and city."
+SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string", "maxLength": 30},
+                                                      "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                                                      "city": {"type": "string", "maxLength": 30}},
+                     "required": ["name", "age", "city"], "additionalProperties": False})
+
+
+@pytest.mark.parametrize(("constraint", "text", "knobs"), [
+    ("json_schema", SCHEMA, {}),
+    ("regex", r'\{"name": "[A-Z][a-z]+", "age": [1-9][0-9]?\}', {}),
+    ("choice", "Paris\nLondon\nRome", {"strategy": "sampling", "temperature": 1.0, "seed": 4}),
+])
+def test_bundled_smollm2_gives_valid_constrained_outputs(constraint, text, knobs):
+    spec = RunSpec.from_dict({"max_new_tokens": 48, "constraint": constraint, "constraint_text": text, **knobs})
+    result = runner.run_to_result(PROMPT, spec)
+    record = result["constraint"]
+    assert record["valid"] and all(record["sequences_valid"]), (result["sequences"], record)
+    if constraint == "json_schema":
+        assert set(json.loads(result["text"])) == {"name", "age", "city"}
+
+
+def test_a_constraint_that_allows_any_text_leaves_greedys_tokens_alone():
+    plain = runner.run_to_result(PROMPT, RunSpec(max_new_tokens=40))
+    anything = runner.run_to_result(PROMPT, RunSpec.from_dict(
+        {"max_new_tokens": 40, "constraint": "regex", "constraint_text": "(?s:.*)"}))
+    assert anything["token_ids"] == plain["token_ids"] and anything["constraint"]["valid"]
+    assert anything["constraint"]["changed_steps"] == 0
