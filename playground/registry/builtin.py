@@ -89,7 +89,7 @@ _TORCH_CONFIG = "playground.backends.torch.config"
 def _check_beams(spec: RunSpec) -> None:
     """Beam search needs two beams at least (one is greedy search) and returns at most its beams."""
     if spec.num_beams < 2:
-        raise PlaygroundError(f"num_beams={spec.num_beams} with strategy 'beam' is greedy search; "
+        raise PlaygroundError(f"num_beams={spec.num_beams} with strategy {spec.strategy!r} is greedy search; "
                               f"use num_beams 2-{MAX_BEAMS}, or strategy 'greedy'")
     if not 1 <= spec.num_return_sequences <= MAX_BEAMS:
         raise PlaygroundError(f"num_return_sequences={spec.num_return_sequences} is out of range; "
@@ -134,6 +134,15 @@ register_strategy(Strategy(
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
     jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
+
+register_strategy(Strategy(
+    name="beam_sample", label="beam sampling",
+    help="beam search whose continuations are drawn from the distribution the logits chain leaves, not taken best "
+         "first: varied like sampling, weighed like beam search",
+    sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
+    knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
+    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams", rows_knob="num_beams",
+    jax_missing="beam sampling runs on the PyTorch path only so far (its JAX plug-in is not built)"))
 
 register_strategy(Strategy(
     name="diverse_beam", label="diverse beam search",

@@ -11,7 +11,7 @@ import torch
 from playground import compatibility, registry
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from tests.helpers import tiny_loaded, torch_run
+from tests.helpers import tiny_llama, tiny_loaded, torch_run
 from tests.unit.test_guide_references import records, shared_model
 
 CONTRASTIVE = records("contrastive_search", "tiny")
@@ -200,3 +200,28 @@ def test_diverse_beam_search_is_refused_where_it_cannot_run_with_the_reason():
         RunSpec(strategy="diverse_beam", backend="jax")
     with pytest.raises(PlaygroundError, match="diversity_penalty"):
         RunSpec(strategy="diverse_beam", diversity_penalty=0.0)
+
+
+@pytest.mark.parametrize("knobs", [{"temperature": 0.8, "top_k": 20},
+                                   {"temperature": 1.3, "top_p": 0.9, "min_p": 0.05}])
+def test_beam_sampling_is_transformers_own_beam_sample_with_the_chain_in_front(knobs):
+    """The product's beam_sample (our chain appended to generate's list) draws what transformers' own beam sampling
+    draws with the same warpers and seed, every returned sequence and score; and it keeps a beam tree."""
+    model = tiny_llama(seed=9)
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = 256
+    prompt = torch.tensor([[5, 17, 42, 99, 3, 250]])
+    spec = RunSpec(strategy="beam_sample", num_beams=3, num_return_sequences=3, max_new_tokens=10, seed=4, **knobs)
+    out, _ = torch_run(tiny_loaded("tiny-beam-sample", model), prompt, spec)
+    torch.manual_seed(4)
+    own = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True, num_beams=3,
+                         num_return_sequences=3, max_new_tokens=10, return_dict_in_generate=True, output_scores=True,
+                         **{"top_k": spec.top_k, **knobs})
+    assert out.sequences == [_cut(row[prompt.shape[1]:]) for row in own.sequences.tolist()]
+    assert out.scores == pytest.approx(own.sequences_scores.tolist(), abs=1e-5)
+    assert out.beam_tree and any(node["chosen"] for node in out.beam_tree[0])
+    greedy_beam, _ = torch_run(tiny_loaded("tiny-beam-sample", model), prompt, spec.replace(strategy="beam"))
+    assert greedy_beam.sequences != out.sequences  # it does sample
+
+
+def _cut(ids: list[int]) -> list[int]:
+    return ids[:ids.index(256) + 1] if 256 in ids else ids

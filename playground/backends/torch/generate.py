@@ -89,8 +89,11 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     input_ids = input_ids.to(loaded.model.device)  # the runner encodes on the host
     prompt_len = input_ids.shape[1]
     run = _prepare(loaded, prompt_len, spec, emit, should_stop, draft, preview)
-    context = TorchContext(prompt_len, tuple(eos_ids(run.config, loaded.tokenizer)), loaded.tokenizer,
-                           input_ids.device)
+    eos = tuple(eos_ids(run.config, loaded.tokenizer))
+    strategy = registry.strategy(spec.strategy)
+    # beam sampling keeps one more token than there are end tokens in each filter, as transformers' own list does
+    keep = len(eos) + 1 if strategy.records == "beams" and strategy.samples(spec.assisted_sampling) and eos else 1
+    context = TorchContext(prompt_len, eos, loaded.tokenizer, input_ids.device, min_tokens_to_keep=keep)
     out, measured = _call_generate(loaded.model, input_ids, spec, run, context)
     sequences = [_trim(row.tolist(), run.config) for row in out.sequences[:, prompt_len:]]  # (N, new)
     if not run.streamer:
