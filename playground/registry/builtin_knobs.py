@@ -97,11 +97,12 @@ for _knob in (
     Knob(name="length_penalty", default=1.0, low=-10.0, high=10.0),
     # diverse beam search: its beams in groups that penalise each other's tokens (the groups' count is a shape)
     Knob(name="num_beam_groups", kind=int, default=2, low=2, high=MAX_BEAMS, shapes=True, label="beam groups",
-         help="diverse beam search: the beams split into this many groups, which must divide num_beams"),
+         help="diverse beam search: the beams split into this many groups, which must divide num_beams",
+         sweep="returned_overlap"),
     Knob(name="diversity_penalty", default=1.0, low=0.0, high=10.0, low_open=True, step=0.1,
          label="diversity penalty",
          help="diverse beam search: subtracted from a group's log-probability of a token once per earlier group "
-              "that chose it at the same step"),
+              "that chose it at the same step", sweep="returned_overlap"),
     # contrastive search: the weight of the degeneration penalty against the model's probability (its candidates
     # are the top_k most likely tokens)
     # DoLa: the early ("premature") layers whose logits the final layer's are contrasted with

@@ -39,6 +39,11 @@ def moves_tokens_per_pass(strategy: str) -> bool:
     return found.drafts or found.rows_knob is not None
 
 
+def returns_several(strategy: str) -> bool:
+    """Whether a run of `strategy` can return several sequences (beam-type strategies), whose overlap a sweep plots."""
+    return "num_return_sequences" in registry.strategy(strategy).knobs
+
+
 def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
     """Comma-separated values of `knob`: whole numbers for the integer knobs."""
     knobs = sweepable()

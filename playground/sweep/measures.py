@@ -10,6 +10,8 @@
 - self-similarity: across the seeds of one prompt, the mean over pairs of outputs of 2·LCS / (len(a) + len(b)),
   LCS the longest common subsequence of their token ids (1.0: the samples are the same; 0.0: no token in common).
   An alignment: a sample that inserts or drops a token and then goes on as the other still counts what it shares.
+- returned overlap: the same mean pairwise overlap across the sequences one beam-type run returns, on their words
+  (the Result keeps returned sequences as text): how alike diverse beam search's groups end up.
 """
 
 from __future__ import annotations
@@ -89,3 +91,10 @@ def self_similarity(samples: Sequence[Sequence[int]]) -> float | None:
     if not pairs:
         return None
     return sum(overlap(a, b) for a, b in pairs) / len(pairs)
+
+
+def returned_overlap(texts: Sequence[str]) -> float | None:
+    """The mean pairwise 2·LCS / total length of the returned sequences' words; None with fewer than two."""
+    vocabulary: dict[str, int] = {}
+    words = [[vocabulary.setdefault(word, len(vocabulary)) for word in text.split()] for text in texts]
+    return self_similarity(words)

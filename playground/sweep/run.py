@@ -29,7 +29,7 @@ from playground.sweep.knobs import parse_values
 
 MAX_SEEDS = 8
 MEASURES = ("distinct_1", "distinct_2", "repeat_4gram_rate", "mean_logprob", "agreement", "first_divergence",
-            "tokens_per_pass")
+            "tokens_per_pass", "returned_overlap")
 
 Progress = Callable[[int, int, str], object]  # (runs done, runs in all, what runs next)
 RowDone = Callable[[dict[str, Any], Result], object]  # a finished row and its run's full Result (token records)
@@ -147,7 +147,8 @@ def _row_measures(result: Result, reference: Result) -> dict[str, float | int | 
     return {"distinct_1": measures.distinct_n(ids, 1), "distinct_2": measures.distinct_n(ids, 2),
             "repeat_4gram_rate": measures.repeated_ngram_rate(ids, 4),
             "mean_logprob": result["metrics"]["mean_logprob"], "agreement": share, "first_divergence": first,
-            "tokens_per_pass": result["new_tokens"] / passes if passes else None}
+            "tokens_per_pass": result["new_tokens"] / passes if passes else None,
+            "returned_overlap": measures.returned_overlap(result["sequences"])}
 
 
 def run_sweep(sweep: Sweep, should_stop: Callable[[], bool] = lambda: False,
@@ -206,7 +207,7 @@ def aggregates(values: Sequence[float | int], rows: Sequence[dict[str, Any]]) ->
             continue
         entry: dict[str, Any] = {"value": value, "rows": len(mine)}
         for name in MEASURES:
-            entry[f"{name}_median"], entry[f"{name}_spread"] = _median_spread([r["measures"][name] for r in mine])
+            entry[f"{name}_median"], entry[f"{name}_spread"] = _median_spread([r["measures"].get(name) for r in mine])
         for name in ("tokens_per_s", "ttft_s", "kv_cache_bytes", "acceptance_rate"):
             entry[f"{name}_median"] = _median_spread([r["metrics"][name] for r in mine])[0]
         entry["compile_s_total"] = sum(r["metrics"]["compile_s"] for r in mine)
@@ -229,18 +230,19 @@ def to_csv(sweep: dict[str, Any]) -> str:
     writer.writerow(header)
     for r in sweep["rows"]:
         writer.writerow([r["value"], r["prompt_index"], r["seed"], *(r["metrics"].get(k) for k in metric_names),
-                         *(r["measures"][k] for k in MEASURES), r["text"]])
+                         *(r["measures"].get(k) for k in MEASURES), r["text"]])
     return buffer.getvalue()
 
 
 def format_table(sweep: dict[str, Any]) -> str:
     """The aggregates as a plain table, for the terminal: `prefix` is the agreement (the share of the greedy
-    reference reproduced before the first difference), `seed LCS` the self-similarity of the seeds."""
+    reference reproduced before the first difference), `seed LCS` the self-similarity of the seeds, `returned` the
+    overlap of the sequences one run returns (beam-type strategies)."""
     columns = [("value", "value", "{}"), ("rows", "rows", "{}"), ("tok/s", "tokens_per_s_median", "{:.1f}"),
                ("KV MB", "kv_cache_bytes_median", "{:.2f}"), ("distinct-2", "distinct_2_median", "{:.3f}"),
                ("rep-4", "repeat_4gram_rate_median", "{:.3f}"), ("logprob", "mean_logprob_median", "{:.3f}"),
                ("prefix", "agreement_median", "{:.3f}"), ("seed LCS", "self_similarity_median", "{:.3f}"),
-               ("compile s", "compile_s_total", "{:.1f}")]
+               ("returned", "returned_overlap_median", "{:.3f}"), ("compile s", "compile_s_total", "{:.1f}")]
     lines = ["  ".join(f"{title:>10}" for title, _, _ in columns)]
     for entry in sweep["aggregates"]:
         cells = []

@@ -64,6 +64,8 @@ MEASURES = (
             _metric("kv_cache_bytes", MIB), lambda knob, strategy: sweep_knobs.moves_kv_cache(knob)),
     Measure("tokens_per_pass", "tokens per pass", "new tokens per forward pass",
             _measure("tokens_per_pass"), lambda knob, strategy: sweep_knobs.moves_tokens_per_pass(strategy)),
+    Measure("returned_overlap", "returned overlap", "how alike the returned sequences are (word LCS; 1: the same)",
+            _measure("returned_overlap"), lambda knob, strategy: sweep_knobs.returns_several(strategy)),
 )
 BY_KEY = {m.key: m for m in MEASURES}
 SCATTER_SPEED = "tokens/s (median)"
@@ -145,7 +147,8 @@ def aggregate_table(sweep: dict[str, Any]) -> pd.DataFrame:
                ("KV (MiB)", "kv_cache_bytes_median", MIB), ("distinct-2", "distinct_2_median", 1),
                ("rep. 4-grams", "repeat_4gram_rate_median", 1), ("log-prob", "mean_logprob_median", 1),
                ("agreed prefix", "agreement_median", 1), ("seeds' overlap (LCS)", "self_similarity_median", 1),
-               ("tokens/pass", "tokens_per_pass_median", 1), ("compile (s)", "compile_s_total", 1)]
+               ("tokens/pass", "tokens_per_pass_median", 1), ("returned overlap", "returned_overlap_median", 1),
+               ("compile (s)", "compile_s_total", 1)]
     table = []
     for entry in sweep["aggregates"]:
         line: dict[str, Any] = {sweep["knob"]: value_text(entry["value"])}

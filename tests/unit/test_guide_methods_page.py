@@ -117,3 +117,14 @@ def test_a_diverse_beam_column_shows_beam_knobs_and_its_groups_and_draws_its_tre
     view = beam_html(result)
     assert "rect class='beam-group g1'" in view and "group 2" in view and "diversity penalties paid" in view
     assert "diversity penalty paid here 0.50" in view
+
+
+def test_the_guide_methods_knobs_can_be_swept_against_what_they_move():
+    from playground.sweep.knobs import quality_measure, sweepable
+    from playground.sweep.measures import returned_overlap
+
+    assert {"penalty_alpha", "diversity_penalty", "num_beam_groups"} <= set(sweepable())
+    assert quality_measure("diversity_penalty") == quality_measure("num_beam_groups") == "returned_overlap"
+    assert quality_measure("penalty_alpha") == "repeat_4gram_rate"
+    assert returned_overlap(["a b c", "a b c"]) == 1.0 and returned_overlap(["a b", "c d"]) == 0.0
+    assert returned_overlap(["a b c d", "a x c d"]) == 0.75 and returned_overlap(["one"]) is None

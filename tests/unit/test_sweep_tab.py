@@ -97,12 +97,13 @@ def test_axis_titles_are_short_and_the_labels_say_what_each_plot_is():
 
 
 @pytest.mark.parametrize(("knob", "strategy", "hidden"), [
-    ("temperature", "sampling", {"kv_cache_mib", "tokens_per_pass"}),
-    ("top_p", "sampling", {"kv_cache_mib", "tokens_per_pass"}),
-    ("window", "greedy", {"tokens_per_pass"}),
-    ("cache_bits", "greedy", {"tokens_per_pass"}),
-    ("prompt_lookup", "assisted", {"kv_cache_mib"}),
+    ("temperature", "sampling", {"kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
+    ("top_p", "sampling", {"kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
+    ("window", "greedy", {"tokens_per_pass", "returned_overlap"}),
+    ("cache_bits", "greedy", {"tokens_per_pass", "returned_overlap"}),
+    ("prompt_lookup", "assisted", {"kv_cache_mib", "returned_overlap"}),
     ("num_beams", "beam", set()),
+    ("diversity_penalty", "diverse_beam", {"kv_cache_mib"}),
 ])
 def test_a_sweep_shows_only_the_plots_its_knob_can_move(tab, knob, strategy, hidden):
     assert {m.key for m, show in zip(MEASURES, shown(knob, strategy), strict=True) if not show} == hidden
@@ -198,9 +199,9 @@ def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(wired, model,
     assert "✓ sweep done: 4 rows over 2 values" in final[tab.status]
     assert len(kept["tokens"]) == len(kept["sweep"]["rows"]) == 4
     assert final[tab.row_choice]["value"] == row_label(kept["sweep"], 0)
-    # a sentence until the first row; the first batch of rows shows the plots (a temperature sweep: five of seven)
+    # a sentence until the first row; the first batch of rows shows the plots (a temperature sweep: five of eight)
     assert start[tab.results]["visible"] is False and "first run finishes" in start[tab.empty_note]["value"]
-    assert [start[p]["visible"] for p in tab.plots[:-1]] == [True, True, True, True, True, False, False]
+    assert [start[p]["visible"] for p in tab.plots[:-1]] == [True, True, True, True, True, False, False, False]
     assert start[tab.plots[0]]["x_lim"][1] > 1.0  # the knob's axis spans its values before any row
     batches = [u for u in updates[1:] if tab.plots[0] in u and u is not limits]
     assert batches[0][tab.results]["visible"] is True and batches[0][tab.empty_note]["visible"] is False
@@ -211,11 +212,12 @@ def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(wired, model,
     assert final is updates[-2] and set(limits) == set(tab.plots)
     assert all(set(limits[p]) == {"__type__", "y_lim"} for p in tab.plots[:-1])
     assert set(limits[tab.plots[-1]]) == {"__type__", "x_lim", "y_lim"}
-    assert limits[tab.plots[-1]]["x_lim"] and all(limits[p]["y_lim"] for p in tab.plots)
+    drawn = [p for p, show in zip(tab.plots, shown("temperature", "sampling"), strict=False) if show]
+    assert limits[tab.plots[-1]]["x_lim"] and all(limits[p]["y_lim"] for p in [*drawn, tab.plots[-1]])
     drawn = final[tab.plots[0]]["value"].dropna()
     assert sorted(set(drawn["temperature"])) == [0.5, 1.0] and len(drawn) == 3 * 2  # the final rows, all values
-    shown = sweep_tab.choose_row(tab, kept, row_label(kept["sweep"], 3))
-    assert "prompt 2" in shown[tab.tokens] and "data-pos='0'" in shown[tab.tokens]
+    picked = sweep_tab.choose_row(tab, kept, row_label(kept["sweep"], 3))
+    assert "prompt 2" in picked[tab.tokens] and "data-pos='0'" in picked[tab.tokens]
 
     # Stop once the first row is drawn: the finish keeps the rows that finished
     runs = sweep_running.run_sweep_tab(tab, _data(tab, model=model, values="0.5,0.7,0.9"), _Request(),
