@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", default=None,
                        help="default: smollm2-135m (suites compile and devices: every installed bundled model unless "
                             "one is named; grammar: both bundled models' tokenizers unless one is named)")
-    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights", "devices", "grammar"),
+    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights", "devices", "grammar",
+                                           "constraints"),
                        default="default",
                        help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
                             "both backends over long runs; sweeps: the page's sweep presets, first and again; "
@@ -78,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "both backends, speed and KL from fp32; devices: eager, torch.compile and JAX (fp32, int8) "
                             "on this process's device (the GPU when there is one) against its roofline; grammar: the "
                             "grammar engines (llguidance, xgrammar where installed) on the bundled tokenizers: "
-                            "compile, per-step mask and rollback times")
+                            "compile, per-step mask and rollback times; constraints: unconstrained greedy against a "
+                            "regex, a JSON schema and a choice list on both backends: tokens/s, matcher compile and "
+                            "mask time per token")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
     bench.add_argument("--rounds", type=int, default=None,
@@ -277,6 +280,13 @@ def command_bench(args: argparse.Namespace) -> None:
 
         result = bench_sweeps.run_sweep_suite(progress)
         print(json.dumps(result) if args.json else bench_sweeps.format_table(result))
+        return
+    if args.suite == "constraints":
+        from playground.tools import bench_constraints
+
+        result = bench_constraints.run_constraint_suite(model, args.max_new_tokens or 64, progress,
+                                                        rounds=args.rounds or bench_constraints.ROUNDS)
+        print(json.dumps(result) if args.json else bench_constraints.format_table(result))
         return
     if args.suite == "weights":
         from playground.tools import bench_weights
