@@ -15,6 +15,7 @@ from playground.errors import PlaygroundError
 from playground.registry import (
     builtin_knobs,  # noqa: F401  (the stages read these knobs)
     chain,
+    store,
 )
 from playground.registry.chain import parse_breakers
 from playground.registry.entries import Processor, RunSpec, lazy
@@ -47,9 +48,11 @@ def _check_constraint(spec: RunSpec) -> None:
     check(spec.constraint, spec.constraint_text)
     if spec.constraint == "none":
         return
-    if spec.backend == "jax":
-        raise PlaygroundError("constraints run on the PyTorch path only so far (the JAX path's mask stage is not "
-                              "built); use backend 'torch'")
+    strategy = store.strategy(spec.strategy)
+    if spec.backend == "jax" and (strategy.rows_knob is not None or strategy.drafts):
+        raise PlaygroundError(f"constraints on the JAX path run with one sequence decoded a token at a time (greedy, "
+                              f"sampling) so far: {strategy.label} there needs a mask per beam or per draft; use "
+                              "backend 'torch'")
     if spec.min_new_tokens:
         raise PlaygroundError(f"min_new_tokens={spec.min_new_tokens} would forbid the end a constraint may need; "
                               "with a constraint the grammar decides where the text ends: set min_new_tokens to 0")
@@ -65,7 +68,8 @@ register_processor(Processor(
     name="constraint", label="constraint ({constraint})",
     help="masks every token that cannot continue a match of the regex, JSON schema, choices or grammar (llguidance)",
     knobs=("constraint",), active=lambda spec: spec.constraint != "none", samples_only=False,
-    torch=lazy("playground.backends.torch.constrained", "constraint_mask"), validate=_check_constraint))
+    torch=lazy("playground.backends.torch.constrained", "constraint_mask"), jax=lazy(_JAX, "Constraint"),
+    validate=_check_constraint))
 
 # -- processors: every strategy ------------------------------------------------------------------------------
 _stage("repetition_penalty", "repetition penalty {repetition_penalty}",

@@ -1,6 +1,6 @@
 """Constraints on the bundled SmolLM2: a JSON schema, a regex and a choice list give valid outputs (greedy and
-sampling; every strategy on tiny models: tests/unit/test_constraints.py), and a constraint that allows any text
-leaves greedy's tokens as they were."""
+sampling; every strategy on tiny models: tests/unit/test_constraints.py), constrained greedy is the same on both
+backends, and a constraint that allows any text leaves greedy's tokens as they were."""
 
 import json
 
@@ -30,6 +30,13 @@ def test_bundled_smollm2_gives_valid_constrained_outputs(constraint, text, knobs
     assert record["valid"] and all(record["sequences_valid"]), (result["sequences"], record)
     if constraint == "json_schema":
         assert set(json.loads(result["text"])) == {"name", "age", "city"}
+
+
+def test_constrained_greedy_gives_the_same_tokens_on_both_backends():
+    spec = RunSpec.from_dict({"max_new_tokens": 48, "constraint": "json_schema", "constraint_text": SCHEMA})
+    on_torch = runner.run_to_result(PROMPT, spec)
+    on_jax = runner.run_to_result(PROMPT, spec.replace(backend="jax", cache="static"))
+    assert on_jax["token_ids"] == on_torch["token_ids"] and on_jax["constraint"]["valid"]
 
 
 def test_a_constraint_that_allows_any_text_leaves_greedys_tokens_alone():

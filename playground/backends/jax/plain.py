@@ -20,6 +20,7 @@ from playground.backends.jax.loop import cache_extra, engine_extra
 from playground.backends.jax.records import Streamed
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
+from playground.constraints.matching import accepting, allowed_tokens, root_matcher
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -36,6 +37,9 @@ class PlainDecoding:
         self.knob_values: Knobs = ()  # the chain's arguments, on the host
         self.eos: tuple[int, ...] = ()
         self.stream = Streamed()
+        self.context: Context | None = None
+        self.matcher: Any = None  # a constrained run's llguidance matcher, at the text so far
+        self.mask_stage = -1  # the constraint's place among the chain's arguments
 
     def choose_tokens(self, bucket: int, context: Context, room: int = 0) -> None:
         """Fix the token choice's static mode and its knobs; a history the chain reads holds the prompt, every
@@ -43,6 +47,20 @@ class PlainDecoding:
         history = history_capacity(bucket, self.spec.max_new_tokens + room)
         self.mode, self.knob_values = sampling.mode_for(self.spec, context, samples=self.samples, history=history)
         self.eos = context.eos
+        self.context = context
+        if self.spec.constraint != "none":
+            spec = self.spec
+            self.matcher = root_matcher(context.tokenizer, context.vocab_size, context.eos, spec.constraint,
+                                        spec.constraint_text, spec.prefix_ids)
+            self.mask_stage = self.mode.chain.names.index("constraint")
+            self._next_mask()
+
+    def _next_mask(self) -> None:
+        """The constraint stage's argument: the tokens the grammar allows after the text so far."""
+        assert self.context is not None
+        knobs = list(self.knob_values)
+        knobs[self.mask_stage] = (allowed_tokens(self.matcher, self.context.vocab_size)[None, :],)
+        self.knob_values = tuple(knobs)
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
              context: Context) -> tuple[CachePlan, list[Pending]]:
@@ -78,6 +96,8 @@ class PlainDecoding:
         return limit
 
     def step(self, request: Request, run: Run, limit: int) -> Any:
+        if self.matcher is not None:  # the mask is the host's: one step per call, a new mask before the next
+            limit = 1
         decode = request.programs.steps[run.layouts]
         run.state, out, count = decode(request.engine.weights, run.state, request.scalar(limit), run.knobs)
         return out.tokens, out.info, count
@@ -86,6 +106,11 @@ class PlainDecoding:
         tokens, info, count = fetched  # (steps,) tokens, -1 past `count`; (steps, ...) StepInfo rows
         chunk = [int(t) for t in tokens[: int(count)]]
         self.stream.add(chunk, info, now, self.mode.chain.names)
+        if self.matcher is not None and chunk and chunk[-1] not in request.eos:
+            for token in chunk:
+                self.matcher.consume_token(token)
+            self._next_mask()
+            run.knobs = request.engine.put(self.knob_values)
         return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
 
     def stop(self, request: Request, run: Run) -> int:
@@ -103,8 +128,21 @@ class PlainDecoding:
             kv_trace=run.kv_trace,
             token_info=self.stream.info,
             extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
-                   "steps_per_call": STEPS_PER_CALL, "decode_calls": run.calls, **engine_extra(request)},
+                   "steps_per_call": 1 if self.matcher is not None else STEPS_PER_CALL, "decode_calls": run.calls,
+                   **engine_extra(request), **self._constraint_extra()},
+            constraint_accepting=self._accepting(),
         )
+
+    def _accepting(self) -> list[bool] | None:
+        """A constrained run: whether the grammar may end after its tokens (the verdict's engine side)."""
+        if self.matcher is None or self.context is None:
+            return None
+        spec, context = self.spec, self.context
+        return [accepting(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
+                          spec.prefix_ids, self.stream.tokens)]
+
+    def _constraint_extra(self) -> dict[str, Any]:
+        return {"logits_width": self.context.vocab_size} if self.matcher is not None and self.context else {}
 
 
 def single_token(spec: RunSpec, draft: LoadedModel | None = None) -> PlainDecoding:

@@ -40,6 +40,20 @@ def _removed(cands: Candidates, remove: jax.Array) -> Candidates:
     return cands._replace(values=jnp.where(remove, -jnp.inf, cands.values))
 
 
+class Constraint(Stage):
+    """The constraint's mask (playground/constraints): the tokens its grammar allows next. The host's matcher
+    sends a new one before every step (plain decoding runs one step per call while constrained); every token is
+    allowed until the first arrives."""
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (np.ones((1, context.vocab_size), bool),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        (allowed,) = args  # (1, V)
+        rows = jnp.broadcast_to(allowed, (cands.values.shape[0], allowed.shape[-1]))
+        return _removed(cands, ~view.table(cands, rows))
+
+
 class RepetitionPenalty(Stage):
     """RepetitionPenaltyLogitsProcessor: a token of the prompt or the text so far has its logit divided by the
     penalty when positive, multiplied when negative."""

@@ -11,7 +11,6 @@ scores are never used. The matchers of prefixes no current row extends are dropp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -19,22 +18,12 @@ import torch
 from transformers import LogitsProcessor
 
 from playground.backends.torch.chain import TorchContext
-from playground.constraints import grammar
-from playground.errors import PlaygroundError
+from playground.constraints.matching import allowed_tokens, root_matcher
 from playground.spec import RunSpec
 
 # how far behind the current rows a prefix's matcher is kept: a verify pass resumes from an accepted prefix at most
 # this many tokens back (prompt lookup drafts 64 at most); further back it is replayed from the root
 KEEP_BEHIND = 64
-
-
-@lru_cache(maxsize=4)
-def token_index(tokenizer: Any, vocab_size: int, eos: tuple[int, ...]) -> Any:
-    """llguidance's index of a tokenizer's vocabulary, for logits of `vocab_size` and this run's end tokens (about
-    a second to build, so kept for the loaded tokenizers)."""
-    import llguidance.hf
-
-    return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=list(eos) or None)
 
 
 class ConstraintMask(LogitsProcessor):
@@ -47,12 +36,8 @@ class ConstraintMask(LogitsProcessor):
         self.matchers: dict[tuple[int, ...], Any] = {}
 
     def _root(self, vocab_size: int) -> Any:
-        index = token_index(self.context.tokenizer, vocab_size, self.context.eos)
-        root = grammar.matcher(index, self.kind, self.text)
-        for token in self.prefix_ids:  # a branch's forced tokens are the start of the constrained text
-            if not root.consume_token(token):
-                raise PlaygroundError(f"the forced prefix leaves the constraint: token {token} cannot continue it")
-        return root
+        return root_matcher(self.context.tokenizer, vocab_size, self.context.eos, self.kind, self.text,
+                            self.prefix_ids)
 
     def matcher(self, generated: tuple[int, ...], vocab_size: int) -> Any | None:
         """The matcher after `generated`; None where the grammar refused one of its tokens."""
@@ -94,25 +79,6 @@ class ConstraintMask(LogitsProcessor):
                 del self.matchers[prefix]
 
 
-def allowed_tokens(matcher: Any, vocab_size: int) -> np.ndarray:
-    """The matcher's next-token bitmask as booleans over the vocabulary."""
-    import llguidance.numpy
-
-    bits = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
-    llguidance.numpy.fill_next_token_bitmask(matcher, bits, 0)
-    return np.unpackbits(bits.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
-
-
 def constraint_mask(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
     """The registry's torch side of the `constraint` stage."""
     return ConstraintMask(spec, context)
-
-
-def accepting(tokenizer: Any, vocab_size: int, eos: tuple[int, ...], spec: RunSpec, ids: Sequence[int]) -> bool:
-    """Whether the grammar may end after `ids` (the forced prefix, then the generated tokens without a final end
-    token): the engine's side of the verdict (playground.constraints.verdict)."""
-    found = grammar.matcher(token_index(tokenizer, vocab_size, eos), spec.constraint, spec.constraint_text)
-    body = list(spec.prefix_ids) + list(ids)
-    if body and body[-1] in eos:
-        body = body[:-1]
-    return all(found.consume_token(token) for token in body) and bool(found.is_accepting())

@@ -31,10 +31,10 @@ from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import assistant_kwargs, generation_config
-from playground.backends.torch.constrained import accepting
 from playground.backends.torch.group_tree import group_tree
 from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.transformers_hooks import with_attention_mask
+from playground.constraints.matching import accepting
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -101,7 +101,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     output = _output(spec, run, out, sequences, measured)
     if spec.constraint != "none":
         vocab = _vocab_size(loaded.model)
-        output.constraint_accepting = [accepting(loaded.tokenizer, vocab, context.eos, spec, ids) for ids in sequences]
+        output.constraint_accepting = [accepting(loaded.tokenizer, vocab, context.eos, spec.constraint,
+                                                 spec.constraint_text, spec.prefix_ids, ids) for ids in sequences]
         output.extra["logits_width"] = vocab  # the constraint's allowed-token counts are out of this many
     return output
 
