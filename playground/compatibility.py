@@ -45,7 +45,7 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
     """The reason a combination cannot run, or None when it can."""
     entry = registry.strategy(strategy)
     if backend == "jax" and entry.jax is None:
-        return f"{entry.jax_missing}; use backend 'torch'"
+        return f"{entry.jax_refusal}; use backend 'torch'"
     if backend == "torch" and entry.torch_caches is not None and cache not in entry.torch_caches:
         return f"{entry.torch_cache_need}; use cache " + " or ".join(f"'{c}'" for c in entry.torch_caches)
     if not entry.drafts:

@@ -141,8 +141,7 @@ register_strategy(Strategy(
          "first: varied like sampling, weighed like beam search",
     sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams", rows_knob="num_beams",
-    jax_missing="beam sampling runs on the PyTorch path only so far (its JAX plug-in is not built)"))
+    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams", rows_knob="num_beams"))
 
 register_strategy(Strategy(
     name="diverse_beam", label="diverse beam search",
@@ -152,8 +151,7 @@ register_strategy(Strategy(
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
     validate=_check_groups, torch_config=lazy(_TORCH_CONFIG, "diverse_beam"), records="beams",
-    torch_loop="playground.backends.torch.diverse_beam:diverse_beam_search", rows_knob="num_beams",
-    jax_missing="diverse beam search runs on the PyTorch path only so far (its JAX plug-in is not built)"))
+    torch_loop="playground.backends.torch.diverse_beam:diverse_beam_search", rows_knob="num_beams"))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",
@@ -165,7 +163,6 @@ register_strategy(Strategy(
     peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
-    jax_missing="contrastive search runs on the PyTorch path only so far (its JAX plug-in is not built)",
     check_model=lazy("playground.backends.torch.contrastive", "check_model")))
 
 register_strategy(Strategy(
@@ -176,7 +173,6 @@ register_strategy(Strategy(
           "the premature layer's) is taken",
     knobs=("dola_layers",), validate=_check_dola_layers, torch_config=lazy(_TORCH_CONFIG, "dola"),
     torch_loop="playground.backends.torch.dola:dola_decoding",
-    jax_missing="DoLa runs on the PyTorch path only so far (its JAX plug-in is not built)",
     check_model=lazy("playground.backends.torch.dola", "check_model")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known

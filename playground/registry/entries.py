@@ -82,9 +82,8 @@ class Processor:
     # (spec, playground.backends.torch.chain.TorchContext) -> a transformers LogitsProcessor
     torch: Callable[[RunSpec, Any], Any]
     # () -> the JAX stage (playground.backends.jax.chain.JaxStage): its compile key, traced arguments, jnp function;
-    # None: the JAX path has none yet, and RunSpec refuses the stage there (`jax_missing` says why)
+    # None: the JAX path has none yet (the stage's `validate` refuses it there, saying why)
     jax: Callable[[], Any] | None = None
-    jax_missing: str = ""
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
     # (spec) -> True where the stage stays in the chain (so that its value is a traced argument and a new one
@@ -153,7 +152,7 @@ class Strategy:
     # jax: (spec, draft model or None) -> the plug-in the JAX request loop runs for one request
     # (playground/backends/jax/strategy.py says what a plug-in provides); None: the JAX path refuses it
     jax: Callable[[RunSpec, Any], Any] | None = None
-    jax_missing: str = ""  # why the JAX path refuses it, where it has no plug-in
+    jax_missing: str = ""  # why the JAX path refuses it, where it has no plug-in ("": its plug-in is not built yet)
     # torch: "module:function", the decoding loop generate() runs as `custom_generate` (a method transformers 5
     # no longer has in its core); None: generate's own loop. It takes `_sample`'s arguments and `emit`.
     torch_loop: str | None = None
@@ -171,6 +170,11 @@ class Strategy:
     peak_rows_knob: str | None = None
     # verifies several drafted tokens per pass, so the cache must roll rejected ones back (CacheType.no_rollback)
     drafts: bool = False
+
+    @property
+    def jax_refusal(self) -> str:
+        """Why the JAX path refuses this strategy (it has no plug-in)."""
+        return self.jax_missing or f"{self.label} runs on the PyTorch path only so far (its JAX plug-in is not built)"
 
     def samples(self, assisted_sampling: bool) -> bool:
         """Whether the sampling stages of the logits chain (temperature, top-k, ...) apply to this strategy."""
