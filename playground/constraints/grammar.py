@@ -15,8 +15,8 @@ from typing import Any
 
 from playground.errors import PlaygroundError
 from playground.models.public import is_public
+from playground.registry.builtin_knobs import CONSTRAINT_KINDS
 
-KINDS = ("none", "regex", "json_schema", "choice", "grammar")
 # what each kind's text is, for messages and the page
 TEXT_NAMES = {"regex": "regular expression", "json_schema": "JSON schema", "choice": "list of choices",
               "grammar": "Lark grammar"}
@@ -57,7 +57,7 @@ def grammar(kind: str, text: str) -> str:
         return str(LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in _choices(text))))
     if kind == "grammar":
         return str(LLMatcher.grammar_from_lark(text))
-    raise PlaygroundError(f"constraint={kind!r} is not one of {', '.join(KINDS)}")
+    raise PlaygroundError(f"constraint={kind!r} is not one of {', '.join(CONSTRAINT_KINDS)}")
 
 
 def check(kind: str, text: str) -> None:

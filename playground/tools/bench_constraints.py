@@ -38,11 +38,11 @@ def _values(model: str, backend: str, case: str, new_tokens: int) -> dict[str, A
     return values if kind == "none" else {**values, "constraint": kind, "constraint_text": text}
 
 
-def _mask_costs(model: str, case: str, ids: list[int]) -> tuple[float, float]:
-    """(median ms to compile the matcher, median ms per token of its mask and consume) over the run's tokens."""
+def _mask_costs(model: str, case: str, ids: list[int], vocab: int) -> tuple[float, float]:
+    """(median ms to compile the matcher, median ms per token of its mask and consume) over the run's tokens;
+    `vocab` is the width of the run's logits, as its constraint record gives it."""
     kind, text = CASES[case]
     loaded = LOADED.get(model, "fp32")[0]
-    vocab = int(loaded.model.get_output_embeddings().weight.shape[0])
     eos = eos_ids(loaded.model.generation_config, loaded.tokenizer)
     index = token_index(loaded.tokenizer, vocab, eos)
     compiles = []
@@ -73,7 +73,7 @@ def _row(model: str, backend: str, case: str, new_tokens: int, rounds: int) -> d
             "compile_s": metrics["compile_s"], "ttft_s": metrics["ttft_s"]}
     constraint = result.get("constraint")
     if constraint:
-        compile_ms, mask_ms = _mask_costs(model, case, result["token_ids"])
+        compile_ms, mask_ms = _mask_costs(model, case, result["token_ids"], int(constraint["vocab_size"] or 0))
         row |= {"grammar_compile_ms": round(compile_ms, 3), "mask_ms_per_token": round(mask_ms, 4),
                 "verdict": constraint["verdict"], "changed_steps": constraint["changed_steps"],
                 "mass_removed_mean": constraint["mass_removed_mean"]}

@@ -20,7 +20,7 @@ from playground.backends.jax.loop import cache_extra, engine_extra
 from playground.backends.jax.records import Streamed
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
-from playground.constraints.matching import accepting, allowed_tokens, root_matcher
+from playground.constraints.matching import allowed_tokens, root_matcher
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -134,12 +134,9 @@ class PlainDecoding:
         )
 
     def _accepting(self) -> list[bool] | None:
-        """A constrained run: whether the grammar may end after its tokens (the verdict's engine side)."""
-        if self.matcher is None or self.context is None:
-            return None
-        spec, context = self.spec, self.context
-        return [accepting(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
-                          spec.prefix_ids, self.stream.tokens)]
+        """A constrained run: whether the grammar may end after its tokens (the verdict's engine side), read from
+        the matcher that has consumed every token but a final end token."""
+        return None if self.matcher is None else [bool(self.matcher.is_accepting())]
 
     def _constraint_extra(self) -> dict[str, Any]:
         return {"logits_width": self.context.vocab_size} if self.matcher is not None and self.context else {}
