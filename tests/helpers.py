@@ -135,12 +135,13 @@ def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] =
     return out, emitted
 
 
-def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False):
-    """The JAX backend on `ids` as the runner calls it, and the chunks of token ids it streamed."""
+def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
+    """The JAX backend on `ids` as the runner calls it (with `draft`, the draft model), and the chunks of token
+    ids it streamed."""
     from playground.backends.jax.backend import JaxBackend
 
     chunks: list[list[int]] = []
-    out = JaxBackend().generate(loaded, ids, spec, chunks.append, should_stop)
+    out = JaxBackend().generate(loaded, ids, spec, chunks.append, should_stop, draft=draft)
     return out, chunks
 
 

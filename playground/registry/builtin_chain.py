@@ -15,7 +15,6 @@ from playground.errors import PlaygroundError
 from playground.registry import (
     builtin_knobs,  # noqa: F401  (the stages read these knobs)
     chain,
-    store,
 )
 from playground.registry.chain import parse_breakers
 from playground.registry.entries import Processor, RunSpec, lazy
@@ -48,11 +47,6 @@ def _check_constraint(spec: RunSpec) -> None:
     check(spec.constraint, spec.constraint_text)
     if spec.constraint == "none":
         return
-    strategy = store.strategy(spec.strategy)
-    if spec.backend == "jax" and (strategy.rows_knob is not None or strategy.drafts):
-        raise PlaygroundError(f"constraints on the JAX path run with one sequence decoded a token at a time (greedy, "
-                              f"sampling) so far: {strategy.label} there needs a mask per beam or per draft; use "
-                              "backend 'torch'")
     if spec.min_new_tokens:
         raise PlaygroundError(f"min_new_tokens={spec.min_new_tokens} would forbid the end a constraint may need; "
                               "with a constraint the grammar decides where the text ends: set min_new_tokens to 0")

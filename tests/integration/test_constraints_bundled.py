@@ -1,6 +1,7 @@
-"""Constraints on the bundled SmolLM2: a JSON schema, a regex and a choice list give valid outputs (greedy and
-sampling; every strategy on tiny models: tests/unit/test_constraints.py), constrained greedy is the same on both
-backends, and a constraint that allows any text leaves greedy's tokens as they were."""
+"""Constraints on the bundled SmolLM2: a JSON schema, a regex and a choice list give valid outputs (greedy, JAX
+beam search and sampling; every strategy on tiny models: tests/unit/test_constraints.py), constrained greedy is the
+same on both backends and under JAX's assisted decoding, and a constraint that allows any text leaves greedy's
+tokens as they were."""
 
 import json
 
@@ -20,7 +21,8 @@ SCHEMA = json.dumps({"type": "object", "properties": {"name": {"type": "string",
 
 @pytest.mark.parametrize(("constraint", "text", "knobs"), [
     ("json_schema", SCHEMA, {}),
-    ("regex", r'\{"name": "[A-Z][a-z]+", "age": [1-9][0-9]?\}', {}),
+    ("regex", r'\{"name": "[A-Z][a-z]+", "age": [1-9][0-9]?\}',
+     {"strategy": "beam", "num_beams": 3, "num_return_sequences": 3, "backend": "jax"}),
     ("choice", "Paris\nLondon\nRome", {"strategy": "sampling", "temperature": 1.0, "seed": 4}),
 ])
 def test_bundled_smollm2_gives_valid_constrained_outputs(constraint, text, knobs):
@@ -32,11 +34,13 @@ def test_bundled_smollm2_gives_valid_constrained_outputs(constraint, text, knobs
         assert set(json.loads(result["text"])) == {"name", "age", "city"}
 
 
-def test_constrained_greedy_gives_the_same_tokens_on_both_backends():
+def test_constrained_greedy_gives_the_same_tokens_on_both_backends_and_with_drafts():
     spec = RunSpec.from_dict({"max_new_tokens": 48, "constraint": "json_schema", "constraint_text": SCHEMA})
     on_torch = runner.run_to_result(PROMPT, spec)
     on_jax = runner.run_to_result(PROMPT, spec.replace(backend="jax", cache="static"))
     assert on_jax["token_ids"] == on_torch["token_ids"] and on_jax["constraint"]["valid"]
+    drafted = runner.run_to_result(PROMPT, spec.replace(backend="jax", strategy="assisted", prompt_lookup=4))
+    assert drafted["token_ids"] == on_torch["token_ids"] and drafted["constraint"]["valid"]
 
 
 def test_a_constraint_that_allows_any_text_leaves_greedys_tokens_alone():

@@ -1,8 +1,8 @@
 """Constrained decoding on a tiny random model over the byte tokenizer: every kind of constraint under greedy,
-sampling (3 seeds), beam search and assisted decoding gives a valid output on PyTorch; greedy gives the same tokens
-and mask records on JAX, and JAX sampling is valid; the mask is llguidance's own at every step; assisted decoding
-gives constrained greedy's tokens, its drafts stopping where the grammar does; a beam's matcher follows its beam;
-bad constraints are one line before anything loads."""
+sampling (3 seeds), beam search and assisted decoding gives a valid output on both backends; greedy gives the same
+tokens and mask records on JAX, and beam search the same beams, every one valid; the mask is llguidance's own at
+every step; assisted decoding gives constrained greedy's tokens on both backends, its drafts stopping where the
+grammar does; a beam's matcher follows its beam; bad constraints are one line before anything loads."""
 
 from __future__ import annotations
 
@@ -48,12 +48,14 @@ def _verdict(tiny, spec: RunSpec, out) -> dict:
     return constraint_record(spec, tiny.tokenizer, out)
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"])
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("kind", list(CONSTRAINTS))
-def test_every_constraint_gives_a_valid_output_under_every_strategy(tiny, kind, strategy):
+def test_every_constraint_gives_a_valid_output_under_every_strategy(tiny, kind, strategy, backend):
+    run = torch_run if backend == "torch" else jax_run
     for seed in (0, 1, 2) if strategy == "sampling" else (0,):
-        spec = _spec(kind, strategy, seed=seed)
-        out, _ = torch_run(tiny, PROMPT, spec)
+        spec = _spec(kind, strategy, seed=seed, backend=backend)
+        out, _ = run(tiny, PROMPT, spec)
         record = _verdict(tiny, spec, out)
         assert record["valid"] and record["verdict"] == "valid", (kind, strategy, seed, record)
         assert all(record["sequences_valid"]) and len(record["sequences_valid"]) == len(out.sequences)
@@ -78,6 +80,40 @@ def test_constrained_sampling_on_jax_is_valid_and_seeded(tiny):
         out, _ = jax_run(tiny, PROMPT, spec)
         assert _verdict(tiny, spec, out)["valid"]
         assert jax_run(tiny, PROMPT, spec)[0].sequences == out.sequences
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "choice", "grammar"])
+def test_constrained_beam_search_on_jax_gives_pytorchs_valid_beams(tiny, kind):
+    """Each beam's matcher follows its beam through the reordering: every returned sequence is valid, and the
+    search is PyTorch's, sequences and scores."""
+    spec = _spec(kind, "beam")
+    on_torch, _ = torch_run(tiny, PROMPT, spec)
+    on_jax, _ = jax_run(tiny, PROMPT, spec.replace(backend="jax"))
+    record = _verdict(tiny, spec, on_jax)
+    assert record["valid"] and all(record["sequences_valid"]) and len(record["sequences_valid"]) == 3
+    assert on_jax.sequences == on_torch.sequences
+    assert on_jax.scores == pytest.approx(on_torch.scores, abs=1e-4)
+    assert on_jax.extra["decode_calls"] == on_jax.forward_passes - 1  # one step per call, masks between
+
+
+def test_constrained_assisted_decoding_on_jax_gives_constrained_greedys_tokens(tiny):
+    """Each verify position gets the mask after the drafts before it; a draft the grammar forbids ends the drafts
+    (its own row's mask rejects it). Prompt lookup and a draft model keep constrained greedy's tokens."""
+    prompt = torch.tensor([tiny.tokenizer.encode("(yz)(yz)(yz)(yz)(")])
+    greedy, _ = jax_run(tiny, prompt, _spec("grammar", backend="jax"))
+    looked_up, _ = jax_run(tiny, prompt, _spec("grammar", "assisted", prompt_lookup=5, backend="jax"))
+    assert looked_up.sequences == greedy.sequences and _verdict(tiny, _spec("grammar"), looked_up)["valid"]
+    assert looked_up.extra["draft_tokens_accepted"] > 0
+    refused, _ = _refused_drafts(tiny, looked_up)
+    assert refused >= 1  # the prompt goes on with "(", which the ended grammar forbids: rejected by the mask
+    draft = tiny_loaded("tiny-draft", tiny_llama(seed=11))
+    drafted, _ = jax_run(tiny, PROMPT, _spec("grammar", "assisted", prompt_lookup=0, assistant="tiny-draft",
+                                             backend="jax"), draft=draft)
+    assert drafted.sequences == jax_run(tiny, PROMPT, _spec("grammar", backend="jax"))[0].sequences
+    for seed in (0, 1):  # speculative sampling: the forbidden draft's row has p = 0, so it is always rejected
+        spec = _spec("json_schema", "assisted", prompt_lookup=0, assistant="tiny-draft", assisted_sampling=True,
+                     temperature=1.0, seed=seed, backend="jax")
+        assert _verdict(tiny, spec, jax_run(tiny, PROMPT, spec, draft=draft)[0])["valid"]
 
 
 def test_the_mask_is_llguidances_own_at_every_step(tiny):
@@ -111,7 +147,8 @@ def test_the_cost_is_recorded_per_token_and_summed_up(tiny):
 
 
 def _refused_drafts(tiny, out) -> tuple[int, int]:
-    """(drafted tokens the grammar forbade where they were proposed, drafted tokens in all)."""
+    """(drafted tokens the grammar forbade where they were proposed, drafted tokens in all); a pass's drafts
+    stop counting at its first forbidden one."""
     index = token_index(tiny.tokenizer, 257, (EOS,))
     refused = drafted_in_all = position = 0
     for step in out.assisted_steps or []:
@@ -169,8 +206,6 @@ def test_bad_constraints_are_one_line_before_anything_loads():
         with pytest.raises(PlaygroundError, match=message) as caught:
             RunSpec.from_dict({"constraint": kind, "constraint_text": text})
         assert "\n" not in str(caught.value)
-    with pytest.raises(PlaygroundError, match="beam search there needs a mask per beam or per draft"):
-        RunSpec.from_dict({"constraint": "regex", "constraint_text": "a", "backend": "jax", "strategy": "beam"})
     with pytest.raises(PlaygroundError, match="min_new_tokens=3 would forbid the end"):
         RunSpec.from_dict({"constraint": "regex", "constraint_text": "a", "min_new_tokens": 3})
     with pytest.raises(PlaygroundError, match="cannot move the constraint"):

@@ -29,6 +29,7 @@ from playground.backends.jax.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, nex
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.lookup import lookup
 from playground.backends.jax.loop import cache_extra, engine_extra
+from playground.backends.jax.masks import draft_rows, with_rows
 from playground.backends.jax.plain import PlainDecoding
 from playground.backends.jax.sampling import Knobs, StepInfo
 from playground.backends.jax.strategy import Advance, Request, Run
@@ -99,7 +100,20 @@ class AssistedDecoding(PlainDecoding):
             self.pending = (request.engine.put(tokens), count, None if probs is None else request.engine.put(probs))
         else:
             self.pending = self._looked_up(request, room)
+        if self.matcher is not None:
+            self._mask_drafts(request, run)
         return self.pending[0].shape[1] + 1  # the last token and the drafts
+
+    def _mask_drafts(self, request: Request, run: Run) -> None:
+        """A constrained pass: each position's mask after the drafts before it, and the drafts cut after the first
+        one the grammar forbids (its own row's mask rejects it)."""
+        assert self.pending is not None and self.context is not None
+        drafts, count, probs = self.pending
+        proposed = np.asarray(drafts)[0, :count].tolist()
+        rows, kept = draft_rows(self.matcher, proposed, self.context.vocab_size, request.eos)
+        self.knob_values = with_rows(self.knob_values, self.mask_stage, rows)
+        run.knobs = request.engine.put(self.knob_values)
+        self.pending = (drafts, kept, probs)
 
     def _looked_up(self, request: Request, room: int) -> tuple[jax.Array, int, None]:
         """Prompt lookup's drafts (1, width - 1), padded to the narrowest compiled width, and how many are real."""
@@ -134,6 +148,9 @@ class AssistedDecoding(PlainDecoding):
         self.drafted += drafted
         self.accepted += accepted
         self.stream.add(chunk, info, now, self.mode.chain.names)
+        if self.matcher is not None and chunk and chunk[-1] not in request.eos:
+            for token in chunk:
+                self.matcher.consume_token(token)
         self.draft_flags += [i < accepted for i in range(count)]
         if self.drafter is not None and self.pending is None:  # the first token is on the host: the draft starts
             self.drafter.start(request.prompt, request.bucket, self.spec, run.state)
@@ -155,7 +172,8 @@ class AssistedDecoding(PlainDecoding):
                    "draft_tokens_proposed": self.drafted, "draft_tokens_accepted": self.accepted,
                    "draft_lookup_s": round(self.lookup_s, 4),
                    "draft_kv_cache_bytes": self.drafter.cache_bytes() if self.drafter else None,
-                   **engine_extra(request)},
+                   **engine_extra(request), **self._constraint_extra()},
+            constraint_accepting=self._accepting(),
         )
 
 

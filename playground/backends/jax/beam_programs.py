@@ -59,12 +59,13 @@ def _pin(engine: Engine, state: BeamState) -> BeamState:
 
 def _start(engine: Engine, logits: jax.Array, ids: jax.Array, length: jax.Array, knobs: BeamKnobs[jax.Array],
            cache: JaxCache, *, mode: BeamMode) -> tuple[BeamState, StepRecord]:
-    """The first step from the prompt's logits (1, V): the prompt's cache repeated for K beams, then gathered by
-    the first step's parents (all beam 0) like every later step."""
+    """The first step from the prompt's logits (1, V): the prompt's cache repeated for K beams. Every beam holds
+    the prompt, so the first step's parents (beam 0, or the beams left at their start score when fewer than K
+    continuations are allowed: a constraint's) all read row 0."""
     hyps = beam_search.initial(start_history(ids, length, mode.chain.needs, engine.vocab_size), mode)
     logits = jnp.broadcast_to(logits, (mode.beams, logits.shape[-1]))
     hyps, parents, tokens, record = beam_search.step(logits, hyps, mode, knobs)
-    cache = reorder(cache, parents)
+    cache = reorder(cache, jnp.zeros_like(parents))
     return _pin(engine, BeamState(cache, tokens, length.astype(jnp.int32), hyps)), record
 
 

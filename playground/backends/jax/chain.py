@@ -52,6 +52,7 @@ class Context(NamedTuple):
     vocab_size: int
     eos: tuple[int, ...]
     tokenizer: Any  # the main model's tokenizer (DRY's sequence breakers are strings)
+    rows: int = 1  # rows a program picks for that may each need an argument of their own (beams, verify positions)
 
 
 class Candidates(NamedTuple):
@@ -78,6 +79,7 @@ class JaxStage(Protocol):
 
     needs: Needs  # what of the history it reads (`ids`: any capacity > 0 means "the ids")
     random: bool  # draws from a key of its own at every call
+    per_row: bool  # its arguments have a leading axis of Context.rows: row i of a batch reads row i
 
     def static(self, spec: RunSpec, context: Context) -> Hashable:
         """What sets a shape or a branch: part of the compile key (() when nothing does)."""
@@ -262,6 +264,15 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
     if not removed:
         return Applied(cands, cut, jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0), jnp.float32))
     return Applied(cands, cut, jnp.stack(removed, axis=-1), jnp.stack(moved, axis=-1))
+
+
+def for_row(chain_: Chain, args: tuple[tuple[jax.Array, ...], ...],
+            index: jax.Array) -> tuple[tuple[jax.Array, ...], ...]:
+    """The arguments as one row of a batch sees them: a per-row stage's arrays cut to their row `index` (a verify
+    pass scores its positions one at a time, each with its own constraint mask)."""
+    return tuple(tuple(jax.lax.dynamic_slice_in_dim(a, index, 1) for a in stage_args)
+                 if _stage(name).per_row else stage_args
+                 for (name, _), stage_args in zip(chain_.stages, args, strict=True))
 
 
 def chosen_ids(cands: Candidates, picks: jax.Array) -> jax.Array:

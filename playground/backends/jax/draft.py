@@ -7,7 +7,8 @@ k + 1 steps in one call: the last step writes the k-th draft into the draft's ca
 is kept the cache already holds them all. After the verdict the draft's counters move to the main model's
 position (rejected drafts drop out, as in the main cache) and its next input is the main model's own token.
 The draft proposes without the repetition penalty and min_new_tokens (the main model applies both when it
-verifies): they change which drafts are kept, never the output.
+verifies), and without a constraint (its mask stage stays all-allowed: the verify pass's own mask rows reject a
+draft the grammar forbids): they change which drafts are kept, never the output.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from playground.backends.jax.chain import Context, history_capacity
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import DecodeState, Engine
 from playground.backends.jax.loop import cache_extra, engine_extra
+from playground.backends.jax.masks import mask_stage, with_rows
 from playground.backends.jax.records import Streamed
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
@@ -43,7 +44,8 @@ class PlainDecoding:
 
     def choose_tokens(self, bucket: int, context: Context, room: int = 0) -> None:
         """Fix the token choice's static mode and its knobs; a history the chain reads holds the prompt, every
-        new token and `room` more (a verify pass's drafts)."""
+        new token and `room` more (a verify pass's positions: each has a constraint mask row of its own)."""
+        context = context._replace(rows=max(1, room))
         history = history_capacity(bucket, self.spec.max_new_tokens + room)
         self.mode, self.knob_values = sampling.mode_for(self.spec, context, samples=self.samples, history=history)
         self.eos = context.eos
@@ -52,15 +54,14 @@ class PlainDecoding:
             spec = self.spec
             self.matcher = root_matcher(context.tokenizer, context.vocab_size, context.eos, spec.constraint,
                                         spec.constraint_text, spec.prefix_ids)
-            self.mask_stage = self.mode.chain.names.index("constraint")
+            self.mask_stage = mask_stage(self.mode.chain)
             self._next_mask()
 
     def _next_mask(self) -> None:
         """The constraint stage's argument: the tokens the grammar allows after the text so far."""
         assert self.context is not None
-        knobs = list(self.knob_values)
-        knobs[self.mask_stage] = (allowed_tokens(self.matcher, self.context.vocab_size)[None, :],)
-        self.knob_values = tuple(knobs)
+        allowed = allowed_tokens(self.matcher, self.context.vocab_size)
+        self.knob_values = with_rows(self.knob_values, self.mask_stage, [allowed])
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
              context: Context) -> tuple[CachePlan, list[Pending]]:

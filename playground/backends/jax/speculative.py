@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from playground.backends.jax import sampling
-from playground.backends.jax.chain import Candidates, History, pushed
+from playground.backends.jax.chain import Candidates, History, for_row, pushed
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
 
 
@@ -33,7 +33,8 @@ class Verdict(NamedTuple):
 def rows(logits: jax.Array, drafts: jax.Array, history: History[jax.Array], produced: jax.Array,
          key: jax.Array | None, mode: SamplingMode, knobs: Knobs) -> sampling.Processed:
     """logits (B, W, V), drafts (B, W - 1) -> each row through the chain, stacked (W, B, ...): row i sees the
-    drafts before it in its history and counts them as produced. `key` is the chain's own (None: no stage draws)."""
+    drafts before it in its history, counts them as produced and reads its own row of a per-row stage's arguments
+    (the constraint's mask after those drafts). `key` is the chain's own (None: no stage draws)."""
     padded = jnp.concatenate([drafts, drafts[:, :1]], axis=1)  # (B, W): row i's draft, pushed after row i
     width = logits.shape[1]
     keys = jax.random.split(key, width) if key is not None else jnp.zeros((width, 2), jnp.uint32)
@@ -41,7 +42,7 @@ def rows(logits: jax.Array, drafts: jax.Array, history: History[jax.Array], prod
     def body(history: History[jax.Array], row: tuple[jax.Array, ...]) -> tuple[History[jax.Array], Any]:
         row_logits, draft, index, row_key = row
         out = sampling.processed(row_logits, history, produced + index, row_key if key is not None else None,
-                                 mode, knobs)
+                                 mode, for_row(mode.chain, knobs, index))
         return pushed(history, draft, mode.needs), out
 
     xs = (logits.transpose(1, 0, 2), padded.T, jnp.arange(width, dtype=jnp.int32), keys)

@@ -28,6 +28,7 @@ class Stage:
 
     needs = Needs()
     random = False
+    per_row = False
 
     def static(self, spec: RunSpec, context: Context) -> Hashable:
         return ()
@@ -41,16 +42,19 @@ def _removed(cands: Candidates, remove: jax.Array) -> Candidates:
 
 
 class Constraint(Stage):
-    """The constraint's mask (playground/constraints): the tokens its grammar allows next. The host's matcher
-    sends a new one before every step (plain decoding runs one step per call while constrained); every token is
-    allowed until the first arrives."""
+    """The constraint's mask (playground/constraints): the tokens its grammar allows next, a row per beam or verify
+    position. The host's matchers send new rows before every call (plain decoding and beam search run one step
+    per call while constrained); every token is allowed until the first rows arrive."""
+
+    per_row = True
 
     def args(self, spec: RunSpec, context: Context) -> Args:
-        return (np.ones((1, context.vocab_size), bool),)
+        return (np.ones((context.rows, context.vocab_size), bool),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
-        (allowed,) = args  # (1, V)
-        rows = jnp.broadcast_to(allowed, (cands.values.shape[0], allowed.shape[-1]))
+        (allowed,) = args  # (rows, V): a batch narrower than the rows (a start's one row) reads the first ones
+        batch = cands.values.shape[0]
+        rows = allowed[:batch] if allowed.shape[0] >= batch else jnp.broadcast_to(allowed, (batch, allowed.shape[1]))
         return _removed(cands, ~view.table(cands, rows))
 
 
