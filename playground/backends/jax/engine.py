@@ -33,7 +33,7 @@ from torchax import interop
 from transformers import PreTrainedModel
 
 from playground.backends import device
-from playground.backends.jax import compiling, disk_cache, sampling, tensor_parallel, traced
+from playground.backends.jax import compiling, disk_cache, layer_outputs, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
@@ -172,6 +172,21 @@ class Engine:
             logits = out.logits
         self.twin.clear()
         return interop.jax_view(logits), cache
+
+    def forward_layers(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
+                       keep: jax.Array | int, *, hidden: tuple[int, ...] = (),
+                       heads: tuple[int, ...] = ()) -> tuple[jax.Array, tuple[jax.Array, ...], tuple[jax.Array, ...],
+                                                             JaxCache]:
+        """forward(), and the hidden states after `hidden` layers (B, T, H) and those after `heads` layers through
+        the output head (B, kept, V) (layer_outputs.py): what contrastive search and DoLa read."""
+        w, i, p, k = interop.torch_view((weights, ids, positions, keep))
+        with self.env:
+            logits, states, head_logits = torch.func.functional_call(
+                layer_outputs.LayerOutputs(self.twin.module), layer_outputs.prefixed(w), (i,),
+                {"hidden": hidden, "heads": heads, "keep": k, "position_ids": p, "past_key_values": cache,
+                 "use_cache": True}, tie_weights=False)
+        self.twin.clear()
+        return interop.jax_view(logits), interop.jax_view(states), interop.jax_view(head_logits), cache
 
     def _prefill(self, weights: dict, ids: jax.Array, length: jax.Array, *,
                  layouts: Layouts) -> tuple[jax.Array, JaxCache]:
