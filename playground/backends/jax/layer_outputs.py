@@ -35,7 +35,7 @@ class LayerOutputs(nn.Module):
                 keep: int | torch.Tensor, **kwargs: Any) -> tuple[Any, ...]:
         out = self.inner(ids, output_hidden_states=True, logits_to_keep=keep, **kwargs)
         states = out.hidden_states
-        head = self.inner.get_output_embeddings()
+        head: nn.Module = self.inner.get_output_embeddings()  # type: ignore[operator]
         return out.logits, tuple(states[i] for i in hidden), tuple(head(kept(states[i], keep)) for i in heads)
 
 
