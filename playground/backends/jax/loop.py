@@ -26,7 +26,7 @@ from playground.backends.jax.caches.pytree import cache_bytes
 from playground.backends.jax.chain import Context
 from playground.backends.jax.engine import Engine, engine_for
 from playground.backends.jax.programs import Programs
-from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run, Strategy
+from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, OwnPrefill, Request, Run, Strategy
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -77,14 +77,18 @@ def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarr
 
 
 def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: Strategy, decode: bool) -> Programs:
-    """The step programs of every layouts the cache may step through, then prefill and start, then the growth
-    steps between layouts (no steps when the prompt's own token is the only one wanted). The step programs are
-    asked for first: they are the largest, and the first asked is the first to compile (compiling.py)."""
+    """The step programs of every layouts the cache may step through, then prefill (the plug-in's own, if it reads
+    more of the prompt than its last logits) and start, then the growth steps between layouts (no steps when the
+    prompt's own token is the only one wanted). The step programs are asked for first: they are the largest, and
+    the first asked is the first to compile (compiling.py)."""
     programs = Programs()
     for layouts in schedule if decode else []:
         for key, pending in strategy.step_programs(engine, layouts).items():
             programs.steps[key] = programs.add(pending)
-    programs.prefill = programs.add(engine.prefill_program(bucket, schedule[0], 1))
+    if isinstance(strategy, OwnPrefill):
+        programs.prefill = programs.add(strategy.prefill_program(engine, bucket, schedule[0]))
+    else:
+        programs.prefill = programs.add(engine.prefill_program(bucket, schedule[0], 1))
     programs.start = programs.add(strategy.start_program(engine, bucket, schedule[0]))
     for old, new in zip(schedule, schedule[1:], strict=False) if decode else []:
         programs.growers[new] = programs.add(strategy.grow_program(engine, old, new))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -122,6 +122,15 @@ class Strategy(Protocol):
 
     def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
         """The backends' common output, with this strategy's figures."""
+        ...
+
+
+@runtime_checkable
+class OwnPrefill(Protocol):
+    """A plug-in that reads more of the prompt's forward than its last logits (contrastive search's hidden states,
+    DoLa's early layers): its prefill program returns (what start() takes as `logits`, the cache)."""
+
+    def prefill_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         ...
 
 
