@@ -172,7 +172,7 @@ register_strategy(Strategy(
     picks="the most likely token under the contrast (the chain acts on the final layer's log-probabilities minus "
           "the premature layer's) is taken",
     knobs=("dola_layers",), validate=_check_dola_layers, torch_config=lazy(_TORCH_CONFIG, "dola"),
-    torch_loop="playground.backends.torch.dola:dola_decoding",
+    torch_loop="playground.backends.torch.dola:dola_decoding", jax=lazy("playground.backends.jax.dola", "dola"),
     check_model=lazy("playground.backends.torch.dola", "check_model")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known

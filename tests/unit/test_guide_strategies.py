@@ -107,8 +107,6 @@ def test_a_dola_column_gives_transformers_4_52_tokens(record):
 def test_dola_layers_are_refused_in_a_form_it_cannot_read():
     with pytest.raises(PlaygroundError, match="dola_layers='middle' is not 'low', 'high' or comma-separated"):
         RunSpec(strategy="dola", dola_layers="middle")
-    with pytest.raises(PlaygroundError, match="DoLa runs on the PyTorch path only so far"):
-        RunSpec(strategy="dola", backend="jax")
     assert RunSpec(strategy="dola", dola_layers="0,2").dola_layers == "0,2"
 
 

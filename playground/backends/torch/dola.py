@@ -46,6 +46,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
+from playground.backends.dola_layers import candidate_layers, requested
 from playground.backends.torch.transformers_hooks import is_stateful, pad_token, prefill, update_model_kwargs
 
 RELATIVE_TOP = 0.1  # 4.52's `_relative_top_filter` default: keep tokens with p_final >= RELATIVE_TOP * max p_final
@@ -67,32 +68,6 @@ class DolaStep:
     def token_info(self) -> dict[str, Any]:
         """What the token's record keeps of the step (backends.base.TokenInfo's `dola`)."""
         return {"dola": {"layer": self.premature, "layers": self.layers, "js": self.js, "final_top": self.final_top}}
-
-
-def candidate_layers(model: Any, dola_layers: str | list[int] | None) -> list[int]:
-    """4.52's reading of `dola_layers`: 'low' / 'high' halves of the layers in steps of 2, or a list of indices."""
-    final = model.config.get_text_config().num_hidden_layers
-    if not model.config.tie_word_embeddings:  # tied: layer 0 through lm_head would be an identity map
-        start = 0
-    else:
-        start = 2 if final > 2 else 1 if final == 2 else 0
-    layers = []
-    if dola_layers == "low":
-        if start == final // 2:
-            return [start]
-        layers = list(range(start, final // 2, 2)) if final <= 40 else list(range(start, 20, 2))
-    elif dola_layers == "high":
-        layers = list(range(final // 2, final, 2)) if final <= 40 else list(range(final - 20, final, 2))
-    if layers:
-        return layers
-    if dola_layers in ("low", "high"):  # a model too shallow for the half asked for: 4.52 crashed on it
-        raise ValueError(f"dola_layers={dola_layers!r} leaves no candidate layer in a {final}-layer model; "
-                         "name the layers instead, e.g. 0")
-    if isinstance(dola_layers, list) and all(isinstance(i, int) and i >= 0 for i in dola_layers):
-        if layers := [i for i in dola_layers if i < final]:
-            return layers
-    raise ValueError(f"DoLa needs dola_layers 'low', 'high' or a list of layer indices in [0, {final}), "
-                     f"got {dola_layers!r}")
 
 
 def dola_decoding(model: Any, input_ids: torch.Tensor, logits_processor: LogitsProcessorList,
@@ -217,6 +192,4 @@ def _steps(layers: list[int], js: torch.Tensor, chosen: int, final: torch.Tensor
 
 def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
     """The registry's model check: the layers `spec.dola_layers` names must exist in this model."""
-    value = spec.dola_layers.strip()
-    asked: str | list[int] = value if value in ("low", "high") else [int(i) for i in value.split(",")]
-    candidate_layers(SimpleNamespace(config=config), asked)
+    candidate_layers(SimpleNamespace(config=config), requested(spec.dola_layers))

@@ -1,0 +1,206 @@
+"""DoLa (decoding by contrasting layers) as a plug-in of the JAX request loop, with transformers 4.52.4's arithmetic
+(the PyTorch port, backends/torch/dola.py, says which of 4.52's behaviours are matched and why).
+
+Each step's one forward also reads the candidate premature layers through the output head (Engine.forward_layers,
+inside the same jitted call): the final layer's log-probabilities minus the chosen layer's, over the tokens within
+a tenth of the final top's probability, go through the logits chain, then argmax. With several candidates the
+layer furthest from the final one (Jensen-Shannon) is chosen, per step. Chunks of STEPS_PER_CALL steps per call,
+as plain decoding; each token's record carries the layer, every candidate's divergence and the final layer's own
+top token, as on the PyTorch path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from functools import partial
+from types import SimpleNamespace
+from typing import Any, NamedTuple, cast
+
+import jax
+import jax.numpy as jnp
+from jax.stages import Lowered
+
+from playground.backends.base import GenerationOutput
+from playground.backends.dola_layers import candidate_layers, requested
+from playground.backends.jax import sampling
+from playground.backends.jax.caches import pytree
+from playground.backends.jax.caches.plan import CachePlan, Layouts
+from playground.backends.jax.caches.pytree import JaxCache
+from playground.backends.jax.chain import Context, pushed, start_history
+from playground.backends.jax.compiling import Pending
+from playground.backends.jax.engine import DecodeState, Engine
+from playground.backends.jax.plain import PlainDecoding
+from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
+from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
+from playground.models.loaded import LoadedModel
+from playground.spec import RunSpec
+
+RELATIVE_TOP = 0.1  # 4.52's `_relative_top_filter`: keep tokens with p_final >= RELATIVE_TOP * max p_final
+BASE_FILTER_VALUE = -1e-3  # the premature layer's log-probability where the final one was cut
+
+
+class Contrast(NamedTuple):
+    """What decided one step, per row: the layer used (its index among the candidates), every candidate's JS
+    divergence from the final layer, and the final layer's own top token."""
+
+    chosen: jax.Array  # (B,) int32 index into the candidate layers
+    js: jax.Array  # (B, L)
+    final_top: jax.Array  # (B,) int32
+
+
+def js_divergences(final: jax.Array, premature: jax.Array) -> jax.Array:
+    """(L, B): each candidate's JS divergence from the final layer, KL terms averaged over the vocabulary (torch's
+    kl_div with reduction 'none', then mean, as 4.52)."""
+    average = 0.5 * (jax.nn.softmax(final, axis=-1)[None] + jax.nn.softmax(premature, axis=-1))
+
+    def kl(log_input: jax.Array) -> jax.Array:
+        return (jax.scipy.special.xlogy(average, average) - average * log_input).mean(axis=-1)
+
+    return 0.5 * (kl(jax.nn.log_softmax(final, axis=-1)[None]) + kl(jax.nn.log_softmax(premature, axis=-1)))
+
+
+def contrasted(final: jax.Array, base: jax.Array) -> jax.Array:
+    """4.52's relative-top filter and the difference: log p_final - log p_base within log(RELATIVE_TOP) of the
+    final top, -inf elsewhere (where the base is set to BASE_FILTER_VALUE first)."""
+    final_logp = jax.nn.log_softmax(final, axis=-1)
+    base_logp = jax.nn.log_softmax(base, axis=-1)
+    top = final_logp.max(axis=-1, keepdims=True)
+    cut = final_logp < jnp.minimum(top, top + math.log(RELATIVE_TOP))
+    return jnp.where(cut, -jnp.inf, final_logp) - jnp.where(cut, BASE_FILTER_VALUE, base_logp)
+
+
+def choose(final: jax.Array, premature: jax.Array, key: jax.Array, produced: jax.Array, history: Any,
+           mode: SamplingMode, knobs: Knobs) -> tuple[jax.Array, jax.Array, StepInfo, Contrast]:
+    """final (B, V) and the candidates' logits (L, B, V) -> the token, the key, its StepInfo and the contrast."""
+    final, premature = final.astype(jnp.float32), premature.astype(jnp.float32)
+    js = js_divergences(final, premature)  # (L, B)
+    chosen = jnp.argmax(js.mean(axis=-1)).astype(jnp.int32)  # one layer for the batch, as 4.52
+    token, key, info = sampling.select(contrasted(final, premature[chosen]), key, produced, history, mode, knobs)
+    batch = final.shape[0]
+    record = Contrast(jnp.full((batch,), chosen), js.T, jnp.argmax(final, axis=-1).astype(jnp.int32))
+    return token, key, info, record
+
+
+def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *, layouts: Layouts,
+             layers: tuple[int, ...]) -> tuple[tuple[jax.Array, jax.Array], JaxCache]:
+    """The padded prompt into a new cache; ((final logits (B, V), candidates' logits (L, B, V)) at the last real
+    position, cache)."""
+    positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]
+    cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
+    logits, _, heads, cache = engine.forward_layers(weights, cache, ids, positions, (length - 1)[None], heads=layers)
+    return (logits[:, -1], jnp.stack([h[:, -1] for h in heads])), engine.constrain(cache)
+
+
+def _start(engine: Engine, outputs: tuple[jax.Array, jax.Array], ids: jax.Array, length: jax.Array,
+           key: jax.Array, knobs: Knobs, cache: JaxCache, *, mode: SamplingMode,
+           eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], tuple[StepInfo, Contrast]]:
+    history = start_history(ids, length, mode.needs, engine.vocab_size)
+    token, key, info, record = choose(*outputs, key, jnp.int32(0), history, mode, knobs)
+    done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
+    state = DecodeState(cache, token, length.astype(jnp.int32), key, pushed(history, token, mode.needs), done,
+                        jnp.int32(1))
+    return engine.pin(state), (info, record)
+
+
+class Chunk(NamedTuple):
+    tokens: jax.Array  # (steps,) -1 past the count
+    info: StepInfo  # (steps, ...)
+    contrast: Contrast  # (steps, ...)
+
+
+def _decode(engine: Engine, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs, *,
+            steps: int, mode: SamplingMode, eos: tuple[int, ...],
+            layers: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Chunk, jax.Array]:
+    """Up to `limit` DoLa steps in one call, ending at EOS (engine._decode's loop with the layers read)."""
+    eos_ids = jnp.asarray(eos or (-1,))
+
+    def body(carry: tuple) -> tuple:
+        i, s, out = carry
+        logits, _, heads, cache = engine.forward_layers(weights, s.cache, s.token[:, None], s.position[None, None],
+                                                        1, heads=layers)
+        premature = jnp.stack([h[:, -1] for h in heads])
+        token, key, info, record = choose(logits[:, -1], premature, s.key, s.produced, s.history, mode, knobs)
+        out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info, record))
+        s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs),
+                        jnp.isin(token, eos_ids).any(), s.produced + 1)
+        return i + 1, engine.pin(s), out
+
+    empty = Contrast(jnp.zeros((steps,), jnp.int32), jnp.zeros((steps, len(layers))), jnp.zeros((steps,), jnp.int32))
+    out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.chain.stages)), empty)
+    count, state, out = jax.lax.while_loop(lambda c: (c[0] < limit) & ~c[1].done, body, (jnp.int32(0), state, out))
+    return state, out, count
+
+
+class DolaDecoding(PlainDecoding):
+    """Plain decoding's knobs, stream, constraint and output, with DoLa's programs and records."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec, samples=False)
+        self.layers: tuple[int, ...] = ()
+        self.contrasts: list[dict[str, Any]] = []  # per token: what decided it (TokenInfo's `dola`)
+
+    def bind(self, engine: Engine, prompt_len: int, bucket: int,
+             context: Context) -> tuple[CachePlan, list[Pending]]:
+        config = SimpleNamespace(config=engine.config)
+        self.layers = tuple(candidate_layers(config, requested(self.spec.dola_layers)))
+        return super().bind(engine, prompt_len, bucket, context)
+
+    def prefill_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
+        def lower() -> Lowered:
+            fn = jax.jit(partial(_prefill, engine, layouts=layouts, layers=self.layers))
+            return fn.lower(engine.weights, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32))
+
+        return engine.program(("dola-prefill", bucket, layouts, self.layers), lower)
+
+    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
+        def lower() -> Lowered:
+            fn = jax.jit(partial(_start, engine, mode=self.mode, eos=self.eos), donate_argnames=("cache",))
+            outputs = (engine.spec((1, engine.vocab_size), jnp.float32),
+                       engine.spec((len(self.layers), 1, engine.vocab_size), jnp.float32))
+            return fn.lower(outputs, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32),
+                            engine.spec((2,), jnp.uint32), engine.knob_specs(self.mode),
+                            engine.abstract_cache(layouts, 1))
+
+        return engine.program(("dola-start", bucket, layouts, self.mode, self.eos, self.layers), lower)
+
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
+        mode, eos, layers = self.mode, self.eos, self.layers
+
+        def lower() -> Lowered:
+            fn = jax.jit(partial(_decode, engine, steps=STEPS_PER_CALL, mode=mode, eos=eos, layers=layers),
+                         donate_argnames=("state",))
+            return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.spec((), jnp.int32),
+                            engine.knob_specs(mode))
+
+        return {layouts: engine.program(("dola-decode", layouts, STEPS_PER_CALL, mode, eos, layers), lower)}
+
+    def start(self, request: Request, logits: Any, ids: jax.Array, true_len: jax.Array, knobs: Knobs,
+              cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
+        state, outputs = self.first_token(request, logits, ids, true_len, knobs, cache)
+        info, record = cast(tuple[StepInfo, Contrast], outputs)  # this plug-in's start program returns both
+        return state, (state.token, info, record, 1)
+
+    def step(self, request: Request, run: Run, limit: int) -> Any:
+        decode = request.programs.steps[run.layouts]
+        limit = 1 if self.matcher is not None else limit
+        run.state, out, count = decode(request.engine.weights, run.state, request.scalar(limit), run.knobs)
+        return out.tokens, out.info, out.contrast, count
+
+    def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
+        tokens, info, record, count = fetched
+        advance = super().read(request, run, (tokens, info, count), now)
+        for row, known in enumerate(self.stream.info[len(self.stream.info) - advance.count:]):
+            known["dola"] = {"layer": self.layers[int(record.chosen[row])], "layers": list(self.layers),
+                             "js": [float(v) for v in record.js[row]], "final_top": int(record.final_top[row])}
+        return advance
+
+    def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
+        out = super().output(request, run, start)
+        out.extra["dola_layers"] = list(self.layers)
+        return out
+
+
+def dola(spec: RunSpec, draft: LoadedModel | None = None) -> DolaDecoding:
+    """Strategy "dola": the final layer contrasted with the premature layer furthest from it."""
+    return DolaDecoding(spec)

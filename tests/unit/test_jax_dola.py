@@ -1,0 +1,71 @@
+"""DoLa on the JAX path (playground/backends/jax/dola.py) gives transformers 4.52.4's tokens and premature layers
+(tests/references/guide_methods.json), the PyTorch path's tokens and per-token records, on every cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from playground.spec import RunSpec
+from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run
+from tests.unit.test_guide_references import records, shared_model
+
+TINY = records("dola", "tiny")
+FAST = {"tiny-2l/p0/dola/low-rep1.2", "tiny-4l-tied/p0/dola/high-rep1.2", "tiny-8l/p1/dola/high-rep1.2"}
+
+
+def _spec(record: dict, **overrides) -> RunSpec:
+    kwargs = record["generate_kwargs"]
+    return RunSpec.from_dict({"strategy": "dola", "dola_layers": kwargs["dola_layers"], "backend": "jax",
+                              "repetition_penalty": kwargs["repetition_penalty"],
+                              "max_new_tokens": kwargs["max_new_tokens"], **overrides})
+
+
+@pytest.mark.parametrize("record", [pytest.param(r, id=r["id"], marks=() if r["id"] in FAST else pytest.mark.slow)
+                                    for r in TINY])
+def test_tiny_models_give_transformers_4_52_tokens_and_layers(record):
+    loaded = tiny_loaded(record["model"], shared_model(record["model"]))
+    out, streamed = jax_run(loaded, torch.tensor([record["prompt_ids"]]), _spec(record))
+    (expected,) = record["output"]["sequences"]
+    assert out.sequences[0] == expected and [t for chunk in streamed for t in chunk] == expected
+    assert [info["dola"]["layer"] for info in out.token_info or []] == record["diagnostics"]["premature_layers"]
+
+
+def test_the_records_are_the_pytorch_paths():
+    record = next(r for r in TINY if r["id"] == "tiny-8l/p1/dola/high-rep1.2")  # layers 4 and 6 both chosen
+    loaded = tiny_loaded(record["model"], shared_model(record["model"]))
+    ids = torch.tensor([record["prompt_ids"]])
+    on_jax, _ = jax_run(loaded, ids, _spec(record))
+    on_torch, _ = torch_run(loaded, ids, _spec(record, backend="torch"))
+    assert on_jax.sequences == on_torch.sequences
+    for mine, theirs in zip(on_jax.token_info or [], on_torch.token_info or [], strict=True):
+        assert mine["dola"]["layer"] == theirs["dola"]["layer"] and mine["dola"]["layers"] == theirs["dola"]["layers"]
+        assert mine["dola"]["final_top"] == theirs["dola"]["final_top"]
+        assert mine["dola"]["js"] == pytest.approx(theirs["dola"]["js"], rel=1e-3, abs=1e-7)
+        assert mine["p"] == pytest.approx(theirs["p"], abs=1e-4)
+
+
+@pytest.mark.parametrize("cache", ["static", "quantized", "sliding", "sink"])
+def test_dola_runs_on_every_cache_and_a_full_one_gives_the_dynamic_caches_tokens(cache):
+    loaded = tiny_loaded("tiny", tiny_llama(seed=2))
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    spec = RunSpec(strategy="dola", dola_layers="0", repetition_penalty=1.2, max_new_tokens=12, min_new_tokens=12,
+                   backend="jax")
+    plain, _ = jax_run(loaded, ids, spec)
+    knobs = {"quantized": {"cache_bits": 8}, "sliding": {"window": 64}, "sink": {"window": 64, "sink_tokens": 4}}
+    out, _ = jax_run(loaded, ids, spec.replace(cache=cache, **knobs.get(cache, {})))
+    assert len(out.sequences[0]) == 12
+    if cache != "quantized":  # nothing evicted or rounded within 17 positions
+        assert out.sequences == plain.sequences
+    assert out.extra["dola_layers"] == [0]
+
+
+@pytest.mark.slow
+def test_smollm2_gives_transformers_4_52_tokens_and_layers():
+    from tests.helpers import bundled
+
+    record = records("dola", "bundled")[0]
+    out, _ = jax_run(bundled("smollm2-135m"), torch.tensor([record["prompt_ids"]]), _spec(record))
+    (expected,) = record["output"]["sequences"]
+    assert out.sequences[0] == expected
+    assert [info["dola"]["layer"] for info in out.token_info or []] == record["diagnostics"]["premature_layers"]
