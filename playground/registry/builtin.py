@@ -141,7 +141,8 @@ register_strategy(Strategy(
          "first: varied like sampling, weighed like beam search",
     sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams", rows_knob="num_beams"))
+    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams", rows_knob="num_beams",
+    jax=lazy("playground.backends.jax.beam", "beam_sample")))
 
 register_strategy(Strategy(
     name="diverse_beam", label="diverse beam search",

@@ -39,8 +39,9 @@ class BeamSearch:
 
     streams = False
 
-    def __init__(self, spec: RunSpec) -> None:
+    def __init__(self, spec: RunSpec, samples: bool = False) -> None:
         self.spec = spec
+        self.samples = samples  # beam sampling
         self.mode: BeamMode | None = None
         self.chain_knobs: Knobs = ()  # the chain's arguments, on the host
         self.tree = BeamTree()
@@ -55,10 +56,13 @@ class BeamSearch:
         # transformers' beam search stops at the generation config's EOS ids
         spec = self.spec
         capacity = capacity_for(spec.max_new_tokens)
-        self.context = context = context._replace(rows=spec.num_beams)  # a constraint mask row per beam
-        built, self.chain_knobs = chain.build(spec, context, sampling=False,
+        # a constraint mask row per beam; beam sampling's filters keep one more token than there are end tokens,
+        # as transformers' own list does
+        keep = len(context.eos) + 1 if self.samples and context.eos else 1
+        self.context = context = context._replace(rows=spec.num_beams, keep=keep)
+        built, self.chain_knobs = chain.build(spec, context, sampling=self.samples,
                                               history=history_capacity(bucket, capacity))
-        self.mode = BeamMode(spec.num_beams, capacity, context.eos, built)
+        self.mode = BeamMode(spec.num_beams, capacity, context.eos, built, self.samples)
         self.mask_stage = mask_stage(built)
         if self.mask_stage >= 0:
             root = root_matcher(context.tokenizer, context.vocab_size, context.eos, spec.constraint,
@@ -92,7 +96,8 @@ class BeamSearch:
     def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
               knobs: BeamKnobs[jax.Array], cache: JaxCache) -> tuple[BeamState, Any]:
         """The first beam step from the prompt's logits: one step's records, read as a chunk of one."""
-        state, record = request.programs.start(logits, ids, true_len, knobs, cache)
+        key = request.engine.put(jax.random.PRNGKey(self.spec.seed))
+        state, record = request.programs.start(logits, ids, true_len, key, knobs, cache)
         return state, (record, 1, state.hyps.done)
 
     def width(self, request: Request, run: Run, limit: int) -> int:
@@ -171,3 +176,8 @@ class BeamSearch:
 def beam(spec: RunSpec, draft: LoadedModel | None = None) -> BeamSearch:
     """Strategy "beam": num_beams hypotheses searched together."""
     return BeamSearch(spec)
+
+
+def beam_sample(spec: RunSpec, draft: LoadedModel | None = None) -> BeamSearch:
+    """Strategy "beam_sample": beam search whose continuations are drawn from what the logits chain leaves."""
+    return BeamSearch(spec, samples=True)

@@ -36,9 +36,11 @@ class BeamState:
     tokens: Any  # (K,) each running beam's last token, not yet in the cache
     position: Any  # () its position
     hyps: Hypotheses[Any]
+    key: Any  # (2,) uint32: beam sampling's random stream (and a drawing chain stage's)
 
 
-jax.tree_util.register_dataclass(BeamState, data_fields=["cache", "tokens", "position", "hyps"], meta_fields=[])
+jax.tree_util.register_dataclass(BeamState, data_fields=["cache", "tokens", "position", "hyps", "key"],
+                                 meta_fields=[])
 
 
 def reorder(cache: JaxCache, rows: jax.Array) -> JaxCache:
@@ -53,20 +55,20 @@ def _pin(engine: Engine, state: BeamState) -> BeamState:
         return state
     replicated = engine.replicated()
     small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated),
-                         (state.tokens, state.position, state.hyps))
+                         (state.tokens, state.position, state.hyps, state.key))
     return BeamState(engine.constrain(state.cache), *small)
 
 
-def _start(engine: Engine, logits: jax.Array, ids: jax.Array, length: jax.Array, knobs: BeamKnobs[jax.Array],
-           cache: JaxCache, *, mode: BeamMode) -> tuple[BeamState, StepRecord]:
+def _start(engine: Engine, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
+           knobs: BeamKnobs[jax.Array], cache: JaxCache, *, mode: BeamMode) -> tuple[BeamState, StepRecord]:
     """The first step from the prompt's logits (1, V): the prompt's cache repeated for K beams. Every beam holds
     the prompt, so the first step's parents (beam 0, or the beams left at their start score when fewer than K
     continuations are allowed: a constraint's) all read row 0."""
     hyps = beam_search.initial(start_history(ids, length, mode.chain.needs, engine.vocab_size), mode)
     logits = jnp.broadcast_to(logits, (mode.beams, logits.shape[-1]))
-    hyps, parents, tokens, record = beam_search.step(logits, hyps, mode, knobs)
+    hyps, parents, tokens, record, key = beam_search.step(logits, hyps, mode, knobs, key)
     cache = reorder(cache, jnp.zeros_like(parents))
-    return _pin(engine, BeamState(cache, tokens, length.astype(jnp.int32), hyps)), record
+    return _pin(engine, BeamState(cache, tokens, length.astype(jnp.int32), hyps, key)), record
 
 
 def _decode(engine: Engine, weights: dict, state: BeamState, limit: jax.Array, knobs: BeamKnobs[jax.Array], *,
@@ -82,9 +84,9 @@ def _decode(engine: Engine, weights: dict, state: BeamState, limit: jax.Array, k
         i, s, out = carry
         positions = jnp.broadcast_to(s.position, (mode.beams, 1))
         logits, cache = engine.forward(weights, s.cache, s.tokens[:, None], positions, 1)
-        hyps, parents, tokens, record = beam_search.step(logits[:, -1], s.hyps, mode, knobs)
+        hyps, parents, tokens, record, key = beam_search.step(logits[:, -1], s.hyps, mode, knobs, s.key)
         out = jax.tree.map(lambda rows, row: rows.at[i].set(row), out, record)
-        s = BeamState(reorder(cache, parents), tokens, s.position + 1, hyps)
+        s = BeamState(reorder(cache, parents), tokens, s.position + 1, hyps, key)
         return i + 1, _pin(engine, s), out
 
     out = beam_search.empty_records(steps, mode)
@@ -112,14 +114,15 @@ def _abstract_state(engine: Engine, layouts: Layouts, mode: BeamMode) -> BeamSta
     hyps = Hypotheses(engine.spec((k, cols), i32), engine.spec((k,), jnp.float32), engine.spec((k, cols), i32),
                       engine.spec((k,), jnp.float32), engine.spec((k,), i32), engine.spec((k,), jnp.bool_),
                       engine.spec((), jnp.bool_), history, engine.spec((), i32), engine.spec((), jnp.bool_))
-    return BeamState(engine.abstract_cache(layouts, k), engine.spec((k,), i32), engine.spec((), i32), hyps)
+    return BeamState(engine.abstract_cache(layouts, k), engine.spec((k,), i32), engine.spec((), i32), hyps,
+                     engine.spec((2,), jnp.uint32))
 
 
 def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode) -> Pending:
     def lower() -> Lowered:
         fn = jax.jit(partial(_start, engine, mode=mode))
         return fn.lower(engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket), jnp.int32),
-                        engine.spec((), jnp.int32), knob_specs(engine, mode),
+                        engine.spec((), jnp.int32), engine.spec((2,), jnp.uint32), knob_specs(engine, mode),
                         engine.abstract_cache(layouts, 1))
 
     return engine.program(("beam-start", bucket, layouts, mode), lower)

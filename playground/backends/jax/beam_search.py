@@ -33,7 +33,8 @@ class BeamMode:
     beams: int  # K running hypotheses (and K finished slots)
     capacity: int  # token columns per hypothesis: max_new_tokens rounded up to CAPACITY_GRANULE
     eos: tuple[int, ...]
-    chain: Chain  # the logits chain's processors (beam search does not sample), applied to log-probabilities
+    chain: Chain  # the logits chain, applied to log-probabilities: processors, and the filters when it samples
+    samples: bool = False  # beam sampling: the C continuations are drawn (without replacement), not the best C
 
     @property
     def candidates(self) -> int:
@@ -91,21 +92,29 @@ def initial(history: History[jax.Array], mode: BeamMode) -> Hypotheses[jax.Array
         history=gathered(history, jnp.zeros((k,), jnp.int32)), produced=jnp.int32(0), done=jnp.bool_(False))
 
 
-def log_probs(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array]) -> jax.Array:
-    """(K, V) log-softmax of the logits, then the chain's processors, as transformers' beam search applies its
-    processor list to log-probabilities (a repetition penalty multiplies them: they are negative)."""
+def log_probs(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array],
+              key: jax.Array | None = None) -> jax.Array:
+    """(K, V) log-softmax of the logits, then the chain's processors (and warpers, when it samples), as
+    transformers' beam search applies its list to log-probabilities (a repetition penalty multiplies them: they
+    are negative). `key` is the chain's own, for a stage that draws."""
     scores = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    applied = chain.apply(scores, hyps.history, hyps.produced, None, mode.chain, knobs.chain)
+    applied = chain.apply(scores, hyps.history, hyps.produced, key, mode.chain, knobs.chain)
     return chain.in_vocab(applied.cands, scores.shape[-1], -jnp.inf)
 
 
-def _top_continuations(scores: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode,
-                       knobs: BeamKnobs[jax.Array]) -> tuple[StepRecord, jax.Array]:
-    """_get_top_k_continuations: the C best (beam, token) pairs by cumulative score, their sequences (C, capacity)
-    and whether each stops here (EOS, or the length limit for all)."""
+def _top_continuations(scores: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array],
+                       draw: jax.Array | None) -> tuple[StepRecord, jax.Array]:
+    """_get_top_k_continuations: the C best (beam, token) pairs by cumulative score, or C drawn without replacement
+    from the softmax of the cumulative scores when sampling (`draw`: the step's key; Gumbel top-k draws as
+    torch.multinomial does, in the order drawn); their sequences (C, capacity) and whether each stops here (EOS,
+    or the length limit for all)."""
     vocab = scores.shape[-1]
     total = (scores + hyps.running_scores[:, None]).reshape(-1)  # (K * V,)
-    top_scores, index = jax.lax.top_k(total, mode.candidates)
+    if draw is None:
+        top_scores, index = jax.lax.top_k(total, mode.candidates)
+    else:
+        index = jax.lax.top_k(total + jax.random.gumbel(draw, total.shape), mode.candidates)[1]
+        top_scores = total[index]
     parents, tokens = (index // vocab).astype(jnp.int32), (index % vocab).astype(jnp.int32)
     sequences = hyps.running[parents].at[:, hyps.produced].set(tokens)  # (C, capacity)
     hits = jnp.isin(tokens, jnp.asarray(mode.eos or (-1,))) | (hyps.produced + 1 >= knobs.last)
@@ -139,11 +148,17 @@ def _still_improvable(hyps: Hypotheses[jax.Array], running_scores: jax.Array, fi
     return hyps.improvable & jnp.any(best_running > worst_finished)
 
 
-def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode,
-         knobs: BeamKnobs[jax.Array]) -> tuple[Hypotheses[jax.Array], jax.Array, jax.Array, StepRecord]:
+def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array],
+         key: jax.Array) -> tuple[Hypotheses[jax.Array], jax.Array, jax.Array, StepRecord, jax.Array]:
     """One beam-search step for the running beams' logits (K, V). Returns the new hypotheses, the parent of each
-    new running beam (K,) (the cache rows to gather), their last tokens (K,), and the step's record."""
-    record, sequences = _top_continuations(log_probs(logits, hyps, mode, knobs), hyps, mode, knobs)
+    new running beam (K,) (the cache rows to gather), their last tokens (K,), the step's record and the key to
+    carry on (used only by a chain stage that draws, or by beam sampling)."""
+    chain_key = draw = None
+    if mode.chain.random:
+        key, chain_key = jax.random.split(key)
+    if mode.samples:
+        key, draw = jax.random.split(key)
+    record, sequences = _top_continuations(log_probs(logits, hyps, mode, knobs, chain_key), hyps, mode, knobs, draw)
     # _get_running_beams_for_next_iteration: the best K candidates that did not stop
     masked = record.scores + record.finished * NEG
     kept = jax.lax.top_k(masked, mode.beams)[1].astype(jnp.int32)
@@ -156,7 +171,7 @@ def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode,
     go_on = improvable & open_beam & ~jnp.all(record.finished)
     new = Hypotheses(sequences[kept], masked[kept], finished, finished_scores, lengths, is_finished, improvable,
                      history, hyps.produced + 1, ~go_on)
-    return new, parents, tokens, record._replace(kept=kept)
+    return new, parents, tokens, record._replace(kept=kept), key
 
 
 def empty_records(steps: int, mode: BeamMode) -> StepRecord:

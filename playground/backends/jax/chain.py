@@ -53,6 +53,7 @@ class Context(NamedTuple):
     eos: tuple[int, ...]
     tokenizer: Any  # the main model's tokenizer (DRY's sequence breakers are strings)
     rows: int = 1  # rows a program picks for that may each need an argument of their own (beams, verify positions)
+    keep: int = 1  # transformers' min_tokens_to_keep: no filter leaves fewer (beam sampling: one more than the EOS ids)
 
 
 class Candidates(NamedTuple):

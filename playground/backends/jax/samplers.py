@@ -18,7 +18,16 @@ def _drop(values: jax.Array, remove: jax.Array) -> jax.Array:
     return jnp.where(remove, -jnp.inf, values)
 
 
-def typical(values: jax.Array, mass: jax.Array) -> jax.Array:
+def protected(remove: jax.Array, ranking: jax.Array, keep: int) -> jax.Array:
+    """transformers' min_tokens_to_keep: the `keep` entries ranked highest by `ranking` (B, N) are never removed
+    (keep is static; 1 leaves `remove` as it is, each filter already keeping its best)."""
+    if keep <= 1:
+        return remove
+    best = jax.lax.top_k(ranking, min(keep, ranking.shape[-1]))[1]  # (B, keep)
+    return remove.at[jnp.arange(remove.shape[0])[:, None], best].set(False)
+
+
+def typical(values: jax.Array, mass: jax.Array, keep: int = 1) -> jax.Array:
     """TypicalLogitsWarper: keep the tokens whose surprisal is closest to the entropy until they hold `mass`.
 
     Ranked by |-log p - entropy| ascending, as transformers sorts them, because the cumulative mass depends on
@@ -33,20 +42,22 @@ def typical(values: jax.Array, mass: jax.Array) -> jax.Array:
     cumulative = jnp.cumsum(jax.nn.softmax(sorted_values, axis=-1), axis=-1)  # (B, N)
     last = jnp.minimum(jnp.sum(cumulative < mass, axis=-1, keepdims=True), values.shape[-1] - 1)  # (B, 1)
     cutoff = jnp.take_along_axis(sorted_score, last, axis=-1)  # (B, 1)
-    return _drop(values, (score > cutoff) & (mass < 1))
+    return _drop(values, protected((score > cutoff) & (mass < 1), -score, keep))  # the `keep` most typical stay
 
 
-def _below(values: jax.Array, probs: jax.Array, cutoff: jax.Array) -> jax.Array:
-    """Epsilon and eta's removal: probability under `cutoff`, except the most likely token(s), which always stay."""
-    return _drop(values, (probs < cutoff) & (values < jnp.max(values, axis=-1, keepdims=True)))
+def _below(values: jax.Array, probs: jax.Array, cutoff: jax.Array, keep: int) -> jax.Array:
+    """Epsilon and eta's removal: probability under `cutoff`, except the most likely token(s) (the `keep` most
+    likely), which always stay."""
+    remove = (probs < cutoff) & (values < jnp.max(values, axis=-1, keepdims=True))
+    return _drop(values, protected(remove, values, keep))
 
 
-def epsilon(values: jax.Array, epsilon: jax.Array) -> jax.Array:
+def epsilon(values: jax.Array, epsilon: jax.Array, keep: int = 1) -> jax.Array:
     """EpsilonLogitsWarper: drop tokens with probability below `epsilon`."""
-    return _below(values, jax.nn.softmax(values, axis=-1), epsilon)
+    return _below(values, jax.nn.softmax(values, axis=-1), epsilon, keep)
 
 
-def eta(values: jax.Array, eta: jax.Array) -> jax.Array:
+def eta(values: jax.Array, eta: jax.Array, keep: int = 1) -> jax.Array:
     """EtaLogitsWarper: drop tokens with probability below min(eta, sqrt(eta) * exp(-entropy)).
 
     The entropy is computed as torch's Categorical.entropy does (normalized logits clamped to the dtype's
@@ -56,7 +67,7 @@ def eta(values: jax.Array, eta: jax.Array) -> jax.Array:
     normalized = values - jax.nn.logsumexp(values, axis=-1, keepdims=True)  # (B, N)
     normalized = jnp.maximum(normalized, jnp.finfo(values.dtype).min)
     entropy = -jnp.sum(normalized * probs, axis=-1, keepdims=True)  # (B, 1)
-    return _below(values, probs, jnp.minimum(eta, jnp.sqrt(eta) * jnp.exp(-entropy)))
+    return _below(values, probs, jnp.minimum(eta, jnp.sqrt(eta) * jnp.exp(-entropy)), keep)
 
 
 def top_n_sigma(values: jax.Array, n: jax.Array) -> jax.Array:

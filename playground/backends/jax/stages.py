@@ -163,7 +163,8 @@ class TopK(Stage):
     """TopKLogitsWarper as a narrowing: the k best become the candidate set (k is a shape, hence static)."""
 
     def static(self, spec: RunSpec, context: Context) -> Hashable:
-        return spec.top_k if 0 < spec.top_k < context.vocab_size else 0
+        k = max(spec.top_k, context.keep)
+        return k if 0 < spec.top_k and k < context.vocab_size else 0
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         if not static or static >= cands.values.shape[-1]:
@@ -173,8 +174,16 @@ class TopK(Stage):
         return Candidates(values, ids.astype(jnp.int32))
 
 
+def _keep(context: Context) -> Hashable:
+    """A filter's static key: how many tokens it must leave (min_tokens_to_keep; () for the usual 1)."""
+    return context.keep if context.keep > 1 else ()
+
+
 class TopP(Stage):
     """TopPLogitsWarper: a token goes when the mass ranked above it already reaches top_p (the best stays)."""
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return _keep(context)
 
     def args(self, spec: RunSpec, context: Context) -> Args:
         return (F32(spec.top_p),)
@@ -183,7 +192,7 @@ class TopP(Stage):
         values = cands.values
         ranked, order = jax.lax.top_k(values, values.shape[-1])  # (B, N) descending
         probs = jax.nn.softmax(ranked, axis=-1)
-        keep_ranked = ((jnp.cumsum(probs, axis=-1) - probs) < args[0]).at[..., 0].set(True)
+        keep_ranked = ((jnp.cumsum(probs, axis=-1) - probs) < args[0]).at[..., : static or 1].set(True)
         rows = jnp.arange(values.shape[0])[:, None]
         keep = jnp.zeros(values.shape, bool).at[rows, order].set(keep_ranked)
         return _removed(cands, ~keep)
@@ -192,12 +201,16 @@ class TopP(Stage):
 class MinP(Stage):
     """MinPLogitsWarper: tokens below min_p x the best token's probability go (the best stays)."""
 
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return _keep(context)
+
     def args(self, spec: RunSpec, context: Context) -> Args:
         return (F32(spec.min_p),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         probs = jax.nn.softmax(cands.values, axis=-1)
-        return _removed(cands, probs < args[0] * probs.max(axis=-1, keepdims=True))
+        remove = probs < args[0] * probs.max(axis=-1, keepdims=True)
+        return _removed(cands, samplers.protected(remove, cands.values, static or 1))
 
 
 class Xtc(Stage):
@@ -215,19 +228,25 @@ class Xtc(Stage):
 
 
 class _Filter(Stage):
-    """A filter of samplers.py whose one traced value is a knob of the same role."""
+    """A filter of samplers.py whose one traced value is a knob of the same role; `keeps`: it takes
+    min_tokens_to_keep, as its transformers warper does."""
 
-    def __init__(self, knob: str, function: Callable[[jax.Array, jax.Array], jax.Array]) -> None:
-        self.knob, self.function = knob, function
+    def __init__(self, knob: str, function: Callable[..., jax.Array], keeps: bool = False) -> None:
+        self.knob, self.function, self.keeps = knob, function, keeps
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return _keep(context) if self.keeps else ()
 
     def args(self, spec: RunSpec, context: Context) -> Args:
         return (F32(getattr(spec, self.knob)),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        if self.keeps:
+            return cands._replace(values=self.function(cands.values, args[0], static or 1))
         return cands._replace(values=self.function(cands.values, args[0]))
 
 
 TopNSigma = partial(_Filter, "top_n_sigma", samplers.top_n_sigma)  # llama.cpp's top-nσ
-TypicalP = partial(_Filter, "typical_p", samplers.typical)  # TypicalLogitsWarper
-EpsilonCutoff = partial(_Filter, "epsilon_cutoff", samplers.epsilon)  # EpsilonLogitsWarper
-EtaCutoff = partial(_Filter, "eta_cutoff", samplers.eta)  # EtaLogitsWarper
+TypicalP = partial(_Filter, "typical_p", samplers.typical, True)  # TypicalLogitsWarper
+EpsilonCutoff = partial(_Filter, "epsilon_cutoff", samplers.epsilon, True)  # EpsilonLogitsWarper
+EtaCutoff = partial(_Filter, "eta_cutoff", samplers.eta, True)  # EtaLogitsWarper
