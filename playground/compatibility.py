@@ -130,19 +130,3 @@ def markdown_table() -> str:
         if any(row[c] == "yes" for c in caches):
             lines.append(f"| {row['backend']} | {row['strategy']} | " + " | ".join(row[c] for c in caches) + " |")
     return "\n".join(lines)
-
-
-def draft_vocabulary_refusal(assistant: str, draft_vocab: int, main_vocab: int) -> str:
-    """Why the JAX path refuses a draft model of another vocabulary (universal assisted decoding)."""
-    return (f"assistant {assistant!r} has a vocabulary of {draft_vocab} tokens against the main model's "
-            f"{main_vocab}: the JAX path verifies drafts of the same vocabulary only (token ids passed as they "
-            "are; universal assisted decoding re-tokenizes text between the two and cannot be made exact "
-            "here); use backend 'torch' for this pair, or prompt_lookup on JAX")
-
-
-def check_draft_vocabulary(assistant: str, main_config: dict | None, draft_config: dict | None) -> None:
-    """Refuse a JAX draft of another vocabulary from the configs on disk, before either model loads."""
-    sizes = [((c or {}).get("text_config") or c or {}).get("vocab_size") for c in (main_config, draft_config)]
-    main, draft = sizes
-    if isinstance(main, int) and isinstance(draft, int) and main != draft:
-        raise PlaygroundError(draft_vocabulary_refusal(assistant, draft, main))

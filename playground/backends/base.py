@@ -177,3 +177,9 @@ def first_eos(*sources: Any) -> int | None:
     """The first stop id, for settings that take a single id (a pad id)."""
     ids = eos_ids(*sources)
     return ids[0] if ids else None
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether two tokenizers map the same texts to the same ids (a draft model's token ids can then be verified
+    as they are; otherwise the drafts go through text: universal assisted decoding)."""
+    return a is b or (len(a) == len(b) and a.get_vocab() == b.get_vocab())

@@ -152,7 +152,8 @@ register_strategy(Strategy(
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
     validate=_check_groups, torch_config=lazy(_TORCH_CONFIG, "diverse_beam"), records="beams",
-    torch_loop="playground.backends.torch.diverse_beam:diverse_beam_search", rows_knob="num_beams"))
+    torch_loop="playground.backends.torch.diverse_beam:diverse_beam_search", rows_knob="num_beams",
+    jax=lazy("playground.backends.jax.group_beam", "group_beam")))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",
@@ -161,7 +162,7 @@ register_strategy(Strategy(
     picks="of the top_k most likely, the best on (1 - α)·p - α·(greatest similarity to the text) is taken",
     knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch_config=lazy(_TORCH_CONFIG, "contrastive"),
     torch_loop="playground.backends.torch.contrastive:contrastive_search", torch_caches=("dynamic",),
-    peak_rows_knob="top_k",
+    jax=lazy("playground.backends.jax.contrastive", "contrastive"), peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
     check_model=lazy("playground.backends.torch.contrastive", "check_model")))

@@ -1,5 +1,6 @@
 """In-process benchmark: memory-bandwidth roofline, generate (dynamic and static cache) and the JAX decoder,
-and beam search with 4 beams on both backends (bench_beam.py).
+beam search with 4 beams on both backends (bench_beam.py), and the generation guide's other methods on both
+backends (bench_guide.py).
 
 Decoding one token reads every weight once, so the ceiling on this machine is measured read bandwidth
 divided by the model's weight bytes. Each configuration decodes the same prompt for the same number of
@@ -25,6 +26,7 @@ from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
 from playground.tools.bench_beam import BEAMS, bench_beam
+from playground.tools.bench_guide import bench_guide, guide_lines, guide_ratios
 from playground.tools.bench_weights import fp32_references, kl_from_fp32
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
@@ -158,8 +160,9 @@ def bench_jax_pair(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, prob
 
 
 def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
-              progress: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Run every configuration in this process and return the bench JSON object (see docs/benchmarks.md)."""
+              progress: Callable[[str], Any] = print, guide: bool = True) -> dict[str, Any]:
+    """Run every configuration in this process and return the bench JSON object (see docs/benchmarks.md);
+    `guide=False` leaves out the guide's other methods (bench_guide.py)."""
     from playground.backends.jax import disk_cache
 
     disk_cache.enable()
@@ -185,6 +188,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
         for backend in ("torch", "jax"):
             progress(f"{backend}-beam{BEAMS}: {BEAMS} beams, {max_new_tokens} tokens, warm-up + {ROUNDS} timed")
             configs.append(bench_beam(loaded, ids, max_new_tokens, backend, probe, ROUNDS))
+        configs += bench_guide(loaded, ids, max_new_tokens, probe, ROUNDS, progress) if guide else []
     finally:
         probe.close()
     bandwidth = statistics.median(probe.samples)
@@ -208,6 +212,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             "jax_all_samplers_vs_jax_sampling": _ratio(by_name, "jax-all-samplers", "jax-sampling"),
             **grounded_ratios(by_name),
             "jax_beam4_vs_torch_beam4": _ratio(by_name, f"jax-beam{BEAMS}", f"torch-beam{BEAMS}"),
+            **guide_ratios(by_name),
         },
     }
 
@@ -252,4 +257,5 @@ def format_table(result: dict[str, Any]) -> str:
     if "jax_beam4_vs_torch_beam4" in ratios:
         lines.append(f"jax-beam4 / torch-beam4: {cell(ratios['jax_beam4_vs_torch_beam4'], '.2f')}x "
                      "(beam: whole-run rates, prefill included)")
+    lines += guide_lines(result)
     return "\n".join(lines)

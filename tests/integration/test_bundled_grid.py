@@ -35,10 +35,11 @@ def test_supported_cell_runs(model, backend, strategy, cache):
     assert result["metrics"]["kv_cache_bytes"] > 0
 
 
-def test_universal_assisted_decoding_gemma_with_smollm2_draft_equals_plain_greedy():
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_universal_assisted_decoding_gemma_with_smollm2_draft_equals_plain_greedy(backend):
     plain = runner.run_to_result("The capital of France is", RunSpec(model="gemma3-270m", max_new_tokens=20))
     assisted = runner.run_to_result("The capital of France is", RunSpec(
-        model="gemma3-270m", strategy="assisted", assistant="smollm2-135m", max_new_tokens=20))
+        model="gemma3-270m", strategy="assisted", assistant="smollm2-135m", max_new_tokens=20, backend=backend))
     assert assisted["token_ids"] == plain["token_ids"]
     assert 0.0 <= assisted["metrics"]["acceptance_rate"] <= 1.0
     assert assisted["forward_passes"] <= plain["forward_passes"]

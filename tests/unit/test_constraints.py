@@ -48,7 +48,8 @@ def _verdict(tiny, spec: RunSpec, out) -> dict:
     return constraint_record(spec, tiny.tokenizer, out)
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# JAX's half in the full suite: the fast lane checks JAX's greedy, sampling, beam search and prompt lookup below
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("kind", list(CONSTRAINTS))
 def test_every_constraint_gives_a_valid_output_under_every_strategy(tiny, kind, strategy, backend):
@@ -96,9 +97,9 @@ def test_constrained_beam_search_on_jax_gives_pytorchs_valid_beams(tiny, kind):
     assert on_jax.extra["decode_calls"] == on_jax.forward_passes - 1  # one step per call, masks between
 
 
-def test_constrained_assisted_decoding_on_jax_gives_constrained_greedys_tokens(tiny):
+def test_constrained_prompt_lookup_on_jax_gives_constrained_greedys_tokens(tiny):
     """Each verify position gets the mask after the drafts before it; a draft the grammar forbids ends the drafts
-    (its own row's mask rejects it). Prompt lookup and a draft model keep constrained greedy's tokens."""
+    (its own row's mask rejects it)."""
     prompt = torch.tensor([tiny.tokenizer.encode("(yz)(yz)(yz)(yz)(")])
     greedy, _ = jax_run(tiny, prompt, _spec("grammar", backend="jax"))
     looked_up, _ = jax_run(tiny, prompt, _spec("grammar", "assisted", prompt_lookup=5, backend="jax"))
@@ -106,11 +107,17 @@ def test_constrained_assisted_decoding_on_jax_gives_constrained_greedys_tokens(t
     assert looked_up.extra["draft_tokens_accepted"] > 0
     refused, _ = _refused_drafts(tiny, looked_up)
     assert refused >= 1  # the prompt goes on with "(", which the ended grammar forbids: rejected by the mask
+
+
+@pytest.mark.slow  # the full suite's: a draft model's programs no fast test shares
+def test_a_constrained_draft_model_on_jax_gives_constrained_greedys_tokens_and_samples_validly(tiny):
+    """The JAX draft proposes unconstrained; the verify pass's mask rows keep constrained greedy's tokens, and
+    under speculative sampling a forbidden draft has p = 0, so it is always rejected."""
     draft = tiny_loaded("tiny-draft", tiny_llama(seed=11))
     drafted, _ = jax_run(tiny, PROMPT, _spec("grammar", "assisted", prompt_lookup=0, assistant="tiny-draft",
                                              backend="jax"), draft=draft)
     assert drafted.sequences == jax_run(tiny, PROMPT, _spec("grammar", backend="jax"))[0].sequences
-    for seed in (0, 1):  # speculative sampling: the forbidden draft's row has p = 0, so it is always rejected
+    for seed in (0, 1):
         spec = _spec("json_schema", "assisted", prompt_lookup=0, assistant="tiny-draft", assisted_sampling=True,
                      temperature=1.0, seed=seed, backend="jax")
         assert _verdict(tiny, spec, jax_run(tiny, PROMPT, spec, draft=draft)[0])["valid"]

@@ -307,10 +307,17 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     names = [c["name"] for c in result["configs"]]
     assert names[4:6] == ["jax-sampling", "jax-all-samplers"]
     assert result["ratios"]["jax_all_samplers_vs_jax_sampling"] > 0
-    assert names[-2:] == ["torch-beam4", "jax-beam4"]
+    beams = names.index("torch-beam4")
+    assert names[beams:beams + 2] == ["torch-beam4", "jax-beam4"]
     assert {"jax_beam4_vs_torch_beam4", "jax_prompt_lookup_vs_jax"} <= set(result["ratios"])
     assert result["ratios"]["jax_beam4_vs_torch_beam4"] > 0
+    # the guide's other methods on both backends, and JAX greedy over whole runs for contrastive search's target
+    guide = ["beam_sample", "diverse_beam", "contrastive", "dola"]
+    assert names[beams + 2:] == [f"{b}-{m}" for m in guide for b in ("torch", "jax")] + ["jax-greedy-whole-run"]
+    assert all(result["ratios"][f"jax_{m}_vs_torch_{m}"] > 0 for m in guide)
+    assert result["ratios"]["jax_contrastive_time_per_token_vs_jax_greedy"] > 0
     assert result["roofline_tokens_per_s"] == round(10.0e9 / llama.weight_bytes, 2)
     table = bench.format_table(result)
     assert "torch-dynamic" in table and "jax" in table and "roofline" in table and "jax-int8 / jax:" in table
+    assert "the guide's methods, jax / torch" in table
     json.dumps(result)

@@ -49,6 +49,7 @@ def test_hidden_states_and_layer_logits_are_the_torch_models():
         np.testing.assert_allclose(np.asarray(mine), theirs.numpy(), atol=1e-4)
 
 
+@pytest.mark.slow  # the full suite's: int8 engines compile programs no fast test shares
 def test_an_int8_head_reads_a_layer_as_it_reads_the_final_states():
     model = tiny_llama(seed=3, num_hidden_layers=2)
     engine = Engine(model, 1, "int8")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from playground.backends.torch.diverse_beam import DiverseBeamStep, diverse_beam_search
+from playground.backends.group_tree import DiverseBeamStep
+from playground.backends.torch.diverse_beam import diverse_beam_search
 from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
 
 BEAMS = records("diverse_beam_search")

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from playground import registry
-from playground.backends.base import AssistStep, GenerationOutput
+from playground.backends.base import AssistStep, GenerationOutput, same_vocabulary
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
@@ -33,6 +33,7 @@ from playground.backends.jax.masks import draft_rows, with_rows
 from playground.backends.jax.plain import PlainDecoding
 from playground.backends.jax.sampling import Knobs, StepInfo
 from playground.backends.jax.strategy import Advance, Request, Run
+from playground.backends.jax.universal import UniversalDrafter
 from playground.backends.jax.verify import verify_program
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -58,7 +59,8 @@ class AssistedDecoding(PlainDecoding):
         super().__init__(spec, samples=registry.strategy(spec.strategy).samples(spec.assisted_sampling))
         self.draft = draft
         self.widths = verify_widths(spec)
-        self.drafter: Drafter | None = None  # the draft model's side, or None for prompt lookup
+        self.drafter: Drafter | None = None  # a draft model of the main model's vocabulary
+        self.universal: UniversalDrafter | None = None  # a draft model of another tokenizer (drafts through text)
         self.draft_flags: list[bool] = []
         self.steps: list[AssistStep] = []  # per verify pass: its real drafts and how many were kept
         self.drafted = 0  # drafts proposed in all
@@ -75,6 +77,10 @@ class AssistedDecoding(PlainDecoding):
         plan = assisted_plan(self.spec, engine.config, prompt_len, max(self.widths))
         if self.draft is None:
             return plan, []
+        width = int(self.draft.model.get_output_embeddings().weight.shape[0])
+        if not same_vocabulary(context.tokenizer, self.draft.tokenizer) or width != context.vocab_size:
+            self.universal = UniversalDrafter(self.draft, self.spec, context.tokenizer, prompt_len)
+            return plan, self.universal.asked
         self.drafter = Drafter(self.draft, self.spec, prompt_len, bucket, context, samples=not self.mode.greedy)
         return plan, self.drafter.programs.asked
 
@@ -98,6 +104,9 @@ class AssistedDecoding(PlainDecoding):
             tokens, probs = self.drafter.drafts(count)
             # the draft runs on one device: its arrays laid out as the main model's (replicated over its mesh)
             self.pending = (request.engine.put(tokens), count, None if probs is None else request.engine.put(probs))
+        elif self.universal is not None:
+            text = [*request.prompt[0].tolist(), *self.stream.tokens]
+            self.pending = self._padded(request, self.universal.drafts(text, min(self.next_drafts, room)))
         else:
             self.pending = self._looked_up(request, room)
         if self.matcher is not None:
@@ -121,6 +130,11 @@ class AssistedDecoding(PlainDecoding):
         history = np.concatenate([request.prompt[0], np.asarray(self.stream.tokens, np.int32)])  # (T + n,)
         found = lookup(history, min(self.spec.prompt_lookup, room))
         self.lookup_s += time.perf_counter() - began
+        return self._padded(request, found)
+
+    def _padded(self, request: Request, found: Any) -> tuple[jax.Array, int, None]:
+        """Drafts fixed on the host (prompt lookup's, or a draft of another tokenizer's), padded to the narrowest
+        compiled width, and how many are real: the verify pass takes them as a one-hot guess."""
         width = min(w for w in self.widths if w > len(found))
         padded = np.zeros((1, width - 1), np.int32)  # (1, width - 1)
         padded[0, : len(found)] = found
@@ -170,11 +184,17 @@ class AssistedDecoding(PlainDecoding):
             kv_cache_bytes=cache_bytes(run.state.cache), kv_trace=run.kv_trace,
             extra={**cache_extra(request, run), "verify_widths": list(self.widths), "verify_passes": run.calls,
                    "draft_tokens_proposed": self.drafted, "draft_tokens_accepted": self.accepted,
-                   "draft_lookup_s": round(self.lookup_s, 4),
-                   "draft_kv_cache_bytes": self.drafter.cache_bytes() if self.drafter else None,
+                   "draft_lookup_s": round(self.lookup_s + (self.universal.draft_s if self.universal else 0.0), 4),
+                   "draft_kv_cache_bytes": self._draft_cache_bytes(), "universal": self.universal is not None,
                    **engine_extra(request), **self._constraint_extra()},
             constraint_accepting=self._accepting(),
         )
+
+
+    def _draft_cache_bytes(self) -> int | None:
+        if self.universal is not None:
+            return self.universal.last_cache_bytes
+        return self.drafter.cache_bytes() if self.drafter is not None else None
 
 
 def assisted(spec: RunSpec, draft: LoadedModel | None = None) -> AssistedDecoding:

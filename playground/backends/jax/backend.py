@@ -15,10 +15,10 @@ from playground.backends.base import (
     PreviewTokens,
     ReportProgress,
     ShouldStop,
+    same_vocabulary,
 )
 from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.program_cache import program_cache_bound
-from playground.compatibility import check_draft_vocabulary
 from playground.models.shapes import check_head_split
 from playground.registry.builtin import DRAFT_CACHE
 
@@ -40,11 +40,8 @@ class JaxBackend:
 
     def preflight(self, spec: RunSpec, config: Mapping[str, Any] | None,
                   draft_config: Mapping[str, Any] | None) -> None:
-        """An architecture this path does not run, a draft of another vocabulary, or a device count that does
-        not divide the heads."""
-        if spec.assistant is not None:
-            check_draft_vocabulary(spec.assistant, dict(config) if config else None,
-                                   dict(draft_config) if draft_config else None)
+        """An architecture this path does not run, or a device count that does not divide the heads (a draft of
+        another tokenizer runs as universal assisted decoding)."""
         if config is None:
             return
         check_architecture(config)
@@ -63,23 +60,31 @@ class JaxBackend:
         from playground.backends.jax.caches.plan import peak_bytes, plan_cache
         from playground.backends.jax.decoder import STEPS_PER_CALL
         from playground.backends.jax.engine import device_bytes
+        from playground.backends.jax.universal import draft_plan
 
         total = prompt_tokens + spec.max_new_tokens
-        if registry.strategy(spec.strategy).drafts:  # room for the last verify pass, and spare ring slots
+        strategy = registry.strategy(spec.strategy)
+        if strategy.drafts:  # room for the last verify pass, and spare ring slots
             plan = assisted_plan(spec, _text_config(loaded), prompt_tokens, max(verify_widths(spec)))
         else:
             plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
-        rows = registry.strategy(spec.strategy).rows(spec)
+        rows = strategy.peak_rows(spec)  # contrastive search: its top_k candidates' rows, during every step
         need, growing = peak_bytes(plan, rows)
         resident = [(loaded, _engine_weights(loaded, spec, spec.devices, device_bytes)),
                     (loaded, _engine_programs(spec.devices))]
         if draft is not None:  # the draft's engine is its own, on one device; its cache is preallocated
-            need += peak_bytes(plan_cache(spec.replace(cache=DRAFT_CACHE), _text_config(draft), prompt_tokens,
-                                          STEPS_PER_CALL))[0]
+            if same_vocabulary(loaded.tokenizer, draft.tokenizer):
+                need += peak_bytes(plan_cache(spec.replace(cache=DRAFT_CACHE), _text_config(draft), prompt_tokens,
+                                              STEPS_PER_CALL))[0]
+            else:  # another tokenizer: room for the whole text in the draft's own tokens (universal.py)
+                need += peak_bytes(draft_plan(spec, _text_config(draft), prompt_tokens))[0]
             resident += [(draft, _engine_weights(draft, spec, 1, device_bytes)), (draft, _engine_programs(1))]
-        what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} beams" if rows > 1 else "") + (
+        kind = "beams" if strategy.peak_rows_knob is None else "rows"
+        what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} {kind}" if rows > 1 else "") + (
             " (old and new arrays while it grows)" if growing else "")
-        return MemoryNeed(Held(what, need, hint="lower max_new_tokens"), resident)
+        hint = f"lower {strategy.peak_rows_knob} or max_new_tokens" if strategy.peak_rows_knob else \
+            "lower max_new_tokens"
+        return MemoryNeed(Held(what, need, hint=hint), resident)
 
     def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
                        new_ids: list[int]) -> torch.Tensor:

@@ -26,10 +26,9 @@ from playground.backends.jax.chain import Context, history_capacity
 from playground.backends.jax.compiling import Pending
 from playground.backends.jax.engine import Engine
 from playground.backends.jax.loop import cache_extra, engine_extra
-from playground.backends.jax.masks import follow_beams, mask_stage, with_rows
+from playground.backends.jax.masks import RowMatchers, mask_stage
 from playground.backends.jax.sampling import Knobs
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
-from playground.constraints.matching import accepting, allowed_tokens, root_matcher
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -46,10 +45,7 @@ class BeamSearch:
         self.chain_knobs: Knobs = ()  # the chain's arguments, on the host
         self.tree = BeamTree()
         self.last: int | None = None  # the step the search must end at, once a stop sets it
-        self.context: Context | None = None
-        self.mask_stage = -1  # the constraint's place among the chain's arguments (-1: unconstrained)
-        self.matchers: list[Any] = []  # a constrained search's llguidance matcher per running beam
-        self.masks: list[np.ndarray] = []  # and the tokens each allows next
+        self.matchers: RowMatchers | None = None  # a constrained search's matcher per running beam
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
              context: Context) -> tuple[CachePlan, list[Pending]]:
@@ -59,17 +55,13 @@ class BeamSearch:
         # a constraint mask row per beam; beam sampling's filters keep one more token than there are end tokens,
         # as transformers' own list does
         keep = len(context.eos) + 1 if self.samples and context.eos else 1
-        self.context = context = context._replace(rows=spec.num_beams, keep=keep)
+        context = context._replace(rows=spec.num_beams, keep=keep)
         built, self.chain_knobs = chain.build(spec, context, sampling=self.samples,
                                               history=history_capacity(bucket, capacity))
         self.mode = BeamMode(spec.num_beams, capacity, context.eos, built, self.samples)
-        self.mask_stage = mask_stage(built)
-        if self.mask_stage >= 0:
-            root = root_matcher(context.tokenizer, context.vocab_size, context.eos, spec.constraint,
-                                spec.constraint_text, spec.prefix_ids)
-            self.matchers = [root] * spec.num_beams
-            self.masks = [allowed_tokens(root, context.vocab_size)] * spec.num_beams
-            self.chain_knobs = with_rows(self.chain_knobs, self.mask_stage, self.masks)
+        if (stage := mask_stage(built)) >= 0:
+            self.matchers = RowMatchers(spec, context, stage)
+            self.chain_knobs = self.matchers.knobs(self.chain_knobs)
         return cache_plan.plan_cache(spec, engine.config, prompt_len, STEPS_PER_CALL), []
 
     def _mode(self) -> BeamMode:
@@ -104,7 +96,7 @@ class BeamSearch:
         return limit  # the beams share one position: a step writes one slot per row
 
     def step(self, request: Request, run: Run, limit: int) -> Any:
-        if self.matchers:  # the masks are the host's: one step per call, new rows before the next
+        if self.matchers is not None:  # the masks are the host's: one step per call, new rows before the next
             limit = 1
         decode = request.programs.steps[run.layouts]
         run.state, records, count = decode(request.engine.weights, run.state, request.scalar(limit), run.knobs)
@@ -117,18 +109,13 @@ class BeamSearch:
         for parents, tokens, scores, finished, kept in zip(*(r[: int(count)] for r in rows), strict=True):
             self.tree.add_step(scores.tolist(), tokens.tolist(), parents.tolist())
             self.tree.select(finished.tolist(), kept.tolist())
-            if self.matchers and not done:
-                self._follow(request, run, parents[kept].tolist(), tokens[kept].tolist())
+            if self.matchers is not None and not done:  # each new beam's matcher from its parent's, masks sent
+                self.matchers.follow(parents[kept].tolist(), tokens[kept].tolist())
+                self.chain_knobs = self.matchers.knobs(self.chain_knobs)
+                run.knobs = self.knobs(request.engine)
         if request.preview is not None and not done:
             request.preview(self.tree.leading())
         return Advance([], int(count), bool(done))
-
-    def _follow(self, request: Request, run: Run, parents: list[int], tokens: list[int]) -> None:
-        """A constrained step: each new beam's matcher from its parent's and its token, and their masks sent."""
-        assert self.context is not None
-        self.matchers, self.masks = follow_beams(self.matchers, self.masks, parents, tokens, self.context.vocab_size)
-        self.chain_knobs = with_rows(self.chain_knobs, self.mask_stage, self.masks)
-        run.knobs = self.knobs(request.engine)
 
     def stop(self, request: Request, run: Run) -> int:
         """A stop ends the search as transformers does: the next step's candidates all count as stopped, so the
@@ -156,21 +143,12 @@ class BeamSearch:
             stopped=run.stopped,
             kv_trace=run.kv_trace,
             beam_tree=self.tree.tree(sequences[0]),
-            constraint_accepting=self._accepting(sequences),
+            constraint_accepting=self.matchers.accepting(sequences) if self.matchers is not None else None,
             extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
                    "beam_candidates": self._mode().candidates, "steps_per_call": STEPS_PER_CALL,
                    "decode_calls": run.calls, **engine_extra(request),
-                   **({"logits_width": self.context.vocab_size} if self.matchers and self.context else {})},
+                   **({"logits_width": self.matchers.context.vocab_size} if self.matchers is not None else {})},
         )
-
-    def _accepting(self, sequences: list[list[int]]) -> list[bool] | None:
-        """A constrained search: whether the grammar may end after each returned sequence (the verdict's engine
-        side), replayed from the root: finished hypotheses keep no matcher."""
-        context, spec = self.context, self.spec
-        if not self.matchers or context is None:
-            return None
-        return [accepting(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
-                          spec.prefix_ids, ids) for ids in sequences]
 
 
 def beam(spec: RunSpec, draft: LoadedModel | None = None) -> BeamSearch:

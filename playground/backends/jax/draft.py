@@ -33,8 +33,6 @@ from playground.backends.jax.engine import DecodeState, Engine, engine_for
 from playground.backends.jax.programs import Programs, run_prompt
 from playground.backends.jax.sampling import Knobs, SamplingMode
 from playground.backends.jax.verify import rolled_back
-from playground.compatibility import draft_vocabulary_refusal
-from playground.errors import PlaygroundError
 from playground.models.loaded import LoadedModel
 from playground.registry.builtin import DRAFT_CACHE
 from playground.spec import RunSpec
@@ -72,6 +70,16 @@ def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count:
     return state, tokens[None, : steps - 1], None if mode.greedy else probs[None, : steps - 1]
 
 
+def propose_program(engine: Engine, layouts: Layouts, steps: int, mode: SamplingMode) -> Pending:
+    """The compiled proposal of up to steps - 1 drafts over a draft model's cache layouts."""
+    def lower() -> Lowered:
+        fn = jax.jit(partial(propose, engine, steps=steps, mode=mode), donate_argnames=("state",))
+        return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.spec((), jnp.int32),
+                        engine.knob_specs(mode))
+
+    return engine.program(("propose", layouts, steps, mode), lower)
+
+
 def _local(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
     """The main state's small arrays on the draft's one device (the main model may be split over a mesh)."""
     return tuple(jax.device_put(arrays, device.current().jax_device()))
@@ -83,8 +91,6 @@ class Drafter:
     def __init__(self, draft: LoadedModel, spec: RunSpec, prompt_len: int, bucket: int, main: Context, *,
                  samples: bool) -> None:
         self.engine, _ = engine_for(draft.model, 1, spec.weights)
-        if self.engine.vocab_size != main.vocab_size:
-            raise PlaygroundError(draft_vocabulary_refusal(draft.name, self.engine.vocab_size, main.vocab_size))
         width = MAX_DRAFTS + 1
         # preallocated: the draft's cache never grows, so its programs are one of each
         plan = assisted_plan(spec.replace(cache=DRAFT_CACHE), self.engine.config, prompt_len, width)
@@ -96,21 +102,12 @@ class Drafter:
         self.programs = Programs()
         self.programs.prefill = self.programs.add(self.engine.prefill_program(bucket, self.layouts))
         self.programs.start = self.programs.add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
-        self.propose = self.programs.add(self._propose_program(width))
+        self.propose = self.programs.add(propose_program(self.engine, self.layouts, width, self.mode))
         self.catch_up = self.programs.add(self._catch_up_program())
         self.state: Any = None  # DecodeState once started
         self.knobs: Knobs | None = None
         self.counts: dict[int, jax.Array] = {}
 
-    def _propose_program(self, steps: int) -> Pending:
-        engine = self.engine
-
-        def lower() -> Lowered:
-            fn = jax.jit(partial(propose, engine, steps=steps, mode=self.mode), donate_argnames=("state",))
-            return fn.lower(engine.weights, engine.abstract_state(self.layouts, self.mode, 1),
-                            engine.spec((), jnp.int32), engine.knob_specs(self.mode))
-
-        return engine.program(("propose", self.layouts, steps, self.mode), lower)
 
     def _catch_up_program(self) -> Pending:
         engine = self.engine

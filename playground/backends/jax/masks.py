@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from playground.backends.jax.chain import Chain
+from playground.backends.jax.chain import Chain, Context
 from playground.backends.jax.sampling import Knobs
-from playground.constraints.matching import allowed_tokens
+from playground.constraints.matching import accepting, allowed_tokens, root_matcher
+from playground.spec import RunSpec
 
 
 def mask_stage(chain_: Chain) -> int:
@@ -62,3 +63,37 @@ def follow_beams(matchers: list[Any], rows: list[np.ndarray], parents: Sequence[
             new_matchers.append(matchers[parent])
             new_rows.append(rows[parent])
     return new_matchers, new_rows
+
+
+class RowMatchers:
+    """A constrained beam search's host side (beam search, diverse beam search): one matcher per row of the batch,
+    each row's following its parent row's every step, and the rows of the mask they send."""
+
+    def __init__(self, spec: RunSpec, context: Context, stage: int) -> None:
+        self.spec, self.context, self.stage = spec, context, stage
+        root = root_matcher(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
+                            spec.prefix_ids)
+        self.matchers: list[Any] = [root] * context.rows
+        self.masks: list[np.ndarray] = [allowed_tokens(root, context.vocab_size)] * context.rows
+
+    def knobs(self, knobs: Knobs) -> Knobs:
+        """The chain's host arguments with these rows' masks."""
+        return with_rows(knobs, self.stage, self.masks)
+
+    def follow(self, parents: Sequence[int], tokens: Sequence[int], live: Sequence[int] | None = None) -> None:
+        """After a step: row r continues row parents[r] with tokens[r], for each row in `live` (default: all); a row
+        not live (a finished group's, running on padding) takes its parent's state as it is."""
+        live = range(len(parents)) if live is None else live
+        matchers, masks = [self.matchers[p] for p in parents], [self.masks[p] for p in parents]
+        followed, rows = follow_beams(self.matchers, self.masks, [parents[r] for r in live],
+                                      [tokens[r] for r in live], self.context.vocab_size)
+        for r, matcher, mask in zip(live, followed, rows, strict=True):
+            matchers[r], masks[r] = matcher, mask
+        self.matchers, self.masks = matchers, masks
+
+    def accepting(self, sequences: list[list[int]]) -> list[bool]:
+        """Whether the grammar may end after each returned sequence (the verdict's engine side), replayed from the
+        root: finished hypotheses keep no matcher."""
+        context, spec = self.context, self.spec
+        return [accepting(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
+                          spec.prefix_ids, ids) for ids in sequences]

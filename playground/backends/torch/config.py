@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import CompileConfig, GenerationConfig
 
 from playground import registry
-from playground.backends.base import first_eos
+from playground.backends.base import first_eos, same_vocabulary
 from playground.backends.torch.transformers_hooks import compiled_on_every_device
 from playground.spec import RunSpec
 
@@ -101,8 +101,4 @@ def assistant_kwargs(spec: RunSpec, main_tokenizer: Any, draft: LoadedModel | No
     if not same_vocabulary(main_tokenizer, draft.tokenizer):
         kwargs.update(tokenizer=main_tokenizer, assistant_tokenizer=draft.tokenizer)
     return kwargs
-
-
-def same_vocabulary(a: Any, b: Any) -> bool:
-    return a is b or (len(a) == len(b) and a.get_vocab() == b.get_vocab())
 

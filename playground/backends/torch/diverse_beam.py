@@ -19,7 +19,6 @@ steers the search). `beam_indices` is not returned: 4.52's group variant mixed u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -31,24 +30,8 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
 
+from playground.backends.group_tree import DiverseBeamStep
 from playground.backends.torch.transformers_hooks import eos_tokens, pad_token, update_model_kwargs
-
-
-@dataclass(frozen=True)
-class DiverseBeamStep:
-    """One beam after one step: `beam` is its row (group * group_size + i), `parent` the row it extended.
-    `finished` marks a hypothesis that took eos (it holds no row: `beam` is -1). `score` is the running score as
-    4.52 keeps it (summed log-probabilities minus penalties); `penalty` what this token paid, `paid` all so far."""
-
-    step: int
-    group: int
-    beam: int
-    parent: int
-    token: int
-    score: float
-    penalty: float
-    paid: float
-    finished: bool = False
 
 
 class HammingDiversity(LogitsProcessor):

@@ -25,13 +25,13 @@ from playground.backends.base import (
     TokenInfo,
     eos_ids,
 )
+from playground.backends.group_tree import group_tree
 from playground.backends.torch.assist_steps import AssistRecorder, recording_assist
 from playground.backends.torch.beam_tree import BeamRecorder, recording_beams
 from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import assistant_kwargs, generation_config
-from playground.backends.torch.group_tree import group_tree
 from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.transformers_hooks import with_attention_mask
 from playground.constraints.matching import accepting

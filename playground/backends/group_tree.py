@@ -1,5 +1,5 @@
-"""Diverse beam search's beam tree: the loop's per-step records (diverse_beam.DiverseBeamStep) as the BeamNodes
-both backends return, each with its group and the diversity penalty its token paid.
+"""Diverse beam search's beam tree: either backend's per-step records (DiverseBeamStep) as the BeamNodes both
+backends return, each with its group and the diversity penalty its token paid.
 
 A step lists, group by group, the hypotheses that finished there (they took eos) and then the beams that
 continue; nothing is pruned in between, since the loop records only what it kept. A node's parent is the node of
@@ -9,10 +9,27 @@ the beam row it extended at the step before.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from playground.backends.base import BeamNode
 from playground.backends.beam_nodes import BeamTree
-from playground.backends.torch.diverse_beam import DiverseBeamStep
+
+
+@dataclass(frozen=True)
+class DiverseBeamStep:
+    """One beam after one step: `beam` is its row (group * group_size + i), `parent` the row it extended.
+    `finished` marks a hypothesis that took eos (it holds no row: `beam` is -1). `score` is the running score as
+    4.52 keeps it (summed log-probabilities minus penalties); `penalty` what this token paid, `paid` all so far."""
+
+    step: int
+    group: int
+    beam: int
+    parent: int
+    token: int
+    score: float
+    penalty: float
+    paid: float
+    finished: bool = False
 
 
 def group_tree(records: Sequence[DiverseBeamStep]) -> BeamTree:

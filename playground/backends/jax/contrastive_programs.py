@@ -1,0 +1,260 @@
+"""The compiled programs of contrastive search on JAX (transformers 4.52.4's `_contrastive_search` and
+`_ranking_fast`, as the PyTorch port backends/torch/contrastive.py runs them), built on a model's Engine.
+
+The prompt's prefill keeps the final norm's hidden state at every position (Engine.forward_layers). A step takes
+the logits chain's output on the last logits, its softmax and top_k candidates, runs ONE forward over a k-row
+batch (the batch-1 cache repeated k times, each row the context plus one candidate), and scores each candidate by
+(1 - alpha) * p - alpha * (its greatest cosine similarity to the context's hidden states). The winner's cache row
+is gathered back (beam_programs.reorder, valid for every layout) and its logits and hidden state carried on, so
+the cache is batch 1 between steps and its last token is already in it (4.52's look-ahead). The context's hidden
+states live in a fixed (capacity, H) buffer, unit length, rows past `position` (and the prompt's bucket padding)
+masked out, so the step's shapes never change with the text's length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.stages import Lowered
+
+from playground.backends.jax import chain, sampling
+from playground.backends.jax.beam_programs import reorder
+from playground.backends.jax.caches import pytree
+from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.pytree import JaxCache
+from playground.backends.jax.chain import History, pushed, start_history
+from playground.backends.jax.compiling import Pending
+from playground.backends.jax.engine import Engine
+from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class ContrastiveMode:
+    """The static half of a contrastive search: it shapes the traced programs, so it keys them."""
+
+    tokens: SamplingMode  # the logits chain before the softmax (greedy: contrastive search never samples)
+    k: int  # candidates per step: the batch of the step's forward
+    capacity: int  # context rows: the prompt's bucket and every new token
+    eos: tuple[int, ...]
+    layer: int  # transformers' hidden_states index of the final norm's output (num_hidden_layers)
+
+
+class ContrastiveKnobs(NamedTuple):
+    """The traced half: the chain's arguments and the score's weights, each a float32 made on the host from the
+    double alpha, as torch multiplies a float32 tensor by a Python float (a new alpha compiles nothing)."""
+
+    chain: Knobs
+    keep: Any  # () float32(1 - alpha): the probability's weight
+    alpha: Any  # () float32(alpha): the degeneration penalty's weight
+
+
+class Weighed(NamedTuple):
+    """What decided one token: the k candidates, most probable first, and how each was scored."""
+
+    ids: jax.Array  # (k,) int32
+    probs: jax.Array  # (k,) after the logits chain's processors
+    penalties: jax.Array  # (k,) greatest cosine similarity to the context
+    scores: jax.Array  # (k,) (1 - alpha) * prob - alpha * penalty
+    chosen: jax.Array  # () int32 index of the highest score
+
+
+class Chunk(NamedTuple):
+    """One call's steps, a row each: the tokens (-1 past the last step run), their StepInfo and what weighed."""
+
+    tokens: jax.Array  # (steps,)
+    info: StepInfo  # leading (steps,) axis
+    weighed: Weighed  # leading (steps,) axis
+
+
+@dataclasses.dataclass(frozen=True)
+class ContrastiveState:
+    """What a call carries to the next (device arrays; shape structs when lowering)."""
+
+    cache: JaxCache  # batch 1: the prompt and every chosen token (the step that weighed it cached it)
+    logits: Any  # (1, V) the next-token logits after the last chosen token
+    context: Any  # (capacity, H) float32 unit hidden states of the text so far; rows >= position unused
+    position: Any  # () int32 the next token's position: also the context's valid rows
+    key: Any  # PRNG key (for a chain stage that draws; contrastive search itself never does)
+    history: History[Any]
+    done: Any  # () bool: an EOS was chosen
+    produced: Any  # () int32 tokens chosen so far
+
+
+jax.tree_util.register_dataclass(ContrastiveState, data_fields=["cache", "logits", "context", "position", "key",
+                                                                "history", "done", "produced"], meta_fields=[])
+
+
+def _unit(states: jax.Array) -> jax.Array:
+    """Rows (N, H) divided by their norms, as `_ranking_fast` normalizes the context and the candidates."""
+    return states / jnp.linalg.norm(states, axis=-1, keepdims=True)
+
+
+def _pin(engine: Engine, state: ContrastiveState) -> ContrastiveState:
+    """On a mesh: the cache split by KV heads, everything else replicated, call after call."""
+    if engine.mesh is None:
+        return state
+    replicated = engine.replicated()
+    small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated),
+                         (state.logits, state.context, state.position, state.key, state.history, state.done,
+                          state.produced))
+    return ContrastiveState(engine.constrain(state.cache), *small)
+
+
+def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *, layouts: Layouts,
+             layer: int) -> tuple[tuple[jax.Array, jax.Array], JaxCache]:
+    """The prompt padded on the right into a new cache: the logits at its last real position (1, V) and the
+    final hidden state at every position (1, bucket, H), the first context."""
+    positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]
+    cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
+    logits, (hidden,), _, cache = engine.forward_layers(weights, cache, ids, positions, (length - 1)[None],
+                                                        hidden=(layer,))
+    out = (logits[:, -1].astype(jnp.float32), hidden.astype(jnp.float32))
+    if engine.mesh is not None:
+        out = jax.lax.with_sharding_constraint(out, engine.replicated())
+    return out, engine.constrain(cache)
+
+
+def _start(engine: Engine, prefilled: tuple[jax.Array, jax.Array], ids: jax.Array, length: jax.Array,
+           key: jax.Array, cache: JaxCache, *, mode: ContrastiveMode) -> ContrastiveState:
+    """The state before the first step: the prompt's unit hidden states as the context (its padding zeroed and
+    masked), its last logits to pick the first candidates from. No token yet: the first call chooses it."""
+    logits, hidden = prefilled
+    bucket = hidden.shape[1]
+    valid = (jnp.arange(bucket) < length)[:, None]
+    context = jnp.zeros((mode.capacity, hidden.shape[-1]), jnp.float32)
+    context = context.at[:bucket].set(jnp.where(valid, _unit(hidden[0]), 0.0))
+    history = start_history(ids, length, mode.tokens.needs, engine.vocab_size)
+    state = ContrastiveState(cache, logits, context, length.astype(jnp.int32), key, history, jnp.bool_(False),
+                             jnp.int32(0))
+    return _pin(engine, state)
+
+
+def _weigh(context: jax.Array, valid: jax.Array, candidates: jax.Array, probs: jax.Array,
+           knobs: ContrastiveKnobs) -> tuple[jax.Array, jax.Array]:
+    """`_ranking_fast`: each candidate's (k, H unit) greatest cosine similarity to the valid context rows, and
+    its score. Full float32 products (no reduced-precision passes on an accelerator): a near tie decides."""
+    cosine = jnp.einsum("kh,ch->kc", candidates, context, precision=jax.lax.Precision.HIGHEST)
+    cosine = jnp.where(valid[None, :], cosine, jnp.finfo(cosine.dtype).min)  # padding never counts as similar
+    penalty = cosine.max(axis=-1)
+    return penalty, knobs.keep * probs - knobs.alpha * penalty
+
+
+def _step(engine: Engine, weights: dict, s: ContrastiveState, knobs: ContrastiveKnobs,
+          mode: ContrastiveMode) -> tuple[ContrastiveState, jax.Array, StepInfo, Weighed]:
+    """One token: the processors, softmax and top_k; the k candidates' forward; the best score's row kept."""
+    key, chain_key = sampling.split_for_chain(s.key, mode.tokens)
+    out = sampling.processed(s.logits, s.history, s.produced, chain_key, mode.tokens, knobs.chain)
+    probs, ids = jax.lax.top_k(out.final[0], mode.k)  # softmax of the processed logits, as 4.52
+    ids = ids.astype(jnp.int32)
+    rows = reorder(s.cache, jnp.zeros((mode.k,), jnp.int32))  # the context's cache, once per candidate
+    positions = jnp.broadcast_to(s.position, (mode.k, 1))
+    logits, (hidden,), _, rows = engine.forward_layers(weights, rows, ids[:, None], positions, 1,
+                                                       hidden=(mode.layer,))
+    candidates = _unit(hidden[:, -1].astype(jnp.float32))  # (k, H)
+    valid = jnp.arange(mode.capacity) < s.position
+    penalties, scores = _weigh(s.context, valid, candidates, probs, knobs)
+    chosen = jnp.argmax(scores).astype(jnp.int32)
+    token = ids[chosen][None]  # (1,)
+    info = sampling.token_info(out.model, out.final, token, out.top, out.applied)
+    context = jax.lax.dynamic_update_slice(s.context, candidates[chosen][None], (s.position, jnp.int32(0)))
+    state = ContrastiveState(reorder(rows, chosen[None]), logits[chosen, -1][None].astype(jnp.float32), context,
+                             s.position + 1, key, pushed(s.history, token, mode.tokens.needs),
+                             jnp.isin(token, jnp.asarray(mode.eos or (-1,))).any(), s.produced + 1)
+    return _pin(engine, state), token, info, Weighed(ids, probs, penalties, scores, chosen)
+
+
+def _empty_chunk(steps: int, mode: ContrastiveMode) -> Chunk:
+    k = mode.k
+    weighed = Weighed(jnp.zeros((steps, k), jnp.int32), jnp.zeros((steps, k)), jnp.zeros((steps, k)),
+                      jnp.zeros((steps, k)), jnp.zeros((steps,), jnp.int32))
+    return Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.tokens.chain.stages)),
+                 weighed)
+
+
+def _decode(engine: Engine, weights: dict, state: ContrastiveState, limit: jax.Array, knobs: ContrastiveKnobs, *,
+            steps: int, mode: ContrastiveMode) -> tuple[ContrastiveState, Chunk, jax.Array]:
+    """Up to `limit` (<= steps) tokens in one call, ending early at EOS; the chunk's first `count` rows are
+    this call's."""
+
+    def cond(carry: tuple) -> jax.Array:
+        i, s, _ = carry
+        return (i < limit) & ~s.done
+
+    def body(carry: tuple) -> tuple:
+        i, s, out = carry
+        s, token, info, weighed = _step(engine, weights, s, knobs, mode)
+        row = Chunk(token[0], jax.tree.map(lambda a: a[0], info), weighed)
+        out = jax.tree.map(lambda rows, value: rows.at[i].set(value), out, row)
+        return i + 1, s, out
+
+    count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, _empty_chunk(steps, mode)))
+    return state, out, count
+
+
+def _grow(engine: Engine, state: ContrastiveState, *, layouts: Layouts) -> ContrastiveState:
+    """The same search over a larger cache (empty slots appended); the context buffer is already full size."""
+    return _pin(engine, dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
+
+
+def knob_specs(engine: Engine, mode: ContrastiveMode) -> ContrastiveKnobs:
+    """Abstract knobs for lowering, laid out as put() lays out the real ones."""
+    return ContrastiveKnobs(engine.knob_specs(mode.tokens), engine.spec((), jnp.float32),
+                            engine.spec((), jnp.float32))
+
+
+def _abstract_state(engine: Engine, layouts: Layouts, mode: ContrastiveMode) -> ContrastiveState:
+    """Shape structs of a ContrastiveState, laid out as the programs leave it."""
+    history = jax.tree.map(lambda s: engine.spec(s.shape, s.dtype),
+                           chain.history_shapes(mode.tokens.needs, 1, engine.vocab_size))
+    hidden = int(engine.config.hidden_size)
+    return ContrastiveState(engine.abstract_cache(layouts, 1), engine.spec((1, engine.vocab_size), jnp.float32),
+                            engine.spec((mode.capacity, hidden), jnp.float32), engine.spec((), jnp.int32),
+                            engine.spec((2,), jnp.uint32), history, engine.spec((), jnp.bool_),
+                            engine.spec((), jnp.int32))
+
+
+def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -> Pending:
+    def lower() -> Lowered:
+        fn = jax.jit(partial(_prefill, engine, layouts=layouts, layer=layer))
+        return fn.lower(engine.weights, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32))
+
+    def warm(compiled: Any) -> None:
+        # as Engine.prefill_program: XLA's CPU backend prepares the prompt's products on their first execution
+        jax.block_until_ready(compiled(engine.weights, engine.put(np.zeros((1, bucket), np.int32)),
+                                       engine.put(np.int32(1))))
+
+    return engine.program(("contrastive-prefill", bucket, layouts, layer), lower, warm)
+
+
+def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: ContrastiveMode) -> Pending:
+    def lower() -> Lowered:
+        fn = jax.jit(partial(_start, engine, mode=mode), donate_argnames=("cache",))
+        hidden = int(engine.config.hidden_size)
+        prefilled = (engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket, hidden), jnp.float32))
+        return fn.lower(prefilled, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32),
+                        engine.spec((2,), jnp.uint32), engine.abstract_cache(layouts, 1))
+
+    # it reads only the context's capacity and the chain's history of the mode: a new top_k compiles no start
+    return engine.program(("contrastive-start", bucket, layouts, mode.capacity, mode.tokens.needs), lower)
+
+
+def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: ContrastiveMode) -> Pending:
+    def lower() -> Lowered:
+        fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
+        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
+                        knob_specs(engine, mode))
+
+    return engine.program(("contrastive-decode", layouts, steps, mode), lower)
+
+
+def grow_program(engine: Engine, old: Layouts, new: Layouts, mode: ContrastiveMode) -> Pending:
+    def lower() -> Lowered:
+        fn = jax.jit(partial(_grow, engine, layouts=new))  # new, larger buffers: nothing to donate
+        return fn.lower(_abstract_state(engine, old, mode))
+
+    return engine.program(("contrastive-grow", old, new, mode.tokens.needs, mode.capacity), lower)
