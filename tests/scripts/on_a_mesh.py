@@ -91,6 +91,35 @@ def beam() -> dict:
     return report
 
 
+def guide() -> dict:
+    """The guide's methods (beam sampling, diverse beam search, contrastive search, DoLa) and universal assisted
+    decoding on 1 and 2 devices: sequences (and scores where the method has them)."""
+    from tests.unit.test_assisted_steps import same_weights_other_tokenizer
+
+    ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42]])
+    loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 devices split them
+    methods: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("beam_sample", {"num_beams": 3, "temperature": 1.0, "seed": 2}),
+        ("diverse_beam", {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 1.0}),
+        ("contrastive", {"penalty_alpha": 0.6, "top_k": 4}),
+        ("dola", {"dola_layers": "0", "repetition_penalty": 1.2}))
+    report: dict[str, Any] = {}
+    for n in (1, 2):
+        for strategy, knobs in methods:
+            spec = RunSpec(backend="jax", cache="dynamic", strategy=strategy, max_new_tokens=16, min_new_tokens=16,
+                           devices=n, **knobs)
+            out = jax_decoder.generate(loaded, ids, spec, lambda c: None, lambda: False)
+            report[f"{strategy}-{n}"] = {"sequences": out.sequences,
+                                         "scores": [round(s, 4) for s in out.scores or []]}
+        main_model = tiny_loaded("m", tiny_llama(0))
+        spec = RunSpec(backend="jax", cache="dynamic", strategy="assisted", assistant="other", max_new_tokens=16,
+                       min_new_tokens=16, devices=n)
+        out = JaxBackend().generate(main_model, ids, spec, lambda c: None, lambda: False,
+                                    same_weights_other_tokenizer())
+        report[f"universal-{n}"] = {"sequences": out.sequences, "scores": []}
+    return report
+
+
 def int8() -> dict:
     """int8 weights on the JAX decoder over 1 and 2 devices: tokens, how a scale is split, the engine's bytes."""
     ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3]])
@@ -122,7 +151,8 @@ def engine_bytes() -> dict:
 
 def main() -> None:
     tiny_programs_at_o0()
-    print(json.dumps({report.__name__: report() for report in (decoder, caches, assisted, beam, int8, engine_bytes)}))
+    print(json.dumps({report.__name__: report() for report in (decoder, caches, assisted, beam, guide, int8,
+                                                                      engine_bytes)}))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The JAX path split over several devices gives one device's results: decoding, every cache, assisted decoding,
-beam search, int8 weights, and the engine's memory estimate.
+beam search, the guide's methods, int8 weights, and the engine's memory estimate.
 
 The device count is fixed when JAX starts, so all of it runs in one fresh Python (tests/scripts/on_a_mesh.py),
 once for the file; each test reads its part of that process's report.
@@ -57,6 +57,14 @@ def test_beam_search_split_over_devices_gives_one_devices_sequences_and_scores(r
         one, two = report[f"{cache}-1"], report[f"{cache}-2"]
         assert two["split"] == "split" and one["split"] == "one device"
         assert two["sequences"] == one["sequences"] and two["scores"] == one["scores"], cache
+
+
+def test_the_guides_methods_split_over_devices_give_one_devices_results(report):
+    """Beam sampling, diverse beam search, contrastive search, DoLa and a draft of another tokenizer with the main
+    model on 2 devices: one device's sequences and scores."""
+    report = report["guide"]
+    for name in ("beam_sample", "diverse_beam", "contrastive", "dola", "universal"):
+        assert report[f"{name}-2"] == report[f"{name}-1"], name
 
 
 def test_two_devices_give_one_devices_tokens_with_scales_split_by_rows(report):
