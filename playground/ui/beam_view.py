@@ -43,23 +43,38 @@ def _node(x: float, y: float, node: BeamRecord) -> str:
             f"{node['score']:.1f}</text></g>")
 
 
-def _possible(step: Sequence[BeamRecord]) -> Sequence[BeamRecord]:
-    """A step's candidates but the impossible ones, which rank last: the first step's continuations of the beams
-    that do not exist yet (transformers starts them at -1e9) and tokens a constraint masked out (-inf)."""
-    return [node for node in step if node["score"] > IMPOSSIBLE or node["kept"] or node["chosen"]]
+def _possible(steps: Sequence[Sequence[BeamRecord]]) -> list[list[tuple[BeamRecord, int | None]]]:
+    """Each step's candidates but the impossible ones, each with its parent's row among those shown: the
+    continuations of beams that do not exist yet (transformers starts them at -1e9, and a constraint that allows
+    fewer continuations than beams keeps some of them running), tokens a constraint masked out (-inf), and
+    whatever descends from them. The returned path is always shown."""
+    shown: list[list[tuple[BeamRecord, int | None]]] = []
+    rows: dict[int, int] = {}  # the previous step's index -> its row among those shown
+    for step in steps:
+        kept: list[tuple[BeamRecord, int | None]] = []
+        now: dict[int, int] = {}
+        for index, node in enumerate(step):
+            parent = node["parent"]
+            reachable = parent is None or parent in rows
+            if node["chosen"] or (reachable and node["score"] > IMPOSSIBLE):
+                now[index] = len(kept)
+                kept.append((node, rows.get(parent) if parent is not None else None))
+        shown.append(kept)
+        rows = now
+    return shown
 
 
 def tree_svg(steps: Sequence[Sequence[BeamRecord]]) -> str:
     """The search as an SVG: columns of candidates, lines to their parents."""
-    shown = [_possible(step) for step in steps[:MAX_STEPS]]
+    shown = _possible(steps[:MAX_STEPS])
     rows = max((len(step) for step in shown), default=0)
     width, height = len(shown) * STEP_WIDTH + 8, rows * ROW_HEIGHT + 8
     lines, nodes = [], []
     for s, step in enumerate(shown):
-        for r, node in enumerate(step):
+        for r, (node, parent_row) in enumerate(step):
             x, y = 4 + s * STEP_WIDTH, 4 + r * ROW_HEIGHT
-            if node["parent"] is not None and s:
-                px, py = 4 + (s - 1) * STEP_WIDTH + NODE_WIDTH, 4 + node["parent"] * ROW_HEIGHT + NODE_HEIGHT / 2
+            if parent_row is not None and s:
+                px, py = 4 + (s - 1) * STEP_WIDTH + NODE_WIDTH, 4 + parent_row * ROW_HEIGHT + NODE_HEIGHT / 2
                 state = "chosen" if node["chosen"] else "kept" if node["kept"] or node["finished"] else "pruned"
                 lines.append(f"<line class='beam-edge {state}' x1='{px:.0f}' y1='{py:.0f}' x2='{x:.0f}' "
                              f"y2='{y + NODE_HEIGHT / 2:.0f}'/>")

@@ -737,3 +737,20 @@ def test_applied_settings_keep_the_values_of_knobs_that_are_their_own_group(page
     lookup = updates[page.columns[0].knobs["prompt_lookup"]]
     assert lookup["value"] == 3 and lookup["visible"] is True
     assert updates[page.columns[1].knobs["sink_tokens"]]["value"] == 2
+
+
+def test_the_beam_tree_leaves_out_beams_no_hypothesis_can_reach():
+    """A constraint that allows fewer continuations than beams keeps some beams running at transformers' start
+    score (-1e9); they and what descends from them are not hypotheses, and the rest keep their parents' rows."""
+    from playground.ui.beam_view import _possible
+
+    def node(parent, text, score, kept=True, chosen=False):
+        return {"parent": parent, "token": 0, "text": text, "score": score, "kept": kept, "finished": False,
+                "chosen": chosen}
+
+    steps = [[node(None, "{", -3.3, chosen=True), node(None, "{", -1e9 - 3.3)],
+             [node(1, "x", -1e9 - 4.0), node(0, '"', -3.7, chosen=True), node(0, " ", -5.1, kept=False)],
+             [node(0, "y", -1e9 - 5.0), node(1, "n", -3.8, chosen=True)]]
+    shown = _possible(steps)
+    assert [[n["text"] for n, _ in step] for step in shown] == [["{"], ['"', " "], ["n"]]
+    assert [[parent for _, parent in step] for step in shown] == [[None], [0, 0], [0]]
