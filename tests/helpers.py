@@ -244,3 +244,24 @@ def bench_with(monkeypatch: pytest.MonkeyPatch, loaded_model) -> None:
 
     monkeypatch.setattr(loaded.LOADED, "get", lambda name, weights="fp32", progress=None: (loaded_model, True))
     monkeypatch.setattr(bench, "BandwidthProbe", FixedBandwidth)
+
+
+BYTE_VOCAB = 257  # the byte tokenizer's ids: 256 bytes and its end token
+PROMPT_TEXT = "hello world, hello world, hello world, hello"  # a prompt both tokenizers below read alike
+
+
+def same_weights_other_tokenizer():
+    """The main model's weights over a tokenizer with one extra token (so the vocabularies differ), whose
+    logit is pinned far below the others so the draft never proposes it."""
+    tokenizer = byte_tokenizer()
+    tokenizer.add_tokens(["<extra>"])
+    main, draft = tiny_llama(0), tiny_llama(0, vocab_size=BYTE_VOCAB + 1)
+    with torch.no_grad():
+        for name, param in draft.named_parameters():
+            source = dict(main.named_parameters())[name]
+            param[: source.shape[0]] = source
+        draft.lm_head.weight[BYTE_VOCAB] = 0.0
+        draft.model.embed_tokens.weight[BYTE_VOCAB] = 0.0
+    from playground.models.loaded import LoadedModel
+
+    return LoadedModel("tiny-other-tokenizer", "fp32", draft.eval(), tokenizer, 0.0, False)

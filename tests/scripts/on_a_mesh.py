@@ -14,7 +14,14 @@ from playground.backends.jax import decoder as jax_decoder
 from playground.backends.jax import engine as jax_engine
 from playground.backends.jax.backend import JaxBackend
 from playground.spec import RunSpec
-from tests.helpers import new_device_bytes, tiny_gemma, tiny_llama, tiny_loaded, tiny_programs_at_o0
+from tests.helpers import (
+    new_device_bytes,
+    same_weights_other_tokenizer,
+    tiny_gemma,
+    tiny_llama,
+    tiny_loaded,
+    tiny_programs_at_o0,
+)
 
 
 def decoder() -> dict:
@@ -94,8 +101,6 @@ def beam() -> dict:
 def guide() -> dict:
     """The guide's methods (beam sampling, diverse beam search, contrastive search, DoLa) and universal assisted
     decoding on 1 and 2 devices: sequences (and scores where the method has them)."""
-    from tests.unit.test_assisted_steps import same_weights_other_tokenizer
-
     ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42]])
     loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 devices split them
     methods: tuple[tuple[str, dict[str, Any]], ...] = (

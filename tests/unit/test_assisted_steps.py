@@ -9,25 +9,15 @@ import torch
 from playground.models.loaded import LoadedModel
 from playground.result import assist_records
 from playground.spec import RunSpec
-from tests.helpers import byte_tokenizer, tiny_llama, tiny_loaded, torch_run
-
-MAIN_VOCAB = 257
-PROMPT_TEXT = "hello world, hello world, hello world, hello"
-
-
-def same_weights_other_tokenizer() -> LoadedModel:
-    """The main model's weights over a tokenizer with one extra token (so the vocabularies differ), whose
-    logit is pinned far below the others so the draft never proposes it."""
-    tokenizer = byte_tokenizer()
-    tokenizer.add_tokens(["<extra>"])
-    main, draft = tiny_llama(0), tiny_llama(0, vocab_size=MAIN_VOCAB + 1)
-    with torch.no_grad():
-        for name, param in draft.named_parameters():
-            source = dict(main.named_parameters())[name]
-            param[: source.shape[0]] = source
-        draft.lm_head.weight[MAIN_VOCAB] = 0.0
-        draft.model.embed_tokens.weight[MAIN_VOCAB] = 0.0
-    return LoadedModel("tiny-other-tokenizer", "fp32", draft.eval(), tokenizer, 0.0, False)
+from tests.helpers import (
+    BYTE_VOCAB,
+    PROMPT_TEXT,
+    byte_tokenizer,
+    same_weights_other_tokenizer,
+    tiny_llama,
+    tiny_loaded,
+    torch_run,
+)
 
 
 def run(spec: RunSpec, draft: LoadedModel | None = None):
@@ -62,7 +52,7 @@ def test_steps_add_up_to_the_draft_flags_and_the_acceptance_rate(case):
     # drafted tokens are what the main model verified: ids in its vocabulary, and the accepted ones are the output
     position = 0
     for step in steps:
-        assert all(0 <= i < MAIN_VOCAB for i in step["drafted"])
+        assert all(0 <= i < BYTE_VOCAB for i in step["drafted"])
         assert out.sequences[0][position:position + step["accepted"]] == step["drafted"][:step["accepted"]]
         position += step["accepted"] + 1
 

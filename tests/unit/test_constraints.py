@@ -244,3 +244,17 @@ def test_the_verdict_is_judged_apart_from_the_engine():
 def test_the_choices_of_a_list_are_lines_or_bars():
     assert grammar.choices("red\ngreen\n\nblue ") == ["red", "green", "blue"]
     assert grammar.choices("yes | no|yes") == ["yes", "no"]
+
+
+@pytest.mark.slow  # the full suite's: DoLa's and beam sampling's programs under a mask
+def test_dola_and_beam_sampling_run_constrained_on_jax(tiny):
+    """DoLa reads plain decoding's host matcher (one step per call), beam sampling each beam's: DoLa gives the
+    PyTorch path's constrained tokens, and every sampled beam is valid."""
+    spec = _spec("json_schema").replace(strategy="dola", dola_layers="0", repetition_penalty=1.2)
+    on_torch, _ = torch_run(tiny, PROMPT, spec)
+    on_jax, _ = jax_run(tiny, PROMPT, spec.replace(backend="jax"))
+    assert on_jax.sequences == on_torch.sequences and _verdict(tiny, spec, on_jax)["valid"]
+    for seed in (0, 1):
+        sampled = _spec("choice", "beam").replace(strategy="beam_sample", temperature=1.0, seed=seed, backend="jax")
+        record = _verdict(tiny, sampled, jax_run(tiny, PROMPT, sampled)[0])
+        assert all(record["sequences_valid"]) and len(record["sequences_valid"]) == 3

@@ -91,3 +91,18 @@ def test_the_filters_keep_min_tokens_to_keep_as_transformers_warpers(knobs, warp
     theirs = np.isfinite(warper(torch.zeros((3, 1), dtype=torch.long), torch.from_numpy(rows.copy())).numpy())
     np.testing.assert_array_equal(kept, theirs)
     assert kept.sum(axis=-1).min() >= 2
+
+
+@pytest.mark.slow  # the full suite's: every cache's beam programs
+@pytest.mark.parametrize("cache", ["static", "quantized", "sliding", "sink"])
+def test_a_temperature_that_leaves_no_choice_gives_pytorchs_beams_on_every_cache(tiny, cache):
+    """Sliding and sink windows of 8 over 5 + 20 positions: more than 3 windows. The best beam is PyTorch's; the
+    others may differ where two continuations' scores lie within the last digits (x 1000 at this temperature)."""
+    knobs = {"quantized": {"cache_bits": 8}, "sliding": {"window": 8}, "sink": {"window": 8, "sink_tokens": 2}}
+    spec = RunSpec.from_dict({"strategy": "beam_sample", "temperature": 1e-3, "cache": cache, **BEAMS,
+                              "max_new_tokens": 20, **knobs.get(cache, {})})
+    on_jax, _ = jax_run(tiny, IDS, spec)
+    on_torch, _ = torch_run(tiny, IDS, spec.replace(backend="torch"))
+    if cache != "quantized":  # the two quantized stores round differently
+        assert on_jax.sequences[0] == on_torch.sequences[0]
+    assert len(on_jax.sequences) == 3 and jax_run(tiny, IDS, spec)[0].compile_s == 0.0  # a repeat compiles nothing

@@ -9,8 +9,7 @@ import torch
 
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
-from tests.helpers import byte_tokenizer, jax_run, tiny_llama, tiny_loaded
-from tests.unit.test_assisted_steps import PROMPT_TEXT, same_weights_other_tokenizer
+from tests.helpers import PROMPT_TEXT, byte_tokenizer, jax_run, same_weights_other_tokenizer, tiny_llama, tiny_loaded
 
 pytest.importorskip("torchax")
 
