@@ -162,9 +162,7 @@ class AssistedDecoding(PlainDecoding):
         self.drafted += drafted
         self.accepted += accepted
         self.stream.add(chunk, info, now, self.mode.chain.names)
-        if self.matcher is not None and chunk and chunk[-1] not in request.eos:
-            for token in chunk:
-                self.matcher.consume_token(token)
+        self._consume(request, chunk)  # width() sends the next pass's masks, one row per draft
         self.draft_flags += [i < accepted for i in range(count)]
         if self.drafter is not None and self.pending is None:  # the first token is on the host: the draft starts
             self.drafter.start(request.prompt, request.bucket, self.spec, run.state)

@@ -110,11 +110,7 @@ class ContrastiveSearch(PlainDecoding):
         self.stream.add(chunk, out.info, now, self.mode.chain.names)
         for known, weighed in zip(self.stream.info[first:], candidate_records(out.weighed, len(chunk)), strict=True):
             known.update(weighed)
-        if self.matcher is not None and chunk and chunk[-1] not in request.eos:
-            for token in chunk:
-                self.matcher.consume_token(token)
-            self._next_mask()
-            run.knobs = self.knobs(request.engine)
+        self._take(request, run, chunk)
         return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
 
     def output(self, request: Request, run: Run, start: float) -> GenerationOutput:

@@ -107,12 +107,23 @@ class PlainDecoding:
         tokens, info, count = fetched  # (steps,) tokens, -1 past `count`; (steps, ...) StepInfo rows
         chunk = [int(t) for t in tokens[: int(count)]]
         self.stream.add(chunk, info, now, self.mode.chain.names)
-        if self.matcher is not None and chunk and chunk[-1] not in request.eos:
-            for token in chunk:
-                self.matcher.consume_token(token)
-            self._next_mask()
-            run.knobs = request.engine.put(self.knob_values)
+        self._take(request, run, chunk)
         return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
+
+    def _consume(self, request: Request, chunk: list[int]) -> bool:
+        """A constrained run's matcher takes a call's kept tokens; False when there is nothing to take (no
+        constraint, or an end token ended the run)."""
+        if self.matcher is None or not chunk or chunk[-1] in request.eos:
+            return False
+        for token in chunk:
+            self.matcher.consume_token(token)
+        return True
+
+    def _take(self, request: Request, run: Run, chunk: list[int]) -> None:
+        """_consume, then the next mask goes to the device before the next call."""
+        if self._consume(request, chunk):
+            self._next_mask()
+            run.knobs = self.knobs(request.engine)
 
     def stop(self, request: Request, run: Run) -> int:
         return 0

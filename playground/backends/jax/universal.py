@@ -38,11 +38,14 @@ from playground.spec import RunSpec
 TOKENS_PER_TOKEN = 2
 
 
+def draft_capacity(spec: RunSpec, prompt_len: int) -> int:
+    """The longest text the draft may read, in its own tokens, with room for one proposal after it."""
+    return cache_plan.prefill_bucket(TOKENS_PER_TOKEN * (prompt_len + spec.max_new_tokens) + MAX_DRAFTS + 1)
+
+
 def draft_plan(spec: RunSpec, config: Any, prompt_len: int) -> CachePlan:
     """The draft's preallocated cache: the longest text it may read in its own tokens, and one proposal."""
-    width = MAX_DRAFTS + 1
-    capacity = cache_plan.prefill_bucket(TOKENS_PER_TOKEN * (prompt_len + spec.max_new_tokens) + width)
-    return assisted_plan(spec.replace(cache=DRAFT_CACHE), config, capacity, width)
+    return assisted_plan(spec.replace(cache=DRAFT_CACHE), config, draft_capacity(spec, prompt_len), MAX_DRAFTS + 1)
 
 
 class UniversalDrafter:
@@ -58,8 +61,7 @@ class UniversalDrafter:
         self.mode, self.knob_values = sampling.mode_for(spec, context, samples=False, keep_history=False)
         plan = draft_plan(spec, self.engine.config, prompt_len)
         self.layouts = plan.at(plan.lengths[0])  # preallocated for the longest text: its programs are few
-        self.capacity = cache_plan.prefill_bucket(TOKENS_PER_TOKEN * (prompt_len + spec.max_new_tokens) +
-                                                  MAX_DRAFTS + 1)
+        self.capacity = draft_capacity(spec, prompt_len)
         self.buckets: dict[int, Programs] = {}
         self.asked: list[Pending] = []
         bucket = cache_plan.prefill_bucket(max(1, prompt_len // TOKENS_PER_TOKEN))  # its text may take fewer tokens
