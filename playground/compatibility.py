@@ -81,7 +81,7 @@ def compile_refusal(mode: str, backend: str, strategy: str, cache: str, weights:
         return (f"torch.compile needs the static cache's fixed shapes (transformers compiles generate's forward "
                 f"only over a preallocated cache; cache '{cache}' changes shape as it grows or evicts): use cache "
                 + " or ".join(f"'{c}'" for c in fixed))
-    plain = [s.name for s in registry.strategies() if s.records == "tokens" and s.torch_loop is None]
+    plain = [s.name for s in registry.strategies() if s.plain]
     if strategy not in plain:
         return (f"transformers compiles only the one-token-per-step decode loop, and strategy '{strategy}' calls "
                 "the model eager (beam search, assisted decoding and the guide's methods have loops of their own): use "

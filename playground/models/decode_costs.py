@@ -42,7 +42,7 @@ class DecodeCosts:
         spec = result["spec"]
         strategy = registry.strategy(spec["strategy"])
         rate = result["metrics"].get("tokens_per_s")
-        if not rate or result["stopped"] or strategy.records not in ("tokens", "drafts"):
+        if not rate or result["stopped"] or not (strategy.plain or strategy.drafts):
             return
         draft = drafting_model(spec["strategy"], spec.get("assistant"), spec.get("prompt_lookup"))
         if strategy.drafts and draft is None:  # prompt lookup: no model's cost in it

@@ -83,7 +83,7 @@ register_cache(CacheType(
 
 # --- strategies -------------------------------------------------------------------------------------------------
 
-_TORCH_CONFIG = "playground.backends.torch.config"
+_TORCH = "playground.backends.torch"
 
 
 def _check_beams(spec: RunSpec) -> None:
@@ -116,23 +116,23 @@ def _check_draft_source(spec: RunSpec) -> None:
 
 
 register_strategy(Strategy(
-    name="greedy", label="greedy", help="the most likely token at every step",
+    name="greedy", label="greedy", help="the most likely token at every step", plain=True,
     jax=lazy("playground.backends.jax.plain", "single_token")))
 register_strategy(Strategy(
     name="sampling", label="sampling",
     help="draws each token from the distribution the logits chain leaves (temperature, top-k, top-p, ...)",
-    sampling="always", jax=lazy("playground.backends.jax.plain", "single_token")))
+    sampling="always", plain=True, jax=lazy("playground.backends.jax.plain", "single_token")))
 register_strategy(Strategy(
     name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     picks="the num_beams most likely hypotheses are kept",
-    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams",
+    validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"),
     jax=lazy("playground.backends.jax.beam", "beam"), rows_knob="num_beams"))
 register_strategy(Strategy(
     name="assisted", label="assisted",
     help="drafts several tokens (a small model or n-grams from the prompt) and verifies them in one pass",
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
-    validate=_check_draft_source, torch_config=lazy(_TORCH_CONFIG, "assisted"), records="drafts",
+    validate=_check_draft_source, torch=lazy(f"{_TORCH}.assist_steps", "Assisted"),
     jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
 
 register_strategy(Strategy(
@@ -141,7 +141,7 @@ register_strategy(Strategy(
          "first: varied like sampling, weighed like beam search",
     sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    validate=_check_beams, torch_config=lazy(_TORCH_CONFIG, "beam_search"), records="beams", rows_knob="num_beams",
+    validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"), rows_knob="num_beams",
     jax=lazy("playground.backends.jax.beam", "beam_sample")))
 
 register_strategy(Strategy(
@@ -151,8 +151,7 @@ register_strategy(Strategy(
     picks="each group keeps its most likely hypotheses after the diversity penalty",
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
-    validate=_check_groups, torch_config=lazy(_TORCH_CONFIG, "diverse_beam"), records="beams",
-    torch_loop="playground.backends.torch.diverse_beam:diverse_beam_search", rows_knob="num_beams",
+    validate=_check_groups, torch=lazy(f"{_TORCH}.diverse_beam", "DiverseBeam"), rows_knob="num_beams",
     jax=lazy("playground.backends.jax.group_beam", "group_beam")))
 
 register_strategy(Strategy(
@@ -160,12 +159,12 @@ register_strategy(Strategy(
     help="of the top_k most likely tokens, the one that scores best on (1 - α)·p minus α times its greatest "
          "similarity to the text so far: coherent, and less repetitive than greedy",
     picks="of the top_k most likely, the best on (1 - α)·p - α·(greatest similarity to the text) is taken",
-    knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch_config=lazy(_TORCH_CONFIG, "contrastive"),
-    torch_loop="playground.backends.torch.contrastive:contrastive_search", torch_caches=("dynamic",),
+    knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch=lazy(f"{_TORCH}.contrastive", "plug_in"),
+    torch_caches=("dynamic",),
     jax=lazy("playground.backends.jax.contrastive", "contrastive"), peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
-    check_model=lazy("playground.backends.torch.contrastive", "check_model")))
+    check_model=lazy(f"{_TORCH}.contrastive", "check_model")))
 
 register_strategy(Strategy(
     name="dola", label="DoLa",
@@ -173,9 +172,9 @@ register_strategy(Strategy(
          "it) and decodes greedily from the difference: facts the late layers add stand out",
     picks="the most likely token under the contrast (the chain acts on the final layer's log-probabilities minus "
           "the premature layer's) is taken",
-    knobs=("dola_layers",), validate=_check_dola_layers, torch_config=lazy(_TORCH_CONFIG, "dola"),
-    torch_loop="playground.backends.torch.dola:dola_decoding", jax=lazy("playground.backends.jax.dola", "dola"),
-    check_model=lazy("playground.backends.torch.dola", "check_model")))
+    knobs=("dola_layers",), validate=_check_dola_layers, torch=lazy(f"{_TORCH}.dola", "plug_in"),
+    jax=lazy("playground.backends.jax.dola", "dola"),
+    check_model=lazy(f"{_TORCH}.dola", "check_model")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

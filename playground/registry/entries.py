@@ -144,19 +144,18 @@ class Strategy:
     picks: str = "the most likely token is taken"
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
-    # torch: (spec, GenerationConfig) -> None, setting what this strategy adds to transformers' config
-    torch_config: Callable[[RunSpec, Any], None] | None = None
-    # what the torch path records per step: "tokens" (a distribution per token), "beams" (the beam tree) or
-    # "drafts" (verification steps); beam search streams nothing until it ends
-    records: str = "tokens"
+    # torch: (spec) -> the plug-in the PyTorch path's model.generate call runs for one request: its settings of
+    # transformers' config, its loop, what it records (playground/backends/torch/strategy.py says what a plug-in
+    # provides); None: transformers' own one-token-per-step loop, recording each token's distribution
+    torch: Callable[[RunSpec], Any] | None = None
+    # one sequence, one forward per token and nothing else per step: transformers' own `_sample` loop on PyTorch
+    # (the loop torch.compile compiles) and a model's plain decode cost
+    plain: bool = False
     # jax: (spec, draft model or None) -> the plug-in the JAX request loop runs for one request
     # (playground/backends/jax/strategy.py says what a plug-in provides); None: the JAX path refuses it
     jax: Callable[[RunSpec, Any], Any] | None = None
     jax_missing: str = ""  # why the JAX path refuses it, where it has no plug-in ("": its plug-in is not built yet)
-    # torch: "module:function", the decoding loop generate() runs as `custom_generate` (a method transformers 5
-    # no longer has in its core); None: generate's own loop. It takes `_sample`'s arguments and `emit`.
-    torch_loop: str | None = None
-    # the caches that loop runs on, and why not the others (the method's own need); None: every cache
+    # the caches the torch plug-in's loop runs on, and why not the others (the method's own need); None: every cache
     torch_caches: tuple[str, ...] | None = None
     torch_cache_need: str = ""
     page: bool = True  # offered among the page's strategies (False: the CLI and the API only, so far)

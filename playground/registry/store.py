@@ -43,8 +43,6 @@ def register_strategy(entry: Strategy) -> Strategy:
     _check_knobs(entry.name, entry.knobs)
     if entry.sampling not in ("always", "never", "optional"):
         raise ValueError(f"strategy {entry.name!r}: sampling must be 'always', 'never' or 'optional'")
-    if entry.records not in ("tokens", "beams", "drafts"):
-        raise ValueError(f"strategy {entry.name!r}: records must be 'tokens', 'beams' or 'drafts'")
     _STRATEGIES[entry.name] = entry
     return entry
 

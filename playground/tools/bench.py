@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from playground.backends.torch.generate import TimingStreamer
 from playground.backends.torch.reference import reference_greedy
+from playground.backends.torch.timing import TimingStreamer
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios

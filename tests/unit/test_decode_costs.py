@@ -41,6 +41,8 @@ def test_what_is_not_measured_is_named_and_nothing_is_estimated(costs):
 @pytest.mark.parametrize("skipped", [
     {"strategy": "assisted", "prompt_lookup": 3},  # no draft model
     {"strategy": "beam", "num_beams": 2},  # not one sequence
+    {"strategy": "contrastive", "top_k": 4, "penalty_alpha": 0.6},  # top_k candidate rows per token
+    {"strategy": "dola", "dola_layers": "low"},  # the premature layers' heads per token
 ])
 def test_runs_that_say_nothing_of_one_models_cost_are_not_recorded(costs, skipped):
     costs.record(result(9.0, model=MAIN, **skipped))

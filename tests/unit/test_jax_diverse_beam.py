@@ -129,6 +129,9 @@ def test_a_stop_finishes_the_search_as_the_pytorch_port_does():
 
     out = assert_same_search(loaded, spec, should_stop=stop("jax", 2), torch_stop=stop("torch", 10))
     assert out.stopped and len(out.beam_tree) == 10 and len(out.sequences[0]) == 11
+    assert out.compile_s == 0.0  # a repeated request compiles nothing
+    other, _ = jax_run(loaded, PROMPT, spec.replace(backend="jax", diversity_penalty=0.25, length_penalty=0.5))
+    assert other.compile_s == 0.0  # nor do other penalties: they are arguments of the programs
 
 
 @pytest.mark.slow  # the full suite's: the fast lane keeps the reference and PyTorch parity

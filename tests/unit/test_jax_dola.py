@@ -38,6 +38,8 @@ def test_the_records_are_the_pytorch_paths():
     on_jax, _ = jax_run(loaded, ids, _spec(record))
     on_torch, _ = torch_run(loaded, ids, _spec(record, backend="torch"))
     assert on_jax.sequences == on_torch.sequences
+    again, _ = jax_run(loaded, ids, _spec(record, repetition_penalty=1.1))
+    assert again.compile_s == 0.0  # a repeated request compiles nothing, another penalty included
     for mine, theirs in zip(on_jax.token_info or [], on_torch.token_info or [], strict=True):
         assert mine["dola"]["layer"] == theirs["dola"]["layer"] and mine["dola"]["layers"] == theirs["dola"]["layers"]
         assert mine["dola"]["final_top"] == theirs["dola"]["final_top"]

@@ -58,8 +58,14 @@ LAST_24 = CacheType(name="last-24", label="last 24 tokens", help="keeps the 24 m
 FORCED, VOCAB = 104, 257  # "h" in the tiny models' byte vocabulary
 
 
-def _forced_first_config(spec, config) -> None:
-    config.begin_suppress_tokens = [t for t in range(VOCAB) if t != FORCED]
+def _forced_first_torch(spec):
+    from playground.backends.torch.strategy import Generate
+
+    class ForcedFirst(Generate):
+        def configure(self, config) -> None:
+            config.begin_suppress_tokens = [t for t in range(VOCAB) if t != FORCED]
+
+    return ForcedFirst(spec)
 
 
 def _forced_first_plugin(spec, draft):
@@ -81,7 +87,7 @@ def _forced_first_plugin(spec, draft):
 
 FORCED_FIRST = Strategy(name="forced-first", label="greedy, forced first token",
                         help=f"token {FORCED} first, then the most likely token at every step",
-                        torch_config=_forced_first_config, jax=_forced_first_plugin)
+                        torch=_forced_first_torch, jax=_forced_first_plugin)
 
 
 @pytest.fixture

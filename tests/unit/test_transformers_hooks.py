@@ -208,6 +208,45 @@ def test_a_custom_generate_loop_gets_the_config_and_helpers_our_own_loops_use(mo
     assert seen["rows"] == 3, broke(hooks.EXPAND_INPUTS, "did not repeat the rows")
 
 
+def test_a_custom_generate_loop_gets_its_own_keywords_and_not_the_streamer(model):
+    """A loop of ours (playground/backends/torch/strategy.py's OwnLoop) takes what it records into and where it
+    streams as keywords of its own, which generate() must hand on; generate() puts the prompt in the streamer and
+    hands the loop none, so the loop streams through its own keyword; what the loop returns, generate returns."""
+    sample = inspect.signature(getattr(transformers.GenerationMixin, hooks.SAMPLE)).parameters
+    for name in ("logits_processor", "stopping_criteria", "generation_config"):
+        assert name in sample, broke(hooks.SAMPLE, f"no longer takes {name}, which our loops are called with")
+    seen = {}
+
+    def loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, *,
+             record=None, emit=None, **model_kwargs):
+        seen.update(record=record, emit=emit, other=set(model_kwargs), processors=logits_processor)
+        return input_ids[:, :3]
+
+    class Prompts:
+        def __init__(self):
+            self.puts = []
+
+        def put(self, value):
+            self.puts.append(value.reshape(-1).tolist())
+
+        def end(self):
+            pass
+
+    record, streamer = [], Prompts()
+    ids = torch.tensor([[5, 6, 7, 5]])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, pad_token_id=256,
+                             streamer=streamer, **hooks.own_loop(loop, record=record, emit=print))
+    assert seen["record"] is record and seen["emit"] is print, broke(
+        hooks.CUSTOM_GENERATE, "no longer hands a callable the keywords its signature adds to _sample's")
+    assert "streamer" not in seen["other"], broke(hooks.CUSTOM_GENERATE, "now hands the loop the streamer")
+    assert streamer.puts == [[5, 6, 7, 5]], broke(hooks.CUSTOM_GENERATE, "no longer puts the prompt, and only it")
+    assert isinstance(seen["processors"], transformers.LogitsProcessorList)
+    assert out.tolist() == [[5, 6, 7]], broke(hooks.CUSTOM_GENERATE, "no longer returns the loop's result")
+    with pytest.raises(TypeError, match=r"\['streamer'\]"):
+        hooks.own_loop(loop, streamer=streamer)  # a name _sample takes would never reach the loop
+
+
 def test_a_compile_config_made_for_every_device_lets_generate_compile_on_a_cpu(model):
     import copy
 

@@ -14,14 +14,22 @@ what the main model verifies and what is recorded.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import GenerationConfig
 
 from playground.backends.base import AssistStep
+from playground.backends.torch import config as settings
+from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.probes import TokenProbe
-from playground.backends.torch.transformers_hooks import wrap_candidate_generator
+from playground.backends.torch.strategy import Call, Generate, Recorded, probed
+from playground.backends.torch.transformers_hooks import with_attention_mask, wrap_candidate_generator
+from playground.spec import RunSpec
+
+if TYPE_CHECKING:
+    from playground.backends.torch.timing import TimingStreamer
 
 
 class AssistRecorder:
@@ -91,14 +99,60 @@ class AssistRecorder:
 
 
 @contextmanager
-def recording_assist(model: Any, recorder: AssistRecorder | None) -> Iterator[None]:
+def recording_assist(model: Any, recorder: AssistRecorder) -> Iterator[None]:
     """The candidate generator that generate() builds for this model instance is watched by `recorder`."""
-    if recorder is None:
-        yield
-        return
-
     def wrap(build: Callable[..., Any]) -> Callable[..., Any]:
         return lambda *args, **kwargs: recorder.watch(build(*args, **kwargs))
 
     with wrap_candidate_generator(model, wrap):
         yield
+
+
+class Assisted(Generate):
+    """Assisted decoding as generate() runs it (a draft model, or prompt lookup), recorded per verification
+    step: what was drafted, what the main model kept, and each kept token's distributions."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
+        self.recorder: AssistRecorder | None = None
+
+    def configure(self, config: GenerationConfig) -> None:
+        settings.assisted(self.spec, config)
+
+    def generate_kwargs(self, call: Call) -> dict[str, Any]:
+        return settings.assistant_kwargs(self.spec, call.loaded.tokenizer, call.draft)
+
+    @contextmanager
+    def recording(self, call: Call) -> Iterator[None]:
+        """The candidate generator watched; a cache that masks its own attention (the quantized one's block
+        mask over what it holds) gives each verify pass its mask."""
+        cache = call.cache
+        self.recorder = AssistRecorder(call.probe, lambda: draft_room(cache))
+        with ExitStack() as stack:
+            stack.enter_context(recording_assist(call.loaded.model, self.recorder))
+            block_mask = getattr(cache, "block_mask", None)
+            if block_mask is not None:
+                stack.enter_context(with_attention_mask(call.loaded.model, cache, block_mask))
+            yield
+
+    def recorded(self, call: Call, first: list[int]) -> Recorded:
+        """Each verify pass streams one chunk (the accepted drafts and the main model's own token): the passes
+        are counted there, since a draft that is the main model itself would trip the forward hook too."""
+        recorder, streamer = self.recorder, call.streamer
+        assert recorder is not None, "recorded() follows recording()"
+        return Recorded(
+            token_info=probed(call, first),
+            assisted_steps=recorder.steps,
+            acceptance_rate=recorder.acceptance_rate(),
+            draft_flags=_draft_flags(streamer, len(first)),
+            forward_passes=len(streamer.chunk_sizes) if streamer else None,
+            extra={"draft_tokens_proposed": recorder.proposed()},
+        )
+
+
+def _draft_flags(streamer: TimingStreamer | None, new_tokens: int) -> list[bool] | None:
+    """Whether each token was an accepted draft; a streamed chunk is the accepted drafts plus the main model's
+    own token."""
+    if streamer is None:
+        return None
+    return [i < size - 1 for size in streamer.chunk_sizes for i in range(size)][:new_tokens]

@@ -10,14 +10,19 @@ library itself decided, not a re-implementation of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
+from transformers import GenerationConfig
 
+from playground import registry
 from playground.backends.base import PreviewTokens
 from playground.backends.beam_nodes import BeamTree
+from playground.backends.torch import config as settings
+from playground.backends.torch.strategy import Call, Generate, Recorded
 from playground.backends.torch.transformers_hooks import wrap_beam_steps
+from playground.spec import RunSpec
 
 
 class BeamRecorder(BeamTree):
@@ -44,12 +49,8 @@ class BeamRecorder(BeamTree):
 
 
 @contextmanager
-def recording_beams(model: Any, recorder: BeamRecorder | None) -> Iterator[None]:
+def recording_beams(model: Any, recorder: BeamRecorder) -> Iterator[None]:
     """The two beam-search steps of this model instance wrapped for one generate() call."""
-    if recorder is None:
-        yield
-        return
-
     def top_k_continuations(top_k: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             out = top_k(*args, **kwargs)
@@ -66,3 +67,31 @@ def recording_beams(model: Any, recorder: BeamRecorder | None) -> Iterator[None]
 
     with wrap_beam_steps(model, top_k_continuations, running_beams):
         yield
+
+
+class BeamSearch(Generate):
+    """Beam search and beam sampling, as generate() runs them, recorded as a tree. Nothing streams (transformers
+    refuses a streamer: no hypothesis is final until the search ends); the leading beam goes to `preview`."""
+
+    streams = False
+    probes = False  # several hypotheses per step: no one distribution per token
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
+        self.samples = registry.strategy(spec.strategy).samples(spec.assisted_sampling)
+        self.recorder: BeamRecorder | None = None
+
+    def configure(self, config: GenerationConfig) -> None:
+        settings.beam_search(self.spec, config)
+
+    def min_tokens_to_keep(self, eos: tuple[int, ...]) -> int:
+        """Beam sampling keeps one more token than there are end tokens in each filter, as transformers' own list
+        does, so a hypothesis can always go on."""
+        return len(eos) + 1 if self.samples and eos else 1
+
+    def recording(self, call: Call) -> AbstractContextManager[None]:
+        self.recorder = BeamRecorder(call.preview)
+        return recording_beams(call.loaded.model, self.recorder)
+
+    def recorded(self, call: Call, first: list[int]) -> Recorded:
+        return Recorded(beam_tree=self.recorder.tree(first) if self.recorder else None)

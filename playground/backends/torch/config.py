@@ -9,15 +9,18 @@ from transformers import CompileConfig, GenerationConfig
 
 from playground import registry
 from playground.backends.base import first_eos, same_vocabulary
+from playground.backends.torch.strategy import plug_in
 from playground.backends.torch.transformers_hooks import compiled_on_every_device
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
+    from playground.backends.torch.strategy import TorchStrategy
     from playground.models.loaded import LoadedModel
 
 
-def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
-    """A GenerationConfig for `spec`, starting from the model's own (it carries eos/pad ids)."""
+def generation_config(spec: RunSpec, model: Any, plugin: TorchStrategy | None = None) -> GenerationConfig:
+    """A GenerationConfig for `spec`, starting from the model's own (it carries eos/pad ids), with what the
+    strategy's plug-in (`plugin`, else a new one) sets."""
     config = copy.deepcopy(model.generation_config)
     # unset every knob first: the model's defaults (e.g. a shipped temperature) must not leak into a run. The
     # logits chain is ours (chain.py appends it in its own order), so the config asks transformers for none of
@@ -35,17 +38,12 @@ def generation_config(spec: RunSpec, model: Any) -> GenerationConfig:
     config.max_length = None
     if config.pad_token_id is None:
         config.pad_token_id = first_eos(config)
-    strategy = registry.strategy(spec.strategy)
-    if strategy.samples(spec.assisted_sampling):
+    if registry.strategy(spec.strategy).samples(spec.assisted_sampling):
         config.update(do_sample=True, top_k=0)
-    own_loop = strategy.torch_loop is not None
-    if strategy.torch_config is not None and not own_loop:
-        strategy.torch_config(spec, config)
+    plugin = plugin or plug_in(spec)
+    plugin.configure(config)
     config.validate(strict=True)
-    if strategy.torch_config is not None and own_loop:
-        # settings only our loop reads (contrastive search's top_k): transformers 5 no longer runs the method,
-        # so its validation would call them unused
-        strategy.torch_config(spec, config)
+    plugin.loop_settings(config)
     return config
 
 

@@ -22,7 +22,10 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
+from playground.backends.torch import config as settings
+from playground.backends.torch.strategy import OwnLoop
 from playground.backends.torch.transformers_hooks import expand_inputs, pad_token, update_model_kwargs
+from playground.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -163,3 +166,8 @@ def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
         raise ValueError(f"contrastive search cannot run on model_type={config.model_type!r}: its layers of kind "
                          f"{', '.join(repr(k) for k in sliding)} keep a window and cannot drop the position the "
                          "search crops from the cache after its last step; use a model with full attention only")
+
+
+def plug_in(spec: RunSpec) -> OwnLoop:
+    """The strategy's plug-in: this loop, recording each token's candidates."""
+    return OwnLoop(spec, contrastive_search, settings.contrastive)

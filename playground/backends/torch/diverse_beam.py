@@ -30,8 +30,11 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
 
-from playground.backends.group_tree import DiverseBeamStep
+from playground.backends.group_tree import DiverseBeamStep, group_tree
+from playground.backends.torch import config as settings
+from playground.backends.torch.strategy import Call, OwnLoop, Recorded
 from playground.backends.torch.transformers_hooks import eos_tokens, pad_token, update_model_kwargs
+from playground.spec import RunSpec
 
 
 class HammingDiversity(LogitsProcessor):
@@ -262,3 +265,17 @@ def _prefill(model: Any, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) 
         raise ValueError("diverse beam search needs an empty Cache (it reorders its batch rows)")
     inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
     return model(**inputs, return_dict=True), cache
+
+
+class DiverseBeam(OwnLoop):
+    """The strategy's plug-in: this loop, recording each step's beams by group as the beam tree. Nothing streams:
+    beams change until the search ends."""
+
+    streams = False
+    probes = False  # several hypotheses per step: no one distribution per token
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec, diverse_beam_search, settings.diverse_beam)
+
+    def recorded(self, call: Call, first: list[int]) -> Recorded:
+        return Recorded(beam_tree=group_tree(self.steps).tree(first))

@@ -47,7 +47,10 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
 from playground.backends.dola_layers import candidate_layers, requested
+from playground.backends.torch import config as settings
+from playground.backends.torch.strategy import OwnLoop
 from playground.backends.torch.transformers_hooks import is_stateful, pad_token, prefill, update_model_kwargs
+from playground.spec import RunSpec
 
 RELATIVE_TOP = 0.1  # 4.52's `_relative_top_filter` default: keep tokens with p_final >= RELATIVE_TOP * max p_final
 BASE_FILTER_VALUE = -1e-3  # what the premature layer's log-probability is set to where the final one was cut
@@ -193,3 +196,8 @@ def _steps(layers: list[int], js: torch.Tensor, chosen: int, final: torch.Tensor
 def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
     """The registry's model check: the layers `spec.dola_layers` names must exist in this model."""
     candidate_layers(SimpleNamespace(config=config), requested(spec.dola_layers))
+
+
+def plug_in(spec: RunSpec) -> OwnLoop:
+    """The strategy's plug-in: this loop, recording each token's layer choice and contrast."""
+    return OwnLoop(spec, dola_decoding, settings.dola)

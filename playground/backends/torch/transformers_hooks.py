@@ -11,6 +11,7 @@ through the functions here, never directly.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers.generation.utils import GenerationMixin
 from transformers.masking_utils import AttentionMaskInterface
 
 # the transformers version these hooks were written and checked against (requirements.txt pins it)
@@ -41,6 +43,12 @@ GGUF_READER = "GGUFReader"
 # gguf's table of tensor names for an architecture, which transformers' GGUF loading imports when it runs and
 # builds afresh for every module of the model as it maps the weights' names
 GGUF_NAME_MAP = "get_tensor_name_map"
+
+# generate(custom_generate=<callable>) runs the callable as its decoding loop with `_sample`'s arguments (a private
+# signature). A keyword the callable takes that `_sample` does not is taken from generate()'s own keywords and
+# handed on (`_extract_generation_mode_kwargs`); `_sample`'s streamer is not, so a loop of ours streams itself.
+SAMPLE = "_sample"
+CUSTOM_GENERATE = "custom_generate"
 
 # what our own decoding loops (contrastive search, diverse beam search, DoLa: generate(custom_generate=...)) call of
 # generate's private helpers and read of the config generate() prepared, to do what transformers' own loops do
@@ -85,6 +93,15 @@ def wrap_beam_steps(model: Any, top_k: Callable[[Any], Any], running: Callable[[
         stack.enter_context(wrapped(model, TOP_K_CONTINUATIONS, top_k))
         stack.enter_context(wrapped(model, RUNNING_BEAMS, running))
         yield
+
+
+def own_loop(loop: Callable[..., Any], **ours: Any) -> dict[str, Any]:
+    """generate()'s keywords that run `loop` as its decoding loop and hand it `ours` (what it records into, where
+    it streams). A name `_sample` takes would not be handed on, so one is refused here, by name."""
+    taken = sorted(set(ours) & set(inspect.signature(getattr(GenerationMixin, SAMPLE)).parameters))
+    if taken:
+        raise TypeError(f"generate() keeps {taken} for {SAMPLE}'s own arguments: name the loop's keywords otherwise")
+    return {CUSTOM_GENERATE: loop, **ours}
 
 
 def update_model_kwargs(model: Any, outputs: Any, model_kwargs: dict[str, Any]) -> dict[str, Any]:
