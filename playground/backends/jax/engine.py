@@ -245,7 +245,9 @@ class Engine:
         """The compiled program for `key`: kept in memory, still being built (for a stopped request, whose
         compile runs on), or built now on the request's compile pool (compiling.py). A build lowers `lower()`
         under TRACING, compiles it (or loads it from the on-disk cache), sizes it into the program cache, then
-        runs `warm(program)` once if given (XLA's CPU executables with a sort no longer serialize once run)."""
+        runs `warm(program)` once if given (XLA's CPU executables with a sort no longer serialize once run).
+        The compiler options are part of the key: a program built under other options is another program."""
+        key = (*key, tuple(sorted(COMPILER_OPTIONS.items())))
         with self._building_lock:
             program = self.programs.lookup(key)
             if program is not None:
