@@ -96,4 +96,4 @@ class RowMatchers:
         no matcher."""
         context, spec = self.context, self.spec
         return [replay(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
-                          spec.prefix_ids, ids) for ids in sequences]
+                       spec.prefix_ids, ids) for ids in sequences]

@@ -89,7 +89,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     if spec.constraint != "none":
         vocab = _vocab_size(loaded.model)
         output.constraint_replay = [replay(loaded.tokenizer, vocab, context.eos, spec.constraint,
-                                                 spec.constraint_text, spec.prefix_ids, ids) for ids in sequences]
+                                           spec.constraint_text, spec.prefix_ids, ids) for ids in sequences]
         output.extra["logits_width"] = vocab  # the constraint's allowed-token counts are out of this many
     return output
 
