@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 if TYPE_CHECKING:  # type names only: importing this module must not import torch
     import torch
 
+    from playground.constraints.matching import Replay
     from playground.models.loaded import LoadedModel
     from playground.spec import RunSpec
 
@@ -96,9 +97,9 @@ class GenerationOutput:
     beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
     assisted_steps: list[AssistStep] | None = None  # assisted: per verification step, drafted and accepted
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
-    # a constrained run: per returned sequence, whether the grammar may end after it (the engine's word; the
-    # Result adds the independent check); None without a constraint
-    constraint_accepting: list[bool] | None = None
+    # a constrained run: per returned sequence, the engine's replay of it (whether the grammar may end after it,
+    # or the first token it refused; the Result adds the independent check); None without a constraint
+    constraint_replay: list[Replay] | None = None
     # bytes of the weights the run read (main and draft) where they are not the loaded torch models' own
     # (a JAX engine's int8 copy); None: the loaded models' bytes
     weight_bytes: int | None = None

@@ -13,6 +13,7 @@ import re
 import time
 from typing import Any
 
+from playground.constraints import engine_limits
 from playground.errors import PlaygroundError
 from playground.models.public import is_public
 from playground.registry.builtin_knobs import CONSTRAINT_KINDS
@@ -75,9 +76,13 @@ def check(kind: str, text: str) -> None:
                               f"{max_grammar_chars():,} (PLAYGROUND_MAX_GRAMMAR_CHARS)")
     from llguidance import LLMatcher
 
-    error = LLMatcher.validate_grammar(grammar(kind, text))
+    compiled = grammar(kind, text)
+    error = LLMatcher.validate_grammar(compiled, limits=engine_limits.parser_limits())
     if error:
+        if engine_limits.is_limit(error):
+            raise engine_limits.too_large(error)
         raise PlaygroundError(f"constraint_text is not a valid {TEXT_NAMES[kind]}: {one_line(error)}")
+    engine_limits.probe(compiled)
 
 
 def matcher(tokenizer: Any, kind: str, text: str) -> Any:
@@ -86,8 +91,10 @@ def matcher(tokenizer: Any, kind: str, text: str) -> Any:
     from llguidance import LLMatcher
 
     start = time.perf_counter()
-    found = LLMatcher(tokenizer, grammar(kind, text), log_level=0)
+    found = LLMatcher(tokenizer, grammar(kind, text), log_level=0, limits=engine_limits.parser_limits())
     took, limit = time.perf_counter() - start, max_compile_s()
+    if found.is_error() and engine_limits.is_limit(found.get_error()):
+        raise engine_limits.too_large(found.get_error())
     if found.is_error():
         raise PlaygroundError(f"constraint_text cannot be matched with this model's tokenizer: "
                               f"{one_line(found.get_error())}")

@@ -24,11 +24,11 @@ def constraint_record(spec: RunSpec, tokenizer: Any, output: GenerationOutput) -
     """A constrained run's verdict on its first sequence (valid, incomplete or invalid, and what judged it), each
     returned sequence's validity, and what the mask cost: the steps where it took out the model's most likely
     token, and the mean probability mass it removed per step."""
-    if spec.constraint == "none" or output.constraint_accepting is None:
+    if spec.constraint == "none" or output.constraint_replay is None:
         return None
     texts = [tokenizer.decode(list(spec.prefix_ids) + ids, skip_special_tokens=True) for ids in output.sequences]
-    verdicts = [judge(spec.constraint, spec.constraint_text, text, ok)
-                for text, ok in zip(texts, output.constraint_accepting, strict=True)]
+    verdicts = [judge(spec.constraint, spec.constraint_text, text, engine.accepting, engine.refused_at)
+                for text, engine in zip(texts, output.constraint_replay, strict=True)]
     info = output.token_info or []
     removed = [moved for known in info for name, _, moved in known.get("stages", []) if name == "constraint"]
     changed = sum(1 for known in info if (known.get("top_cut") or [None])[0] == "constraint")

@@ -2,7 +2,8 @@
 it: `re.fullmatch` for a regex, `json.loads` plus the `jsonschema` package for a schema, membership for a choice,
 the `lark` package's parser for a grammar (where lark reads llguidance's Lark; else the engine's own parser).
 
-A run that hit max_new_tokens before the grammar could end is "incomplete", never presented as valid.
+A run that hit max_new_tokens before the grammar could end is "incomplete", never presented as valid; an output
+the grammar refused a token of can no longer match, and is "invalid: the constraint was not enforced from token N".
 """
 
 from __future__ import annotations
@@ -25,13 +26,18 @@ class Verdict(TypedDict):
     checked_by: str  # what judged it
 
 
-def judge(kind: str, text: str, output: str, accepting: bool) -> Verdict:
-    """The verdict on `output` (the generated text, special tokens left out); `accepting`: the engine's matcher,
-    fed the output's tokens, is in a state where the grammar may end."""
-    valid, why, checked_by = _check(kind, text, output, accepting)
+def judge(kind: str, text: str, output: str, accepting: bool, refused_at: int | None = None) -> Verdict:
+    """The verdict on `output` (the generated text, special tokens left out). The engine's matcher, fed the
+    output's tokens: `accepting`, it is in a state where the grammar may end; `refused_at`, the first token (from
+    1) it refused, where the mask was not applied (None: it took every token, so the text is still a prefix of a
+    match, and only a text that is not yet one is incomplete)."""
+    valid, why, checked_by = _check(kind, text, output, accepting and refused_at is None)
     if valid:
         return {"kind": kind, "valid": True, "verdict": "valid", "checked_by": checked_by}
-    verdict = f"invalid: {why}" if accepting else INCOMPLETE
+    if refused_at is not None:
+        verdict = f"invalid: the constraint was not enforced from token {refused_at} ({why})"
+    else:
+        verdict = f"invalid: {why}" if accepting else INCOMPLETE
     return {"kind": kind, "valid": False, "verdict": verdict, "checked_by": checked_by}
 
 

@@ -391,5 +391,5 @@ def wire(col: ColumnControls) -> None:
     for name, knob in col.knobs.items():
         if name in structural:
             on_private(knob.input, restructure, inputs)
-        else:
-            on_private(knob.input, renotice, inputs, trigger_mode="always_last")
+        else:  # `change`, not `input`: Gradio's `input` misses a pasted, dropped or autofilled value
+            on_private(knob.change, renotice, inputs, trigger_mode="always_last")

@@ -211,8 +211,9 @@ def _wire_run(page: Page) -> None:
         ready = _write_url(page, on_private(trigger, before_run, page.setting_inputs()))
         _run_steps(page, on_private(ready.then, _reset_cut(page)).then, run_columns, inputs)
     _wire_branch(page)
-    # the address always carries the current settings, so a copied link restores what is on the page
-    changes = [knob.input for col in page.columns for knob in col.knobs.values()]
+    # the address always carries the current settings, so a copied link restores what is on the page (`change`:
+    # `input` misses a pasted, dropped or autofilled value)
+    changes = [knob.change for col in page.columns for knob in col.knobs.values()]
     changes += [page.seed.input, page.repeats.input, page.mode.input, page.prompt.blur]
     _write_url(page, on_private(partial(gr.on, changes), snapshot, page.setting_inputs()))
 

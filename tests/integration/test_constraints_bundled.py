@@ -1,13 +1,14 @@
 """Constraints on the bundled SmolLM2: a JSON schema, a regex and a choice list give valid outputs (greedy, JAX
 beam search and sampling; every strategy on tiny models: tests/unit/test_constraints.py), constrained greedy is the
-same on both backends and under JAX's assisted decoding, and a constraint that allows any text leaves greedy's
-tokens as they were."""
+same on both backends and under JAX's assisted decoding, a constraint that allows any text leaves greedy's
+tokens as they were, and a long repeat stays masked below the grammar engine's limit and is refused past it."""
 
 import json
 
 import pytest
 
 from playground import runner
+from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 
 pytestmark = pytest.mark.slow
@@ -49,3 +50,18 @@ def test_a_constraint_that_allows_any_text_leaves_greedys_tokens_alone():
         {"max_new_tokens": 40, "constraint": "regex", "constraint_text": "(?s:.*)"}))
     assert anything["token_ids"] == plain["token_ids"] and anything["constraint"]["valid"]
     assert anything["constraint"]["changed_steps"] == 0
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_long_repeat_is_masked_at_every_step_on_smollm2_and_one_past_the_engines_limit_is_refused(backend):
+    """a{100000} keeps one token of 49,152 allowed at every step (the mask held past the first token), and the
+    short output is incomplete; a{1000000}, past the engine's lexer work per token, never reaches the model."""
+    spec = RunSpec.from_dict({"max_new_tokens": 8, "constraint": "regex", "constraint_text": "a{100000}",
+                              "backend": backend})
+    result = runner.run_to_result("Say something.", spec)
+    assert set(result["text"]) == {"a"}
+    removed = [row["removed"] for token in result["tokens"] for row in token["stages"] if row["stage"] == "constraint"]
+    assert removed == [49_151] * 8
+    assert result["constraint"]["verdict"] == "incomplete: the grammar needed more tokens"
+    with pytest.raises(PlaygroundError, match="too large for the grammar engine .* 200,000 units of lexer work"):
+        spec.replace(constraint_text="a{1000000}")

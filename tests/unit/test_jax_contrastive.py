@@ -138,7 +138,7 @@ def test_a_constrained_search_is_the_pytorch_paths():
     theirs, _ = torch_run(loaded, prompt, spec)
     ours, _ = jax_run(loaded, prompt, spec.replace(backend="jax"))
     assert ours.sequences == theirs.sequences and ours.sequences[0][-1] == 256
-    assert ours.extra["steps_per_call"] == 1 and ours.constraint_accepting == [True]
+    assert ours.extra["steps_per_call"] == 1 and ours.constraint_replay == [(True, None)]
 
 
 def test_the_memory_budget_counts_the_top_k_candidates_rows():

@@ -164,7 +164,7 @@ def test_a_constrained_diverse_search_follows_each_beam_and_gives_the_pytorch_po
                               "num_return_sequences": 3, "max_new_tokens": 16, "constraint": "regex",
                               "constraint_text": "[a-z]{2,30}"})
     out = assert_same_search(loaded, spec)
-    assert out.constraint_accepting == [True] * 3
+    assert [r.accepting for r in out.constraint_replay] == [True] * 3
     assert out.extra["decode_calls"] == out.forward_passes - 1 and out.extra["steps_per_call"] == 1
 
 

@@ -185,7 +185,7 @@ class AssistedDecoding(PlainDecoding):
                    "draft_lookup_s": round(self.lookup_s + (self.universal.draft_s if self.universal else 0.0), 4),
                    "draft_kv_cache_bytes": self._draft_cache_bytes(), "universal": self.universal is not None,
                    **engine_extra(request), **self._constraint_extra()},
-            constraint_accepting=self._accepting(),
+            constraint_replay=self._replay(),
         )
 
 

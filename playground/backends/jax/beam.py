@@ -143,7 +143,7 @@ class BeamSearch:
             stopped=run.stopped,
             kv_trace=run.kv_trace,
             beam_tree=self.tree.tree(sequences[0]),
-            constraint_accepting=self.matchers.accepting(sequences) if self.matchers is not None else None,
+            constraint_replay=self.matchers.replay(sequences) if self.matchers is not None else None,
             extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
                    "beam_candidates": self._mode().candidates, "steps_per_call": STEPS_PER_CALL,
                    "decode_calls": run.calls, **engine_extra(request),

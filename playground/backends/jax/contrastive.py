@@ -127,7 +127,7 @@ class ContrastiveSearch(PlainDecoding):
             extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
                    "steps_per_call": 1 if self.matcher is not None else STEPS_PER_CALL, "decode_calls": run.calls,
                    **engine_extra(request), **self._constraint_extra()},
-            constraint_accepting=self._accepting(),
+            constraint_replay=self._replay(),
         )
 
 

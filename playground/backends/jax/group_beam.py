@@ -166,7 +166,7 @@ class GroupBeamSearch:
             stopped=run.stopped,
             kv_trace=run.kv_trace,
             beam_tree=group_tree(self.steps).tree(sequences[0]),
-            constraint_accepting=self.matchers.accepting(sequences) if self.matchers is not None else None,
+            constraint_replay=self.matchers.replay(sequences) if self.matchers is not None else None,
             extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
                    "beam_candidates": mode.groups * mode.candidates, "beam_groups": mode.groups,
                    "steps_per_call": 1 if self.matchers is not None else STEPS_PER_CALL, "decode_calls": run.calls,

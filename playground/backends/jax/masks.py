@@ -14,7 +14,7 @@ import numpy as np
 
 from playground.backends.jax.chain import Chain, Context
 from playground.backends.jax.sampling import Knobs
-from playground.constraints.matching import accepting, allowed_tokens, root_matcher
+from playground.constraints.matching import Replay, allowed_tokens, replay, root_matcher, take
 from playground.spec import RunSpec
 
 
@@ -40,7 +40,7 @@ def draft_rows(matcher: Any, drafts: Sequence[int], vocab_size: int,
     rows = [allowed_tokens(matcher, vocab_size)]
     fork = matcher.deep_copy()
     for count, token in enumerate(drafts, start=1):
-        if not rows[-1][token] or not fork.consume_token(token):
+        if not rows[-1][token] or not take(fork, token):
             return rows, count
         rows.append(allowed_tokens(fork, vocab_size))  # a finished grammar allows only the end tokens
         if token in ends:
@@ -56,7 +56,7 @@ def follow_beams(matchers: list[Any], rows: list[np.ndarray], parents: Sequence[
     new_matchers, new_rows = [], []
     for parent, token in zip(parents, tokens, strict=True):
         child = matchers[parent].deep_copy()
-        if rows[parent][token] and child.consume_token(token):
+        if rows[parent][token] and take(child, token):
             new_matchers.append(child)
             new_rows.append(allowed_tokens(child, vocab_size))
         else:
@@ -91,9 +91,9 @@ class RowMatchers:
             matchers[r], masks[r] = matcher, mask
         self.matchers, self.masks = matchers, masks
 
-    def accepting(self, sequences: list[list[int]]) -> list[bool]:
-        """Whether the grammar may end after each returned sequence (the verdict's engine side), replayed from the
-        root: finished hypotheses keep no matcher."""
+    def replay(self, sequences: list[list[int]]) -> list[Replay]:
+        """The verdict's engine side for each returned sequence, replayed from the root: finished hypotheses keep
+        no matcher."""
         context, spec = self.context, self.spec
-        return [accepting(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
-                          spec.prefix_ids, ids) for ids in sequences]
+        return [replay(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
+                       spec.prefix_ids, ids) for ids in sequences]

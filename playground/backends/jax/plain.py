@@ -21,7 +21,7 @@ from playground.backends.jax.masks import mask_stage, with_rows
 from playground.backends.jax.records import Streamed
 from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
-from playground.constraints.matching import allowed_tokens, root_matcher
+from playground.constraints.matching import Replay, allowed_tokens, replay, root_matcher, take
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -116,7 +116,8 @@ class PlainDecoding:
         if self.matcher is None or not chunk or chunk[-1] in request.eos:
             return False
         for token in chunk:
-            self.matcher.consume_token(token)
+            if not take(self.matcher, token):  # drawn under the mask, so never; replay() would say where
+                break
         return True
 
     def _take(self, request: Request, run: Run, chunk: list[int]) -> None:
@@ -142,13 +143,16 @@ class PlainDecoding:
             extra={**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts),
                    "steps_per_call": 1 if self.matcher is not None else STEPS_PER_CALL, "decode_calls": run.calls,
                    **engine_extra(request), **self._constraint_extra()},
-            constraint_accepting=self._accepting(),
+            constraint_replay=self._replay(),
         )
 
-    def _accepting(self) -> list[bool] | None:
-        """A constrained run: whether the grammar may end after its tokens (the verdict's engine side), read from
-        the matcher that has consumed every token but a final end token."""
-        return None if self.matcher is None else [bool(self.matcher.is_accepting())]
+    def _replay(self) -> list[Replay] | None:
+        """A constrained run: the verdict's engine side, its tokens replayed from the root (as on PyTorch)."""
+        if self.matcher is None or self.context is None:
+            return None
+        context, spec = self.context, self.spec
+        return [replay(context.tokenizer, context.vocab_size, context.eos, spec.constraint, spec.constraint_text,
+                       spec.prefix_ids, self.stream.tokens)]
 
     def _constraint_extra(self) -> dict[str, Any]:
         return {"logits_width": self.context.vocab_size} if self.matcher is not None and self.context else {}

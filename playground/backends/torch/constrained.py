@@ -5,7 +5,9 @@ One matcher per distinct generated prefix, made from its parent's by one token: 
 decoding's verify positions and contrastive search's steps each find the state of their own text, so a beam's
 matcher follows its beam through any reordering and a rejected draft simply leaves its prefix unused (nothing to
 roll back). A row whose last token the grammar forbade (a draft the verify pass will reject) is left unmasked: its
-scores are never used. The matchers of prefixes no current row extends are dropped as the text grows.
+scores are never used (should such a row be returned, the verdict says from which token the constraint was not
+enforced). A token the grammar allows but the engine cannot take, one of its limits, stops the run with the
+reason (constraints.matching.take). The matchers of prefixes no current row extends are dropped as the text grows.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from transformers import LogitsProcessor
 
 from playground.backends.torch.chain import TorchContext
-from playground.constraints.matching import allowed_tokens, root_matcher
+from playground.constraints.matching import allowed_tokens, root_matcher, take
 from playground.spec import RunSpec
 
 # how far behind the current rows a prefix's matcher is kept: a verify pass resumes from an accepted prefix at most
@@ -52,7 +54,7 @@ class ConstraintMask(LogitsProcessor):
                 child = None
             else:
                 child = parent.deep_copy()
-                if not child.consume_token(generated[end - 1]):
+                if not take(child, generated[end - 1]):
                     child = None
             self.matchers[generated[:end]] = child
         return self.matchers[generated]

@@ -16,7 +16,7 @@ from playground.backends.torch.config import generation_config
 from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.strategy import Call, plug_in
 from playground.backends.torch.timing import TimingStreamer
-from playground.constraints.matching import accepting
+from playground.constraints.matching import replay
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -88,8 +88,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     )
     if spec.constraint != "none":
         vocab = _vocab_size(loaded.model)
-        output.constraint_accepting = [accepting(loaded.tokenizer, vocab, context.eos, spec.constraint,
-                                                 spec.constraint_text, spec.prefix_ids, ids) for ids in sequences]
+        output.constraint_replay = [replay(loaded.tokenizer, vocab, context.eos, spec.constraint,
+                                           spec.constraint_text, spec.prefix_ids, ids) for ids in sequences]
         output.extra["logits_width"] = vocab  # the constraint's allowed-token counts are out of this many
     return output
 
