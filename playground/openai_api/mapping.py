@@ -28,6 +28,8 @@ def spec_from_fields(body: Mapping[str, Any], kind: str, n: int, max_new_tokens:
             raise PlaygroundError(f"{key} is set by the OpenAI field {field!r}; send {field} instead")
     values: dict[str, Any] = {k: body[k] for k in spec_keys() if k in body and body[k] is not None}
     values["model"], values["max_new_tokens"] = body["model"], max_new_tokens
+    if isinstance(values.get("logit_bias"), Mapping):  # OpenAI's object; the RunSpec key holds it as JSON text
+        values["logit_bias"] = json.dumps(values["logit_bias"]) if values["logit_bias"] else ""
     for alias, key in ALIASES.items():
         if body.get(alias) is not None:
             if key in values:

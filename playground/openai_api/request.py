@@ -69,7 +69,7 @@ def parse(body: Any, kind: Kind) -> ApiRequest:
     mode = body.get("logprobs_mode", "raw")
     if mode not in LOGPROBS_MODES:
         raise bad_value(f"logprobs_mode {mode!r} is not one of: {', '.join(LOGPROBS_MODES)}", "logprobs_mode")
-    _check_unsupported(body, n)
+    _check_best_of(body, n)
     try:
         spec = spec_from_fields(body, kind, n, max(max_tokens, 1))
     except PlaygroundError as exc:
@@ -93,12 +93,10 @@ def _choice_count(body: Mapping[str, Any], prompts: int) -> int:
     return n
 
 
-def _check_unsupported(body: Mapping[str, Any], n: int) -> None:
+def _check_best_of(body: Mapping[str, Any], n: int) -> None:
     best_of = body.get("best_of")
     if best_of is not None and best_of != n:
         raise bad_value(f"best_of={best_of!r} is not supported; allowed: equal to n ({n}) or absent", "best_of")
-    if body.get("logit_bias"):
-        raise bad_value("logit_bias is not supported by this server; allowed: absent or {}", "logit_bias")
 
 
 def param_of(message: str) -> str | None:

@@ -218,3 +218,19 @@ def test_a_full_queue_is_429_with_retry_after(monkeypatch, base_url, model):
     answer = httpx.post(f"{base_url}/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 2})
     assert answer.status_code == 429 and int(answer.headers["retry-after"]) >= 1
     assert answer.json()["error"]["code"] == "queue_full"
+
+
+def test_logit_bias_steers_the_tokens_and_names_a_token_outside_the_vocabulary(client, model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    forced = client.completions.create(model=model, prompt=PROMPT, max_tokens=4, temperature=0,
+                                       logit_bias={"65": 100})
+    assert forced.choices[0].text == tokenizer.decode([65]) * 4
+    first = reference(PROMPT, model=model, max_new_tokens=1, chat=False)["token_ids"][0]
+    without = reference(PROMPT, model=model, max_new_tokens=3, chat=False, logit_bias=json.dumps({first: -100}))
+    banned = client.completions.create(model=model, prompt=PROMPT, max_tokens=3, temperature=0,
+                                       logit_bias={str(first): -100})
+    assert without["token_ids"][0] != first and banned.choices[0].text == without["text"]
+    with pytest.raises(openai.BadRequestError, match="logit_bias token 9999 is outside"):
+        client.completions.create(model=model, prompt=PROMPT, max_tokens=1, logit_bias={"9999": 1})
