@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from playground.openai_api.generation import Outcome, run_request
 from playground.openai_api.shaping import Shaper
 from playground.openai_api.streaming import Stream
 
+DISCONNECT_POLL_S = 0.25  # how often a whole (non-streamed) request checks that its client is still there
 KEY_VARIABLE = "PLAYGROUND_API_KEY"  # when set, the API asks for it as a bearer key (the page stays open)
 
 
@@ -47,11 +49,35 @@ def list_models() -> dict[str, Any]:
                                        for name in names]}
 
 
-def collect(parsed: api_request.ApiRequest, admission: Admission) -> dict[str, Any]:
-    """A whole response: every choice run to its end, in a worker thread."""
+def collect(parsed: api_request.ApiRequest, admission: Admission, gone: threading.Event) -> dict[str, Any]:
+    """A whole response: every choice run to its end (or until the client has gone), in a worker thread."""
     with admission.admitted():
-        outcomes = [item for item in run_request(parsed) if isinstance(item, Outcome)]
+        outcomes = [item for item in run_request(parsed, gone.is_set) if isinstance(item, Outcome)]
     return Shaper(parsed).response(outcomes)
+
+
+async def whole(request: Request, parsed: api_request.ApiRequest, admission: Admission) -> dict[str, Any]:
+    """`collect`, while watching the connection: a client that goes away stops the run at its next token."""
+    gone = threading.Event()
+    answer: dict[str, Any] = {}
+    refused: list[ApiError | PlaygroundError] = []
+
+    async def run() -> None:
+        try:
+            answer.update(await anyio.to_thread.run_sync(collect, parsed, admission, gone))
+        except (ApiError, PlaygroundError) as exc:  # raised again below, outside the task group's exception group
+            refused.append(exc)
+        finally:
+            tasks.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(run)
+        while not await request.is_disconnected():
+            await anyio.sleep(DISCONNECT_POLL_S)
+        gone.set()
+    if refused:
+        raise refused[0]
+    return answer
 
 
 def preflight(parsed: api_request.ApiRequest) -> None:
@@ -86,7 +112,7 @@ def router(page_waiting: Callable[[], int] = lambda: 0) -> APIRouter:
             if parsed.stream:
                 started = await Stream.start(parsed, admission)
                 return StreamingResponse(started.body(), media_type="text/event-stream")
-            return JSONResponse(await anyio.to_thread.run_sync(collect, parsed, admission))
+            return JSONResponse(await whole(request, parsed, admission))
         except ApiError as exc:
             return exc.response()
         except PlaygroundError as exc:

@@ -234,3 +234,32 @@ def test_logit_bias_steers_the_tokens_and_names_a_token_outside_the_vocabulary(c
     assert without["token_ids"][0] != first and banned.choices[0].text == without["text"]
     with pytest.raises(openai.BadRequestError, match="logit_bias token 9999 is outside"):
         client.completions.create(model=model, prompt=PROMPT, max_tokens=1, logit_bias={"9999": 1})
+
+
+def test_a_client_that_goes_away_stops_its_run(base_url, client, model):
+    import time
+
+    long = dict(model=model, prompt=PROMPT, max_tokens=256, temperature=0, extra_body={"min_tokens": 256})
+    began = time.monotonic()
+    client.completions.create(**long)
+    whole_s = time.monotonic() - began
+
+    def freed_after(leave) -> float:
+        """Seconds from the client leaving until the generation slot is free again."""
+        leave()
+        left = time.monotonic()
+        while runner.GENERATION_LOCK.locked():
+            time.sleep(0.01)
+        return time.monotonic() - left
+
+    def timed_out() -> None:
+        with pytest.raises(openai.APITimeoutError):
+            client.with_options(timeout=whole_s / 4).completions.create(**long)
+
+    def closed_stream() -> None:
+        stream = client.completions.create(**long, stream=True)
+        next(iter(stream))
+        stream.close()
+
+    for leave in (timed_out, closed_stream):
+        assert freed_after(leave) < whole_s / 3
