@@ -7,7 +7,6 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
 
 from playground import runner
 from playground.events import DoneEvent, TextEvent
@@ -150,11 +149,11 @@ def _generated(record: TokenRecord, top: int, mode: str) -> TokenLogprob:
     """A generated token's log-probability: "raw", the model's own softmax (p_model); "processed", the
     distribution it was drawn from after the logits chain (p). Its alternatives are the model's most likely
     tokens as recorded: by p_model (raw), or those the chain kept, by p (processed)."""
-    key = 1 if mode == "processed" else 2  # `top` holds (text, p, p_model)
-    alternatives: list[Any] = [a for a in record["top"] or [] if (a[key] or 0) > 0]
-    alternatives.sort(key=lambda a: -a[key])
-    chosen = record["p"] if mode == "processed" else record["p_model"]
-    return TokenLogprob(record["text"], _log(chosen), [(a[0], math.log(a[key])) for a in alternatives[:top]])
+    processed = mode == "processed"
+    ranked = sorted(((text, p if processed else p_model) for text, p, p_model in record["top"] or []),
+                    key=lambda pair: -pair[1])
+    chosen = record["p"] if processed else record["p_model"]
+    return TokenLogprob(record["text"], _log(chosen), [(text, math.log(p)) for text, p in ranked if p > 0][:top])
 
 
 def _prompt_tokens(scored: ScoredPrompt | None) -> list[TokenLogprob]:

@@ -98,7 +98,7 @@ def usage(outcomes: Sequence[Outcome]) -> dict[str, int]:
 
 def metrics(outcome: Outcome) -> dict[str, Any]:
     """The choice's run as measured (shared by the choices of one beam search); null figures with echo only."""
-    measured = outcome.result["metrics"] if outcome.result is not None else {}
+    measured: dict[str, Any] = dict(outcome.result["metrics"]) if outcome.result is not None else {}
     spec = outcome.result["spec"] if outcome.result is not None else {}
     return {"index": outcome.index, **{key: measured.get(key) for key in METRICS},
             "backend": spec.get("backend"), "strategy": spec.get("strategy"), "cache": spec.get("cache"),

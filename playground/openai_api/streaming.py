@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 import anyio
@@ -24,7 +24,7 @@ def sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-def events(request: ApiRequest, admission: Admission, gone: threading.Event) -> Iterator[str]:
+def events(request: ApiRequest, admission: Admission, gone: threading.Event) -> Generator[str, None, None]:
     """The stream's lines, produced in a worker thread while the request holds its place in the queue."""
     shaper = Shaper(request)
     outcomes: list[Outcome] = []
@@ -46,7 +46,7 @@ class Stream:
     """A stream whose first line has been produced: a refusal that comes before it (a full queue, the memory
     budget, a model that cannot load) is still an HTTP error with its status; one after it is an error event."""
 
-    def __init__(self, lines: Iterator[str], first: str, gone: threading.Event) -> None:
+    def __init__(self, lines: Generator[str, None, None], first: str, gone: threading.Event) -> None:
         self.lines, self.first, self.gone = lines, first, gone
 
     @classmethod
