@@ -12,7 +12,7 @@ import pytest
 from playground.tools.serve import serve_app
 from tests.helpers import run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # the served app and the CLI: fresh Pythons
 
 MODEL = "smollm2-135m"
 PROMPT = "The capital of France is"
