@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from playground import runner
 from playground.events import DoneEvent, TextEvent
 from playground.openai_api import stops
-from playground.openai_api.request import ApiRequest
+from playground.openai_api.request import RECORDED_TOP, ApiRequest
 from playground.openai_api.scoring import ScoredPrompt, score_prompt
 from playground.result import Result, TokenRecord
 from playground.spec import RunSpec
@@ -97,7 +97,9 @@ def _choices(request: ApiRequest, spec: RunSpec, prompt: str, prompt_index: int,
         tokens = _kept_tokens(result["tokens"], len(kept)) if k == 0 else None
         logprobs = None
         if request.top_logprobs is not None and tokens is not None:
-            generated = [_generated(t, request.top_logprobs, request.logprobs_mode) for t in tokens]
+            wider = _wider_alternatives(request, spec, prompt, [t["id"] for t in tokens])
+            generated = [_generated(t, request.top_logprobs, request.logprobs_mode, wider[i] if wider else None)
+                         for i, t in enumerate(tokens)]
             logprobs = (_prompt_tokens(scored) if scored is not None else []) + generated
         yield Outcome(index=index + k, prompt_index=prompt_index, text=echo + kept,
                       finish_reason="stop" if ended else "length",
@@ -145,15 +147,29 @@ def _log(p: float | None) -> float | None:
     return math.log(p) if p > 0 else LOG_ZERO
 
 
-def _generated(record: TokenRecord, top: int, mode: str) -> TokenLogprob:
+def _wider_alternatives(request: ApiRequest, spec: RunSpec, prompt: str,
+                        generated: list[int]) -> list[list[tuple[str, float]]] | None:
+    """More alternatives per generated token than the records keep (raw mode only: parse() refuses the rest):
+    the model's most likely tokens at each position from a teacher-forced forward over prompt + output."""
+    if request.top_logprobs is None or request.top_logprobs <= RECORDED_TOP:
+        return None
+    scored = score_prompt(prompt, spec, request.top_logprobs, list(request.history),
+                          (*spec.prefix_ids, *generated))
+    first = len(scored.ids) - len(generated)  # the position of the first generated token
+    return [row or [] for row in scored.top[first:]]
+
+
+def _generated(record: TokenRecord, top: int, mode: str,
+               wider: list[tuple[str, float]] | None = None) -> TokenLogprob:
     """A generated token's log-probability: "raw", the model's own softmax (p_model); "processed", the
     distribution it was drawn from after the logits chain (p). Its alternatives are the model's most likely
-    tokens as recorded: by p_model (raw), or those the chain kept, by p (processed)."""
+    tokens as recorded: by p_model (raw), or those the chain kept, by p (processed); or `wider` ones."""
     processed = mode == "processed"
     ranked = sorted(((text, p if processed else p_model) for text, p, p_model in record["top"] or []),
                     key=lambda pair: -pair[1])
     chosen = record["p"] if processed else record["p_model"]
-    return TokenLogprob(record["text"], _log(chosen), [(text, math.log(p)) for text, p in ranked if p > 0][:top])
+    alternatives = wider[:top] if wider is not None else [(text, math.log(p)) for text, p in ranked if p > 0][:top]
+    return TokenLogprob(record["text"], _log(chosen), alternatives)
 
 
 def _prompt_tokens(scored: ScoredPrompt | None) -> list[TokenLogprob]:

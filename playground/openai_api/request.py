@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from playground.backends.base import TOP_ALTERNATIVES
 from playground.errors import PlaygroundError
 from playground.limits import max_api_choices, max_new_tokens_cap
 from playground.openai_api.errors import ApiError, bad_value
@@ -15,7 +16,8 @@ from playground.openai_api.mapping import OPENAI_SPEC_FIELDS, spec_from_fields
 from playground.spec import RunSpec, spec_keys
 
 Kind = Literal["completion", "chat"]
-MAX_TOP_LOGPROBS = 5  # the token records keep the model's 5 most likely tokens per step (backends/base.py)
+RECORDED_TOP = TOP_ALTERNATIVES  # the model's most likely tokens each token record keeps
+MAX_TOP_LOGPROBS = 20  # as OpenAI allows; beyond RECORDED_TOP, raw alternatives from a teacher-forced forward
 MAX_STOP = 4  # as OpenAI allows
 LOGPROBS_MODES = ("raw", "processed")
 
@@ -70,6 +72,11 @@ def parse(body: Any, kind: Kind) -> ApiRequest:
     if mode not in LOGPROBS_MODES:
         raise bad_value(f"logprobs_mode {mode!r} is not one of: {', '.join(LOGPROBS_MODES)}", "logprobs_mode")
     _check_best_of(body, n)
+    if top is not None and top > RECORDED_TOP and mode == "processed":
+        raise bad_value(f"{'logprobs' if kind == 'completion' else 'top_logprobs'}={top} with logprobs_mode "
+                        f"'processed': the token records keep {RECORDED_TOP} alternatives; allowed: 0 to "
+                        f"{RECORDED_TOP}, or logprobs_mode 'raw' (up to {MAX_TOP_LOGPROBS})",
+                        "logprobs" if kind == "completion" else "top_logprobs")
     try:
         spec = spec_from_fields(body, kind, n, max(max_tokens, 1))
     except PlaygroundError as exc:

@@ -3,6 +3,7 @@ and memory budget, so an API request that scores a prompt waits and counts like 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from playground import runner
@@ -24,16 +25,18 @@ class ScoredPrompt:
     top: list[list[tuple[str, float]] | None]
 
 
-def score_prompt(prompt: str, spec: RunSpec, top: int, history: runner.History | None = None) -> ScoredPrompt:
-    """The prompt encoded as a run of `spec` encodes it (chat template and all), read by the run's model under
-    the model's own softmax at temperature 1: a teacher-forced PyTorch forward with full attention, whichever
-    backend and cache `spec` names."""
+def score_prompt(prompt: str, spec: RunSpec, top: int, history: runner.History | None = None,
+                 continuation: Sequence[int] = ()) -> ScoredPrompt:
+    """The prompt encoded as a run of `spec` encodes it (chat template and all), then `continuation` (token ids:
+    a forced prefix and what a run generated), read by the run's model under the model's own softmax at
+    temperature 1: a teacher-forced PyTorch forward with full attention, whichever backend and cache `spec`
+    names."""
     from playground.backends.torch.prompt_logprobs import CHUNK, prompt_logprobs  # here: the page starts without torch
 
     runner.check_prompt(prompt)
     runner.preflight(spec)
     loaded, _ = LOADED.get(spec.model, runner.backend_for(spec.backend).source_weights(spec))
-    ids = runner.encode_prompt(loaded, prompt, spec.chat, history)
+    ids = runner.with_prefix(loaded, runner.encode_prompt(loaded, prompt, spec.chat, history), tuple(continuation))
     vocab = loaded.model.config.get_text_config(decoder=True).vocab_size
     memory.check_fits("scoring the prompt", 2 * CHUNK * vocab * FLOAT_BYTES, LOADED.resident_bytes())
     with runner.GENERATION_LOCK:

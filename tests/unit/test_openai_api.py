@@ -145,6 +145,22 @@ def test_chat_applies_the_template_and_gives_top_logprobs(client, chat_model):
     assert "".join(c.choices[0].delta.content or "" for c in streamed) == result["text"]
 
 
+def test_more_than_five_alternatives_are_the_models_own_over_prompt_and_output(client, chat_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    done = client.chat.completions.create(model=chat_model, messages=[{"role": "user", "content": "and?"}],
+                                          max_tokens=4, temperature=0, logprobs=True, top_logprobs=12)
+    generated = reference("and?", model=chat_model, max_new_tokens=4, chat=True)["token_ids"]
+    prompt = AutoTokenizer.from_pretrained(chat_model)("<user>and?\n<assistant>", add_special_tokens=False).input_ids
+    ids = torch.tensor([prompt + generated])
+    with torch.inference_mode():
+        logits = AutoModelForCausalLM.from_pretrained(chat_model)(ids).logits[0, len(prompt) - 1:-1]
+    best = torch.topk(torch.log_softmax(logits, -1), 12).values.tolist()
+    content = done.choices[0].logprobs.content
+    assert [[a.logprob for a in entry.top_logprobs] for entry in content] == [pytest.approx(row, abs=1e-4)
+                                                                              for row in best]
+
+
 def test_a_json_schema_response_format_gives_valid_json(client, model):
     # without flexible whitespace, as a random model would otherwise spend its tokens on it
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
@@ -182,7 +198,8 @@ def test_a_stop_string_ends_the_text_before_it(client, model):
 @pytest.mark.parametrize(("body", "param", "words"), [
     ({"top_p": 0}, "top_p", "top_p=0.0 is out of range; allowed: (0.0, 1.0]"),
     ({"n": 2, "temperature": 0}, "n", "n=2 needs a strategy that samples"),
-    ({"logprobs": 9}, "logprobs", "logprobs=9 is out of range; allowed: whole numbers from 0 to 5"),
+    ({"logprobs": 21}, "logprobs", "logprobs=21 is out of range; allowed: whole numbers from 0 to 20"),
+    ({"logprobs": 6, "logprobs_mode": "processed"}, "logprobs", "the token records keep 5 alternatives"),
     ({"max_tokens": 0}, "max_tokens", "max_tokens=0 generates nothing"),
     ({"cache": "paged"}, "cache", "cache 'paged' is not one of"),
     ({"suffix": "x"}, "suffix", "unknown field(s) suffix"),
