@@ -1,4 +1,5 @@
-"""CLI: `python -m playground run|sweep|bench|models`; bad input exits 2 with one `error:` line, never a traceback."""
+"""CLI: `python -m playground run|sweep|bench|models|serve`; bad input exits 2 with one `error:` line, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -90,12 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
 
     commands.add_parser("models", help="list the model catalog")
+    _add_serve_options(commands.add_parser(
+        "serve", help="serve the page and the OpenAI-compatible API (/v1) on one server"))
     from playground.tools import soak
 
     soak.build_parser(commands.add_parser(
         "soak", help="serve the app and send it random valid requests from several clients for some minutes; "
                      "fails on a failed request or on memory still rising after the warm-up"))
     return parser
+
+
+def _add_serve_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--host", default=None,
+                       help="address to listen on (default: GRADIO_SERVER_NAME, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None,
+                       help="port (default: GRADIO_SERVER_PORT, else 7860 or the next free one)")
 
 
 def _add_spec_options(command: argparse.ArgumentParser) -> None:
@@ -313,6 +323,19 @@ def command_models(args: argparse.Namespace) -> None:
           f"{', '.join(map(str, paths.model_roots()))} (PLAYGROUND_MODEL_ROOTS)")
 
 
+def command_serve(args: argparse.Namespace) -> None:
+    from playground.ui import (
+        serving,  # imported here: the other commands start without gradio
+        warmup,
+    )
+
+    if args.port is not None and not 1 <= args.port <= 65535:
+        fail(f"--port={args.port} is out of range; allowed: 1 to 65535")
+    demo = serving.build_app()
+    warmup.start()
+    serving.launch(demo, server_name=args.host, server_port=args.port)
+
+
 def command_soak(args: argparse.Namespace) -> None:
     from playground.tools import soak
 
@@ -327,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     device.configure_process()  # before JAX starts its backends
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench,
-               "models": command_models, "soak": command_soak}[args.command]
+               "models": command_models, "serve": command_serve, "soak": command_soak}[args.command]
     try:
         handler(args)
     except PlaygroundError as exc:

@@ -22,3 +22,13 @@ def max_prompt_tokens() -> int:
 def max_request_seconds() -> float:
     """Wall-time limit of one generation; past it the run stops at the next token and says so."""
     return float(os.environ.get("PLAYGROUND_MAX_REQUEST_SECONDS", "600"))
+
+
+def max_api_choices() -> int:
+    """Choices one OpenAI-style request may ask for (n times its prompts): each is a run in the one queue."""
+    return int(os.environ.get("PLAYGROUND_MAX_API_CHOICES", "8"))
+
+
+def queue_size() -> int:
+    """Requests that may wait for the generation slot (the page's queue and the OpenAI API's, together)."""
+    return int(os.environ.get("PLAYGROUND_QUEUE_SIZE", "32"))

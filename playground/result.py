@@ -160,6 +160,7 @@ class Result(TypedDict):
     spec: dict[str, Any]  # every RunSpec key, normalized (chat resolved to what was applied)
     text: str
     sequences: list[str]
+    sequence_tokens: NotRequired[list[int]]  # new tokens of each returned sequence (the first: new_tokens)
     prompt_tokens: int
     new_tokens: int
     token_ids: list[int]
@@ -325,6 +326,7 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "prompt_tokens": int(prompt_tokens),
         "new_tokens": len(output.sequences[0]) if output.sequences else 0,
         "token_ids": list(output.sequences[0]) if output.sequences else [],
+        "sequence_tokens": [len(ids) for ids in output.sequences],
         "metrics": build_metrics(output, end, load_s, peak_rss, weight_bytes, quality),
         "versions": versions(),
         "device": device.current().label,

@@ -24,6 +24,7 @@ from playground.models import memory
 from playground.models.catalog import check_available, saved_config
 from playground.models.decode_costs import DECODE_COSTS
 from playground.models.loaded import LOADED, LoadedModel
+from playground.registry.chain import parse_logit_bias
 from playground.result import NO_QUALITY, Quality, Result, build_result, combine_runs
 from playground.spec import RunSpec, check_vocabulary
 
@@ -205,10 +206,13 @@ class _Job:
         self.reports.put(ProgressEvent(fraction, message))
 
     def _check_config(self, config: Any) -> None:
-        """The cache refusals that need the model's config, made before its weights load (both backends)."""
+        """The refusals that need the model's config, made before its weights load (both backends): the cache's,
+        and biased tokens outside the vocabulary."""
         from playground.backends.torch.caches.factory import check_cache  # imported here: the page starts without torch
 
         check_cache(self.spec, config)
+        biased = tuple(token for token, _ in parse_logit_bias(self.spec.logit_bias))
+        check_vocabulary(biased, config.get_text_config(decoder=True).vocab_size, self.spec.model, "logit_bias")
 
     def _load(self) -> _Loaded:
         """The main model, then the draft (never evicting the main model for it); both count in load_s."""

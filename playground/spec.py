@@ -58,6 +58,7 @@ class RunSpec:
     dry_base: float = 1.75
     dry_allowed_length: int = 2
     dry_sequence_breakers: str = DRY_BREAKERS  # a JSON list of strings
+    logit_bias: str = ""  # a JSON object {token id: bias}; "": no bias
     seed: int = 0
     # beam search
     num_beams: int = 4
@@ -228,12 +229,12 @@ def _check_prefix(ids: tuple[Any, ...]) -> None:
                                   "allowed: whole numbers from 0 to the model's vocabulary size - 1")
 
 
-def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str) -> None:
-    """Every forced id must index the model's embedding table."""
+def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str, field: str = "prefix_ids") -> None:
+    """Every forced (or biased) id must index the model's embedding table."""
     for position, value in enumerate(ids):
         if value >= vocab_size:
-            raise PlaygroundError(f"prefix_ids[{position}]={value} is outside {model}'s vocabulary; "
-                                  f"allowed: 0 to {vocab_size - 1}")
+            where = f"{field}[{position}]={value}" if field == "prefix_ids" else f"{field} token {value}"
+            raise PlaygroundError(f"{where} is outside {model}'s vocabulary; allowed: 0 to {vocab_size - 1}")
 
 
 def _check_knob(knob: registry.Knob, value: Any) -> None:

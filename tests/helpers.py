@@ -83,10 +83,13 @@ def tiny_loaded(name: str = "tiny-llama", model=None, instruct: bool = False):
     return LoadedModel(name, "fp32", model if model is not None else tiny_llama(), byte_tokenizer(), 0.0, instruct)
 
 
-def save_tiny_model(path: Path, seed: int = 0) -> str:
-    """A tiny Llama and its tokenizer saved as a local model folder, for tests that load by path."""
+def save_tiny_model(path: Path, seed: int = 0, chat_template: str | None = None) -> str:
+    """A tiny Llama and its tokenizer saved as a local model folder, for tests that load by path; with
+    `chat_template`, its tokenizer has that template."""
     tiny_llama(seed=seed).save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
+    tokenizer = byte_tokenizer()
+    tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(path)
     return str(path)
 
 

@@ -16,7 +16,7 @@ from playground.registry import (
     builtin_knobs,  # noqa: F401  (the stages read these knobs)
     chain,
 )
-from playground.registry.chain import parse_breakers
+from playground.registry.chain import parse_breakers, parse_logit_bias
 from playground.registry.entries import Processor, RunSpec, lazy
 from playground.registry.store import register_processor
 
@@ -34,6 +34,10 @@ def _stage(name: str, label: str, help: str, knobs: tuple[str, ...], active: Cal
 
 def _check_breakers(spec: RunSpec) -> None:
     parse_breakers(spec.dry_sequence_breakers)
+
+
+def _check_bias(spec: RunSpec) -> None:
+    parse_logit_bias(spec.logit_bias)
 
 
 def _penalised(spec: RunSpec) -> bool:
@@ -66,6 +70,10 @@ register_processor(Processor(
     validate=_check_constraint))
 
 # -- processors: every strategy ------------------------------------------------------------------------------
+# the bias first: it says which tokens the caller wants more or less of, as the model's logits come out
+_stage("logit_bias", "logit bias ({logit_bias})", "adds each given bias to its token's logit (OpenAI's logit_bias)",
+       ("logit_bias",), lambda spec: bool(parse_logit_bias(spec.logit_bias)),
+       jax="LogitBias", torch="logit_bias", samples_only=False, validate=_check_bias)
 _stage("repetition_penalty", "repetition penalty {repetition_penalty}",
        "a token already in the text has its logit divided (multiplied, when negative) by the penalty",
        ("repetition_penalty",), lambda spec: spec.repetition_penalty != 1.0,

@@ -88,6 +88,9 @@ for _knob in (
     Knob(name="dry_sequence_breakers", kind=str, default=DRY_BREAKERS, group=PENALTIES,
          label="DRY sequence breakers",
          help="DRY: a JSON list of strings; a token containing one ends a repeated sequence"),
+    Knob(name="logit_bias", kind=str, default="", group=PENALTIES, label="logit bias (JSON {token id: bias})",
+         help="adds each bias (-100 to 100) to its token's logit, before every stage but the constraint (OpenAI's "
+              "logit_bias); empty = off"),
     # -- run, strategies and caches --------------------------------------------------------------------------
     # high: the token cap; the cache's length and a beam's token columns follow it
     Knob(name="max_new_tokens", kind=int, default=64, low=1, shapes=True, sweep="mean_logprob"),

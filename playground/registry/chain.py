@@ -71,3 +71,29 @@ def parse_breakers(text: str) -> tuple[str, ...]:
         raise PlaygroundError(f'dry_sequence_breakers must be a JSON list of non-empty strings, e.g. ["\\n", ":"]; '
                               f"got {text!r}")
     return tuple(value)
+
+
+MAX_BIASED = 300  # tokens one logit_bias may name, as OpenAI allows
+MAX_BIAS = 100.0
+
+
+def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
+    """logit_bias as (token id, bias) pairs, by id: a JSON object {"id": bias}, as OpenAI's API takes it."""
+    if not text.strip():
+        return ()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or len(value) > MAX_BIASED:
+        raise PlaygroundError(f'logit_bias must be a JSON object of up to {MAX_BIASED} token ids and biases, e.g. '
+                              f'{{"50256": -100}}; got {text!r}')
+    pairs: dict[int, float] = {}
+    for key, bias in value.items():
+        if not key.strip().isdigit() or int(key) in pairs:
+            raise PlaygroundError(f"logit_bias key {key!r} is not a token id; allowed: distinct whole numbers from 0")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -MAX_BIAS <= bias <= MAX_BIAS:
+            raise PlaygroundError(f"logit_bias[{key!r}]={bias!r} is out of range; allowed: [-{MAX_BIAS:g}, "
+                                  f"{MAX_BIAS:g}]")
+        pairs[int(key)] = float(bias)
+    return tuple(sorted(pairs.items()))

@@ -1,4 +1,5 @@
-"""Start the app (`python app.py`) on a free loopback port, wait until it answers, and stop it afterwards."""
+"""Start the app (`python app.py`, or `python -m playground serve`) on a free loopback port, wait until it
+answers, and stop it afterwards."""
 
 from __future__ import annotations
 
@@ -51,9 +52,10 @@ def _tail(log: IO[bytes], limit: int = 4000) -> str:
 
 @contextmanager
 def serve_app(port: int | None = None, env: dict[str, str] | None = None, timeout_s: float = 120,
-              cpus: set[int] | None = None) -> Iterator[ServedApp]:
+              cpus: set[int] | None = None, command: tuple[str, ...] = ("app.py",)) -> Iterator[ServedApp]:
     """Run the app until the block ends; `env` adds to (or overrides) this process's environment, and `cpus`
     (CPU numbers) confines it to those CPUs, where it would otherwise run on any this process may use.
+    `command`: Python's arguments that start it (the Space's `app.py`, or `-m playground serve`).
 
     The app's stdout and stderr go to a temporary file rather than a pipe, so a chatty app never blocks on a
     full pipe, and a start-up failure can still quote what it printed. Raises RuntimeError when the app exits
@@ -63,7 +65,7 @@ def serve_app(port: int | None = None, env: dict[str, str] | None = None, timeou
     child_env = {**os.environ, **(env or {}), "GRADIO_SERVER_NAME": HOST, "GRADIO_SERVER_PORT": str(port),
                  "GRADIO_ANALYTICS_ENABLED": "False"}
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=child_env, stdout=log,
+        process = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=child_env, stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
             if cpus is not None:  # set before the app starts a thread: each thread it starts inherits it

@@ -144,6 +144,7 @@ STAGES = {
     "presence_frequency": {"top_k": 0, "presence_penalty": 1.0, "frequency_penalty": 0.5},
     "no_repeat_ngram": {"top_k": 0, "no_repeat_ngram_size": 2},
     "dry": {"top_k": 0, "dry_multiplier": 1.5, "dry_allowed_length": 1, "dry_sequence_breakers": "[]"},
+    "logit_bias": {"top_k": 0, "logit_bias": '{"3": 2.5, "0": -100, "30": 4}'},
 }
 
 
@@ -154,6 +155,15 @@ def test_each_stage_changes_the_distribution_the_same_on_both_backends(stage):
     ours, theirs = jax_final(spec, jax.random.PRNGKey(0)), torch_final(spec)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert np.abs(ours - jax_final(plain)).sum() > 0.01, f"{stage} did not change the distribution"
+
+
+def test_logit_bias_comes_before_the_filters_unless_the_order_moves_it_after_them():
+    """First, a bias lifts a token top-k would have dropped; moved after top-k, it cannot bring one back."""
+    first = RunSpec(strategy="sampling", top_k=5, logit_bias='{"20": 50}')
+    after = first.replace(sampler_order="top_k,logit_bias")
+    for final in (jax_final, torch_final):
+        assert final(first)[20] > 0.99 and final(after)[20] == 0.0
+    np.testing.assert_allclose(jax_final(after), torch_final(after), atol=1e-5)
 
 
 def test_typical_p_keeps_tokens_by_their_distance_to_the_entropy_not_by_rank():

@@ -16,7 +16,7 @@ import numpy as np
 
 from playground.backends.jax import samplers
 from playground.backends.jax.chain import Candidates, Context, Needs, View
-from playground.registry.chain import parse_breakers
+from playground.registry.chain import parse_breakers, parse_logit_bias
 from playground.spec import RunSpec
 
 F32, I32 = np.float32, np.int32
@@ -56,6 +56,25 @@ class Constraint(Stage):
         batch = cands.values.shape[0]
         rows = allowed[:batch] if allowed.shape[0] >= batch else jnp.broadcast_to(allowed, (batch, allowed.shape[1]))
         return _removed(cands, ~view.table(cands, rows))
+
+
+class LogitBias(Stage):
+    """OpenAI's logit_bias (transformers' SequenceBiasLogitsProcessor for one-token sequences): each given bias
+    added to its token's logit. How many tokens it names sets an argument's shape, so it is the static key."""
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return len(parse_logit_bias(spec.logit_bias))
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        pairs = parse_logit_bias(spec.logit_bias)
+        return np.array([t for t, _ in pairs], np.int32), np.array([b for _, b in pairs], np.float32)  # (K,), (K,)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        ids, biases = args
+        if cands.ids is None:  # the whole vocabulary: add at the ids
+            return cands._replace(values=cands.values.at[:, ids].add(biases))
+        hits = cands.ids[..., None] == ids  # (B, N, K): a narrowed set (an order that puts the bias after top-k)
+        return cands._replace(values=cands.values + (hits * biases).sum(-1))
 
 
 class RepetitionPenalty(Stage):

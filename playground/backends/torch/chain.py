@@ -20,6 +20,7 @@ from transformers import (
     MinPLogitsWarper,
     NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -34,6 +35,7 @@ from playground.backends.torch.samplers import (
     breaker_ids,
 )
 from playground.registry import chain
+from playground.registry.chain import parse_logit_bias
 from playground.spec import RunSpec
 
 
@@ -53,6 +55,10 @@ def processors(spec: RunSpec, context: TorchContext) -> list[tuple[str, LogitsPr
 
 
 # -- the built-in stages' processors (named by their registry entries) -------------------------------------------
+
+def logit_bias(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return SequenceBiasLogitsProcessor([[[token], bias] for token, bias in parse_logit_bias(spec.logit_bias)])
+
 
 def repetition_penalty(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
     return RepetitionPenaltyLogitsProcessor(penalty=spec.repetition_penalty)
