@@ -86,6 +86,8 @@ class Page:
     presets: dict[str, gr.Button]
     download_json: gr.DownloadButton
     download_csv: gr.DownloadButton
+    download_logprobs_json: gr.DownloadButton
+    download_logprobs_csv: gr.DownloadButton
 
     def layout(self, flags: list[bool]) -> Updates:
         """Show the columns whose flag is set; the last column cannot be removed, a fifth cannot be added."""
@@ -279,6 +281,11 @@ def _comparison() -> dict[str, Any]:
                                                   elem_id="download-json")
                 download_csv = gr.DownloadButton("⬇ results CSV", interactive=False, size="sm",
                                                  elem_id="download-csv")
+            with gr.Row():  # each token's raw (the model's) and processed (as drawn) log-probability
+                download_logprobs_json = gr.DownloadButton("⬇ token log-probs JSON", interactive=False, size="sm",
+                                                           elem_id="download-logprobs-json")
+                download_logprobs_csv = gr.DownloadButton("⬇ token log-probs CSV", interactive=False, size="sm",
+                                                          elem_id="download-logprobs-csv")
     with gr.Row(equal_height=False):
         with gr.Column(min_width=300):
             latency_plot = gr.LinePlot(latency_frame(empty, empty, empty), x="token", y=DRAWN_MS, y_title="ms/token",
@@ -294,7 +301,8 @@ def _comparison() -> dict[str, Any]:
                               x_lim=[1, MIN_STEP_SPAN], x_axis_format=STEP_FORMAT)
     return {"preset_note": preset_note, "metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
             "latency_plot": latency_plot, "latency_note": latency_note, "kv_plot": kv_plot,
-            "download_json": download_json, "download_csv": download_csv}
+            "download_json": download_json, "download_csv": download_csv,
+            "download_logprobs_json": download_logprobs_json, "download_logprobs_csv": download_logprobs_csv}
 
 
 def _sharing() -> dict[str, Any]:

@@ -300,14 +300,16 @@ def _run_steps(page: Page, start: Callable[..., Dependency], columns: Handler, i
         return {component: gr.update(interactive=True) for component in lockable} | {
             page.stop: gr.update(variant="secondary")}
 
-    @writes(page.download_json, page.download_csv)
+    downloads = (page.download_json, page.download_csv, page.download_logprobs_json, page.download_logprobs_csv)
+
+    @writes(*downloads)
     def exports(outcome: Outcome) -> Updates:
         results, labels = finished(outcome)
         if not results or outcome["settings"] is None:
-            return {page.download_json: gr.update(interactive=False), page.download_csv: gr.update(interactive=False)}
-        json_path, csv_path = write_exports(outcome["settings"], results, labels)
-        return {page.download_json: gr.update(value=str(json_path), interactive=True),
-                page.download_csv: gr.update(value=str(csv_path), interactive=True)}
+            return {button: gr.update(interactive=False) for button in downloads}
+        written = write_exports(outcome["settings"], results, labels)
+        return {button: gr.update(value=str(path), interactive=True)
+                for button, path in zip(downloads, written, strict=True)}
 
     step = on_private(on_private(start, lock).then, columns, inputs, queue=True, show_progress_on=[page.status])
     for handler in (unlock, *after_unlock):
