@@ -356,6 +356,15 @@ def _user_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def encode_text(spec: RunSpec, text: str) -> list[tuple[int, str]]:
+    """The tokens of `text` under spec.model's tokenizer, each with its own text (what typing forces in step
+    mode); loads the model as a run of `spec` would."""
+    check_available(spec.model)
+    loaded, _ = LOADED.get(spec.model, backend_for(spec.backend).source_weights(spec))
+    ids = loaded.tokenizer.encode(text, add_special_tokens=False)
+    return [(int(i), loaded.tokenizer.decode([i])) for i in ids]
+
+
 def run_to_result(prompt: str, spec: RunSpec) -> Result:
     """Run to the end and return the Result (the CLI and the API use this)."""
     for event in run(prompt, spec):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -25,7 +27,24 @@ class LiveRuns:
 
     stops: dict[str, threading.Event] = field(default_factory=dict)  # session hash -> stop requested
     warmup: WarmUpState = field(default_factory=WarmUpState)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards starting the warm-up (once)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards starting the warm-up (once), and `busy`
+    busy: dict[str, str] = field(default_factory=dict)  # session hash -> what it runs now ("a run", "a step")
+
+    @contextmanager
+    def working(self, session: str, what: str) -> Iterator[None]:
+        """Mark the session busy with `what` while the block runs (a step refuses to start meanwhile)."""
+        with self.lock:
+            self.busy[session] = what
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.busy.pop(session, None)
+
+    def doing(self, session: str) -> str | None:
+        """What the session runs now, or None."""
+        with self.lock:
+            return self.busy.get(session)
 
     def stop_flag(self, session: str) -> threading.Event:
         """The session's stop request (created clear on first use)."""

@@ -88,6 +88,13 @@ class Page:
     download_csv: gr.DownloadButton
     download_logprobs_json: gr.DownloadButton
     download_logprobs_csv: gr.DownloadButton
+    step: gr.Button
+    step_8: gr.Button
+    step_text: gr.Textbox
+    force_text: gr.Button
+    run_to_end: gr.Button
+    step_status: gr.Markdown
+    steps: gr.State  # step mode: {"prompt": str, "trees": {slot: StepTree}}
 
     def layout(self, flags: list[bool]) -> Updates:
         """Show the columns whose flag is set; the last column cannot be removed, a fifth cannot be added."""
@@ -191,11 +198,31 @@ def _build_columns() -> list[ColumnControls]:
         with gr.Row(equal_height=False, elem_classes=["cards"]):
             outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams, step, strip)) in \
-            enumerate(zip(settings, outputs, strict=True)):
-        columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
-                                      tokens, beams, step, strip))
+    for i, ((box, knobs, groups, title, remove, notice), outputs_of) in enumerate(zip(settings, outputs, strict=True)):
+        columns.append(ColumnControls(i, box, knobs=knobs, groups=groups, title=title, remove=remove, notice=notice,
+                                      **dict(zip(OUTPUT_PARTS, outputs_of, strict=True))))
     return columns
+
+
+# build_output's components, in the order it returns them (ColumnControls' field names)
+OUTPUT_PARTS = ("output_box", "output", "chatbot", "tokens", "beam_tree", "cache_step", "cache_strip",
+                "step_candidates", "branches")
+
+
+def _step_bar() -> dict[str, Any]:
+    """Step mode: advance every column by a token or eight, force typed text, or run on to the end."""
+    with gr.Row(elem_classes=["step-bar"], equal_height=True):
+        step = gr.Button("⏭ Step", elem_id="step", scale=0, min_width=90)
+        step_8 = gr.Button("Step 8", elem_id="step-8", scale=0, min_width=90)
+        step_text = gr.Textbox("", show_label=False, placeholder="type text to force in every column",
+                               elem_id="step-text", scale=3, min_width=160, lines=1, max_lines=1)
+        force_text = gr.Button("Force text", elem_id="step-force", scale=0, min_width=100)
+        run_to_end = gr.Button("Run to the end", elem_id="step-run-to-end", scale=0, min_width=120)
+    step_status = gr.Markdown("Step mode: **Step** advances every column one token from where it stands; each "
+                              "column then shows its candidates (a click forces one) and its branch tree.",
+                              elem_id="step-status", elem_classes=["step-status"])
+    return {"step": step, "step_8": step_8, "step_text": step_text, "force_text": force_text,
+            "run_to_end": run_to_end, "step_status": step_status}
 
 
 def _header() -> dict[str, Any]:
@@ -322,8 +349,9 @@ def _sharing() -> dict[str, Any]:
 
 def build_page() -> Page:
     """Every component, in page order (call inside a gr.Blocks context)."""
-    parts = _header()
+    parts = _header() | _step_bar()
     parts["columns"] = _build_columns()
     parts |= _token_bar() | _sampling_cut() | _comparison() | _sharing()
     return Page(**parts, visible=gr.State([i < START_COLUMNS for i in range(MAX_COLUMNS)]),
-                conversation=gr.State([]), results=gr.State(empty_outcome()), picked=gr.State(None))
+                conversation=gr.State([]), results=gr.State(empty_outcome()), picked=gr.State(None),
+                steps=gr.State({}))

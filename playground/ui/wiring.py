@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import branch, sweep_tab, sweep_wiring, warmup
+from playground.ui import branch, stepping, sweep_tab, sweep_wiring, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import column_settings, notice_text, wire
@@ -352,6 +352,7 @@ def build_ui() -> tuple[gr.Blocks, Page]:
         _wire_layout(page, show_chat)
         restore = _wire_settings(page, show_chat)
         _wire_run(page)
+        stepping.wire_steps(page)
         sweep_wiring.wire(sweep)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
