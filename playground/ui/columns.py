@@ -29,7 +29,7 @@ from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets
 from playground.ui.settings import ColumnSettings, ColumnValues
-from playground.ui.step_view import STEP_CLICK_JS
+from playground.ui.step_view import step_views
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
@@ -375,9 +375,7 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
         cache_step = gr.Slider(1, 2, value=1, step=1, label="KV cache at step", elem_id=f"cache-step-{index}",
                                visible=False, info="what a sliding, sink or quantized cache holds at that step")
         cache_strip = gr.HTML("", elem_id=f"cache-strip-{index}", visible=False, js_on_load=None)
-        step_candidates = gr.HTML("", elem_id=f"step-candidates-{index}", elem_classes=["step-view"],
-                                  js_on_load=STEP_CLICK_JS)
-        branches = gr.HTML("", elem_id=f"branches-{index}", elem_classes=["step-view"], js_on_load=STEP_CLICK_JS)
+        step_candidates, branches = step_views(index)
     return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip, step_candidates, branches
 
 

@@ -198,26 +198,23 @@ def _build_columns() -> list[ColumnControls]:
         with gr.Row(equal_height=False, elem_classes=["cards"]):
             outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, title, remove, notice), outputs_of) in enumerate(zip(settings, outputs, strict=True)):
-        columns.append(ColumnControls(i, box, knobs=knobs, groups=groups, title=title, remove=remove, notice=notice,
-                                      **dict(zip(OUTPUT_PARTS, outputs_of, strict=True))))
+    for i, ((box, knobs, groups, title, remove, notice),
+            (out_box, output, chatbot, tokens, beams, step, strip, candidates, branches)) in \
+            enumerate(zip(settings, outputs, strict=True)):
+        columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
+                                      tokens, beams, step, strip, candidates, branches))
     return columns
-
-
-# build_output's components, in the order it returns them (ColumnControls' field names)
-OUTPUT_PARTS = ("output_box", "output", "chatbot", "tokens", "beam_tree", "cache_step", "cache_strip",
-                "step_candidates", "branches")
 
 
 def _step_bar() -> dict[str, Any]:
     """Step mode: advance every column by a token or eight, force typed text, or run on to the end."""
     with gr.Row(elem_classes=["step-bar"], equal_height=True):
-        step = gr.Button("⏭ Step", elem_id="step", scale=0, min_width=90)
-        step_8 = gr.Button("Step 8", elem_id="step-8", scale=0, min_width=90)
-        step_text = gr.Textbox("", show_label=False, placeholder="type text to force in every column",
-                               elem_id="step-text", scale=3, min_width=160, lines=1, max_lines=1)
-        force_text = gr.Button("Force text", elem_id="step-force", scale=0, min_width=100)
-        run_to_end = gr.Button("Run to the end", elem_id="step-run-to-end", scale=0, min_width=120)
+        step = gr.Button("Step", elem_id="step", scale=0, min_width=80, size="sm")
+        step_8 = gr.Button("Step 8", elem_id="step-8", scale=0, min_width=80, size="sm")
+        step_text = gr.Textbox("", show_label=False, placeholder="text to force in every column",
+                               elem_id="step-text", scale=3, min_width=180, lines=1, max_lines=1)
+        force_text = gr.Button("Force text", elem_id="step-force", scale=0, min_width=110, size="sm")
+        run_to_end = gr.Button("Run to the end", elem_id="step-run-to-end", scale=0, min_width=140, size="sm")
     step_status = gr.Markdown("Step mode: **Step** advances every column one token from where it stands; each "
                               "column then shows its candidates (a click forces one) and its branch tree.",
                               elem_id="step-status", elem_classes=["step-status"])

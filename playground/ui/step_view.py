@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+import gradio as gr
+
 from playground.ui.step_runs import searches_beams
 from playground.ui.step_tree import StepTree
 
@@ -21,14 +23,22 @@ element.addEventListener('click', (event) => {
 SHOWN_CHARS = 80  # a branch's text shows its last characters; the whole text is its title
 
 
+def step_views(index: int) -> tuple[gr.HTML, gr.HTML]:
+    """A column's two step-mode views (inside its output card, so they follow the column's visibility)."""
+    candidates = gr.HTML("", elem_id=f"step-candidates-{index}", elem_classes=["step-view"], js_on_load=STEP_CLICK_JS)
+    branches = gr.HTML("", elem_id=f"branches-{index}", elem_classes=["step-view"], js_on_load=STEP_CLICK_JS)
+    return candidates, branches
+
+
 def _piece(text: str) -> str:
     shown = html.escape(text).replace("\n", "↵")
     return shown if text.strip() else shown.replace(" ", "·") or "∅"
 
 
-def _cut_line(record: dict[str, Any]) -> str:
-    """That step's cut: each stage of the chain with the tokens it removed and the mass it moved."""
-    stages = record.get("stages") or []
+def _cut_line(record: dict[str, Any], spec: dict[str, Any]) -> str:
+    """That step's cut: each stage of the chain with the tokens it removed and the mass it moved (min_new_tokens,
+    always in the chain so that a new value compiles nothing, only when it is set)."""
+    stages = [s for s in record.get("stages") or [] if s["stage"] != "min_new_tokens" or spec["min_new_tokens"]]
     if not stages:
         return "<div class='step-cut'>no stage of the chain applied at this step</div>"
     parts = [f"{html.escape(s['stage'])}: removed {s['removed']}, moved {s['moved']:.3f}" for s in stages]
@@ -93,7 +103,7 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
     position = len(tree.path()) - 1
     head = f"<div class='step-head'>token {position}: candidates after the chain (a click forces one)</div>"
     ended = "<div class='step-note'>the text ended here</div>" if node.ended else ""
-    return (warn + head + "<div class='step-cands'>" + "".join(buttons) + "</div>" + _cut_line(record)
+    return (warn + head + "<div class='step-cands'>" + "".join(buttons) + "</div>" + _cut_line(record, tree.spec)
             + _method_line(record) + _drafts_line(tree) + ended)
 
 
@@ -115,3 +125,42 @@ def branches_html(tree: StepTree | None) -> str:
                     f"<div class='btokens'>{tokens}</div></li>")
     return ("<div class='step-head'>branches (a token resumes there; Step continues from the marked one)</div>"
             f"<ul class='branches'>{''.join(rows)}</ul>")
+
+# theme variables wherever they serve, so light and dark keep their contrast; a picked or typed node is marked
+# by its border, the node a step continues from by the primary colour
+STEP_CSS = """
+.step-bar { align-items: center; }
+.step-bar button { white-space: nowrap; }
+.step-status { font-size: 0.9em; }
+.step-view { font-size: 0.88em; }
+.step-head { color: var(--body-text-color-subdued); margin: 4px 0 2px; }
+.step-empty { color: var(--body-text-color-subdued); font-style: italic; }
+.step-note { color: #b45309; }
+.dark .step-note { color: #fbbf24; }
+.step-cands { display: flex; flex-wrap: wrap; gap: 4px; }
+.step-cands .cand { display: inline-flex; flex-direction: column; align-items: flex-start; gap: 1px;
+                    padding: 3px 8px; border: 1px solid var(--border-color-primary); border-radius: 6px;
+                    background: var(--background-fill-secondary); color: var(--body-text-color);
+                    cursor: pointer; max-width: 100%; font: inherit; }
+.step-cands .cand b { font-family: var(--font-mono); white-space: pre; overflow: hidden; text-overflow: ellipsis;
+                      max-width: 12em; }
+.step-cands .cand span { font-size: 0.85em; font-variant-numeric: tabular-nums; }
+.step-cands .cand.chosen { border: 2px solid var(--color-accent); }
+.step-cands .cand.cut span { color: #b91c1c; }
+.dark .step-cands .cand.cut span { color: #f87171; }
+.step-cands .cand:hover, .step-cands .cand:focus-visible { border-color: var(--color-accent); }
+.step-cut, .step-method { color: var(--body-text-color-subdued); margin-top: 3px; overflow-wrap: anywhere; }
+.branches { list-style: none; padding: 0; margin: 0; }
+.branches li { border-left: 3px solid var(--border-color-primary); padding: 2px 0 4px 6px; margin: 3px 0; }
+.bmeta { color: var(--body-text-color-subdued); font-size: 0.9em; }
+.btokens { display: flex; flex-wrap: wrap; gap: 1px; }
+.bnode { font-family: var(--font-mono); white-space: pre; padding: 0 2px; border: 1px solid transparent;
+         border-radius: 3px; background: none; color: var(--body-text-color); cursor: pointer; font-size: 0.95em; }
+.bnode.on { background: var(--background-fill-secondary); }
+.bnode.how-picked { border-color: #d97706; }
+.bnode.how-typed { border-style: dashed; border-color: var(--body-text-color-subdued); }
+.bnode.here { outline: 2px solid var(--color-accent); }
+.bnode:hover, .bnode:focus-visible { border-color: var(--color-accent); }
+.step-beams { margin: 2px 0 0 1.2em; padding: 0; }
+.beam-score { font-variant-numeric: tabular-nums; color: var(--body-text-color-subdued); }
+"""
