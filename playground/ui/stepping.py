@@ -58,7 +58,7 @@ def _column_specs(page: Page, data: Inputs) -> tuple[str, dict[int, dict[str, An
 
 
 def _run_step(prompt: str, spec: RunSpec, stop: Any, progress: gr.Progress, slot: int) -> Result:
-    for event in runner.run(prompt, spec, should_stop=stop.is_set):
+    for event in runner.run(prompt, spec, should_stop=stop.is_set, judged=False):
         if isinstance(event, ProgressEvent):
             progress(event.fraction, desc=f"column {slot + 1}: {event.message}")
         elif isinstance(event, DoneEvent):

@@ -126,3 +126,15 @@ def test_the_page_steps_forks_forces_typed_text_and_refuses_a_step_during_a_run(
     assert refused == [{page.step_status: "⚠ **not stepped:** a run is under way; it goes on, and Step works once "
                                           "it ends (or after Stop)"}]
     assert len(tree.ids()) == 4  # nothing stepped meanwhile
+
+
+@pytest.mark.parametrize("strategy", ["contrastive", "dola"])
+def test_contrastive_and_dola_steps_show_candidates_and_what_the_method_weighed(local_model, strategy):
+    from playground.ui.step_view import candidates_html
+
+    tree = StepTree(_spec(local_model, strategy=strategy))
+    _step(tree)
+    _step(tree)
+    shown = candidates_html(tree)
+    assert shown.count("data-token=") == len(tree.nodes[tree.current].record["alternatives"]) > 1
+    assert ("contrastive search:" if strategy == "contrastive" else "DoLa contrasted layer") in shown
