@@ -106,9 +106,12 @@ def step_columns(page: Page, data: Inputs, count: int, request: gr.Request,
 
 def pick(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
     """A candidate's click: that token forced at the current position (a sibling of the current node)."""
+    refused = _busy(request)
+    if refused is not None:
+        return {page.step_status: refused.replace("not stepped", "not forked")}
     tree = steps.get("trees", {}).get(slot)
     token = getattr(evt, "token", None)
-    if _busy(request) or tree is None or tree.current is None or not isinstance(token, (int, float)):
+    if tree is None or tree.current is None or not isinstance(token, (int, float)):
         return {}
     record = tree.nodes[tree.current].record or {}
     alternative = next((a for a in record.get("alternatives") or [] if a["id"] == int(token)), None)
@@ -122,9 +125,12 @@ def pick(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Req
 
 def resume(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
     """A node's click in the branch tree: the column stands there; Step continues from it."""
+    refused = _busy(request)
+    if refused is not None:
+        return {page.step_status: refused.replace("not stepped", "not resumed")}
     tree = steps.get("trees", {}).get(slot)
     node = getattr(evt, "node", None)
-    if _busy(request) or tree is None or not isinstance(node, (int, float)) or not 0 <= int(node) < len(tree.nodes):
+    if tree is None or not isinstance(node, (int, float)) or not 0 <= int(node) < len(tree.nodes):
         return {}
     tree.resume(int(node))
     return _views(page, slot, tree) | {page.steps: steps, page.step_status: (
@@ -136,7 +142,7 @@ def force_text(page: Page, data: Inputs, request: gr.Request) -> Updates:
     text = str(data[page.step_text] or "")
     refused = _busy(request)
     if refused is not None:
-        return {page.step_status: refused}
+        return {page.step_status: refused.replace("not stepped", "not forced")}
     if not text:
         return {page.step_status: "⚠ **not forced:** type the text to force first"}
     try:

@@ -123,6 +123,12 @@ def test_the_page_steps_forks_forces_typed_text_and_refuses_a_step_during_a_run(
     assert typed[column.output].endswith(" zz") and [n.how for n in tree.nodes][-3:] == ["typed"] * 3
     with LIVE_RUNS.working(SESSION.session_hash, "a run"):
         refused = list(stepping.step_columns(page, {**data, page.steps: steps}, 1, SESSION, no_progress))
+        with LIVE_RUNS.working(SESSION.session_hash, "a step"):
+            pass  # a step that ended while the run goes on leaves the session busy with the run
+        fork = stepping.pick(page, steps, 0, type("Event", (), {"token": lower})(), SESSION)
+    assert fork == {page.step_status: "⚠ **not forked:** a run is under way; it goes on, and Step works once it "
+                                      "ends (or after Stop)"}
+    assert LIVE_RUNS.doing(SESSION.session_hash) is None
     assert refused == [{page.step_status: "⚠ **not stepped:** a run is under way; it goes on, and Step works once "
                                           "it ends (or after Stop)"}]
     assert len(tree.ids()) == 4  # nothing stepped meanwhile
