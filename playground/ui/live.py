@@ -50,7 +50,8 @@ class LiveRuns:
     def doing(self, session: str) -> str | None:
         """What the session runs now (the first of them), or None."""
         with self.lock:
-            return (self.busy.get(session) or [None])[0]
+            doing = self.busy.get(session)
+            return doing[0] if doing else None
 
     def stop_flag(self, session: str) -> threading.Event:
         """The session's stop request (created clear on first use)."""

@@ -30,9 +30,11 @@ def _views(page: Page, slot: int, tree: StepTree | None, note: str = "") -> Upda
     """A column's candidates, branch tree and output text (the current branch, or the best beam)."""
     col = page.columns[slot]
     updates: Updates = {col.step_candidates: candidates_html(tree, note), col.branches: branches_html(tree)}
-    if tree is not None:
-        beams = tree.last.get("beams") or []
-        updates[col.output] = (beams[0][0] if beams else "") if searches_beams(tree.spec) else tree.text()
+    beams = (tree.last.get("beams") or []) if tree is not None else []
+    if beams:
+        updates[col.output] = beams[0][0]
+    elif tree is not None and tree.current is not None:  # at the prompt, the last run's text stays
+        updates[col.output] = tree.text()
     return updates
 
 
