@@ -144,3 +144,22 @@ def test_contrastive_and_dola_steps_show_candidates_and_what_the_method_weighed(
     shown = candidates_html(tree)
     assert shown.count("data-token=") == len(tree.nodes[tree.current].record["alternatives"]) > 1
     assert ("contrastive search:" if strategy == "contrastive" else "DoLa contrasted layer") in shown
+
+
+def test_the_tree_lists_each_branch_with_its_fork_and_log_probability():
+    tree = StepTree({"strategy": "greedy"})
+    with pytest.raises(ValueError, match="nothing stepped yet"):
+        tree.fork(1, "a", -1.0)
+    record = {"alternatives": []}
+    for token, logprob in ((1, -0.5), (2, -0.25), (3, -1.0)):
+        tree.add(token, f"t{token}", "drawn", logprob, record)
+    tree.resume(1)
+    tree.fork(9, "t9", -3.0)  # a sibling of token 1 (node 1): the fork is at position 1
+    tree.add(7, " typed", "typed", None)
+    first, second = tree.branches()
+    assert (first.text, first.forked_at, first.logprob, first.length) == ("t1t2t3", None, -1.75, 3)
+    assert (second.text, second.forked_at, second.logprob, second.unscored) == ("t1t9 typed", 1, -3.5, 1)
+    tree.resume(1)
+    assert tree.fork(9, "t9", -3.0) == 3 and len(tree.nodes) == 5  # picking it again moves there, adds nothing
+    with pytest.raises(ValueError, match="node 5 is not in the tree"):
+        tree.resume(5)
