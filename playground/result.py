@@ -7,6 +7,7 @@ read it. Every reader goes through these types, so a renamed key is a type error
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import statistics
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -63,6 +64,8 @@ class Alternative(TypedDict):
     p: float  # under the distribution the token was drawn from (0 when a filter removed it)
     p_model: float  # under the model's own softmax at temperature 1
     removed_by: str | None  # the first stage of the logits chain that removed it; None: it stayed
+    logprob: NotRequired[float | None]  # ln p, unrounded p's (None: removed, p = 0)
+    logprob_model: NotRequired[float | None]  # ln p_model
 
 
 class Candidate(TypedDict):
@@ -103,6 +106,10 @@ class TokenRecord(TypedDict):
     entropy: float | None
     p_model: float | None  # under the model's own softmax at temperature 1, before any processor
     entropy_model: float | None
+    # ln p and ln p_model from the unrounded probabilities (vLLM's "processed" and "raw" log-probabilities);
+    # None where p is unknown or 0
+    logprob: NotRequired[float | None]
+    logprob_model: NotRequired[float | None]
     top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
     alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
@@ -274,6 +281,8 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "entropy": _round(known.get("entropy")),
             "p_model": _round(known.get("p_model")),
             "entropy_model": _round(known.get("entropy_model")),
+            "logprob": log_probability(known.get("p")),
+            "logprob_model": log_probability(known.get("p_model")),
             "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
             "draft": draft,
             "alternatives": _alternatives(tokenizer, known),
@@ -306,8 +315,17 @@ def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:
     if not top:
         return None
     removed = cut if cut is not None and len(cut) == len(top) else [None] * len(top)
-    return [{"id": int(i), "text": tokenizer.decode([i]), "p": round(p, 5), "p_model": round(q, 5), "removed_by": r}
+    return [{"id": int(i), "text": tokenizer.decode([i]), "p": round(p, 5), "p_model": round(q, 5), "removed_by": r,
+             "logprob": log_probability(p), "logprob_model": log_probability(q)}
             for (i, p, q), r in zip(top, removed, strict=True)]
+
+
+def log_probability(p: float | None) -> float | None:
+    """ln p from the backend's unrounded p (p itself is rounded to 5 places, which a tail token's log would not
+    survive); None for an unknown p or p = 0 (a removed token: JSON has no -inf)."""
+    if p is None or not p > 0:
+        return None
+    return round(math.log(float(p)), 6)
 
 
 def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output: GenerationOutput,

@@ -187,8 +187,8 @@ class _Job:
     """One run: a worker thread that loads and generates, and the queue of what it reports, in order."""
 
     def __init__(self, prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None,
-                 history: History | None) -> None:
-        self.prompt, self.spec, self.history = prompt, spec, history
+                 history: History | None, judged: bool = True) -> None:
+        self.prompt, self.spec, self.history, self.judged = prompt, spec, history, judged
         self.reports: queue.Queue[object] = queue.Queue()
         self.cancelled = threading.Event()
         self._external_stop = should_stop
@@ -234,8 +234,8 @@ class _Job:
                 check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once
-                quality = NO_QUALITY if self.stop_requested() else self._judge(loaded, input_ids,
-                                                                                   runs[0][0].sequences[0])
+                judged = self.judged and not self.stop_requested()
+                quality = self._judge(loaded, input_ids, runs[0][0].sequences[0]) if judged else NO_QUALITY
             self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
@@ -333,15 +333,17 @@ class _Job:
 
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
-        history: History | None = None) -> Generator[Event, None, None]:
+        history: History | None = None, judged: bool = True) -> Generator[Event, None, None]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
+    `judged=False` skips reading the output with the full-precision model (a step of step mode: one more
+    forward over the whole text for a figure no step shows).
 
     What can be refused without loading anything is refused first (the prompt, see `preflight`). Closing the
     iterator early (a client that went away) stops the generation at its next step.
     """
     check_prompt(prompt)
     preflight(spec)
-    job = _Job(prompt, spec, should_stop, history)
+    job = _Job(prompt, spec, should_stop, history, judged)
     job.start()
     try:
         yield from job.events()
@@ -358,6 +360,15 @@ def _user_error(exc: BaseException) -> BaseException:
     if isinstance(exc, MemoryError):
         return PlaygroundError("out of memory; lower max_new_tokens or pick smaller weights (bf16, int8)")
     return exc
+
+
+def encode_text(spec: RunSpec, text: str) -> list[tuple[int, str]]:
+    """The tokens of `text` under spec.model's tokenizer, each with its own text (what typing forces in step
+    mode); loads the model as a run of `spec` would."""
+    check_available(spec.model)
+    loaded, _ = LOADED.get(spec.model, backend_for(spec.backend).source_weights(spec))
+    ids = loaded.tokenizer.encode(text, add_special_tokens=False)
+    return [(int(i), loaded.tokenizer.decode([i])) for i in ids]
 
 
 def run_to_result(prompt: str, spec: RunSpec) -> Result:

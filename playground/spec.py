@@ -255,7 +255,8 @@ def _check_ranges(spec: RunSpec) -> None:
         raise PlaygroundError("model name is too long (over 512 characters)")
     cap = max_new_tokens_cap()
     _in_range("max_new_tokens", spec.max_new_tokens, 1, cap)
-    _in_range("min_new_tokens", spec.min_new_tokens, 0, spec.max_new_tokens)
+    # a forced prefix counts as output (a branch continues its run), so min_new_tokens may reach over it
+    _in_range("min_new_tokens", spec.min_new_tokens, 0, len(spec.prefix_ids) + spec.max_new_tokens)
     for knob in registry.knobs():
         _check_knob(knob, getattr(spec, knob.name))
     _check_prefix(spec.prefix_ids)

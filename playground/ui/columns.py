@@ -29,6 +29,7 @@ from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets
 from playground.ui.settings import ColumnSettings, ColumnValues
+from playground.ui.step_view import step_views
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
@@ -270,6 +271,8 @@ class ColumnControls:
     beam_tree: gr.HTML  # beam columns: returned sequences with scores, and the search as a tree
     cache_step: gr.Slider  # sliding / sink / quantized columns: the step the cache strip shows
     cache_strip: gr.HTML  # which positions the cache keeps, evicts or quantizes at that step
+    step_candidates: gr.HTML  # step mode: the candidates at the current position, one button each
+    branches: gr.HTML  # step mode: the branch tree
 
     def read(self, data: Inputs) -> ColumnValues:
         """The controls' values, as Gradio hands them over (keyed by component), by name."""
@@ -357,7 +360,8 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     return box, knobs, groups, title, remove, notice
 
 
-def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML, gr.Slider, gr.HTML]:
+def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML, gr.Slider, gr.HTML,
+                                     gr.HTML, gr.HTML]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
     with gr.Column(visible=index < START_COLUMNS, min_width=250,
                    elem_classes=output_classes(index, index)) as box:
@@ -371,7 +375,8 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
         cache_step = gr.Slider(1, 2, value=1, step=1, label="KV cache at step", elem_id=f"cache-step-{index}",
                                visible=False, info="what a sliding, sink or quantized cache holds at that step")
         cache_strip = gr.HTML("", elem_id=f"cache-strip-{index}", visible=False, js_on_load=None)
-    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip
+        step_candidates, branches = step_views(index)
+    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip, step_candidates, branches
 
 
 def wire(col: ColumnControls) -> None:

@@ -14,7 +14,7 @@ import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import psutil
 
@@ -25,6 +25,7 @@ from playground.spec import RunSpec
 from playground.ui.chat import MODES
 from playground.ui.columns import MAX_COLUMNS, column_keys, problem, relevant_keys, spec_defaults
 from playground.ui.settings import ColumnSettings, PageSettings, page_settings
+from playground.ui.token_export import logprobs_csv, logprobs_json
 
 MAX_TOKEN_CHARS = 16_000
 # how long an export (and Gradio's served copy of it, see build_ui's delete_cache) is kept
@@ -197,13 +198,23 @@ def export_folder() -> tuple[Path, str]:
     return Path(tempfile.mkdtemp(prefix="export-", dir=root)), time.strftime("%Y%m%d-%H%M%S")
 
 
-def write_exports(settings: PageSettings, results: Sequence[Result | None],
-                  labels: Sequence[str]) -> tuple[Path, Path]:
+class Exports(NamedTuple):
+    """One export's files: the results, and each token's log-probabilities."""
+
+    json: Path
+    csv: Path
+    logprobs_json: Path
+    logprobs_csv: Path
+
+
+def write_exports(settings: PageSettings, results: Sequence[Result | None], labels: Sequence[str]) -> Exports:
     """Fresh files per export (Gradio serves them by path, so one user's download never shows another's);
     folders older than EXPORT_MAX_AGE_S go on each export (Gradio's copies go with the page's delete_cache)."""
     folder, stamp = export_folder()
-    json_path = folder / f"decoding-playground-{stamp}.json"
-    csv_path = folder / f"decoding-playground-{stamp}.csv"
-    json_path.write_text(results_json(settings, results), encoding="utf-8")
-    csv_path.write_text(results_csv(results, labels), encoding="utf-8")
-    return json_path, csv_path
+    texts = {"json": (f"decoding-playground-{stamp}.json", results_json(settings, results)),
+             "csv": (f"decoding-playground-{stamp}.csv", results_csv(results, labels)),
+             "logprobs_json": (f"token-logprobs-{stamp}.json", logprobs_json(results, labels)),
+             "logprobs_csv": (f"token-logprobs-{stamp}.csv", logprobs_csv(results, labels))}
+    for name, text in texts.values():
+        (folder / name).write_text(text, encoding="utf-8")
+    return Exports(**{key: folder / name for key, (name, _) in texts.items()})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -25,7 +27,31 @@ class LiveRuns:
 
     stops: dict[str, threading.Event] = field(default_factory=dict)  # session hash -> stop requested
     warmup: WarmUpState = field(default_factory=WarmUpState)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards starting the warm-up (once)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards starting the warm-up (once), and `busy`
+    busy: dict[str, list[str]] = field(default_factory=dict)  # session hash -> what it runs now ("a run", "a step")
+
+    @contextmanager
+    def working(self, session: str, what: str) -> Iterator[None]:
+        """Mark the session busy with `what` while the block runs (a step refuses to start meanwhile). A list per
+        session: a run started during a step (it waits for the generation lock) keeps the session busy after the
+        step ends."""
+        with self.lock:
+            self.busy.setdefault(session, []).append(what)
+        try:
+            yield
+        finally:
+            with self.lock:
+                doing = self.busy.get(session, [])
+                if what in doing:
+                    doing.remove(what)
+                if not doing:
+                    self.busy.pop(session, None)
+
+    def doing(self, session: str) -> str | None:
+        """What the session runs now (the first of them), or None."""
+        with self.lock:
+            doing = self.busy.get(session)
+            return doing[0] if doing else None
 
     def stop_flag(self, session: str) -> threading.Event:
         """The session's stop request (created clear on first use)."""

@@ -86,6 +86,15 @@ class Page:
     presets: dict[str, gr.Button]
     download_json: gr.DownloadButton
     download_csv: gr.DownloadButton
+    download_logprobs_json: gr.DownloadButton
+    download_logprobs_csv: gr.DownloadButton
+    step: gr.Button
+    step_8: gr.Button
+    step_text: gr.Textbox
+    force_text: gr.Button
+    run_to_end: gr.Button
+    step_status: gr.Markdown
+    steps: gr.State  # step mode: {"prompt": str, "trees": {slot: StepTree}}
 
     def layout(self, flags: list[bool]) -> Updates:
         """Show the columns whose flag is set; the last column cannot be removed, a fifth cannot be added."""
@@ -189,11 +198,28 @@ def _build_columns() -> list[ColumnControls]:
         with gr.Row(equal_height=False, elem_classes=["cards"]):
             outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
-    for i, ((box, knobs, groups, title, remove, notice), (out_box, output, chatbot, tokens, beams, step, strip)) in \
+    for i, ((box, knobs, groups, title, remove, notice),
+            (out_box, output, chatbot, tokens, beams, step, strip, candidates, branches)) in \
             enumerate(zip(settings, outputs, strict=True)):
         columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
-                                      tokens, beams, step, strip))
+                                      tokens, beams, step, strip, candidates, branches))
     return columns
+
+
+def _step_bar() -> dict[str, Any]:
+    """Step mode: advance every column by a token or eight, force typed text, or run on to the end."""
+    with gr.Row(elem_classes=["step-bar"], equal_height=True):
+        step = gr.Button("Step", elem_id="step", scale=0, min_width=80, size="sm")
+        step_8 = gr.Button("Step 8", elem_id="step-8", scale=0, min_width=80, size="sm")
+        step_text = gr.Textbox("", show_label=False, placeholder="text to force in every column",
+                               elem_id="step-text", scale=3, min_width=180, lines=1, max_lines=1)
+        force_text = gr.Button("Force text", elem_id="step-force", scale=0, min_width=110, size="sm")
+        run_to_end = gr.Button("Run to the end", elem_id="step-run-to-end", scale=0, min_width=140, size="sm")
+    step_status = gr.Markdown("Step mode: **Step** advances every column one token from where it stands; each "
+                              "column then shows its candidates (a click forces one) and its branch tree.",
+                              elem_id="step-status", elem_classes=["step-status"])
+    return {"step": step, "step_8": step_8, "step_text": step_text, "force_text": force_text,
+            "run_to_end": run_to_end, "step_status": step_status}
 
 
 def _header() -> dict[str, Any]:
@@ -279,6 +305,11 @@ def _comparison() -> dict[str, Any]:
                                                   elem_id="download-json")
                 download_csv = gr.DownloadButton("⬇ results CSV", interactive=False, size="sm",
                                                  elem_id="download-csv")
+            with gr.Row():  # each token's raw (the model's) and processed (as drawn) log-probability
+                download_logprobs_json = gr.DownloadButton("⬇ token log-probs JSON", interactive=False, size="sm",
+                                                           elem_id="download-logprobs-json")
+                download_logprobs_csv = gr.DownloadButton("⬇ token log-probs CSV", interactive=False, size="sm",
+                                                          elem_id="download-logprobs-csv")
     with gr.Row(equal_height=False):
         with gr.Column(min_width=300):
             latency_plot = gr.LinePlot(latency_frame(empty, empty, empty), x="token", y=DRAWN_MS, y_title="ms/token",
@@ -294,7 +325,8 @@ def _comparison() -> dict[str, Any]:
                               x_lim=[1, MIN_STEP_SPAN], x_axis_format=STEP_FORMAT)
     return {"preset_note": preset_note, "metrics": metrics, "process_memory": process_memory, "speed_plot": speed_plot,
             "latency_plot": latency_plot, "latency_note": latency_note, "kv_plot": kv_plot,
-            "download_json": download_json, "download_csv": download_csv}
+            "download_json": download_json, "download_csv": download_csv,
+            "download_logprobs_json": download_logprobs_json, "download_logprobs_csv": download_logprobs_csv}
 
 
 def _sharing() -> dict[str, Any]:
@@ -314,8 +346,9 @@ def _sharing() -> dict[str, Any]:
 
 def build_page() -> Page:
     """Every component, in page order (call inside a gr.Blocks context)."""
-    parts = _header()
+    parts = _header() | _step_bar()
     parts["columns"] = _build_columns()
     parts |= _token_bar() | _sampling_cut() | _comparison() | _sharing()
     return Page(**parts, visible=gr.State([i < START_COLUMNS for i in range(MAX_COLUMNS)]),
-                conversation=gr.State([]), results=gr.State(empty_outcome()), picked=gr.State(None))
+                conversation=gr.State([]), results=gr.State(empty_outcome()), picked=gr.State(None),
+                steps=gr.State({}))

@@ -295,7 +295,8 @@ def run_all(page: Page, data: Inputs, request: gr.Request, progress: gr.Progress
     settings, active = values.settings(), values.active
     run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
                empty_outcome(settings, active), values.colour_by, flag)
-    yield from run_rounds(run, progress)
+    with LIVE_RUNS.working(request.session_hash or "", "a run"):
+        yield from run_rounds(run, progress)
 
 
 def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], refused: dict[int, str],
@@ -312,7 +313,8 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
                       "labels": list(outcome["labels"]), "positions": list(outcome["positions"])}
     run = _Run(page, settings, active, [], fresh, colour_by, flag, refused=dict(refused), specs=specs,
                prefix_text=prefix_text, note=note)
-    yield from run_rounds(run, progress)
+    with LIVE_RUNS.working(request.session_hash or "", "a run"):
+        yield from run_rounds(run, progress)
 
 
 def run_outputs(page: Page) -> list[Any]:

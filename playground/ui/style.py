@@ -9,6 +9,7 @@ from playground.ui.assist_view import ASSIST_CSS
 from playground.ui.cache_view import CACHE_CSS
 from playground.ui.columns import MAX_COLUMNS
 from playground.ui.plots import PALETTE
+from playground.ui.step_view import STEP_CSS
 from playground.ui.table import scroll_cue
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
@@ -264,4 +265,4 @@ METRICS_SCROLL_CSS += "".join(
     f'#metrics:has(thead th:nth-child({count + 1})) {{ --metrics-cue: "{scroll_cue(count)}"; }}\n'
     for count in range(2, MAX_COLUMNS + 1))
 CSS += METRICS_SCROLL_CSS
-CSS += ASSIST_CSS + CACHE_CSS
+CSS += ASSIST_CSS + CACHE_CSS + STEP_CSS

@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import branch, sweep_tab, sweep_wiring, warmup
+from playground.ui import branch, stepping, sweep_tab, sweep_wiring, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import column_settings, notice_text, wire
@@ -301,14 +301,16 @@ def _run_steps(page: Page, start: Callable[..., Dependency], columns: Handler, i
         return {component: gr.update(interactive=True) for component in lockable} | {
             page.stop: gr.update(variant="secondary")}
 
-    @writes(page.download_json, page.download_csv)
+    downloads = (page.download_json, page.download_csv, page.download_logprobs_json, page.download_logprobs_csv)
+
+    @writes(*downloads)
     def exports(outcome: Outcome) -> Updates:
         results, labels = finished(outcome)
         if not results or outcome["settings"] is None:
-            return {page.download_json: gr.update(interactive=False), page.download_csv: gr.update(interactive=False)}
-        json_path, csv_path = write_exports(outcome["settings"], results, labels)
-        return {page.download_json: gr.update(value=str(json_path), interactive=True),
-                page.download_csv: gr.update(value=str(csv_path), interactive=True)}
+            return {button: gr.update(interactive=False) for button in downloads}
+        written = write_exports(outcome["settings"], results, labels)
+        return {button: gr.update(value=str(path), interactive=True)
+                for button, path in zip(downloads, written, strict=True)}
 
     step = on_private(on_private(start, lock).then, columns, inputs, queue=True, show_progress_on=[page.status])
     for handler in (unlock, *after_unlock):
@@ -351,6 +353,7 @@ def build_ui() -> tuple[gr.Blocks, Page]:
         _wire_layout(page, show_chat)
         restore = _wire_settings(page, show_chat)
         _wire_run(page)
+        stepping.wire_steps(page)
         sweep_wiring.wire(sweep)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run

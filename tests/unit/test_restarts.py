@@ -49,8 +49,8 @@ def test_old_exports_are_deleted_when_a_new_one_is_written(tmp_path, monkeypatch
         folder.mkdir()
         (folder / "decoding-playground-results.json").write_text("{}")
         os.utime(folder, (time.time() - age, time.time() - age))
-    json_path, csv_path = export.write_exports({"columns": []}, [], [])
-    assert json_path.exists() and csv_path.exists() and json_path.parent.parent == tmp_path
+    written = export.write_exports({"columns": []}, [], [])
+    assert all(path.exists() for path in written) and written.json.parent.parent == tmp_path
     assert not old.exists() and recent.exists()
 
 

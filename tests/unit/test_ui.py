@@ -358,9 +358,10 @@ def test_exports_carry_settings_results_and_versions(tmp_path):
     branched = fake_result([1, 2]) | {"prefix": {"ids": [7, 8], "text": "Once upon", "pieces": ["Once", " upon"]}}
     row = next(csv.DictReader(io.StringIO(results_csv([branched], ["1: greedy"]))))
     assert row["forced_prefix"] == "Once upon" and row["text"] == "t1t2"  # what was forced, then what was generated
-    json_path, csv_path = write_exports(SETTINGS, results, labels)
-    assert json_path.exists() and csv_path.read_text().startswith("column,label,model")
-    assert re.fullmatch(r"decoding-playground-\d{8}-\d{6}\.json", json_path.name)  # timestamped
+    written = write_exports(SETTINGS, results, labels)
+    assert written.json.exists() and written.csv.read_text().startswith("column,label,model")
+    assert re.fullmatch(r"decoding-playground-\d{8}-\d{6}\.json", written.json.name)  # timestamped
+    assert written.logprobs_csv.read_text().startswith("column,label,position,forced,id")
 
 
 def test_exports_name_the_machine_and_only_the_knobs_that_applied():

@@ -94,16 +94,20 @@ class RepetitionPenalty(Stage):
 
 
 class PresenceFrequency(Stage):
-    """OpenAI's presence and frequency penalties over the generated tokens (not the prompt)."""
+    """OpenAI's presence and frequency penalties over the generated tokens (not the prompt). A branch's forced
+    prefix counts as generated (the run it came from generated it): its counts are an argument, (1, V) whatever
+    its length, so a new prefix compiles nothing."""
 
     needs = Needs(counts=True)
 
     def args(self, spec: RunSpec, context: Context) -> Args:
-        return F32(spec.presence_penalty), F32(spec.frequency_penalty)
+        forced = np.zeros((1, context.vocab_size), np.int32)
+        np.add.at(forced[0], np.asarray(spec.prefix_ids, np.int64), 1)
+        return F32(spec.presence_penalty), F32(spec.frequency_penalty), forced
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
-        presence, frequency = args
-        counts = view.table(cands, view.history.counts).astype(jnp.float32)  # (B, N)
+        presence, frequency, forced = args
+        counts = view.table(cands, view.history.counts + forced).astype(jnp.float32)  # (B, N)
         return cands._replace(values=cands.values - frequency * counts - presence * (counts > 0))
 
 
@@ -158,7 +162,8 @@ class MinNewTokens(Stage):
         return context.eos, context.vocab_size
 
     def args(self, spec: RunSpec, context: Context) -> Args:
-        return (I32(spec.min_new_tokens),)
+        # a branch's forced prefix counts as generated: step k of a branch blocks EOS as step k of its run did
+        return (I32(spec.min_new_tokens - len(spec.prefix_ids)),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         eos, vocab = static

@@ -47,6 +47,13 @@ class TorchContext(NamedTuple):
     tokenizer: Any
     device: torch.device
     min_tokens_to_keep: int = 1  # transformers keeps more in beam sampling (one more than the EOS ids)
+    forced: int = 0  # the forced prefix's length (RunSpec.prefix_ids), the last tokens of input_ids
+
+    @property
+    def output_start(self) -> int:
+        """Where the output begins in input_ids: a branch's forced tokens count as output, so that step k of a
+        branch reads what step k of the run it came from read (the penalties over the output, min_new_tokens)."""
+        return self.prompt_length - self.forced
 
 
 def processors(spec: RunSpec, context: TorchContext) -> list[tuple[str, LogitsProcessor]]:
@@ -66,7 +73,7 @@ def repetition_penalty(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 
 def presence_frequency(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
     return PresenceFrequencyPenaltyLogitsProcessor(spec.presence_penalty, spec.frequency_penalty,
-                                                   context.prompt_length)
+                                                   context.output_start)
 
 
 def no_repeat_ngram(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
@@ -79,7 +86,7 @@ def dry(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 
 
 def min_new_tokens(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
-    return MinNewTokensLengthLogitsProcessor(context.prompt_length, spec.min_new_tokens, list(context.eos),
+    return MinNewTokensLengthLogitsProcessor(context.output_start, spec.min_new_tokens, list(context.eos),
                                              device=str(context.device))
 
 

@@ -50,7 +50,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
                 probe=TokenProbe() if plugin.probes else None, draft=draft, preview=preview)
     eos = tuple(eos_ids(config, loaded.tokenizer))
     context = TorchContext(prompt_len, eos, loaded.tokenizer, input_ids.device,
-                           min_tokens_to_keep=plugin.min_tokens_to_keep(eos))
+                           min_tokens_to_keep=plugin.min_tokens_to_keep(eos), forced=len(spec.prefix_ids))
     stop, trace = StopWhen(should_stop), CacheTrace(cache)
     with torch.inference_mode(), count_forward_passes(loaded.model) as passes, plugin.recording(call), \
             chained(loaded.model, spec, context, call.probe):

@@ -1,0 +1,60 @@
+"""What one step of a column runs, and what its Result adds to the column's branch tree.
+
+A step recomputes from the branch's tokens: the column's RunSpec with the path forced (`prefix_ids`) and as
+many new tokens as the step asks. Forced tokens count as output for every stage that reads the output, so a
+step equals the step of an uninterrupted run at that position (greedy token for token). Sampling draws step k
+with the seed plus k, so that stepping the same branch again draws the same token. A beam search keeps
+several hypotheses, so its step searches again from the prompt one token deeper and shows the beams.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playground import registry
+from playground.result import Result
+from playground.spec import RunSpec
+from playground.ui.step_tree import StepTree
+
+
+def searches_beams(spec: dict[str, Any]) -> bool:
+    """Beam search and diverse beam search: a step is the beams, not one token to fork at."""
+    return registry.strategy(spec["strategy"]).rows_knob is not None
+
+
+def step_spec(tree: StepTree, count: int) -> RunSpec | str:
+    """The run that advances the tree's current node by up to `count` tokens, or why it cannot."""
+    spec = tree.spec
+    most = int(spec["max_new_tokens"])
+    if searches_beams(spec):
+        depth = int(tree.last.get("depth", 0))
+        if tree.last.get("ended") or depth >= most:
+            return f"the search has ended ({depth} tokens; max_new_tokens is {most})"
+        new = min(count, most - depth)
+        return RunSpec.from_dict({**spec, "max_new_tokens": depth + new, "repeats": 1,
+                                  "min_new_tokens": min(int(spec["min_new_tokens"]), depth + new)})
+    if tree.current is not None and tree.nodes[tree.current].ended:
+        return "the text ended here: pick another candidate, or resume another node"
+    path = tree.ids()
+    if len(path) >= most:
+        return f"this branch has max_new_tokens ({most}) tokens"
+    new = min(count, most - len(path))
+    strategy = registry.strategy(spec["strategy"])
+    seed = int(spec["seed"]) + (len(path) if strategy.samples(bool(spec.get("assisted_sampling"))) else 0)
+    return RunSpec.from_dict({**spec, "prefix_ids": path, "max_new_tokens": new, "seed": seed, "repeats": 1,
+                              "min_new_tokens": min(int(spec["min_new_tokens"]), len(path) + new)})
+
+
+def absorb(tree: StepTree, result: Result, asked: int) -> None:
+    """The step's tokens as drawn children of the current node (each with its record: the candidates at its
+    position); an assisted step's drafts and a beam search's beams as what the step shows besides."""
+    if searches_beams(tree.spec):
+        tree.last = {"depth": result["new_tokens"], "ended": result["new_tokens"] < asked,
+                     "beams": [[text, score] for text, score in zip(result["sequences"], result["scores"] or [],
+                                                                    strict=False)]}
+        return
+    for record in result["tokens"]:
+        tree.add(record["id"], record["text"], "drawn", record.get("logprob_model"), dict(record))
+    tree.last = {"drafts": result.get("assisted_steps") or []}
+    if result["new_tokens"] < asked and tree.current is not None:  # the model ended the text (end-of-text)
+        tree.nodes[tree.current].ended = True

@@ -1,0 +1,166 @@
+"""Step mode's two views per column: the candidates at the current position (one button each) and the branch tree
+(every branch; each token a button that resumes there)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+
+from playground.ui.step_runs import searches_beams
+from playground.ui.step_tree import StepTree
+
+# a click on a candidate or on a node reports its token id or node index (wiring reads it from the event)
+STEP_CLICK_JS = """
+element.addEventListener('click', (event) => {
+  const hit = event.target.closest('[data-token],[data-node]');
+  if (!hit || !element.contains(hit)) return;
+  if (hit.dataset.token !== undefined) trigger('click', {token: Number(hit.dataset.token)});
+  else trigger('click', {node: Number(hit.dataset.node)});
+});
+"""
+SHOWN_CHARS = 80  # a branch's text shows its last characters; the whole text is its title
+
+
+def step_views(index: int) -> tuple[gr.HTML, gr.HTML]:
+    """A column's two step-mode views (inside its output card, so they follow the column's visibility)."""
+    candidates = gr.HTML("", elem_id=f"step-candidates-{index}", elem_classes=["step-view"], js_on_load=STEP_CLICK_JS)
+    branches = gr.HTML("", elem_id=f"branches-{index}", elem_classes=["step-view"], js_on_load=STEP_CLICK_JS)
+    return candidates, branches
+
+
+def _piece(text: str) -> str:
+    shown = html.escape(text).replace("\n", "↵")
+    return shown if text.strip() else shown.replace(" ", "·") or "∅"
+
+
+def _cut_line(record: dict[str, Any], spec: dict[str, Any]) -> str:
+    """That step's cut: each stage of the chain with the tokens it removed and the mass it moved (min_new_tokens,
+    always in the chain so that a new value compiles nothing, only when it is set)."""
+    stages = [s for s in record.get("stages") or [] if s["stage"] != "min_new_tokens" or spec["min_new_tokens"]]
+    if not stages:
+        return "<div class='step-cut'>no stage of the chain applied at this step</div>"
+    parts = [f"{html.escape(s['stage'])}: removed {s['removed']}, moved {s['moved']:.3f}" for s in stages]
+    return "<div class='step-cut'>cut: " + " → ".join(parts) + "</div>"
+
+
+def _method_line(record: dict[str, Any]) -> str:
+    """What contrastive search or DoLa weighed beside the chain."""
+    if record.get("contrastive"):
+        best = max(record["contrastive"], key=lambda c: c["score"])
+        return (f"<div class='step-method'>contrastive search: {html.escape(repr(best['text']))} scored "
+                f"{best['score']:.3f} (p {best['p']:.3f}, degeneration penalty {best['penalty']:.3f})</div>")
+    if record.get("dola"):
+        dola = record["dola"]
+        return (f"<div class='step-method'>DoLa contrasted layer {dola['layer']}; the final layer alone would take "
+                f"{html.escape(repr(dola['greedy_text']))}</div>")
+    return ""
+
+
+def _drafts_line(tree: StepTree) -> str:
+    steps = tree.last.get("drafts") or []
+    if not steps:
+        return ""
+    parts = [f"{len(s['drafted'])} proposed ({html.escape(''.join(s['drafted_text']))!s}), {s['accepted']} accepted"
+             for s in steps]
+    return "<div class='step-method'>drafts this step: " + "; ".join(parts) + "</div>"
+
+
+def _beams_html(tree: StepTree) -> str:
+    beams = tree.last.get("beams") or []
+    if not beams:
+        return "<div class='step-empty'>press Step: the beams after each token appear here</div>"
+    rows = "".join(f"<li><span class='beam-score'>{score:.3f}</span> {html.escape(text[-SHOWN_CHARS:])}</li>"
+                   for text, score in beams)
+    return (f"<div class='step-head'>beams after {tree.last.get('depth', 0)} tokens (beam search keeps every "
+            f"hypothesis, so there is no single token to fork at)</div><ol class='step-beams'>{rows}</ol>")
+
+
+def candidates_html(tree: StepTree | None, note: str = "") -> str:
+    """The candidates at the current node's position, after the chain: text, p as drawn, p_model, and what
+    removed it; the current token marked. A click forces it (a fork)."""
+    warn = f"<div class='step-note'>{html.escape(note)}</div>" if note else ""
+    if tree is None:
+        return warn + "<div class='step-empty'>press Step to advance this column one token</div>"
+    if searches_beams(tree.spec):
+        return warn + _beams_html(tree)
+    if tree.current is None:
+        return warn + "<div class='step-empty'>at the prompt: press Step</div>"
+    node = tree.nodes[tree.current]
+    record = node.record
+    if record is None:
+        return warn + "<div class='step-empty'>typed (forced): press Step to see what follows</div>"
+    buttons = []
+    for alt in record.get("alternatives") or []:
+        cut = f" ✂ {html.escape(alt['removed_by'])}" if alt["removed_by"] else ""
+        chosen = " chosen" if alt["id"] == node.token else ""
+        buttons.append(f"<button type='button' class='cand{chosen}{' cut' if cut else ''}' data-token='{alt['id']}' "
+                       f"title='force this token here'><b>{_piece(alt['text'])}</b> "
+                       f"<span>p {alt['p']:.3f} · p_model {alt['p_model']:.3f}{cut}</span></button>")
+    if not buttons:
+        buttons.append("<div class='step-empty'>this strategy recorded no candidates for the token</div>")
+    position = len(tree.path()) - 1
+    head = f"<div class='step-head'>token {position}: candidates after the chain (a click forces one)</div>"
+    ended = "<div class='step-note'>the text ended here</div>" if node.ended else ""
+    return (warn + head + "<div class='step-cands'>" + "".join(buttons) + "</div>" + _cut_line(record, tree.spec)
+            + _method_line(record) + _drafts_line(tree) + ended)
+
+
+def branches_html(tree: StepTree | None) -> str:
+    """Every branch: its tokens (each a button that resumes there), where it forked and its log-probability."""
+    if tree is None or searches_beams(tree.spec) or not tree.nodes:
+        return ""
+    on_path = set(tree.path())
+    rows = []
+    for branch in tree.branches():
+        tokens = "".join(f"<button type='button' class='bnode{' here' if i == tree.current else ''}"
+                         f"{' on' if i in on_path else ''} how-{tree.nodes[i].how}' data-node='{i}' "
+                         f"title='resume at token {depth}'>{_piece(tree.nodes[i].text)}</button>"
+                         for depth, i in enumerate(tree.path(branch.leaf)))
+        fork = "first branch" if branch.forked_at is None else f"forked at token {branch.forked_at}"
+        unscored = f", {branch.unscored} typed token(s) not scored" if branch.unscored else ""
+        rows.append(f"<li title=\"{html.escape(branch.text, quote=True)}\"><div class='bmeta'>{fork} · "
+                    f"{branch.length} tokens · log p {branch.logprob:.2f}{unscored}</div>"
+                    f"<div class='btokens'>{tokens}</div></li>")
+    return ("<div class='step-head'>branches (a token resumes there; Step continues from the marked one)</div>"
+            f"<ul class='branches'>{''.join(rows)}</ul>")
+
+# theme variables wherever they serve, so light and dark keep their contrast; a picked or typed node is marked
+# by its border, the node a step continues from by the primary colour
+STEP_CSS = """
+.step-bar { align-items: center; }
+.step-bar button { white-space: nowrap; }
+.step-status { font-size: 0.9em; }
+.step-view { font-size: 0.88em; }
+.step-head { color: var(--body-text-color-subdued); margin: 4px 0 2px; }
+.step-empty { color: var(--body-text-color-subdued); font-style: italic; }
+.step-note { color: #b45309; }
+.dark .step-note { color: #fbbf24; }
+.step-cands { display: flex; flex-wrap: wrap; gap: 4px; }
+.step-cands .cand { display: inline-flex; flex-direction: column; align-items: flex-start; gap: 1px;
+                    padding: 3px 8px; border: 1px solid var(--border-color-primary); border-radius: 6px;
+                    background: var(--background-fill-secondary); color: var(--body-text-color);
+                    cursor: pointer; max-width: 100%; font: inherit; }
+.step-cands .cand b { font-family: var(--font-mono); white-space: pre; overflow: hidden; text-overflow: ellipsis;
+                      max-width: 12em; }
+.step-cands .cand span { font-size: 0.85em; font-variant-numeric: tabular-nums; }
+.step-cands .cand.chosen { border: 2px solid var(--color-accent); }
+.step-cands .cand.cut span { color: #b91c1c; }
+.dark .step-cands .cand.cut span { color: #f87171; }
+.step-cands .cand:hover, .step-cands .cand:focus-visible { border-color: var(--color-accent); }
+.step-cut, .step-method { color: var(--body-text-color-subdued); margin-top: 3px; overflow-wrap: anywhere; }
+.branches { list-style: none; padding: 0; margin: 0; }
+.branches li { border-left: 3px solid var(--border-color-primary); padding: 2px 0 4px 6px; margin: 3px 0; }
+.bmeta { color: var(--body-text-color-subdued); font-size: 0.9em; }
+.btokens { display: flex; flex-wrap: wrap; gap: 1px; }
+.bnode { font-family: var(--font-mono); white-space: pre; padding: 0 2px; border: 1px solid transparent;
+         border-radius: 3px; background: none; color: var(--body-text-color); cursor: pointer; font-size: 0.95em; }
+.bnode.on { background: var(--background-fill-secondary); }
+.bnode.how-picked { border-color: #d97706; }
+.bnode.how-typed { border-style: dashed; border-color: var(--body-text-color-subdued); }
+.bnode.here { outline: 2px solid var(--color-accent); }
+.bnode:hover, .bnode:focus-visible { border-color: var(--color-accent); }
+.step-beams { margin: 2px 0 0 1.2em; padding: 0; }
+.beam-score { font-variant-numeric: tabular-nums; color: var(--body-text-color-subdued); }
+"""
