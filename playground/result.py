@@ -106,10 +106,8 @@ class TokenRecord(TypedDict):
     entropy: float | None
     p_model: float | None  # under the model's own softmax at temperature 1, before any processor
     entropy_model: float | None
-    # ln p and ln p_model from the unrounded probabilities (vLLM's "processed" and "raw" log-probabilities);
-    # None where p is unknown or 0
-    logprob: NotRequired[float | None]
-    logprob_model: NotRequired[float | None]
+    logprob: NotRequired[float | None]  # ln p, ln p_model of the unrounded p's; None where unknown or 0
+    logprob_model: NotRequired[float | None]  # (vLLM's "processed" and "raw" log-probabilities)
     top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
     draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
     alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)

@@ -163,13 +163,20 @@ def _generated(record: TokenRecord, top: int, mode: str,
                wider: list[tuple[str, float]] | None = None) -> TokenLogprob:
     """A generated token's log-probability: "raw", the model's own softmax (p_model); "processed", the
     distribution it was drawn from after the logits chain (p). Its alternatives are the model's most likely
-    tokens as recorded: by p_model (raw), or those the chain kept, by p (processed); or `wider` ones."""
+    tokens as recorded: by p_model (raw), or those the chain kept, by p (processed); or `wider` ones. The logs
+    are the records' own, taken before p is rounded (a tail token's log would not survive 5 places)."""
     processed = mode == "processed"
-    ranked = sorted(((text, p if processed else p_model) for text, p, p_model in record["top"] or []),
-                    key=lambda pair: -pair[1])
-    chosen = record["p"] if processed else record["p_model"]
-    alternatives = wider[:top] if wider is not None else [(text, math.log(p)) for text, p in ranked if p > 0][:top]
-    return TokenLogprob(record["text"], _log(chosen), alternatives)
+    key = "logprob" if processed else "logprob_model"
+    if record.get("alternatives"):
+        logged = [(a["text"], a.get(key)) for a in record["alternatives"] or []]
+        ranked = sorted(((text, lp) for text, lp in logged if lp is not None), key=lambda pair: -pair[1])
+    else:  # records without alternatives keep (text, p, p_model) only
+        ranked = sorted(((text, math.log(p)) for text, p in ((text, p if processed else p_model)
+                                                             for text, p, p_model in record["top"] or []) if p > 0),
+                        key=lambda pair: -pair[1])
+    chosen = record.get(key, _log(record["p"] if processed else record["p_model"]))
+    alternatives = wider[:top] if wider is not None else ranked[:top]
+    return TokenLogprob(record["text"], chosen, alternatives)
 
 
 def _prompt_tokens(scored: ScoredPrompt | None) -> list[TokenLogprob]:

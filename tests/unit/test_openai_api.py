@@ -68,7 +68,10 @@ def test_greedy_completion_is_the_runners_and_its_logprobs_are_p_model(client, m
     result = reference(PROMPT, model=model, max_new_tokens=8, chat=False)
     choice = done.choices[0]
     assert choice.text == result["text"] and choice.finish_reason == "length"
-    assert choice.logprobs.token_logprobs == [math.log(t["p_model"]) for t in result["tokens"]]
+    # the records' own logs of the unrounded p_model: equal to ln(p_model) within p's 5-place rounding
+    assert choice.logprobs.token_logprobs == [t["logprob_model"] for t in result["tokens"]]
+    assert choice.logprobs.token_logprobs == pytest.approx([math.log(t["p_model"]) for t in result["tokens"]],
+                                                           rel=1e-3, abs=1e-4)
     assert choice.logprobs.tokens == [t["text"] for t in result["tokens"]]
     assert done.usage.completion_tokens == 8 and done.usage.prompt_tokens == result["prompt_tokens"]
     assert done.model_extra["metrics"][0]["tokens_per_s"] > 0 and done.model_extra["metrics"][0]["backend"] == "torch"
@@ -80,8 +83,8 @@ def test_processed_logprobs_are_the_drawn_distributions(client, model):
     processed = client.completions.create(**asked, extra_body={"logprobs_mode": "processed"}).choices[0].logprobs
     result = reference(PROMPT, model=model, max_new_tokens=6, strategy="sampling", temperature=0.5, top_k=0, seed=3,
                        chat=False)
-    assert raw.token_logprobs == [math.log(t["p_model"]) for t in result["tokens"]]
-    assert processed.token_logprobs == [math.log(t["p"]) for t in result["tokens"]]
+    assert raw.token_logprobs == [t["logprob_model"] for t in result["tokens"]]
+    assert processed.token_logprobs == [t["logprob"] for t in result["tokens"]]
     # at temperature 0.5 the drawn distribution is sharper than the model's: its best alternative is likelier
     assert all(max(p.values()) > max(r.values()) for p, r in zip(processed.top_logprobs, raw.top_logprobs,
                                                                    strict=True))
