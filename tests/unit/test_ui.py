@@ -19,7 +19,6 @@ from playground.ui.columns import (
     PROMPT_LOOKUP,
     column_settings,
     control_values,
-    label,
     notice_text,
     problem,
     visibility,
@@ -35,6 +34,7 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
+from playground.ui.labels import base_label as label
 from playground.ui.plots import DRAWN_MS, kv_frame, latency_cap, latency_frame, latency_note, throughput_frame
 from playground.ui.table import format_number, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
