@@ -129,6 +129,32 @@ def test_totals_are_compared_per_token_when_columns_generated_different_counts()
     assert row(table, "total per token, compile and load excluded (ms)") == ["1000", "**★ 500**"]
 
 
+def test_runs_of_different_lengths_are_ranked_per_token_on_counts_and_not_at_all_on_sizes():
+    """A column that stopped after 62 tokens does not win "forward passes" against columns of 87 and 96."""
+    short, long_, longer = fake_result(list(range(62))), fake_result(list(range(87))), fake_result(list(range(96)))
+    table = metrics_table([short, long_, longer], ["1: a", "2: b", "3: c"])
+    assert not any(r[0] == "forward passes" for r in table["data"])
+    assert row(table, "forward passes per new token") == ["1.00", "1.00", "1.00"]
+    assert not any("★" in cell for cell in row(table, "forward passes per new token"))
+    for size in ("KV cache (MiB)", "memory: weights + KV cache"):
+        assert next(r[0] for r in table["data"] if r[0].startswith(size)).endswith("no ★: runs of different lengths")
+    assisted = fake_result(list(range(90)))
+    assisted["forward_passes"] = 30
+    cells = row(metrics_table([short, assisted], ["1: a", "2: b"]), "forward passes per new token")
+    assert cells == ["1.00", "**★ 0.33**"]
+
+
+def test_columns_that_tie_for_best_share_the_star_and_are_named():
+    passes = [fake_result(list(range(7))) for _ in range(3)]
+    passes[0]["forward_passes"] = 49
+    table = metrics_table(passes, ["1: greedy", "2: assisted", "3: assisted"])
+    assert row(table, "forward passes") == ["49", "**★ 7**", "**★ 7**"]
+    assert next(r[0] for r in table["data"] if r[0].startswith("forward passes")) == (
+        "forward passes · ★ tie: 2 and 3")
+    three = metrics_table([fake_result([1, 2]) for _ in range(3)], ["1: a", "2: b", "3: c"])
+    assert next(r[0] for r in three["data"] if r[0].startswith("KV cache")) == "KV cache (MiB) · no ★: all the same"
+
+
 def test_no_ranked_total_includes_compile():
     """A column that compiled 7.65 s of its 9.41 s is not beaten on its total by one that compiled nothing."""
     compiled, eager = fake_result([1, 2]), fake_result([1, 2])
