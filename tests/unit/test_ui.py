@@ -780,3 +780,25 @@ def test_the_beam_tree_leaves_out_beams_no_hypothesis_can_reach():
     shown = _possible(steps)
     assert [[n["text"] for n, _ in step] for step in shown] == [["{"], ['"', " "], ["n"]]
     assert [[parent for _, parent in step] for step in shown] == [[None], [0, 0], [0]]
+
+
+def test_a_compile_reported_at_zero_shows_what_it_is_doing_and_for_how_long_not_a_percentage():
+    from playground.ui.run import progress_shown
+
+    compiling = ProgressEvent(0.0, "torch.compile (default): compiling the decode step for 160 cache positions",
+                              elapsed_s=138.4)
+    fraction, desc, mark = progress_shown(compiling, stopping=False)
+    assert fraction is None and mark == "◔"  # no bar stuck at "0.0%" for minutes
+    assert desc == "torch.compile (default): compiling the decode step for 160 cache positions · 138 s"
+    assert progress_shown(ProgressEvent(0.4, "loading weights", elapsed_s=3.0), stopping=False)[0] == 0.4
+    assert progress_shown(compiling, stopping=True)[1].startswith("stops once this ends: torch.compile")
+
+
+def test_chain_knobs_sit_two_to_a_row_only_where_the_card_is_wide_enough():
+    """A row's widgets wrap under each other below their minimum width: three columns on a 1400 px screen gave
+    the "more samplers" help ten lines per knob at half a card's width."""
+    from playground import registry
+    from playground.ui.knob_widgets import WIDGET_MIN_WIDTH, knob_widget
+
+    widget = knob_widget(registry.knob("typical_p"), 0, 1.0)
+    assert widget.min_width == WIDGET_MIN_WIDTH >= 240
