@@ -221,11 +221,16 @@ def ranking_table(columns: Sequence[BeamColumn]) -> list[str]:
     ]
 
 
+def best_first(column: BeamColumn) -> list[Hypothesis]:
+    """A column's own hypotheses, best first under its own length penalty."""
+    return sorted(column.hypotheses, key=lambda h: -h.score(column.length_penalty))
+
+
 def own_hypotheses_table(columns: Sequence[BeamColumn]) -> list[str]:
     """Markdown lines: columns that ran different searches, each with its own finished hypotheses, best first
     under its own penalty, side by side."""
     returned = [returned_ranks(c) for c in columns]
-    ranked_own = [sorted(c.hypotheses, key=lambda h, c=c: -h.score(c.length_penalty))[:SHOWN] for c in columns]
+    ranked_own = [best_first(c)[:SHOWN] for c in columns]
     rows = [" | ".join(["rank"] + [_header(c) for c in columns]), " | ".join(["---:"] + ["---"] * len(columns))]
     at = [departures([h.text for h in own]) for own in ranked_own]
     for place in range(max(len(own) for own in ranked_own)):

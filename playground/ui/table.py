@@ -118,10 +118,9 @@ def metric_value(result: Result | None, key: str) -> float | int | None:
 
 def _per_token(result: Result, key: str) -> float | None:
     """The total (ms) or the forward passes per new token: runs of different lengths compared."""
+    total: float | None = result["forward_passes"]
     if key == "run_ms_per_token":
         total = 1000.0 * (result["metrics"]["total_s"] - result["metrics"]["compile_s"])
-    else:
-        total = result["forward_passes"]
     return total / result["new_tokens"] if total is not None and result["new_tokens"] else None
 
 
