@@ -169,7 +169,9 @@ def excerpt(text: str, departs_at: int, limit: int = SHOWN_CHARS) -> str:
     space = text.rfind(" ", start - 8, start)
     start = space + 1 if space > LEAD_CHARS else start
     window = text[start:start + limit - LEAD_CHARS]
-    return (text[:LEAD_CHARS].rstrip() + " … " + window.strip()
+    end = text.find(" ", LEAD_CHARS - 2)  # whole words where one ends nearby: "it reflects", not "it reflect"
+    lead = text[:end] if 0 < end <= LEAD_CHARS + 4 else text[:LEAD_CHARS]
+    return (lead.rstrip() + " … " + window.strip()
             + (" …" if start + len(window) < len(text) else ""))
 
 
@@ -188,6 +190,9 @@ def _quoted(text: str, departs_at: int | None = None) -> str:
 
 
 def _header(column: BeamColumn) -> str:
+    """The column's name, and its length penalty unless the name already says it."""
+    if "length penalty" in column.label:
+        return column.label
     return f"{column.label}<br>length_penalty {column.length_penalty:g}"
 
 

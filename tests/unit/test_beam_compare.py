@@ -87,6 +87,9 @@ def test_columns_that_ran_different_searches_list_their_own_hypotheses_and_are_n
     rescored = _result(-1.0, [-2.0 * 2, -3.0 * 4], [" a", " b c d e"])
     both = beam_comparison([torch_column, jax_column, rescored], ["1: beam", "2: jax", "3: beam"])
     assert "(columns 1 and 3, one search: 3 finished hypotheses" in both and "column 2 ran a search of its own" in both
+    named = beam_comparison([torch_column, rescored], ["1: beam · length penalty 1", "2: beam · length penalty -1"])
+    assert "| 1: beam · length penalty 1 | 2: beam · length penalty -1\n" in named  # the name says it once
+    assert "hypothesis | tokens | log-prob | 1: beam<br>length_penalty 1" in both
 
 
 def test_hypotheses_that_share_their_start_and_end_are_shown_where_they_differ_with_the_whole_text_on_focus():
