@@ -256,6 +256,13 @@ def test_the_tab_leaves_the_public_endpoints_as_named():
     assert sorted(demo.get_api_info()["named_endpoints"]) == ["/run", "/sweep"]
 
 
+def test_the_knobs_axis_starts_before_its_first_value_so_no_label_is_pushed_into_the_next(tab):
+    """Vega moves a label that sits on the axis' very end inward: a DRY sweep from 0 drew "0.00.2"."""
+    empty = sweep_tab.empty_sweep("dry_multiplier", (0.0, 0.4, 0.8, 1.6))
+    low, high = sweep_running.plot_setup(tab, empty, "sampling")[tab.plots[0]]["x_lim"]
+    assert -0.2 < low < 0.0 and high > 1.6
+
+
 def test_the_page_guide_lists_every_sweep_preset():
     from pathlib import Path
 
