@@ -231,7 +231,8 @@ def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> di
         best, why = best_columns(values, row.lower_is_better, runs, busy=busy and row.key in TIMINGS)
         why = why or _why(row, results)
         if len(best) > 1:
-            why = "★ tie: " + " and ".join(_number(labels[i]) for i in best)
+            names = [_number(labels[i]) for i in best]
+            why = "★ tie: " + ", ".join(names[:-1]) + " and " + names[-1]
         cells = []
         for i, (value, column_runs) in enumerate(zip(values, runs, strict=True)):
             never = row.key == "greedy_divergence" and value is None and results[i] is not None

@@ -151,6 +151,10 @@ def test_columns_that_tie_for_best_share_the_star_and_are_named():
     assert row(table, "forward passes") == ["49", "**★ 7**", "**★ 7**"]
     assert next(r[0] for r in table["data"] if r[0].startswith("forward passes")) == (
         "forward passes · ★ tie: 2 and 3")
+    four = [fake_result(list(range(7))) for _ in range(4)]
+    four[1]["forward_passes"] = 49
+    table = metrics_table(four, ["1: a", "2: b", "3: c", "4: d"])
+    assert next(r[0] for r in table["data"] if r[0].startswith("forward passes")).endswith("★ tie: 1, 3 and 4")
     three = metrics_table([fake_result([1, 2]) for _ in range(3)], ["1: a", "2: b", "3: c"])
     assert next(r[0] for r in three["data"] if r[0].startswith("KV cache")) == "KV cache (MiB) · no ★: all the same"
 
