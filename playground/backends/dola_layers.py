@@ -1,8 +1,13 @@
-"""DoLa's candidate premature layers as transformers 4.52 read `dola_layers`, for both backends' DoLa loops."""
+"""DoLa's candidate premature layers as transformers 4.52 read `dola_layers`, for both backends' DoLa loops, and the
+name their records give the contrast."""
 
 from __future__ import annotations
 
 from typing import Any
+
+# DoLa's contrast among a token's stages: the first, ahead of the logits chain, on both backends. The model's own
+# probabilities are the final layer's; this stage turns them into the contrast the chain starts from.
+CONTRAST_STAGE = "dola"
 
 
 def requested(value: str) -> str | list[int]:

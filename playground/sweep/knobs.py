@@ -39,6 +39,12 @@ def moves_tokens_per_pass(strategy: str) -> bool:
     return found.drafts or found.rows_knob is not None
 
 
+def follows_greedy(strategy: str) -> bool:
+    """Whether a run of `strategy` can agree with the greedy reference by more than chance: one that always samples
+    leaves it at whichever early draw first differs, so its agreed prefix stays near 0 whatever the knob."""
+    return registry.strategy(strategy).sampling != "always"
+
+
 def returns_several(strategy: str) -> bool:
     """Whether a run of `strategy` can return several sequences (beam-type strategies), whose overlap a sweep plots."""
     return "num_return_sequences" in registry.strategy(strategy).knobs

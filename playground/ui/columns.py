@@ -234,25 +234,6 @@ def output_classes(slot: int, position: int) -> list[str]:
     return ["out-card", f"card-{slot}", f"tint-{position}"]
 
 
-def label(position: int, settings: ColumnSettings) -> str:
-    """A short column name for tables and plots: its number on the page, strategy (and draft source), cache,
-    and backend and weights when not the defaults."""
-    strategy = str(settings.get("strategy", spec_defaults()["strategy"]))
-    if registry.strategy(strategy).drafts:
-        lookup = settings.get("prompt_lookup")
-        source = f"prompt lookup n={lookup}" if lookup else f"draft {settings.get('assistant')}"
-        strategy += f" ({source}, sampled)" if settings.get("assisted_sampling") else f" ({source})"
-    parts = [f"{position + 1}: {strategy}", settings.get("cache", spec_defaults()["cache"])]
-    if settings.get("backend", "torch") != "torch":
-        parts.append(settings["backend"])
-    if settings.get("weights", "fp32") != "fp32":
-        parts.append(settings["weights"])
-    mode = settings.get("torch_compile", "off")
-    if mode != "off":
-        parts.append("torch.compile" if mode == "default" else f"torch.compile {mode}")
-    return " · ".join(parts)
-
-
 @dataclass
 class ColumnControls:
     """The components of one run column: its settings card and its output card."""

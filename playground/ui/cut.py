@@ -14,9 +14,9 @@ from typing import Any, TypedDict
 
 from playground import registry
 from playground.registry import chain
-from playground.result import Result, StageRecord, TokenRecord
+from playground.result import Result, TokenRecord
 from playground.spec import RunSpec, spec_keys
-from playground.ui.method_view import panel_html
+from playground.ui.method_view import panel_html, stage_labels
 
 NOTHING_PICKED = "click or tap a token first"
 
@@ -46,7 +46,7 @@ def filter_labels(spec: Mapping[str, Any]) -> dict[str, str]:
 def cut_rows(record: TokenRecord, spec: Mapping[str, Any]) -> list[CutRow]:
     """The recorded alternatives (the model's most likely first), then the drawn token when it was not among
     them. Empty when the backend kept no per-token distribution (beam search, assisted decoding)."""
-    labels = filter_labels(spec)
+    labels = filter_labels(spec) | stage_labels(record)
     rows: list[CutRow] = []
     for alt in record.get("alternatives") or []:
         removed = alt["removed_by"]
@@ -59,19 +59,21 @@ def cut_rows(record: TokenRecord, spec: Mapping[str, Any]) -> list[CutRow]:
     return rows
 
 
-def applied_filters(spec: Mapping[str, Any]) -> str:
+def applied_filters(record: TokenRecord, spec: Mapping[str, Any]) -> str:
     """What stood between the model's distribution and the draw, in the order it was applied."""
-    return chain.describe(_spec(spec))
+    own = stage_labels(record)
+    return "; ".join([*own.values(), chain.describe(_spec(spec))]) if own else chain.describe(_spec(spec))
 
 
-def stage_rows_html(stages: Sequence[StageRecord] | None, spec: Mapping[str, Any]) -> str:
-    """Every active stage in chain order: the tokens it removed and the probability mass it moved."""
+def stage_rows_html(record: TokenRecord, spec: Mapping[str, Any]) -> str:
+    """Every active stage in order (a strategy's own stage, DoLa's contrast, ahead of the chain): the tokens it
+    removed and the probability mass it moved."""
     run = _spec(spec)
-    shown = [row for row in stages or [] if not registry.has_processor(row["stage"])
+    shown = [row for row in record.get("stages") or [] if not registry.has_processor(row["stage"])
              or registry.processor(row["stage"]).shown(run)]
     if not shown:
         return ""
-    labels = filter_labels(spec)
+    labels = filter_labels(spec) | stage_labels(record)
     rows = "".join(
         f"<tr><td>{html.escape(labels.get(row['stage'], row['stage']))}</td><td>{row['removed']}</td>"
         f"<td>{row['moved']:.3f}</td></tr>" for row in shown)
@@ -132,10 +134,11 @@ def cut_html(result: Result | None, position: int | None, column: str) -> str:
                 " You can still branch here from a greedy or sampling column.</p></div>")
     legend = ("<div class='cut-legend'><span class='cut-key model'></span>model's own p (temperature 1) "
               "<span class='cut-key drawn'></span>p as drawn (after the logits chain)</div>")
-    return (f"<div class='cut'>{head}<div class='cut-filters'>{html.escape(applied_filters(result['spec']))}</div>"
+    filters = html.escape(applied_filters(record, result["spec"]))
+    return (f"<div class='cut'>{head}<div class='cut-filters'>{filters}</div>"
             f"{legend}{''.join(_row_html(row) for row in rows)}"
             f"<div class='cut-summary'>{html.escape(removal_summary(rows))}</div>"
-            f"{stage_rows_html(record.get('stages'), result['spec'])}</div>")
+            f"{stage_rows_html(record, result['spec'])}</div>")
 
 
 def branch_choices(result: Result | None, position: int | None) -> list[tuple[str, int]]:

@@ -15,12 +15,17 @@ def chain_knobs(group: str) -> tuple[str, ...]:
     return tuple(knob.name for knob in registry.knobs() if knob.group == group)
 
 
+# a widget's narrowest width in a row of two: narrower, the row puts it under the other, so that with three or four
+# columns on a laptop each knob's help wraps to two or three lines rather than ten
+WIDGET_MIN_WIDTH = 260
+
+
 def knob_widget(knob: registry.Knob, index: int, value: Any, visible: bool = True, note: str = "") -> Any:
     """A knob's widget from its record alone: a dropdown of its choices, a slider over the knob's own range (its
     first step where the low end is refused), a number box, a text box or a checkbox; `note` follows its help."""
     info = " · ".join(part for part in (knob.help, note) if part)
     common: dict[str, Any] = {"label": knob.title, "info": info or None, "elem_id": f"{knob.name}-{index}",
-                              "visible": visible}
+                              "visible": visible, "min_width": WIDGET_MIN_WIDTH}
     if knob.choices:
         return gr.Dropdown(list(knob.choices), value=value, **common)
     if knob.kind is bool:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from playground.backends.dola_layers import CONTRAST_STAGE
 from playground.result import Candidate, TokenRecord
 
 
@@ -69,14 +70,25 @@ def panel_html(record: TokenRecord, spec: Mapping[str, Any]) -> str:
     if dola := record.get("dola"):
         rows = "".join(f"<tr{' class=chosen' if layer == dola['layer'] else ''}><td>{layer}</td><td>{js:.6f}</td>"
                        f"</tr>" for layer, js in zip(dola["layers"], dola["js"], strict=True))
-        verdict = (f"the contrast changed the token: the final layer alone would have taken "
-                   f"<code>{html.escape(repr(dola['greedy_text']))}</code>" if dola["changed"]
-                   else "the final layer's own top token, kept by the contrast")
+        alone = html.escape(repr(dola["greedy_text"]))
+        verdict = (f"the contrast changed the token: the final layer alone would have taken <code>{alone}</code>, "
+                   "the chart's top candidate" if dola["changed"] else "the final layer's own top token, kept by the "
+                   "contrast")
         return (f"<div class='method-panel'><p>DoLa contrasted layer <b>{dola['layer']}</b> (the candidate most "
-                f"unlike the final layer) with the final layer: {verdict}.</p><table class='cut-stages'><thead><tr>"
+                f"unlike the final layer) with the final layer: {verdict}. The chart's model p is the final "
+                "layer's own; the contrast is the first stage below, ahead of the logits chain.</p>"
+                "<table class='cut-stages'><thead><tr>"
                 "<th>candidate layer</th><th title='Jensen-Shannon divergence from the final layer’s next-token "
                 f"distribution'>JS divergence</th></tr></thead><tbody>{rows}</tbody></table></div>")
     return ""
+
+
+def stage_labels(record: TokenRecord) -> dict[str, str]:
+    """The name of a strategy's own stage ahead of the logits chain in this token's record: DoLa's contrast."""
+    dola = record.get("dola")
+    if not dola:
+        return {}
+    return {CONTRAST_STAGE: f"DoLa's contrast (final layer − layer {dola['layer']}, within a tenth of its top)"}
 
 
 def _chosen(candidates: Sequence[Candidate], token: int) -> Candidate | None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TypedDict
 
 from playground.result import Result
-from playground.ui.columns import MAX_COLUMNS, label
+from playground.ui.columns import MAX_COLUMNS
+from playground.ui.labels import column_labels
 from playground.ui.settings import PageSettings
 
 
@@ -20,11 +21,14 @@ class Outcome(TypedDict):
 
 
 def empty_outcome(settings: PageSettings | None = None, active: list[int] | None = None) -> Outcome:
-    """No results yet; the labels of the columns in `active` (slot indices, in the order of settings' columns)."""
+    """No results yet; the labels of the columns in `active` (slot indices, in the order of settings' columns):
+    each names what sets its column apart from the others (ui.labels)."""
     labels: list[str | None] = [None] * MAX_COLUMNS
     positions: list[int | None] = [None] * MAX_COLUMNS
-    for position, (i, column) in enumerate(zip(active or [], settings["columns"] if settings else [], strict=False)):
-        labels[i], positions[i] = label(position, column), position
+    columns = settings["columns"] if settings else []
+    names = column_labels(columns)
+    for position, (i, name) in enumerate(zip(active or [], names, strict=False)):
+        labels[i], positions[i] = name, position
     return {"settings": settings, "results": [None] * MAX_COLUMNS, "labels": labels, "positions": positions}
 
 

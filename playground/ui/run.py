@@ -213,6 +213,16 @@ def _finish_column(run: _Run, i: int, result: Result) -> Updates:
     return update | render(run.page, run.outcome, run.colour_by)
 
 
+def progress_shown(event: ProgressEvent, stopping: bool) -> tuple[float | None, str, str]:
+    """(the progress bar's fraction, its words, the notice's mark) for a stage's report. A stage with no measure
+    of how far it is (a compile, a kernel build: reported at 0 until it ends) gets no fraction, so the bar says
+    what is under way and for how long rather than "0.0%" for minutes."""
+    fraction = event.fraction if event.fraction > 0.0 else None
+    if stopping:  # a load (or torch building kernels) cannot be cut short: say when it stops
+        return fraction, f"stops once this ends: {event.message} · {event.elapsed_s:.0f} s so far", "■"
+    return fraction, event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else ""), "◔"
+
+
 def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int) -> Iterator[Updates]:
     """One run of a column: progress while loading, coalesced text while generating (first round only; later
     rounds repeat the timing), everything drawn at the end."""
@@ -225,10 +235,8 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None):
         if isinstance(event, ProgressEvent):
-            desc, mark = event.message + (f" · {event.elapsed_s:.0f} s" if event.elapsed_s >= 1 else ""), "◔"
-            if run.stop.is_set():  # a load (or torch building kernels) cannot be cut short: say when it stops
-                desc, mark = f"stops once this ends: {event.message} · {event.elapsed_s:.0f} s so far", "■"
-            progress(event.fraction, desc=f"column {i + 1}: {desc}")
+            fraction, desc, mark = progress_shown(event, run.stop.is_set())
+            progress(fraction, desc=f"column {i + 1}: {desc}")
             # on the status line too, beside Run where the eye is: the card's notice may be a screen further down
             yield {col.notice: f"{mark} {desc}",
                    run.page.status: f"{mark} **Column {i + 1}:** {desc}\n\n{_waiting_status(run.active, slot)}"}

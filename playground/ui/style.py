@@ -196,6 +196,11 @@ CSS = """
 /* the beam comparison under the divergence line: a wide table scrolls sideways instead of squeezing into a phone */
 #diff table { display: block; overflow-x: auto; max-width: 100%; }
 #diff th, #diff td, #diff td code { white-space: nowrap; }
+/* a beam hypothesis shows the part that tells it apart; the whole text on hover and on keyboard focus */
+#diff .hyp .hyp-full { display: none; }
+#diff .hyp:hover .hyp-short, #diff .hyp:focus .hyp-short { display: none; }
+#diff .hyp:hover .hyp-full, #diff .hyp:focus .hyp-full { display: inline; }
+#diff .hyp[tabindex]:focus { outline: 2px solid var(--color-accent); outline-offset: 1px; }
 """
 # a dot in each column's title and a stripe on its output card, in the colour of its line and bar in the plots
 # (both follow the column's position: ui.page.layout); on a phone each column's output card follows its settings card

@@ -55,7 +55,10 @@ def plot_setup(tab: SweepTab, sweep: dict[str, Any], strategy: str) -> Updates:
     data for `sweep` (empty)."""
     knob = sweep["knob"]
     updates = plot_updates(tab, sweep)
-    values_axis = padded_limits(pd.Series([float(v) for v in sweep["values"]]), above_zero=True)
+    # padded on both sides, below 0 too: Vega shifts a label that sits on the axis' end inward, and the first
+    # value's "0.0" at the very start was drawn into the next tick's "0.2" ("0.00.2"); the margin is under a tick's
+    # step, so no negative value gets a tick
+    values_axis = padded_limits(pd.Series([float(v) for v in sweep["values"]]))
     for plot, show in zip(tab.plots, shown(knob, strategy), strict=False):
         # the legend is set here, not when built: a plot first drawn in a hidden tab draws an empty legend, and a
         # changed legend makes Gradio draw the plot again (now visible)

@@ -4,7 +4,9 @@ A difference is real when the best value beats the next best by more than the sp
 (max - min), or, with a single run each, by more than SINGLE_RUN_MARGIN: two runs of the same setting differ
 by tens of percent on a busy machine. A timing measured once on a machine the run flagged as busy is never
 ranked, and no ranked figure includes compile or load time (those rows stand apart, unranked). Values that
-display the same are never told apart. A ranked row without a star says why in its label.
+display the same tie: tied columns share the star, and the row's label names them. Runs of different lengths
+compare totals and forward passes per new token, and never their cache sizes, which grow with the text. A ranked
+row without a star says why in its label.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ MIB = 2**20
 SINGLE_RUN_MARGIN = 0.20
 STAR_RULE = ("★ best in row, given only when it beats the next by more than the spread of repeated runs "
              f"(with one run: by more than {SINGLE_RUN_MARGIN:.0%}, and never for timings from a busy machine); "
-             "compile and load are never ranked")
+             "columns that tie for best share it; runs of different lengths are compared per new token, or not "
+             "at all; compile and load are never ranked")
 
 
 def scroll_cue(columns: int) -> str:
@@ -66,9 +69,14 @@ ROWS = (
 # constraint's cost (constrained columns)
 OPTIONAL_ROWS = ("acceptance_rate", "kl_vs_fp32", "constraint_changed_steps", "constraint_mass_removed_mean")
 CONSTRAINT_FIGURES = {"constraint_changed_steps": "changed_steps", "constraint_mass_removed_mean": "mass_removed_mean"}
-# when columns generated different numbers of tokens, totals are compared per token
+# when columns generated different numbers of tokens, totals and forward passes are compared per token, and the
+# cache's size (it grows with the text) is not ranked: the column that stopped first would win it
 TOTAL_PER_TOKEN = Row("total per token, compile and load excluded (ms)", "run_ms_per_token", True,
                       "run_ms_per_token_runs")
+PER_TOKEN = {"run_s": TOTAL_PER_TOKEN,
+             "forward_passes": Row("forward passes per new token", "forward_passes_per_token", True)}
+GROWS_WITH_LENGTH = ("memory_bytes", "kv_cache_bytes")
+DIFFERENT_LENGTHS = "no ★: runs of different lengths"
 TIMINGS = ("ttft_s", "tokens_per_s", "ms_per_token_p50", "ms_per_token_p90", "run_s", "run_ms_per_token")
 
 
@@ -95,9 +103,8 @@ def metric_value(result: Result | None, key: str) -> float | int | None:
         return _scaled(key, metrics["weight_bytes"] + metrics["kv_cache_bytes"])
     if key == "run_s":  # the generation's wall time without its compile (load is outside total_s already)
         return metrics["total_s"] - metrics["compile_s"]
-    if key == "run_ms_per_token":
-        run_s = metrics["total_s"] - metrics["compile_s"]
-        return 1000.0 * run_s / result["new_tokens"] if result["new_tokens"] else None
+    if key in ("run_ms_per_token", "forward_passes_per_token"):
+        return _per_token(result, key)
     if key == "distinct_2":
         return measures.distinct_n(result["token_ids"], 2)
     if key == "repeat_4gram_rate":
@@ -107,6 +114,14 @@ def metric_value(result: Result | None, key: str) -> float | int | None:
         figure = constraint.get(CONSTRAINT_FIGURES[key])
         return figure if isinstance(figure, (int, float)) else None
     return _scaled(key, metrics.get(key))
+
+
+def _per_token(result: Result, key: str) -> float | None:
+    """The total (ms) or the forward passes per new token: runs of different lengths compared."""
+    total: float | None = result["forward_passes"]
+    if key == "run_ms_per_token":
+        total = 1000.0 * (result["metrics"]["total_s"] - result["metrics"]["compile_s"])
+    return total / result["new_tokens"] if total is not None and result["new_tokens"] else None
 
 
 def metric_runs(result: Result | None, row: Row) -> list[float]:
@@ -144,43 +159,60 @@ def _spread(runs: Sequence[float]) -> float | None:
     return max(runs) - min(runs) if len(runs) > 1 else None
 
 
-def best_index(values: Sequence[float | int | None], lower_better: bool | None,
-               runs: Sequence[Sequence[float]] | None = None, busy: bool = False) -> tuple[int | None, str]:
-    """The column whose value is really the best in its row, or None with the reason ("" where a row is not
-    ranked or has fewer than two values).
+def best_columns(values: Sequence[float | int | None], lower_better: bool | None,
+                 runs: Sequence[Sequence[float]] | None = None, busy: bool = False) -> tuple[list[int], str]:
+    """The columns whose value is really the best in its row (several when they tie), or none with the reason (""
+    where a row is not ranked or has fewer than two values).
 
-    Real: the best beats the next best by more than the spread of either's repeated runs, or by more than
-    SINGLE_RUN_MARGIN of the next best's value when neither was repeated (and neither ran on a machine flagged
-    busy: `busy`, for timings); and the two display differently.
+    Columns tie when their values display the same. Real: the best beats the next best outside the tie by more
+    than the spread of either's repeated runs, or by more than SINGLE_RUN_MARGIN of the next best's value when
+    neither was repeated (and neither ran on a machine flagged busy: `busy`, for timings).
     """
     ranked = sorted((v, i) for i, v in enumerate(values) if v is not None)
     if lower_better is None or len(ranked) < 2:
-        return None, ""
+        return [], ""
     if not lower_better:
         ranked.reverse()
-    (best, index), (second, other) = ranked[0], ranked[1]
-    if format_number(best) == format_number(second):
-        return None, "no ★: the same"
+    best, index = ranked[0]
+    tied = [i for v, i in ranked if format_number(v) == format_number(best)]
+    rest = [(v, i) for v, i in ranked if i not in tied]
+    if not rest:
+        return [], "no ★: the same" if len(tied) == 2 else "no ★: all the same"
+    second, other = rest[0]
     spreads = [s for s in (_spread(runs[index]), _spread(runs[other])) if s is not None] if runs else []
     if not spreads and busy:
-        return None, "no ★: one run each on a busy machine"
+        return [], "no ★: one run each on a busy machine"
     if spreads:
-        return (index, "") if abs(best - second) > max(spreads) else (None, "no ★: within the runs' spread")
-    if abs(best - second) > SINGLE_RUN_MARGIN * abs(second):
-        return index, ""
-    return None, f"no ★: under {SINGLE_RUN_MARGIN:.0%} apart with one run each"
+        real, why = abs(best - second) > max(spreads), "no ★: within the runs' spread"
+    else:
+        real = abs(best - second) > SINGLE_RUN_MARGIN * abs(second)
+        why = f"no ★: under {SINGLE_RUN_MARGIN:.0%} apart with one run each"
+    return (sorted(tied), "") if real else ([], why)
 
 
 def _rows(results: Sequence[Result | None]) -> list[Row]:
-    """The rows that apply: acceptance only with an assisted column, KL only with a column not at fp32, totals per
-    token when counts differ."""
-    counts = {r["new_tokens"] for r in results if r}
+    """The rows that apply: acceptance only with an assisted column, KL only with a column not at fp32; totals and
+    forward passes per token when counts differ, and the sizes that grow with the text then unranked."""
+    lengths_differ = len({r["new_tokens"] for r in results if r}) > 1
     rows = []
     for row in ROWS:
         if row.key in OPTIONAL_ROWS and all(metric_value(r, row.key) is None for r in results):
             continue
-        rows.append(TOTAL_PER_TOKEN if row.key == "run_s" and len(counts) > 1 else row)
+        if lengths_differ and row.key in GROWS_WITH_LENGTH:
+            row = Row(row.label, row.key, None)
+        rows.append(PER_TOKEN.get(row.key, row) if lengths_differ else row)
     return rows
+
+
+def _why(row: Row, results: Sequence[Result | None]) -> str:
+    """Why a row that ranks when the columns' lengths match is not ranked now."""
+    lengths_differ = len({r["new_tokens"] for r in results if r}) > 1
+    return DIFFERENT_LENGTHS if lengths_differ and row.key in GROWS_WITH_LENGTH else ""
+
+
+def _number(label: str) -> str:
+    """A column's number on the page, from its name ("2: sampling · dynamic" -> "2")."""
+    return label.split(":", 1)[0]
 
 
 def _busy(results: Sequence[Result | None]) -> bool:
@@ -196,14 +228,18 @@ def metrics_table(results: Sequence[Result | None], labels: Sequence[str]) -> di
     for row in _rows(results):
         values = [metric_value(r, row.key) for r in results]
         runs = [metric_runs(r, row) for r in results]
-        best, why = best_index(values, row.lower_is_better, runs, busy=busy and row.key in TIMINGS)
+        best, why = best_columns(values, row.lower_is_better, runs, busy=busy and row.key in TIMINGS)
+        why = why or _why(row, results)
+        if len(best) > 1:
+            names = [_number(labels[i]) for i in best]
+            why = "★ tie: " + ", ".join(names[:-1]) + " and " + names[-1]
         cells = []
         for i, (value, column_runs) in enumerate(zip(values, runs, strict=True)):
             never = row.key == "greedy_divergence" and value is None and results[i] is not None
             text = "never" if never else format_number(value)
             if len(column_runs) > 1:  # the median, and the range of the repeated runs
                 text += f" ({format_number(min(column_runs))}–{format_number(max(column_runs))})"
-            cells.append(f"**★ {text}**" if i == best else text)
+            cells.append(f"**★ {text}**" if i in best else text)
         data.append([f"{row.label} · {why}" if why else row.label] + cells)
     return {"headers": ["metric"] + list(labels), "data": data}
 

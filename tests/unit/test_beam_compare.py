@@ -8,7 +8,15 @@ import torch
 
 from playground.result import build_result
 from playground.spec import RunSpec
-from playground.ui.beam_compare import beam_columns, beam_comparison, finished_hypotheses, returned_ranks
+from playground.ui.beam_compare import (
+    _quoted,
+    beam_columns,
+    beam_comparison,
+    departures,
+    excerpt,
+    finished_hypotheses,
+    returned_ranks,
+)
 from playground.ui.tokens import divergence_report, ordinal
 from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run
 
@@ -51,13 +59,49 @@ def test_a_length_penalty_reranks_the_same_hypotheses_and_the_table_says_which_e
     columns = beam_columns([short_first, long_first], ["1: beam", "2: beam"])
     assert [returned_ranks(c) for c in columns] == [{(1, 9): 1, (2, 3, 5, 7): 2}, {(2, 3, 5, 7): 1, (1, 4, 6, 8): 2}]
     table = beam_comparison([short_first, long_first], ["1: beam", "2: beam"])
-    assert "1: beam ranks `a` (2 tokens) first; 2: beam ranks `b c d e` (4 tokens) first" in table
-    assert "`a` + EOS | 2 | -2.00 | **-8.000 · ranks 1st, returned 1st** | -0.500 · ranks 3rd" in table
-    assert ("`a x y z` (length limit) | 4 | -5.00 | -80.000 · ranks 3rd | **-0.312 · ranks 2nd, returned 2nd**"
+    assert ("1: beam ranks <code class='hyp'>a</code> (2 tokens) first; 2: beam ranks <code class='hyp'>b c d e</code> "
+            "(4 tokens) first") in table
+    assert ("<code class='hyp'>a</code> + EOS | 2 | -2.00 | **-8.000 · ranks 1st, returned 1st** | -0.500 · ranks 3rd"
             in table)
+    assert ("<code class='hyp'>a x y z</code> (length limit) | 4 | -5.00 | -80.000 · ranks 3rd | **-0.312 · ranks "
+            "2nd, returned 2nd**") in table
     same = beam_comparison([short_first, short_first], ["1: beam", "2: beam"])
-    assert "Every penalty ranks `a` (2 tokens) first" in same
+    assert "Every penalty ranks <code class='hyp'>a</code> (2 tokens) first" in same
     assert beam_comparison([short_first], ["1: beam"]) == ""  # nothing to compare
+
+
+def test_columns_that_ran_different_searches_list_their_own_hypotheses_and_are_never_ranked_together():
+    """Beam sampling on PyTorch against JAX: each search found other hypotheses, so no column gets ranks for a
+    hypothesis its search never produced."""
+    torch_column = _result(1.0, [-3.0 / 4, -2.0 / 2], [" b c d e", " a"])
+    other_tree = [[_node(11, " q", -0.4, None, kept=True)], [_node(9, "<eos>", -1.0, 0, finished=True)]]
+    jax_column = {**_result(1.0, [-1.0 / 2], [" q"]), "beam_tree": other_tree, "token_ids": [11, 9]}
+    jax_column["spec"] = {**jax_column["spec"], "backend": "jax"}
+    table = beam_comparison([torch_column, jax_column], ["1: beam", "2: beam · jax"])
+    assert "ranks" not in table and "Every penalty" not in table
+    assert "columns 1, 2 ran different searches" in table
+    assert ("1st | **<code class='hyp'>b c d e</code> · 4 tokens · -0.750, returned 1st** | **<code class='hyp'>q"
+            "</code> · 2 tokens · -0.500, returned 1st**") in table
+    assert "2nd | **<code class='hyp'>a</code> · 2 tokens · -1.000, returned 2nd** | \n" in table
+    # a third column of the first search is ranked with it; the JAX one stays apart
+    rescored = _result(-1.0, [-2.0 * 2, -3.0 * 4], [" a", " b c d e"])
+    both = beam_comparison([torch_column, jax_column, rescored], ["1: beam", "2: jax", "3: beam"])
+    assert "(columns 1 and 3, one search: 3 finished hypotheses" in both and "column 2 ran a search of its own" in both
+    named = beam_comparison([torch_column, rescored], ["1: beam · length penalty 1", "2: beam · length penalty -1"])
+    assert "| 1: beam · length penalty 1 | 2: beam · length penalty -1\n" in named  # the name says it once
+    assert "hypothesis | tokens | log-prob | 1: beam<br>length_penalty 1" in both
+
+
+def test_hypotheses_that_share_their_start_and_end_are_shown_where_they_differ_with_the_whole_text_on_focus():
+    start, end = "The sky is blue because of the way ", " interacts with Earth's atmosphere, it"
+    texts = [start + "sunlight" + end, start + "light" + end]
+    at = departures(texts)
+    shown = [excerpt(t, a) for t, a in zip(texts, at, strict=True)]
+    assert shown[0] != shown[1] and "sunlight" in shown[0] and "light" in shown[1]  # middle elision hid both
+    cell = _quoted(texts[0], at[0])
+    assert "tabindex='0'" in cell and f"title='{texts[0].replace(chr(39), '&#x27;')}'" in cell
+    assert f"<span class='hyp-full'>{texts[0].replace(chr(39), '&#x27;')}</span>" in cell
+    assert "&#124;" in _quoted("a | b") and "|" not in _quoted("a | b")  # a pipe cannot split the table
 
 
 def test_a_large_score_is_matched_within_float32_rounding_and_an_absent_one_is_not():

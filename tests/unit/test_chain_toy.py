@@ -121,7 +121,7 @@ def test_toy_processor_is_a_column_knob_a_sweep_knob_and_in_the_cut(toy_processo
     assert "toy_banned_id" in sweepable() and parse_values("toy_banned_id", "3,5") == (3, 5)
     spec = RunSpec.from_dict({"toy_banned_id": 4}).to_dict()
     assert cut.filter_labels(spec)["toy_ban"] == "ban token 4"
-    assert cut.applied_filters(spec) == "ban token 4 → greedy: the most likely token is taken"
     record = {"id": 1, "text": "b", "p": 1.0, "p_model": 0.5, "alternatives": [], "stages": [
         {"stage": "toy_ban", "removed": 1, "moved": 0.25}]}
-    assert "ban token 4</td><td>1</td><td>0.250" in cut.stage_rows_html(record["stages"], spec)
+    assert cut.applied_filters(record, spec) == "ban token 4 → greedy: the most likely token is taken"
+    assert "ban token 4</td><td>1</td><td>0.250" in cut.stage_rows_html(record, spec)

@@ -96,6 +96,25 @@ def test_the_token_view_names_the_layer_dola_contrasted_and_marks_a_changed_choi
     assert summary_html([_token(1, "x")]) == ""  # other strategies get no line
 
 
+def test_the_cut_of_a_dola_token_shows_the_contrast_as_its_own_stage_before_the_chain():
+    dola = {"layer": 3, "layers": [1, 3], "js": [0.01, 0.02], "greedy_id": 9, "greedy_text": " Earth",
+            "changed": True}
+    token = _token(4, " closest", dola=dola, alternatives=[
+        {"id": 9, "text": " Earth", "p": 0.0, "p_model": 0.62, "removed_by": None},
+        {"id": 4, "text": " closest", "p": 0.7, "p_model": 0.2, "removed_by": None},
+        {"id": 5, "text": ",", "p": 0.0, "p_model": 0.1, "removed_by": "dola"}],
+        stages=[{"stage": "dola", "removed": 49000, "moved": 0.716},
+                {"stage": "repetition_penalty", "removed": 0, "moved": 0.01}])
+    spec = RunSpec(strategy="dola", repetition_penalty=1.2).to_dict()
+    html = cut_html({"tokens": [token], "spec": spec, "prefix": None}, 0, "1: dola")
+    contrast = "DoLa&#x27;s contrast (final layer − layer 3, within a tenth of its top)"
+    assert f"<tr><td>{contrast}</td><td>49000</td><td>0.716</td></tr>" in html
+    assert html.index(contrast + "</td>") < html.index("repetition penalty 1.2</td>")  # first, before the chain
+    assert f"✂ {contrast}" in html and "✂ repetition penalty" not in html
+    assert "would have taken <code>&#x27; Earth&#x27;</code>, the chart's top candidate" in html
+    assert f"<div class='cut-filters'>{contrast}; repetition penalty 1.2" in html
+
+
 def test_the_guide_presets_run_as_set():
     for name in ("The guide's methods", "DoLa vs greedy"):
         for column in PRESETS[name].columns:

@@ -47,6 +47,29 @@ def test_the_records_are_the_pytorch_paths():
         assert mine["p"] == pytest.approx(theirs["p"], abs=1e-4)
 
 
+def test_the_contrast_is_its_own_stage_ahead_of_the_chain_on_both_backends():
+    """The model's probabilities are the final layer's (its top is the token "would have taken" names), the
+    contrast removes and moves what it does as the first stage, and the repetition penalty removes nothing."""
+    record = next(r for r in TINY if r["id"] == "tiny-8l/p1/dola/high-rep1.2")  # the contrast changes every token
+    loaded = tiny_loaded(record["model"], shared_model(record["model"]))
+    ids = torch.tensor([record["prompt_ids"]])
+    on_jax, _ = jax_run(loaded, ids, _spec(record, max_new_tokens=6))
+    on_torch, _ = torch_run(loaded, ids, _spec(record, backend="torch", max_new_tokens=6))
+    for mine, theirs in zip(on_jax.token_info or [], on_torch.token_info or [], strict=True):
+        for info in (mine, theirs):
+            (contrast, removed, moved), (penalty, penalty_removed, _) = info["stages"][:2]
+            assert (contrast, penalty) == ("dola", "repetition_penalty") and penalty_removed == 0
+            assert removed > 0 and 0.0 < moved <= 1.0  # the relative-top filter cuts most of the vocabulary
+            assert info["top"][0][0] == info["dola"]["final_top"]  # the chart's top is the final layer's
+            cut = dict(zip((i for i, _, _ in info["top"]), info["top_cut"], strict=True))
+            assert set(cut.values()) <= {None, "dola"}  # only the contrast takes candidates out
+            assert all(cut[i] == "dola" for i, p, _ in info["top"] if p == 0.0)
+        assert mine["stages"][0][1] == theirs["stages"][0][1]
+        assert mine["stages"][0][2] == pytest.approx(theirs["stages"][0][2], abs=1e-4)
+        assert mine["p_model"] == pytest.approx(theirs["p_model"], abs=1e-4)
+        assert [i for i, _, _ in mine["top"]] == [i for i, _, _ in theirs["top"]]
+
+
 @pytest.mark.parametrize("cache", [pytest.param(c, marks=() if c == "sliding" else pytest.mark.slow)
                                    for c in ("dynamic", "static", "quantized", "sliding", "sink")])
 def test_dola_gives_the_pytorch_paths_tokens_on_every_cache_past_three_windows(cache):

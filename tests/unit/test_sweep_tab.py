@@ -97,8 +97,11 @@ def test_axis_titles_are_short_and_the_labels_say_what_each_plot_is():
 
 
 @pytest.mark.parametrize(("knob", "strategy", "hidden"), [
-    ("temperature", "sampling", {"kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
-    ("top_p", "sampling", {"kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
+    # a sampled run agrees with greedy by chance only: its agreement plot would lie flat near 0
+    ("temperature", "sampling", {"agreement", "kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
+    ("top_p", "sampling", {"agreement", "kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
+    ("dry_multiplier", "sampling", {"agreement", "kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
+    ("dry_multiplier", "greedy", {"kv_cache_mib", "tokens_per_pass", "returned_overlap"}),
     ("window", "greedy", {"tokens_per_pass", "returned_overlap"}),
     ("cache_bits", "greedy", {"tokens_per_pass", "returned_overlap"}),
     ("prompt_lookup", "assisted", {"kv_cache_mib", "returned_overlap"}),
@@ -199,9 +202,9 @@ def test_the_tab_runs_a_sweep_draws_its_rows_and_a_stop_keeps_them(wired, model,
     assert "✓ sweep done: 4 rows over 2 values" in final[tab.status]
     assert len(kept["tokens"]) == len(kept["sweep"]["rows"]) == 4
     assert final[tab.row_choice]["value"] == row_label(kept["sweep"], 0)
-    # a sentence until the first row; the first batch of rows shows the plots (a temperature sweep: five of eight)
+    # a sentence until the first row; the first batch of rows shows the plots (a temperature sweep: four of eight)
     assert start[tab.results]["visible"] is False and "first run finishes" in start[tab.empty_note]["value"]
-    assert [start[p]["visible"] for p in tab.plots[:-1]] == [True, True, True, True, True, False, False, False]
+    assert [start[p]["visible"] for p in tab.plots[:-1]] == [True, True, True, True, False, False, False, False]
     assert start[tab.plots[0]]["x_lim"][1] > 1.0  # the knob's axis spans its values before any row
     batches = [u for u in updates[1:] if tab.plots[0] in u and u is not limits]
     assert batches[0][tab.results]["visible"] is True and batches[0][tab.empty_note]["visible"] is False
@@ -251,3 +254,20 @@ def test_the_tab_leaves_the_public_endpoints_as_named():
 
     demo, _ = build_ui()
     assert sorted(demo.get_api_info()["named_endpoints"]) == ["/run", "/sweep"]
+
+
+def test_the_knobs_axis_starts_before_its_first_value_so_no_label_is_pushed_into_the_next(tab):
+    """Vega moves a label that sits on the axis' very end inward: a DRY sweep from 0 drew "0.00.2"."""
+    empty = sweep_tab.empty_sweep("dry_multiplier", (0.0, 0.4, 0.8, 1.6))
+    low, high = sweep_running.plot_setup(tab, empty, "sampling")[tab.plots[0]]["x_lim"]
+    assert -0.2 < low < 0.0 and high > 1.6
+
+
+def test_the_page_guide_lists_every_sweep_preset():
+    from pathlib import Path
+
+    from playground.sweep.presets import SWEEP_PRESETS
+
+    text = Path(__file__).parents[2].joinpath("docs", "page.md").read_text(encoding="utf-8")
+    listed = text.split("- **Presets** fill the tab", 1)[1].split("\n- **", 1)[0]
+    assert listed.count("\n  - ") == len(SWEEP_PRESETS)

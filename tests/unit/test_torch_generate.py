@@ -183,3 +183,11 @@ def test_eager_columns_never_let_generate_compile_the_forward_by_itself(tiny):
     assert tiny.model._valid_auto_compile_criteria(cache, config) is False
     config.disable_compile = False  # what transformers would do with our config otherwise
     assert tiny.model._valid_auto_compile_criteria(cache, config) is True
+
+
+def test_the_kernel_build_promises_no_duration():
+    """"about a minute" was said and 146 s was taken: the note names the build, the page adds its seconds."""
+    from playground.backends.torch.caches.kernels import build_note
+
+    for kind in ("cpu", "cuda"):
+        assert "minute" not in build_note(kind) and build_note(kind).endswith("(once per environment)")

@@ -19,7 +19,6 @@ from playground.ui.columns import (
     PROMPT_LOOKUP,
     column_settings,
     control_values,
-    label,
     notice_text,
     problem,
     visibility,
@@ -35,6 +34,7 @@ from playground.ui.export import (
     settings_to_json,
     write_exports,
 )
+from playground.ui.labels import base_label as label
 from playground.ui.plots import DRAWN_MS, kv_frame, latency_cap, latency_frame, latency_note, throughput_frame
 from playground.ui.table import format_number, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
@@ -127,6 +127,36 @@ def test_with_repeats_a_star_needs_a_lead_larger_than_the_spread_of_the_runs():
 def test_totals_are_compared_per_token_when_columns_generated_different_counts():
     table = metrics_table([fake_result([1, 2]), fake_result([1, 2, 3, 4])], ["a", "b"])
     assert row(table, "total per token, compile and load excluded (ms)") == ["1000", "**★ 500**"]
+
+
+def test_runs_of_different_lengths_are_ranked_per_token_on_counts_and_not_at_all_on_sizes():
+    """A column that stopped after 62 tokens does not win "forward passes" against columns of 87 and 96."""
+    short, long_, longer = fake_result(list(range(62))), fake_result(list(range(87))), fake_result(list(range(96)))
+    table = metrics_table([short, long_, longer], ["1: a", "2: b", "3: c"])
+    assert not any(r[0] == "forward passes" for r in table["data"])
+    assert row(table, "forward passes per new token") == ["1.00", "1.00", "1.00"]
+    assert not any("★" in cell for cell in row(table, "forward passes per new token"))
+    for size in ("KV cache (MiB)", "memory: weights + KV cache"):
+        assert next(r[0] for r in table["data"] if r[0].startswith(size)).endswith("no ★: runs of different lengths")
+    assisted = fake_result(list(range(90)))
+    assisted["forward_passes"] = 30
+    cells = row(metrics_table([short, assisted], ["1: a", "2: b"]), "forward passes per new token")
+    assert cells == ["1.00", "**★ 0.33**"]
+
+
+def test_columns_that_tie_for_best_share_the_star_and_are_named():
+    passes = [fake_result(list(range(7))) for _ in range(3)]
+    passes[0]["forward_passes"] = 49
+    table = metrics_table(passes, ["1: greedy", "2: assisted", "3: assisted"])
+    assert row(table, "forward passes") == ["49", "**★ 7**", "**★ 7**"]
+    assert next(r[0] for r in table["data"] if r[0].startswith("forward passes")) == (
+        "forward passes · ★ tie: 2 and 3")
+    four = [fake_result(list(range(7))) for _ in range(4)]
+    four[1]["forward_passes"] = 49
+    table = metrics_table(four, ["1: a", "2: b", "3: c", "4: d"])
+    assert next(r[0] for r in table["data"] if r[0].startswith("forward passes")).endswith("★ tie: 1, 3 and 4")
+    three = metrics_table([fake_result([1, 2]) for _ in range(3)], ["1: a", "2: b", "3: c"])
+    assert next(r[0] for r in three["data"] if r[0].startswith("KV cache")) == "KV cache (MiB) · no ★: all the same"
 
 
 def test_no_ranked_total_includes_compile():
@@ -755,3 +785,25 @@ def test_the_beam_tree_leaves_out_beams_no_hypothesis_can_reach():
     shown = _possible(steps)
     assert [[n["text"] for n, _ in step] for step in shown] == [["{"], ['"', " "], ["n"]]
     assert [[parent for _, parent in step] for step in shown] == [[None], [0, 0], [0]]
+
+
+def test_a_compile_reported_at_zero_shows_what_it_is_doing_and_for_how_long_not_a_percentage():
+    from playground.ui.run import progress_shown
+
+    compiling = ProgressEvent(0.0, "torch.compile (default): compiling the decode step for 160 cache positions",
+                              elapsed_s=138.4)
+    fraction, desc, mark = progress_shown(compiling, stopping=False)
+    assert fraction is None and mark == "◔"  # no bar stuck at "0.0%" for minutes
+    assert desc == "torch.compile (default): compiling the decode step for 160 cache positions · 138 s"
+    assert progress_shown(ProgressEvent(0.4, "loading weights", elapsed_s=3.0), stopping=False)[0] == 0.4
+    assert progress_shown(compiling, stopping=True)[1].startswith("stops once this ends: torch.compile")
+
+
+def test_chain_knobs_sit_two_to_a_row_only_where_the_card_is_wide_enough():
+    """A row's widgets wrap under each other below their minimum width: three columns on a 1400 px screen gave
+    the "more samplers" help ten lines per knob at half a card's width."""
+    from playground import registry
+    from playground.ui.knob_widgets import WIDGET_MIN_WIDTH, knob_widget
+
+    widget = knob_widget(registry.knob("typical_p"), 0, 1.0)
+    assert widget.min_width == WIDGET_MIN_WIDTH >= 240

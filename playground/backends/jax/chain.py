@@ -267,6 +267,18 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
     return Applied(cands, cut, jnp.stack(removed, axis=-1), jnp.stack(moved, axis=-1))
 
 
+def preceded(applied: Applied, model_logits: jax.Array, logits: jax.Array, watch: jax.Array) -> Applied:
+    """The chain's record with a strategy's own stage put first (DoLa's contrast): from the model's own logits
+    (B, V) to the `logits` the chain started from, what it removed, the mass it moved, and which of the watched
+    tokens (B, A) it took out."""
+    before, after = Candidates(model_logits, None), Candidates(logits, None)
+    count, mass = _record(before, jax.nn.softmax(model_logits, axis=-1), after, jax.nn.softmax(logits, axis=-1))
+    alive = jnp.isfinite(jnp.take_along_axis(logits, watch, axis=-1))  # (B, A)
+    cut = jnp.where(~alive, 1, jnp.where(applied.cut > 0, applied.cut + 1, 0))
+    return Applied(applied.cands, cut, jnp.concatenate([count[:, None], applied.removed], axis=-1),
+                   jnp.concatenate([mass[:, None], applied.moved], axis=-1))
+
+
 def for_row(chain_: Chain, args: tuple[tuple[jax.Array, ...], ...],
             index: jax.Array) -> tuple[tuple[jax.Array, ...], ...]:
     """The arguments as one row of a batch sees them: a per-row stage's arrays cut to their row `index` (a verify

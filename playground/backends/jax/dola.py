@@ -6,7 +6,8 @@ inside the same jitted call): the final layer's log-probabilities minus the chos
 a tenth of the final top's probability, go through the logits chain, then argmax. With several candidates the
 layer furthest from the final one (Jensen-Shannon) is chosen, per step. Chunks of STEPS_PER_CALL steps per call,
 as plain decoding; each token's record carries the layer, every candidate's divergence and the final layer's own
-top token, as on the PyTorch path.
+top token, as on the PyTorch path, and, as there, the final layer's probabilities as the model's own with the
+contrast as a stage of its own ahead of the chain (what it removed and the mass it moved).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 from jax.stages import Lowered
 
 from playground.backends.base import GenerationOutput
-from playground.backends.dola_layers import candidate_layers, requested
+from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
 from playground.backends.jax import sampling
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import CachePlan, Layouts
@@ -76,7 +77,9 @@ def choose(final: jax.Array, premature: jax.Array, key: jax.Array, produced: jax
     final, premature = final.astype(jnp.float32), premature.astype(jnp.float32)
     js = js_divergences(final, premature)  # (L, B)
     chosen = jnp.argmax(js.mean(axis=-1)).astype(jnp.int32)  # one layer for the batch, as 4.52
-    token, key, info = sampling.select(contrasted(final, premature[chosen]), key, produced, history, mode, knobs)
+    # the final layer's logits are the model's own: the contrast is recorded as a stage ahead of the chain
+    token, key, info = sampling.select(contrasted(final, premature[chosen]), key, produced, history, mode, knobs,
+                                       model_logits=final)
     batch = final.shape[0]
     record = Contrast(jnp.full((batch,), chosen), js.T, jnp.argmax(final, axis=-1).astype(jnp.int32))
     return token, key, info, record
@@ -127,7 +130,7 @@ def _decode(engine: Engine, weights: dict, state: DecodeState[jax.Array], limit:
         return i + 1, engine.pin(s), out
 
     empty = Contrast(jnp.zeros((steps,), jnp.int32), jnp.zeros((steps, len(layers))), jnp.zeros((steps,), jnp.int32))
-    out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.chain.stages)), empty)
+    out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, 1 + len(mode.chain.stages)), empty)
     count, state, out = jax.lax.while_loop(lambda c: (c[0] < limit) & ~c[1].done, body, (jnp.int32(0), state, out))
     return state, out, count
 
@@ -194,6 +197,9 @@ class DolaDecoding(PlainDecoding):
             known["dola"] = {"layer": self.layers[int(record.chosen[row])], "layers": list(self.layers),
                              "js": [float(v) for v in record.js[row]], "final_top": int(record.final_top[row])}
         return advance
+
+    def stage_names(self) -> tuple[str, ...]:
+        return (CONTRAST_STAGE, *super().stage_names())
 
     def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
         out = super().output(request, run, start)

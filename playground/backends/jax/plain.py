@@ -106,9 +106,13 @@ class PlainDecoding:
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
         tokens, info, count = fetched  # (steps,) tokens, -1 past `count`; (steps, ...) StepInfo rows
         chunk = [int(t) for t in tokens[: int(count)]]
-        self.stream.add(chunk, info, now, self.mode.chain.names)
+        self.stream.add(chunk, info, now, self.stage_names())
         self._take(request, run, chunk)
         return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
+
+    def stage_names(self) -> tuple[str, ...]:
+        """The names of the stages each token's record lists, in order: the chain's."""
+        return self.mode.chain.names
 
     def _consume(self, request: Request, chunk: list[int]) -> bool:
         """A constrained run's matcher takes a call's kept tokens; False when there is nothing to take (no

@@ -99,12 +99,17 @@ class Processed(NamedTuple):
 
 
 def processed(logits: jax.Array, history: History[jax.Array], produced: jax.Array, key: jax.Array | None,
-              mode: SamplingMode, knobs: Knobs) -> Processed:
-    """logits (B, V) through the chain; `key` is the chain's own (None when no stage draws)."""
+              mode: SamplingMode, knobs: Knobs, model_logits: jax.Array | None = None) -> Processed:
+    """logits (B, V) through the chain; `key` is the chain's own (None when no stage draws). `model_logits`: the
+    model's own logits where a strategy's stage made `logits` of them (DoLa's contrast), recorded as the first
+    stage; the model's probabilities and top alternatives are then the own logits'."""
     logits = logits.astype(jnp.float32)
-    model = jax.nn.softmax(logits, axis=-1)
+    own = logits if model_logits is None else model_logits.astype(jnp.float32)
+    model = jax.nn.softmax(own, axis=-1)
     top = jax.lax.top_k(model, TOP_ALTERNATIVES)[1].astype(jnp.int32)
     applied = chain.apply(logits, history, produced, key, mode.chain, knobs, watch=top)
+    if model_logits is not None:
+        applied = chain.preceded(applied, own, logits, top)
     final = chain.in_vocab(applied.cands._replace(values=jax.nn.softmax(applied.cands.values, axis=-1)),
                            logits.shape[-1], 0.0)
     return Processed(model, top, applied, final)
@@ -127,13 +132,15 @@ def pick(cands: chain.Candidates, greedy: bool, key: jax.Array) -> jax.Array:
 
 
 def select(logits: jax.Array, key: jax.Array, produced: jax.Array, history: History[jax.Array],
-           mode: SamplingMode, knobs: Knobs) -> tuple[jax.Array, jax.Array, StepInfo]:
+           mode: SamplingMode, knobs: Knobs, model_logits: jax.Array | None = None
+           ) -> tuple[jax.Array, jax.Array, StepInfo]:
     """The next token (B,) int32 for logits (B, V), the key for the next step, and the token's StepInfo.
 
-    `produced` is how many tokens this request has generated so far (for min_new_tokens).
+    `produced` is how many tokens this request has generated so far (for min_new_tokens); `model_logits` as in
+    `processed`.
     """
     key, chain_key = split_for_chain(key, mode)
-    out = processed(logits, history, produced, chain_key, mode, knobs)
+    out = processed(logits, history, produced, chain_key, mode, knobs, model_logits)
     if mode.greedy:
         token = pick(out.applied.cands, True, key)
         return token, key, token_info(out.model, out.final, token, out.top, out.applied)

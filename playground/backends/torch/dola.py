@@ -36,6 +36,7 @@ in the model's forward; transformers 5's repetition penalty skips the left paddi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
@@ -46,9 +47,9 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
-from playground.backends.dola_layers import candidate_layers, requested
+from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
 from playground.backends.torch import config as settings
-from playground.backends.torch.strategy import OwnLoop
+from playground.backends.torch.strategy import Call, OwnLoop
 from playground.backends.torch.transformers_hooks import is_stateful, pad_token, prefill, update_model_kwargs
 from playground.spec import RunSpec
 
@@ -76,9 +77,12 @@ class DolaStep:
 def dola_decoding(model: Any, input_ids: torch.Tensor, logits_processor: LogitsProcessorList,
                   stopping_criteria: StoppingCriteriaList, generation_config: GenerationConfig,
                   synced_gpus: bool = False, *, emit: EmitTokens | None = None, record: list[DolaStep] | None = None,
-                  norm_premature: bool = False, **model_kwargs: Any) -> GenerateDecoderOnlyOutput | torch.Tensor:
+                  contrasted: Callable[[str, torch.Tensor], None] | None = None, norm_premature: bool = False,
+                  **model_kwargs: Any) -> GenerateDecoderOnlyOutput | torch.Tensor:
     """The decoding loop generate() calls with `_sample`'s arguments: one forward per token with every hidden state,
-    the candidates' logits from `lm_head`, the contrast, the logits processors, then argmax (or sampling)."""
+    the candidates' logits from `lm_head`, the contrast, the logits processors, then argmax (or sampling).
+    `contrasted(CONTRAST_STAGE, final logits)` is told before the processors see each step's contrast: the token
+    probe then takes the final layer's logits as the model's own and the contrast as a stage ahead of the chain."""
     layers = candidate_layers(model, generation_config.dola_layers)
     lm_head = _refuse_what_4_52_did_not_run(model, generation_config, synced_gpus)
     norm = _final_norm(model) if norm_premature else None
@@ -101,6 +105,8 @@ def dola_decoding(model: Any, input_ids: torch.Tensor, logits_processor: LogitsP
         js = _js_divergences(premature, layers, final) if len(layers) > 1 or record is not None else None
         chosen = layers[int(js.mean(-1).argmax().item())] if js is not None and len(layers) > 1 else layers[0]
         contrast = _contrast(final, premature[chosen]).to(input_ids.device)
+        if contrasted is not None:
+            contrasted(CONTRAST_STAGE, final)
         processed = logits_processor(cast(torch.LongTensor, input_ids), contrast)
         scores = scores + (processed,) if scores is not None else None
         raw = raw + (final.to(copy=True),) if raw is not None else None
@@ -198,6 +204,16 @@ def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
     candidate_layers(SimpleNamespace(config=config), requested(spec.dola_layers))
 
 
+class DolaLoop(OwnLoop):
+    """This loop as `custom_generate`, telling the token probe (when there is one) of each step's contrast."""
+
+    def generate_kwargs(self, call: Call) -> dict[str, Any]:
+        kwargs = super().generate_kwargs(call)
+        if call.probe is not None:
+            kwargs["contrasted"] = call.probe.before_chain
+        return kwargs
+
+
 def plug_in(spec: RunSpec) -> OwnLoop:
     """The strategy's plug-in: this loop, recording each token's layer choice and contrast."""
-    return OwnLoop(spec, dola_decoding, settings.dola)
+    return DolaLoop(spec, dola_decoding, settings.dola)

@@ -58,6 +58,7 @@ class TokenProbe:
         self._last: torch.Tensor | None = None  # (V,) the distribution after the latest stage of this step
         self._step: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # assisted: a pass's (model, final)s
         self._step_start = 0  # assisted: the pass's first record
+        self._own_stage: tuple[str, torch.Tensor] | None = None  # (name, (V,) the model's own logits) before the chain
         self.paused = False
         self.first = _Hook(self._see_model)
         self.last = _Hook(self._see_final)
@@ -66,18 +67,28 @@ class TokenProbe:
         """A hook to place after the chain's stage `name`: what it removed, and the mass it moved (the total
         variation between the distributions before and after it)."""
         def see(_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
-            if self.paused:
-                return
-            alive = torch.isfinite(scores[0])
-            before = self._alive[-1][1] if self._alive else None
-            removed = int((before & ~alive).sum()) if before is not None else int((~alive).sum())
-            probs = torch.softmax(scores[0].float(), dim=-1)
-            moved = 0.5 * float((probs - self._last).abs().sum()) if self._last is not None else 0.0
-            self._alive.append((name, alive))
-            self._stages.append((name, removed, moved))
-            self._last = probs
+            if not self.paused:
+                self._after_stage(name, scores)
 
         return _Hook(see)
+
+    def before_chain(self, name: str, model_logits: torch.Tensor) -> None:
+        """A strategy's own stage ahead of the chain (DoLa's contrast of layers): `model_logits` (B, V) are the
+        model's own, and the scores the list sees next are what the stage made of them. The model's
+        probabilities are then the own ones, and the stage is recorded as the first, with what it removed and
+        moved."""
+        if not self.paused:
+            self._own_stage = (name, model_logits[0].float())
+
+    def _after_stage(self, name: str, scores: torch.Tensor) -> None:
+        alive = torch.isfinite(scores[0])
+        before = self._alive[-1][1] if self._alive else None
+        removed = int((before & ~alive).sum()) if before is not None else int((~alive).sum())
+        probs = torch.softmax(scores[0].float(), dim=-1)
+        moved = 0.5 * float((probs - self._last).abs().sum()) if self._last is not None else 0.0
+        self._alive.append((name, alive))
+        self._stages.append((name, removed, moved))
+        self._last = probs
 
     def begin_step(self) -> None:
         """Assisted: a verification pass starts; its positions' records follow."""
@@ -97,16 +108,20 @@ class TokenProbe:
             return
         if self._pending is not None:
             self._resolve(int(input_ids[0, -1]))
-        self._model = torch.softmax(scores[0].float(), dim=-1)  # (V,)
-        self._alive = [("", torch.isfinite(scores[0]))]
+        own = self._own_stage[1] if self._own_stage is not None else scores[0].float()
+        self._model = torch.softmax(own, dim=-1)  # (V,)
+        self._alive = [("", torch.isfinite(own))]
         self._stages = []
         self._last = self._model
+        if self._own_stage is not None:
+            self._after_stage(self._own_stage[0], scores)
+            self._own_stage = None
 
     def _cut(self, token: int) -> str | None:
-        """The first stage after which `token` was -inf (None: it stayed, or transformers' own processors, which
-        run before the chain, removed it)."""
-        for name, alive in self._alive[1:]:
-            if not bool(alive[token]):
+        """The stage that took `token` out: after which it was -inf, having been finite before (None: it stayed, or
+        it was -inf before any stage, as transformers' own processors, which run before the chain, leave it)."""
+        for (_, before), (name, alive) in zip(self._alive, self._alive[1:], strict=False):
+            if bool(before[token]) and not bool(alive[token]):
                 return name
         return None
 
