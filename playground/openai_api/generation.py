@@ -166,15 +166,17 @@ def _generated(record: TokenRecord, top: int, mode: str,
     tokens as recorded: by p_model (raw), or those the chain kept, by p (processed); or `wider` ones. The logs
     are the records' own, taken before p is rounded (a tail token's log would not survive 5 places)."""
     processed = mode == "processed"
-    key = "logprob" if processed else "logprob_model"
+    ranked: list[tuple[str, float]]
     if record.get("alternatives"):
-        logged = [(a["text"], a.get(key)) for a in record["alternatives"] or []]
-        ranked = sorted(((text, lp) for text, lp in logged if lp is not None), key=lambda pair: -pair[1])
+        logged = [(a["text"], a.get("logprob") if processed else a.get("logprob_model"))
+                  for a in record.get("alternatives") or []]
+        ranked = [(text, lp) for text, lp in logged if lp is not None]
     else:  # records without alternatives keep (text, p, p_model) only
-        ranked = sorted(((text, math.log(p)) for text, p in ((text, p if processed else p_model)
-                                                             for text, p, p_model in record["top"] or []) if p > 0),
-                        key=lambda pair: -pair[1])
-    chosen = record.get(key, _log(record["p"] if processed else record["p_model"]))
+        pairs = ((text, p if processed else p_model) for text, p, p_model in record["top"] or [])
+        ranked = [(text, math.log(p)) for text, p in pairs if p > 0]
+    ranked.sort(key=lambda pair: -pair[1])
+    recorded = record.get("logprob") if processed else record.get("logprob_model")
+    chosen = recorded if recorded is not None else _log(record["p"] if processed else record["p_model"])
     alternatives = wider[:top] if wider is not None else ranked[:top]
     return TokenLogprob(record["text"], chosen, alternatives)
 
