@@ -26,9 +26,13 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
+from playground.backends.torch.carrying import AdaptivePLogitsWarper, MirostatV2LogitsWarper
 from playground.backends.torch.samplers import (
     DRYLogitsProcessor,
+    DynamicTemperatureLogitsWarper,
+    PLessLogitsWarper,
     PresenceFrequencyPenaltyLogitsProcessor,
+    TopALogitsWarper,
     TopNSigmaLogitsWarper,
     XTCLogitsWarper,
     breaker_ids,
@@ -112,3 +116,23 @@ def epsilon_cutoff(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 def eta_cutoff(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
     return EtaLogitsWarper(epsilon=spec.eta_cutoff, min_tokens_to_keep=context.min_tokens_to_keep,
                            device=str(context.device))
+
+
+def dynamic_temperature(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return DynamicTemperatureLogitsWarper(spec.temperature, spec.dynatemp_range, spec.dynatemp_exponent)
+
+
+def top_a(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return TopALogitsWarper(spec.top_a, min_tokens_to_keep=context.min_tokens_to_keep)
+
+
+def p_less(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return PLessLogitsWarper(spec.p_less)
+
+
+def mirostat_v2(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return MirostatV2LogitsWarper(spec.mirostat_tau, spec.mirostat_eta)
+
+
+def adaptive_p(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return AdaptivePLogitsWarper(spec.adaptive_target, spec.adaptive_decay)
