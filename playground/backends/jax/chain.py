@@ -59,6 +59,7 @@ class Context(NamedTuple):
     tokenizer: Any  # the main model's tokenizer (DRY's sequence breakers are strings)
     rows: int = 1  # rows a program picks for that may each need an argument of their own (beams, verify positions)
     keep: int = 1  # transformers' min_tokens_to_keep: no filter leaves fewer (beam sampling: one more than the EOS ids)
+    breakers: frozenset[int] | None = None  # DRY's sequence breakers as ids (no tokenizer: the sampler lab)
 
 
 class Candidates(NamedTuple):

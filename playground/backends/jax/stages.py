@@ -122,7 +122,12 @@ class Dry(Stage):
         return context.vocab_size
 
     def args(self, spec: RunSpec, context: Context) -> Args:
-        breakers = _breaker_mask(context.tokenizer, parse_breakers(spec.dry_sequence_breakers), context.vocab_size)
+        if context.breakers is not None:
+            breakers = np.zeros((context.vocab_size,), bool)
+            breakers[[i for i in context.breakers if i < context.vocab_size]] = True
+        else:
+            breakers = _breaker_mask(context.tokenizer, parse_breakers(spec.dry_sequence_breakers),
+                                     context.vocab_size)
         return F32(spec.dry_multiplier), F32(spec.dry_base), I32(spec.dry_allowed_length), breakers
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:

@@ -49,6 +49,7 @@ class TorchContext(NamedTuple):
     tokenizer: Any
     device: torch.device
     min_tokens_to_keep: int = 1  # transformers keeps more in beam sampling (one more than the EOS ids)
+    breakers: frozenset[int] | None = None  # DRY's sequence breakers as ids (no tokenizer: the sampler lab)
 
 
 def processors(spec: RunSpec, context: TorchContext) -> list[tuple[str, LogitsProcessor]]:
@@ -72,7 +73,9 @@ def no_repeat_ngram(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 
 
 def dry(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
-    breakers = breaker_ids(context.tokenizer, chain.parse_breakers(spec.dry_sequence_breakers))
+    breakers = context.breakers
+    if breakers is None:
+        breakers = breaker_ids(context.tokenizer, chain.parse_breakers(spec.dry_sequence_breakers))
     return DRYLogitsProcessor(spec.dry_multiplier, spec.dry_base, spec.dry_allowed_length, breakers)
 
 
