@@ -22,6 +22,8 @@ from playground.spec import BACKENDS, RunSpec
 MAX_ENTRIES = 300_000  # a distribution's entries: more than any bundled model's vocabulary (Gemma 3: 262,144)
 # stages the lab leaves out: the constraint needs a tokenizer, min_new_tokens the model's end-of-text ids
 NOT_IN_THE_LAB = ("constraint", "min_new_tokens")
+# DRY's breakers as strings need a tokenizer; the lab takes them as ids (LabRequest.breakers)
+NOT_A_LAB_KNOB = ("dry_sequence_breakers",)
 
 
 def lab_knobs() -> tuple[str, ...]:
@@ -29,7 +31,7 @@ def lab_knobs() -> tuple[str, ...]:
     names: list[str] = []
     for stage in registry.processors():
         if stage.name not in NOT_IN_THE_LAB:
-            names += [knob for knob in stage.knobs if knob not in names]
+            names += [knob for knob in stage.knobs if knob not in names and knob not in NOT_A_LAB_KNOB]
     return (*names, "sampler_order", "seed")
 
 
@@ -98,10 +100,18 @@ def parse_ids(field: str, text: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def _numbers(field: str, values: Sequence[Any]) -> None:
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PlaygroundError(f"{field}[{i}]={value!r} is not a number")
+
+
 def logits_of(probs: Sequence[float] | None = None, logits: Sequence[float] | None = None) -> tuple[float, ...]:
     """The distribution as logits: probabilities (normalised; 0 is a removed entry) or logits as given."""
     if (probs is None) == (logits is None):
         raise PlaygroundError("give the distribution once: probabilities (--probs) or logits (--logits)")
+    _numbers("probs", probs or ())
+    _numbers("logits", logits or ())
     if logits is not None:
         for i, value in enumerate(logits):
             if math.isnan(value) or value == math.inf:
@@ -129,6 +139,8 @@ def request(distribution: Mapping[str, Any], knobs: Mapping[str, Any], *, histor
     vocab = len(values)
     for field, ids in (("history", history), ("dry_breaker_ids", breakers)):
         for i, token in enumerate(ids):
+            if isinstance(token, bool) or not isinstance(token, int):
+                raise PlaygroundError(f"{field}[{i}]={token!r} is not a token id; allowed: whole numbers >= 0")
             if not 0 <= token < vocab:
                 raise PlaygroundError(f"{field}[{i}]={token} is out of range: the distribution has {vocab} entries, "
                                       f"so ids run from 0 to {vocab - 1}")

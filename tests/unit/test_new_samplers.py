@@ -251,3 +251,29 @@ def test_a_stage_with_state_runs_on_one_drawn_sequence_only(knob, strategy):
     with pytest.raises(PlaygroundError, match=rf"{knob}=0.5: .*strategy=sampling only, not {strategy}"):
         RunSpec.from_dict({"strategy": strategy, knob: 0.5, **extra})
     assert RunSpec(strategy="sampling", **{knob: 0.5}).strategy == "sampling"
+
+
+@pytest.fixture
+def local_model(tmp_path, monkeypatch):
+    from tests.helpers import allowed_tiny_model
+
+    with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as path:
+        yield path
+
+
+def test_each_token_record_shows_mu_and_mu_follows_the_drawn_tokens_on_both_backends(local_model):
+    """A sampling run with mirostat last in the chain: μ starts at 2τ and, token after token, moves by
+    -η x (-log2 p - τ), p being the drawn token's probability (the chain's last stage's distribution)."""
+    from playground import runner
+
+    tau, eta = 2.0, 0.5
+    spec = RunSpec(model=local_model, strategy="sampling", top_k=0, temperature=0.5, max_new_tokens=8,
+                   mirostat_tau=tau, mirostat_eta=eta, seed=3)
+    for backend in ("torch", "jax"):
+        result = runner.run_to_result("the state of a stage", spec.replace(backend=backend))
+        mus = [record["state"]["mirostat_mu"] for record in result["tokens"]]
+        assert mus[0] == pytest.approx(2 * tau)
+        for step in range(1, len(mus)):
+            surprise = -math.log2(result["tokens"][step - 1]["p"])
+            assert mus[step] == pytest.approx(mus[step - 1] - eta * (surprise - tau), abs=1e-3), (backend, step)
+        assert len(set(round(mu, 3) for mu in mus)) > 2, backend
