@@ -26,10 +26,12 @@ _JAX = "playground.backends.jax.stages"
 
 def _stage(name: str, label: str, help: str, knobs: tuple[str, ...], active: Callable[[RunSpec], bool], *,
            jax: str, torch: str, samples_only: bool = True, validate: Callable[[RunSpec], None] | None = None,
-           idle: Callable[[RunSpec], bool] | None = None) -> Processor:
+           idle: Callable[[RunSpec], bool] | None = None, strategies: tuple[str, ...] = (),
+           strategies_why: str = "") -> Processor:
     return register_processor(Processor(
         name=name, label=label, help=help, knobs=knobs, active=active, samples_only=samples_only,
-        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate, idle=idle))
+        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate, idle=idle, strategies=strategies,
+        strategies_why=strategies_why))
 
 
 def _check_breakers(spec: RunSpec) -> None:
@@ -125,23 +127,27 @@ _stage("p_less", "p-less (mode {p_less})",
        ("p_less",), lambda spec: spec.p_less > 0, jax="PLess", torch="p_less")
 
 
-def _one_sequence(knob: str, what: str) -> Callable[[RunSpec], None]:
-    """A stage whose state follows the tokens of one sequence runs where one sequence is drawn: the sampling
-    strategy (beam sampling's hypotheses and assisted decoding's rejected drafts would each need a state of
-    their own)."""
+# a state that follows the tokens of one drawn sequence: beam sampling's hypotheses and assisted decoding's
+# rejected drafts would each need a state of their own
+ONE_SEQUENCE = ("sampling",)
+ONE_SEQUENCE_WHY = "it carries its state from one drawn token to the next of a single sequence"
+
+
+def _one_sequence(knob: str) -> Callable[[RunSpec], None]:
     def check(spec: RunSpec) -> None:
-        if getattr(spec, knob) > 0.0 and spec.strategy != "sampling":
-            raise PlaygroundError(f"{knob}={getattr(spec, knob)}: {what} carries its state from one drawn token to "
-                                  f"the next of a single sequence, so it runs with strategy=sampling only, not "
-                                  f"{spec.strategy}; set {knob} to 0 or choose sampling")
+        if getattr(spec, knob) > 0.0 and spec.strategy not in ONE_SEQUENCE:
+            raise PlaygroundError(f"{knob}={getattr(spec, knob)}: {ONE_SEQUENCE_WHY}, so it runs with "
+                                  f"strategy=sampling only, not {spec.strategy}; set {knob} to 0 or choose sampling")
     return check
 
 
 _stage("mirostat", "mirostat v2 (τ {mirostat_tau}, η {mirostat_eta})",
        "cuts tokens whose surprise exceeds μ, then moves μ by η x (the chosen token's surprise - τ)",
        ("mirostat_tau", "mirostat_eta"), lambda spec: spec.mirostat_tau > 0.0, jax="MirostatV2",
-       torch="mirostat_v2", validate=_one_sequence("mirostat_tau", "mirostat v2's μ"))
+       torch="mirostat_v2", validate=_one_sequence("mirostat_tau"), strategies=ONE_SEQUENCE,
+       strategies_why=ONE_SEQUENCE_WHY)
 _stage("adaptive_p", "adaptive-p (target {adaptive_target}, decay {adaptive_decay})",
        "re-weights the candidates towards a target probability adapted to the chosen tokens' running average",
        ("adaptive_target", "adaptive_decay"), lambda spec: spec.adaptive_target > 0.0, jax="AdaptiveP",
-       torch="adaptive_p", validate=_one_sequence("adaptive_target", "adaptive-p's running average"))
+       torch="adaptive_p", validate=_one_sequence("adaptive_target"), strategies=ONE_SEQUENCE,
+       strategies_why=ONE_SEQUENCE_WHY)

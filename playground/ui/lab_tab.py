@@ -19,6 +19,7 @@ import gradio as gr
 from playground import registry, sampler_lab
 from playground.errors import PlaygroundError
 from playground.spec import BACKENDS
+from playground.ui.events import Handler, on_private
 from playground.ui.knob_widgets import knob_widget
 
 PROBABILITIES, LOGITS = "probabilities", "logits"
@@ -173,8 +174,15 @@ def api_chain(request: str) -> sampler_lab.LabResult:
         raise gr.Error(str(exc)) from None
 
 
+def pick_shape(shape: str) -> tuple[str, str]:
+    """A shape's probabilities into the distribution box."""
+    return SHAPES[shape], PROBABILITIES
+
+
 def wire(tab: LabTab) -> None:
-    tab.shape.change(lambda shape: SHAPES[shape], tab.shape, tab.distribution)
-    tab.shape.change(lambda shape: PROBABILITIES, tab.shape, tab.kind)
-    tab.run.click(apply_chain, tab.inputs(), [tab.stages, tab.result], api_name=False)
-    tab.distribution.submit(apply_chain, tab.inputs(), [tab.stages, tab.result], api_name=False)
+    """A shape fills the box outside the queue; Apply runs in it, so a JAX compile never runs beside a
+    generation and falsifies its timing."""
+    on_private(tab.shape.input, Handler(pick_shape, (tab.distribution, tab.kind)), [tab.shape])
+    apply = Handler(apply_chain, (tab.stages, tab.result))
+    on_private(tab.run.click, apply, tab.inputs(), queue=True)
+    on_private(tab.distribution.submit, apply, tab.inputs(), queue=True)

@@ -277,3 +277,24 @@ def test_each_token_record_shows_mu_and_mu_follows_the_drawn_tokens_on_both_back
             surprise = -math.log2(result["tokens"][step - 1]["p"])
             assert mus[step] == pytest.approx(mus[step - 1] - eta * (surprise - tau), abs=1e-3), (backend, step)
         assert len(set(round(mu, 3) for mu in mus)) > 2, backend
+
+
+def test_the_column_card_disables_a_stage_with_state_where_it_cannot_run_and_says_why():
+    from playground.ui.columns import stage_knob_states
+
+    for strategy in ("beam_sample", "assisted"):
+        usable, info = stage_knob_states(strategy)["adaptive_target"]
+        assert not usable and f"off with {strategy}: it carries its state" in info
+    assert stage_knob_states("sampling")["mirostat_tau"][0]
+
+
+def test_the_new_knobs_are_sweepable_and_in_the_cut_labels():
+    from playground.sweep.knobs import parse_values, sweepable
+    from playground.ui import cut
+
+    for knob in ("dynatemp_range", "dynatemp_exponent", "top_a", "p_less", "mirostat_tau", "mirostat_eta",
+                 "adaptive_target", "adaptive_decay"):
+        assert knob in sweepable(), knob
+    assert parse_values("p_less", "0,1,2") == (0, 1, 2)
+    labels = cut.filter_labels({"mirostat_tau": 3.0, "top_a": 0.2, "strategy": "sampling"})
+    assert labels["mirostat"] == "mirostat v2 (τ 3.0, η 0.1)" and labels["top_a"] == "top-a (0.2 × the best²)"

@@ -277,7 +277,10 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
     batch, vocab = logits.shape
     cut = jnp.zeros((batch, 0 if watch is None else watch.shape[1]), jnp.int32)
     probs = jax.nn.softmax(cands.values, axis=-1) if watch is not None else cands.values
-    removed, moved, carried, observed = [], [], [], []
+    removed: list[jax.Array] = []
+    moved: list[jax.Array] = []
+    carried: list[jax.Array] = []  # (B, 1) each carrying stage's state at this step
+    observed: list[jax.Array] = []  # (B, V) what settles it
     for index, ((name, static), stage_args) in enumerate(zip(chain_.stages, args, strict=True)):
         stage = _stage(name)
         stage_key = jax.random.fold_in(key, index) if stage.random and key is not None else None
@@ -309,7 +312,7 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
 
 def settle(chain_: Chain, args: tuple[tuple[jax.Array, ...], ...], applied: Applied, token: jax.Array) -> jax.Array:
     """(B, C): the carrying stages' state after `token` (B,) was drawn from what `applied` gave."""
-    columns = []
+    columns: list[jax.Array] = []
     for (name, _), stage_args in zip(chain_.stages, args, strict=True):
         stage = _stage(name)
         if stage.needs.carry:

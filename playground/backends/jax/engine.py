@@ -226,9 +226,9 @@ class Engine:
         def body(carry: tuple) -> tuple:
             i, s, out = carry
             logits, cache = self.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-            token, key, info, carry = sampling.select(logits[:, -1], s.key, s.produced, s.history, mode, knobs)
+            token, key, info, settled = sampling.select(logits[:, -1], s.key, s.produced, s.history, mode, knobs)
             out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
-            s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs, carry),
+            s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs, settled),
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self.pin(s), out
 

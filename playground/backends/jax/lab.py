@@ -21,7 +21,9 @@ def stage_logits(spec: RunSpec, logits: np.ndarray, history: tuple[int, ...], na
     state start from their initial one; a random stage draws from the spec's seed."""
     vocab = logits.shape[-1]
     context = Context(vocab, (), None, breakers=breakers)
-    built, args = chain.build(spec, context, sampling=True, history=chain.history_capacity(0, len(history) + 1))
+    built, host_args = chain.build(spec, context, sampling=True,
+                                   history=chain.history_capacity(0, len(history) + 1))
+    args = jax.device_put(host_args)
     keep = [i for i, (name, _) in enumerate(built.stages) if name in names]
     history_ = _history(history, built.needs, vocab)
     key = jax.random.PRNGKey(spec.seed)
