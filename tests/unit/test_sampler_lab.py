@@ -164,3 +164,56 @@ def test_bad_input_is_one_error_line(capsys, argv, message):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+# llama.cpp's tests/test-sampling.cpp: its vectors whose settings lie within our knobs' ranges (it also tries a
+# temperature and a top-p of 0, a min-p above 1 and penalties of 5 and 50, which RunSpec refuses). Its XTC and
+# typical checks read the kept probabilities before renormalising; here they are renormalised.
+Q = [0.1, 0.2, 0.3, 0.4]
+LLAMA_CPP = [
+    (Q, {"top_k": 1}, (), [1.0]),
+    (Q, {"top_k": 3}, (), [0.44444, 0.33333, 0.22222]),
+    (Q, {"top_k": 4}, (), [0.4, 0.3, 0.2, 0.1]),
+    (Q, {"top_p": 0.7}, (), [0.571429, 0.428571]),
+    (Q, {"top_p": 0.8}, (), [0.44444, 0.33333, 0.22222]),
+    (Q, {"min_p": 0.24}, (), [0.4, 0.3, 0.2, 0.1]),
+    (Q, {"min_p": 0.26}, (), [0.4 / 0.9, 0.3 / 0.9, 0.2 / 0.9]),
+    (Q, {"min_p": 0.49}, (), [0.4 / 0.9, 0.3 / 0.9, 0.2 / 0.9]),
+    (Q, {"min_p": 0.51}, (), [0.4 / 0.7, 0.3 / 0.7]),
+    (Q, {"min_p": 0.74}, (), [0.4 / 0.7, 0.3 / 0.7]),
+    (Q, {"min_p": 0.76}, (), [1.0]),
+    (Q, {"min_p": 1.0}, (), [1.0]),
+    (Q[::-1], {"xtc_probability": 1.0, "xtc_threshold": 0.09}, (), [1.0]),
+    (Q[::-1], {"xtc_probability": 1.0, "xtc_threshold": 0.19}, (), [2 / 3, 1 / 3]),
+    (Q[::-1], {"xtc_probability": 1.0, "xtc_threshold": 0.29}, (), [0.5, 1 / 3, 1 / 6]),
+    (Q[::-1], {"xtc_probability": 1.0, "xtc_threshold": 0.39}, (), [0.4, 0.3, 0.2, 0.1]),
+    ([0.97, 0.01, 0.01, 0.01], {"typical_p": 0.5}, (), [1.0]),
+    ([0.4, 0.2, 0.2, 0.2], {"typical_p": 0.5}, (), [1 / 3, 1 / 3, 1 / 3]),
+    ([0.25] * 4, {"dry_multiplier": 1.0, "dry_base": 1.1, "dry_allowed_length": 2}, (0, 1),
+     [0.25, 0.25, 0.25, 0.25]),
+    ([0.25] * 4, {"dry_multiplier": 1.0, "dry_base": 1.1, "dry_allowed_length": 2}, (0, 1, 2, 0, 1),
+     [0.296923, 0.296923, 0.296923, 0.109232]),
+    ([0.2] * 5, {"dry_multiplier": 2.0, "dry_base": 1.1, "dry_allowed_length": 2}, (0, 1, 2, 0, 1),
+     [0.241818] * 4 + [0.032727]),
+    ([0.2] * 5, {"dry_multiplier": 1.0, "dry_base": 1.1, "dry_allowed_length": 4}, (0, 1, 2, 3, 4, 0, 1), [0.2] * 5),
+    (Q, {"top_n_sigma": 1.0}, (), [0.571429, 0.428571]),
+    (Q, {"top_n_sigma": 3.0}, (), [0.4, 0.3, 0.2, 0.1]),
+    ([0.1, 0.15, 0.2, 0.25, 0.3], {"p_less": 1}, (), [0.54545455, 0.45454545]),
+    ([0.2] * 5, {"p_less": 1}, (), [0.2] * 5),  # Σp² = p: a uniform row keeps every token
+]
+
+
+@pytest.mark.parametrize(("probs", "knobs", "history", "expected"), LLAMA_CPP)
+def test_llama_cpps_sampler_vectors_on_both_backends(probs, knobs, history, expected):
+    for backend in ("torch", "jax"):
+        request = sampler_lab.request({"probs": probs}, knobs, history=history, backend=backend)
+        final = [entry["p"] for entry in sampler_lab.run(request)["final"]]
+        np.testing.assert_allclose(final, sorted(expected, reverse=True), atol=5e-5, err_msg=backend)
+
+
+def test_a_dry_breaker_id_stops_the_match_as_in_llama_cpp():
+    knobs = {"dry_multiplier": 1.0, "dry_base": 1.1, "dry_allowed_length": 2}
+    for backend in ("torch", "jax"):
+        request = sampler_lab.request({"probs": [0.2] * 5}, knobs, history=(0, 1, 3, 4, 0, 1), backend=backend,
+                                      breakers=(3,))
+        np.testing.assert_allclose([e["p"] for e in sampler_lab.run(request)["final"]], [0.2] * 5, atol=5e-5)

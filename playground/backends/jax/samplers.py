@@ -115,13 +115,14 @@ def top_a(values: jax.Array, a: jax.Array, keep: int = 1) -> jax.Array:
 def p_less(values: jax.Array, mode: jax.Array) -> jax.Array:
     """p-less (mode 1): drop tokens with probability below Σp²; p-less-norm (mode 2): below (N·Σp² - 1) / (N - 1),
     N being the tokens still in the set (the whole vocabulary when nothing was removed before). Σp² <= max p, so
-    the best token always stays; a set of one token is left alone."""
+    the best token always stays (also where rounding puts a uniform row's Σp² a hair above its p); a set of one
+    token is left alone."""
     probs = jax.nn.softmax(values, axis=-1)  # (B, N)
     square = jnp.sum(probs * probs, axis=-1, keepdims=True)  # (B, 1)
     count = jnp.sum(jnp.isfinite(values), axis=-1, keepdims=True).astype(jnp.float32)  # (B, 1)
     normalised = (count * square - 1.0) / jnp.maximum(count - 1.0, 1.0)  # (B, 1)
     threshold = jnp.where(mode == 2, jnp.where(count > 1, normalised, 0.0), square)  # (B, 1)
-    return _drop(values, probs < threshold)
+    return _drop(values, (probs < threshold) & (values < jnp.max(values, axis=-1, keepdims=True)))
 
 
 def entropy_temperature(values: jax.Array, base: jax.Array, spread: jax.Array, exponent: jax.Array) -> jax.Array:

@@ -212,7 +212,8 @@ class TopALogitsWarper(LogitsProcessor):
 
 class PLessLogitsWarper(LogitsProcessor):
     """p-less (mode 1): tokens less likely than Σp² are removed; p-less-norm (mode 2): less likely than
-    (N·Σp² - 1) / (N - 1), N being the tokens still in the set. The best token always stays (Σp² <= max p)."""
+    (N·Σp² - 1) / (N - 1), N being the tokens still in the set. The best token always stays (Σp² <= max p; also
+    where rounding puts a uniform row's Σp² a hair above its p)."""
 
     def __init__(self, mode: int) -> None:
         self.mode = _integer("mode", mode, 1, 2)
@@ -224,7 +225,8 @@ class PLessLogitsWarper(LogitsProcessor):
         if self.mode == 2:
             count = torch.isfinite(scores).sum(dim=-1, keepdim=True).float()
             threshold = torch.where(count > 1, (count * square - 1.0) / (count - 1.0).clamp(min=1.0), 0.0)
-        return scores.masked_fill(probs < threshold, -math.inf)
+        best = scores >= scores.amax(dim=-1, keepdim=True)
+        return scores.masked_fill((probs < threshold) & ~best, -math.inf)
 
 
 class DynamicTemperatureLogitsWarper(LogitsProcessor):
