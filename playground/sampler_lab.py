@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import numpy as np
+
 from playground import registry
 from playground.errors import PlaygroundError
 from playground.registry import chain
@@ -161,32 +163,28 @@ def stages(lab: LabRequest) -> tuple[registry.Processor, ...]:
 def run(lab: LabRequest) -> LabResult:
     """Each stage's kept and removed ids and the mass it moved, and the final distribution, on the request's
     backend."""
-    import numpy as np  # the page shows the tab without it; a run needs it (as the backend does)
-
     applied = stages(lab)
     backend = importlib.import_module(f"playground.backends.{lab.backend}.lab")
     logits = np.asarray(lab.logits, np.float32)
     outputs = backend.stage_logits(lab.spec, logits, lab.history, tuple(stage.name for stage in applied),
                                    lab.breakers)
-    before = _softmax(logits)
+    before, alive = _softmax(logits), np.isfinite(logits)
     results: list[StageResult] = []
     for stage, after_logits in zip(applied, outputs, strict=True):
-        after = _softmax(after_logits)
+        after, left = _softmax(after_logits), np.isfinite(after_logits)  # kept: not -inf (p may underflow to 0)
         order = np.argsort(-after, kind="stable")
-        kept = [int(i) for i in order if after[i] > 0]
+        kept = [int(i) for i in order if left[i]]
         results.append({"name": stage.name, "label": stage.describe(lab.spec), "kept": kept,
                         "p": [float(after[i]) for i in kept],
-                        "removed": [int(i) for i in np.nonzero((before > 0) & (after == 0))[0]],
+                        "removed": [int(i) for i in np.nonzero(alive & ~left)[0]],
                         "moved": float(0.5 * np.abs(after - before).sum())})
-        before = after
+        before, alive = after, left
     order = np.argsort(-before, kind="stable")
     return {"backend": lab.backend, "stages": results,
             "final": [{"id": int(i), "p": float(before[i])} for i in order if before[i] > 0]}
 
 
-def _softmax(logits: Any) -> Any:
-    import numpy as np
-
+def _softmax(logits: Any) -> np.ndarray:
     values = np.asarray(logits, np.float64)
     finite = np.isfinite(values)
     shifted = np.where(finite, values - values[finite].max(), -np.inf)
