@@ -1,4 +1,4 @@
-"""CLI: `python -m playground run|sweep|bench|models|serve`; bad input exits 2 with one `error:` line, never a
+"""CLI: `python -m playground run|chain|sweep|bench|models|serve`; bad input exits 2 with one `error:` line, never a
 traceback."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from playground import host, registry
+from playground import host, registry, sampler_lab
 from playground.backends import device
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
@@ -51,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_options(run)
     _add_constraint_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
+
+    lab = commands.add_parser("chain", help="the sampler lab: a distribution you give through the logits chain, "
+                                            "each stage's kept and removed tokens and the final distribution")
+    given = lab.add_mutually_exclusive_group(required=True)
+    given.add_argument("--probs", metavar="P1,P2,...", help="the distribution as probabilities (normalised; 0: an "
+                                                             "entry already removed)")
+    given.add_argument("--logits", metavar="L1,L2,...", help="the distribution as logits (-inf: an entry already "
+                                                              "removed)")
+    lab.add_argument("--history", default="", metavar="IDS", help="the token ids generated so far, comma-separated "
+                                                                  "(the penalties and DRY read them)")
+    lab.add_argument("--dry-breaker-ids", default="", metavar="IDS",
+                     help="DRY's sequence breakers as token ids (there is no tokenizer here; default: none)")
+    lab.add_argument("--backend", choices=BACKENDS, default="torch", help="default: torch")
+    _add_spec_options(lab, sampler_lab.lab_knobs(),
+                      note="every stage is off unless one of its knobs is given; temperature 1")
+    lab.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
     sweep = commands.add_parser("sweep", help="run one knob over several values on a set of prompts: a row per "
                                               "run and per-value medians of speed, memory and text measures")
@@ -108,10 +124,10 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
                        help="port (default: GRADIO_SERVER_PORT, else 7860 or the next free one)")
 
 
-def _add_spec_options(command: argparse.ArgumentParser) -> None:
-    """A --flag per spec key (RunSpec's fields and any knob registered beyond them), typed and explained by the
-    key's registry record."""
-    for name in spec_keys():
+def _add_spec_options(command: argparse.ArgumentParser, names: Sequence[str] | None = None, note: str = "") -> None:
+    """A --flag per spec key (RunSpec's fields and any knob registered beyond them, or only `names`), typed and
+    explained by the key's registry record; `note` replaces the defaults' mention."""
+    for name in spec_keys() if names is None else names:
         flag = "--" + name.replace("_", "-")
         knob = registry.knob(name) if registry.has_knob(name) else None
         if name == "chat":
@@ -130,7 +146,8 @@ def _add_spec_options(command: argparse.ArgumentParser) -> None:
             command.add_argument(flag, action="store_true", default=None, help=knob.help or None)
         elif knob is not None:
             shown = f"{knob.help}; " if knob.help else ""
-            command.add_argument(flag, type=knob.kind, default=None, help=f"{shown}default: {knob.default!r}")
+            command.add_argument(flag, type=knob.kind, default=None,
+                                 help=f"{shown}{note or f'default: {knob.default!r}'}")
         else:
             command.add_argument(flag, default=None, choices=_choices().get(name),
                                  help=f"default: {getattr(RunSpec(), name)}")
@@ -211,6 +228,20 @@ def command_run(args: argparse.Namespace) -> None:
     busy = busy_note(result["extra"].get("machine_load"))
     if busy:
         print(f"warning: {busy}", file=sys.stderr)
+
+
+def command_chain(args: argparse.Namespace) -> None:
+    given = {name: getattr(args, name) for name in sampler_lab.lab_knobs() if getattr(args, name, None) is not None}
+    distribution = {"probs": sampler_lab.parse_numbers("--probs", args.probs)} if args.probs is not None else \
+        {"logits": sampler_lab.parse_numbers("--logits", args.logits)}
+    lab = sampler_lab.request(distribution, given, history=sampler_lab.parse_ids("--history", args.history),
+                              backend=args.backend,
+                              breakers=sampler_lab.parse_ids("--dry-breaker-ids", args.dry_breaker_ids))
+    result = sampler_lab.run(lab)
+    if args.json:
+        print(json.dumps({"stages": result["stages"], "final": result["final"]}))
+        return
+    print(sampler_lab.format_table(result))
 
 
 def command_sweep(args: argparse.Namespace) -> None:
@@ -349,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     host.apply_thread_limits()  # before torch or jax start their thread pools
     device.configure_process()  # before JAX starts its backends
     args = build_parser().parse_args(argv)
-    handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench,
+    handler = {"run": command_run, "chain": command_chain, "sweep": command_sweep, "bench": command_bench,
                "models": command_models, "serve": command_serve, "soak": command_soak}[args.command]
     try:
         handler(args)

@@ -114,6 +114,9 @@ class TokenRecord(TypedDict):
     stages: NotRequired[list[StageRecord] | None]  # each active stage of the chain, in order (the sampling cut)
     contrastive: NotRequired[list[Candidate] | None]  # contrastive search: the candidates, most probable first
     dola: NotRequired[DolaRecord | None]  # DoLa: the layer contrasted, and whether that changed greedy's choice
+    # what a stage carries from token to token as it stood when this token was drawn: mirostat v2's μ
+    # ("mirostat_mu", bits) and adaptive-p's running average ("adaptive_p_average")
+    state: NotRequired[dict[str, float] | None]
 
 
 class PrefixRecord(TypedDict):
@@ -288,6 +291,7 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
                        for name, removed, moved in known["stages"]] if "stages" in known else None,
             "contrastive": _candidates(tokenizer, known),
             "dola": _dola(tokenizer, known, token),
+            "state": {name: round(value, 6) for name, value in known["state"].items()} if "state" in known else None,
         })
     return records
 

@@ -45,6 +45,14 @@ class RunSpec:
     top_n_sigma: float = 0.0  # 0.0 disables it
     xtc_threshold: float = 0.1
     xtc_probability: float = 0.0  # 0.0 disables XTC
+    dynatemp_range: float = 0.0  # 0.0: the fixed temperature; else llama.cpp's dynamic temperature replaces it
+    dynatemp_exponent: float = 1.0
+    top_a: float = 0.0  # 0.0 disables top-a
+    p_less: int = 0  # 0 off, 1 p-less, 2 p-less-norm
+    mirostat_tau: float = 0.0  # 0.0 disables mirostat v2 (sampling only: μ follows one sequence)
+    mirostat_eta: float = 0.1
+    adaptive_target: float = 0.0  # 0.0 disables adaptive-p (sampling only: its average follows one sequence)
+    adaptive_decay: float = 0.9
     sampler_order: str = ""  # "": the default order; else stage names, comma-separated (playground/registry/chain.py)
     # the chain's first stage, every strategy: the output must match a regex, JSON schema, choices or Lark grammar
     constraint: str = "none"

@@ -44,6 +44,8 @@ class TokenInfo(TypedDict, total=False):
     # degeneration penalty = greatest cosine similarity to the context, score = (1 - α)·p - α·penalty)
     candidates: list[tuple[int, float, float, float]]
     dola: DolaInfo  # DoLa: the contrast behind the token
+    state: dict[str, float]  # what a stage carries from token to token, as it stood when this token was drawn:
+    #                          "mirostat_mu" (bits), "adaptive_p_average" (the chosen tokens' running average)
 
 
 class DolaInfo(TypedDict):

@@ -26,10 +26,12 @@ _JAX = "playground.backends.jax.stages"
 
 def _stage(name: str, label: str, help: str, knobs: tuple[str, ...], active: Callable[[RunSpec], bool], *,
            jax: str, torch: str, samples_only: bool = True, validate: Callable[[RunSpec], None] | None = None,
-           idle: Callable[[RunSpec], bool] | None = None) -> Processor:
+           idle: Callable[[RunSpec], bool] | None = None, strategies: tuple[str, ...] = (),
+           strategies_why: str = "") -> Processor:
     return register_processor(Processor(
         name=name, label=label, help=help, knobs=knobs, active=active, samples_only=samples_only,
-        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate, idle=idle))
+        jax=lazy(_JAX, jax), torch=lazy(_TORCH, torch), validate=validate, idle=idle, strategies=strategies,
+        strategies_why=strategies_why))
 
 
 def _check_breakers(spec: RunSpec) -> None:
@@ -99,7 +101,13 @@ _stage("min_new_tokens", "min_new_tokens ({min_new_tokens}: no end of text yet)"
 
 # -- sampling stages: only when the strategy samples ---------------------------------------------------------
 _stage("temperature", "temperature {temperature}", "divides the logits by the temperature",
-       ("temperature",), lambda spec: True, jax="Temperature", torch="temperature")
+       ("temperature",), lambda spec: spec.dynatemp_range == 0.0, jax="Temperature", torch="temperature")
+# where the temperature stands: it replaces the fixed temperature when its range is not 0 (llama.cpp's temp-ext)
+_stage("dynamic_temperature",
+       "dynamic temperature ({temperature} ± {dynatemp_range}, exponent {dynatemp_exponent})",
+       "divides the logits by a temperature within temperature ± range, set by the candidates' normalised entropy",
+       ("temperature", "dynatemp_range", "dynatemp_exponent"), lambda spec: spec.dynatemp_range > 0.0,
+       jax="DynamicTemperature", torch="dynamic_temperature")
 _stage("top_n_sigma", "top-nσ (n={top_n_sigma})", "keeps the logits within n standard deviations of the largest",
        ("top_n_sigma",), lambda spec: spec.top_n_sigma > 0.0, jax="TopNSigma", torch="top_n_sigma")
 _stage("top_k", "top-k (k={top_k})", "keeps the k most likely tokens",
@@ -118,3 +126,36 @@ _stage("epsilon_cutoff", "epsilon cutoff ({epsilon_cutoff})", "removes tokens wi
        ("epsilon_cutoff",), lambda spec: spec.epsilon_cutoff > 0.0, jax="EpsilonCutoff", torch="epsilon_cutoff")
 _stage("eta_cutoff", "eta cutoff ({eta_cutoff})", "removes tokens below min(eta, sqrt(eta) x exp(-entropy))",
        ("eta_cutoff",), lambda spec: spec.eta_cutoff > 0.0, jax="EtaCutoff", torch="eta_cutoff")
+
+# -- after ours: text-generation-webui's top-a, p-less, then the two that carry state from token to token ----------
+_stage("top_a", "top-a ({top_a} × the best²)", "removes tokens less likely than top_a x the best probability squared",
+       ("top_a",), lambda spec: spec.top_a > 0.0, jax="TopA", torch="top_a")
+_stage("p_less", "p-less (mode {p_less})",
+       "removes tokens less likely than Σp² of the distribution (p-less-norm: its normalised form)",
+       ("p_less",), lambda spec: spec.p_less > 0, jax="PLess", torch="p_less")
+
+
+# a state that follows the tokens of one drawn sequence: beam sampling's hypotheses and assisted decoding's
+# rejected drafts would each need a state of their own
+ONE_SEQUENCE = ("sampling",)
+ONE_SEQUENCE_WHY = "it carries its state from one drawn token to the next of a single sequence"
+
+
+def _one_sequence(knob: str) -> Callable[[RunSpec], None]:
+    def check(spec: RunSpec) -> None:
+        if getattr(spec, knob) > 0.0 and spec.strategy not in ONE_SEQUENCE:
+            raise PlaygroundError(f"{knob}={getattr(spec, knob)}: {ONE_SEQUENCE_WHY}, so it runs with "
+                                  f"strategy=sampling only, not {spec.strategy}; set {knob} to 0 or choose sampling")
+    return check
+
+
+_stage("mirostat", "mirostat v2 (τ {mirostat_tau}, η {mirostat_eta})",
+       "cuts tokens whose surprise exceeds μ, then moves μ by η x (the chosen token's surprise - τ)",
+       ("mirostat_tau", "mirostat_eta"), lambda spec: spec.mirostat_tau > 0.0, jax="MirostatV2",
+       torch="mirostat_v2", validate=_one_sequence("mirostat_tau"), strategies=ONE_SEQUENCE,
+       strategies_why=ONE_SEQUENCE_WHY)
+_stage("adaptive_p", "adaptive-p (target {adaptive_target}, decay {adaptive_decay})",
+       "re-weights the candidates towards a target probability adapted to the chosen tokens' running average",
+       ("adaptive_target", "adaptive_decay"), lambda spec: spec.adaptive_target > 0.0, jax="AdaptiveP",
+       torch="adaptive_p", validate=_one_sequence("adaptive_target"), strategies=ONE_SEQUENCE,
+       strategies_why=ONE_SEQUENCE_WHY)

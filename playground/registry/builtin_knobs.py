@@ -21,6 +21,7 @@ TORCH_COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cud
 SAMPLING, MORE_SAMPLING, PENALTIES = "sampling", "more sampling", "penalties"
 
 CONSTRAINT_KINDS = ("none", "regex", "json_schema", "choice", "grammar")
+P_LESS_MODES = (0, 1, 2)  # off, p-less, p-less-norm (the two variants of the p-less authors' code)
 
 for _knob in (
     # -- the constraint: the first stage of the logits chain, on every strategy ----------------------------
@@ -60,6 +61,36 @@ for _knob in (
     Knob(name="xtc_probability", default=0.0, low=0.0, high=1.0, group=MORE_SAMPLING, step=0.05,
          label="XTC probability (0 = off)",
          help="XTC: how often the top choices but the least likely of them are excluded", sweep="distinct_2"),
+    # -- samplers from llama.cpp and text-generation-webui (docs/samplers.md: definitions and sources) ----------
+    Knob(name="dynatemp_range", default=0.0, low=0.0, high=5.0, group=MORE_SAMPLING, step=0.05,
+         label="dynamic temperature range (0 = off)",
+         help="the temperature moves within temperature ± range with the candidates' normalised entropy "
+              "(llama.cpp's dynatemp_range); it replaces the fixed temperature", sweep="distinct_2"),
+    Knob(name="dynatemp_exponent", default=1.0, low=0.0, high=10.0, low_open=True, group=MORE_SAMPLING, step=0.05,
+         label="dynamic temperature exponent",
+         help="dynamic temperature: the normalised entropy is raised to this power before it sets the temperature",
+         sweep="distinct_2"),
+    Knob(name="top_a", default=0.0, low=0.0, high=1.0, group=MORE_SAMPLING, step=0.01, label="top-a (0 = off)",
+         help="removes tokens less likely than top_a x (the best token's probability)²", sweep="distinct_2"),
+    Knob(name="p_less", kind=int, default=0, choices=P_LESS_MODES, group=MORE_SAMPLING,
+         label="p-less (0 = off, 1 = p-less, 2 = p-less-norm)",
+         help="removes tokens less likely than the distribution's Σp² (1), or its normalised form (2); "
+              "no parameter to tune", sweep="distinct_2"),
+    Knob(name="mirostat_tau", default=0.0, low=0.0, high=20.0, group=MORE_SAMPLING, step=0.1,
+         label="mirostat v2 τ, bits (0 = off)",
+         help="mirostat v2: the target surprise per token; tokens more surprising than μ are cut, and μ follows "
+              "the surprise of each chosen token", sweep="distinct_2"),
+    Knob(name="mirostat_eta", default=0.1, low=0.0, high=1.0, group=MORE_SAMPLING, step=0.01,
+         label="mirostat v2 η", help="mirostat v2: how fast μ follows the error between the surprise and τ",
+         sweep="distinct_2"),
+    Knob(name="adaptive_target", default=0.0, low=0.0, high=1.0, group=MORE_SAMPLING, step=0.01,
+         label="adaptive-p target (0 = off)",
+         help="adaptive-p: the probability the chosen tokens should have on average; candidates near the adapted "
+              "target are favoured", sweep="distinct_2"),
+    Knob(name="adaptive_decay", default=0.9, low=0.0, high=0.99, group=MORE_SAMPLING, step=0.01,
+         label="adaptive-p decay",
+         help="adaptive-p: the weight of the past in the running average of the chosen tokens' probabilities",
+         sweep="distinct_2"),
     Knob(name="sampler_order", kind=str, default="", group=MORE_SAMPLING, label="sampler order (empty = default)",
          help="the chain's stages in the order to apply them, comma-separated, e.g. top_k,temperature,min_p; "
               "the stages named trade places, the others keep theirs"),

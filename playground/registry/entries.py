@@ -89,6 +89,14 @@ class Processor:
     # (spec) -> True where the stage stays in the chain (so that its value is a traced argument and a new one
     # compiles nothing) but does nothing with these values: descriptions and the cut view leave it out
     idle: Callable[[RunSpec], bool] | None = None
+    # the only strategies it runs with, and why ((): every strategy its samples_only allows); its `validate`
+    # refuses the others, and the column card disables its knobs there with the reason
+    strategies: tuple[str, ...] = ()
+    strategies_why: str = ""
+
+    def runs_with(self, strategy: str) -> bool:
+        """Whether the stage can run with `strategy` (its knobs can be set)."""
+        return not self.strategies or strategy in self.strategies
 
     def shown(self, spec: RunSpec) -> bool:
         """Whether descriptions of this run name the stage."""

@@ -215,6 +215,21 @@ def problem(settings: ColumnSettings, check_sources: bool = True) -> str:
     return ""
 
 
+def stage_knob_states(strategy: str) -> dict[str, tuple[bool, str]]:
+    """(interactive, info) of the knobs of the chain's stages that run with some strategies only: disabled under
+    the others, their help followed by why."""
+    states = {}
+    for stage in registry.processors():
+        if not stage.strategies:
+            continue
+        usable = stage.runs_with(strategy)
+        why = "" if usable else \
+            f" · off with {strategy}: {stage.strategies_why} ({', '.join(stage.strategies)} only)"
+        for name in stage.knobs:
+            states[name] = (usable, registry.knob(name).help + why)
+    return states
+
+
 def notice_text(settings: ColumnSettings) -> str:
     """Why the column cannot run ('⚠ ...': RunSpec's messages already say what to pick instead), else what a
     draft model has cost here ('ℹ ...'), else ''."""
@@ -290,6 +305,8 @@ class ColumnControls:
                            values["assisted_sampling"])
         updates: Updates = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
+        for name, (usable, info) in stage_knob_states(values["strategy"]).items():
+            updates[self.knobs[name]] = gr.update(interactive=usable, info=info)
         return updates
 
 
@@ -365,7 +382,9 @@ def wire(col: ColumnControls) -> None:
     inputs = set(col.knobs.values())
     structural = ("backend", "strategy", "cache", "draft_source", "assisted_sampling")
 
-    @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"], col.knobs["weights"])
+    limited = [col.knobs[name] for name in stage_knob_states("greedy")]  # disabled under some strategies
+
+    @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"], col.knobs["weights"], limited)
     def restructure(data: Inputs) -> Updates:
         current = col.read(data)
         return {**col.structure(current), **col.choices(current)}

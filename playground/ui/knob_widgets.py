@@ -20,11 +20,13 @@ def chain_knobs(group: str) -> tuple[str, ...]:
 WIDGET_MIN_WIDTH = 260
 
 
-def knob_widget(knob: registry.Knob, index: int, value: Any, visible: bool = True, note: str = "") -> Any:
+def knob_widget(knob: registry.Knob, index: int, value: Any, visible: bool = True, note: str = "",
+                elem_id: str = "") -> Any:
     """A knob's widget from its record alone: a dropdown of its choices, a slider over the knob's own range (its
-    first step where the low end is refused), a number box, a text box or a checkbox; `note` follows its help."""
+    first step where the low end is refused), a number box, a text box or a checkbox; `note` follows its help;
+    `elem_id` replaces the column's `<knob>-<index>`."""
     info = " · ".join(part for part in (knob.help, note) if part)
-    common: dict[str, Any] = {"label": knob.title, "info": info or None, "elem_id": f"{knob.name}-{index}",
+    common: dict[str, Any] = {"label": knob.title, "info": info or None, "elem_id": elem_id or f"{knob.name}-{index}",
                               "visible": visible, "min_width": WIDGET_MIN_WIDTH}
     if knob.choices:
         return gr.Dropdown(list(knob.choices), value=value, **common)

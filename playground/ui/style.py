@@ -271,3 +271,18 @@ METRICS_SCROLL_CSS += "".join(
     for count in range(2, MAX_COLUMNS + 1))
 CSS += METRICS_SCROLL_CSS
 CSS += ASSIST_CSS + CACHE_CSS + STEP_CSS
+# the sampler lab: a row per stage, its kept ids as bars (scaled to the stage's most likely token)
+LAB_CSS = """
+.lab-empty { color: var(--body-text-color-subdued); padding: 6px 0; }
+.lab-stage { border-top: 1px solid var(--border-color-primary); padding: 6px 0; }
+.lab-label { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: baseline; }
+.lab-facts { color: var(--body-text-color-subdued); font-size: 0.9em; font-variant-numeric: tabular-nums; }
+.lab-bars { display: flex; flex-wrap: wrap; gap: 2px; align-items: flex-end; margin-top: 4px; }
+.lab-bar { display: flex; flex-direction: column; align-items: center; justify-content: flex-end; width: 22px;
+    height: 56px; }
+.lab-bar span { display: block; width: 14px; min-height: 1px; background: #4f46e5; border-radius: 2px 2px 0 0; }
+.dark .lab-bar span { background: #818cf8; }  /* the light theme's indigo is too dark on the dark page */
+.lab-bar small { font-size: 0.7em; color: var(--body-text-color-subdued); font-variant-numeric: tabular-nums; }
+.lab-more { align-self: center; font-size: 0.85em; color: var(--body-text-color-subdued); margin-left: 4px; }
+"""
+CSS += LAB_CSS

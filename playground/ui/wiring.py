@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import branch, stepping, sweep_tab, sweep_wiring, warmup
+from playground.ui import branch, lab_tab, stepping, sweep_tab, sweep_wiring, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import column_settings, notice_text, wire
@@ -349,18 +349,22 @@ def build_ui() -> tuple[gr.Blocks, Page]:
                 page = build_page()
             with gr.Tab("Sweep a knob", id="sweep", elem_id="sweep-tab"):
                 sweep = sweep_tab.build_sweep_tab()
+            with gr.Tab("Sampler lab", id="lab", elem_id="lab-tab"):
+                lab = lab_tab.build_lab_tab()
         show_chat = Handler(page.chat_visibility, tuple(page.chat_outputs()))
         _wire_layout(page, show_chat)
         restore = _wire_settings(page, show_chat)
         _wire_run(page)
         stepping.wire_steps(page)
         sweep_wiring.wire(sweep)
+        lab_tab.wire(lab)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.load(None, None, None, js=CLAMP_NOTE_JS)  # out-of-range numbers say what they became
         demo.unload(forget_session)
         gr.api(api_run, api_name="run")
         gr.api(api_sweep, api_name="sweep")
+        gr.api(lab_tab.api_chain, api_name="chain")
         warmup.wire(demo, notice, poll)
     return demo, page
 

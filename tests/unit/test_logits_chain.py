@@ -195,7 +195,7 @@ def test_jax_draws_follow_the_distribution_the_chain_leaves(stage):
     history, knobs = jax_history(mode), jax.device_put(knobs)
 
     def draw(key: jax.Array) -> jax.Array:
-        token, _, info = sampling.select(jnp.asarray(ROW), key, jnp.int32(3), history, mode, knobs)
+        token, _, info, _ = sampling.select(jnp.asarray(ROW), key, jnp.int32(3), history, mode, knobs)
         return token[0]
 
     draws = 20_000

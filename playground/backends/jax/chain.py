@@ -6,14 +6,17 @@ static key (what sets a shape or a branch: top-k's k, the n-gram length) joins t
 (every other value) are traced, so a new temperature, penalty or threshold never recompiles. A stage sees a
 candidate set: logits (B, N) with removed entries at -inf, over the whole vocabulary (N = V) until top-k narrows
 it to k entries with their token ids. What a stage reads of the text so far (the tokens seen, generated counts,
-the ids themselves) is a `History` the decode state carries, kept only as far as some stage needs it.
+the ids themselves) is a `History` the decode state carries, kept only as far as some stage needs it. A stage
+with state of its own (mirostat v2's μ, adaptive-p's running average) keeps it in the history too, one float per
+row: it reads it at each step and, once the token is drawn, `settle` moves it by what the token's probability
+was under that stage's distribution.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +38,7 @@ class Needs:
     ids: int = 0  # the history's capacity in tokens (prompt bucket + new tokens), 0: ids not kept
     seen: bool = False  # which tokens occur in the prompt or the generated text
     counts: bool = False  # how often each token was generated (not counting the prompt)
+    carry: tuple[str, ...] = ()  # the names of the floats stages carry from token to token (one per name, in order)
 
 
 class History(NamedTuple, Generic[Leaf]):
@@ -44,6 +48,7 @@ class History(NamedTuple, Generic[Leaf]):
     length: Leaf  # () int32: real entries of ids
     seen: Leaf  # (B, V) bool
     counts: Leaf  # (B, V) int32
+    carry: Leaf  # (B, C) float32: the stages' own state (Needs.carry names each column)
 
 
 class Context(NamedTuple):
@@ -54,6 +59,7 @@ class Context(NamedTuple):
     tokenizer: Any  # the main model's tokenizer (DRY's sequence breakers are strings)
     rows: int = 1  # rows a program picks for that may each need an argument of their own (beams, verify positions)
     keep: int = 1  # transformers' min_tokens_to_keep: no filter leaves fewer (beam sampling: one more than the EOS ids)
+    breakers: frozenset[int] | None = None  # DRY's sequence breakers as ids (no tokenizer: the sampler lab)
 
 
 class Candidates(NamedTuple):
@@ -69,6 +75,7 @@ class View(NamedTuple):
     history: History[jax.Array]
     produced: jax.Array  # () tokens generated before this one
     key: jax.Array | None  # this stage's random key (a stage with `random`), else None
+    carry: jax.Array | None = None  # (B, 1) this stage's own state at this step (a stage that carries one)
 
     def table(self, cands: Candidates, rows: jax.Array) -> jax.Array:
         """A per-token table (B, V) read at the candidates: (B, N)."""
@@ -92,6 +99,22 @@ class JaxStage(Protocol):
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         """The candidates after this stage (a filter sets entries to -inf; only top-k changes the set)."""
+        ...
+
+
+class CarryingStage(JaxStage, Protocol):
+    """A stage whose `needs.carry` names one float it carries per row from token to token."""
+
+    def initial(self, args: tuple[jax.Array, ...]) -> jax.Array:
+        """The state before the first token (a scalar)."""
+        ...
+
+    def observed(self, before: Candidates, after: Candidates) -> Candidates:
+        """Probabilities laid out as a candidate set: the chosen token's entry settles the state."""
+        ...
+
+    def settled(self, carry: jax.Array, chosen: jax.Array, args: tuple[jax.Array, ...]) -> jax.Array:
+        """The state (B, 1) after a token whose `observed` probability was `chosen` (B, 1)."""
         ...
 
 
@@ -129,12 +152,12 @@ def build(spec: RunSpec, context: Context, *, sampling: bool | None = None,
     for processor in chain.stages(spec, sampling=sampling):
         stage = _stage(processor.name)
         reads = stage.needs
-        if not keep_history and (reads.ids or reads.seen or reads.counts):
+        if not keep_history and (reads.ids or reads.seen or reads.counts or reads.carry):
             continue
         stages.append((processor.name, stage.static(spec, context)))
         args.append(tuple(np.asarray(a) for a in stage.args(spec, context)))
         needs = Needs(ids=history if (reads.ids or needs.ids) else 0, seen=needs.seen or reads.seen,
-                      counts=needs.counts or reads.counts)
+                      counts=needs.counts or reads.counts, carry=needs.carry + reads.carry)
         random = random or stage.random
     shapes = tuple(tuple((a.shape, str(a.dtype)) for a in stage_args) for stage_args in args)
     return Chain(tuple(stages), needs, random, shapes), tuple(args)
@@ -155,7 +178,8 @@ def history_shapes(needs: Needs, batch: int, vocab_size: int) -> History[jax.Sha
         return jax.ShapeDtypeStruct((batch, width if used else 1), dtype)
 
     return History(struct(needs.ids, needs.ids > 0, jnp.int32), jax.ShapeDtypeStruct((), jnp.int32),
-                   struct(vocab_size, needs.seen, jnp.bool_), struct(vocab_size, needs.counts, jnp.int32))
+                   struct(vocab_size, needs.seen, jnp.bool_), struct(vocab_size, needs.counts, jnp.int32),
+                   jax.ShapeDtypeStruct((batch, len(needs.carry)), jnp.float32))
 
 
 def start_history(ids: jax.Array, length: jax.Array, needs: Needs, vocab_size: int) -> History[jax.Array]:
@@ -171,12 +195,15 @@ def start_history(ids: jax.Array, length: jax.Array, needs: Needs, vocab_size: i
         rows = jnp.broadcast_to(jnp.arange(batch)[:, None], ids.shape)
         seen = seen.at[rows, jnp.where(valid, ids, vocab_size)].set(True, mode="drop")
     counts = jnp.zeros((batch, vocab_size if needs.counts else 1), jnp.int32)
-    return History(kept, length.astype(jnp.int32), seen, counts)
+    carry = jnp.zeros((batch, len(needs.carry)), jnp.float32)  # each stage starts from its `initial` (produced 0)
+    return History(kept, length.astype(jnp.int32), seen, counts, carry)
 
 
-def pushed(history: History[jax.Array], tokens: jax.Array, needs: Needs) -> History[jax.Array]:
+def pushed(history: History[jax.Array], tokens: jax.Array, needs: Needs,
+           carry: jax.Array | None = None) -> History[jax.Array]:
     """The history after tokens (B, W) (or (B,)); entries < 0 are not tokens (past a verify pass's kept ones)
-    and are left out. Every row takes its tokens at the same positions."""
+    and are left out. Every row takes its tokens at the same positions. `carry`: the stages' state after these
+    tokens (`settle`), where some stage carries one."""
     tokens = tokens[:, None] if tokens.ndim == 1 else tokens
     batch, width = tokens.shape
     valid = tokens >= 0  # (B, W)
@@ -190,12 +217,12 @@ def pushed(history: History[jax.Array], tokens: jax.Array, needs: Needs) -> Hist
         seen = seen.at[rows, jnp.where(valid, tokens, seen.shape[1])].set(True, mode="drop")
     if needs.counts:
         counts = counts.at[rows, jnp.where(valid, tokens, counts.shape[1])].add(1, mode="drop")
-    return History(ids, history.length + count, seen, counts)
+    return History(ids, history.length + count, seen, counts, history.carry if carry is None else carry)
 
 
 def gathered(history: History[jax.Array], rows: jax.Array) -> History[jax.Array]:
     """Beam search: each new hypothesis takes its parent's history (rows (K,))."""
-    return History(history.ids[rows], history.length, history.seen[rows], history.counts[rows])
+    return History(history.ids[rows], history.length, history.seen[rows], history.counts[rows], history.carry[rows])
 
 
 class Applied(NamedTuple):
@@ -205,6 +232,8 @@ class Applied(NamedTuple):
     cut: jax.Array  # (B, A) int32: per watched token, 1 + the position of the stage that removed it; 0: it stayed
     removed: jax.Array  # (B, S) int32: tokens each stage removed
     moved: jax.Array  # (B, S) float32: probability mass each stage moved (total variation, before vs after)
+    carried: jax.Array  # (B, C) float32: the state each carrying stage read at this step
+    observed: tuple[jax.Array, ...] = ()  # per carrying stage: (B, V) the probabilities that settle its state
 
 
 def in_vocab(cands: Candidates, vocab: int, fill: float) -> jax.Array:
@@ -245,14 +274,26 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
     With `watch` (B, A) token ids (the model's top alternatives), it records what the sampling cut shows:
     which stage removed each watched token, and each stage's removed count and moved mass."""
     cands = Candidates(logits.astype(jnp.float32), None)
-    batch = logits.shape[0]
+    batch, vocab = logits.shape
     cut = jnp.zeros((batch, 0 if watch is None else watch.shape[1]), jnp.int32)
     probs = jax.nn.softmax(cands.values, axis=-1) if watch is not None else cands.values
-    removed, moved = [], []
+    removed: list[jax.Array] = []
+    moved: list[jax.Array] = []
+    carried: list[jax.Array] = []  # (B, 1) each carrying stage's state at this step
+    observed: list[jax.Array] = []  # (B, V) what settles it
     for index, ((name, static), stage_args) in enumerate(zip(chain_.stages, args, strict=True)):
         stage = _stage(name)
         stage_key = jax.random.fold_in(key, index) if stage.random and key is not None else None
-        after = stage.apply(cands, View(history, produced, stage_key), static, stage_args)
+        carry = None
+        if stage.needs.carry:
+            carrying = cast(CarryingStage, stage)
+            column = len(carried)
+            start = jnp.broadcast_to(carrying.initial(stage_args), (batch, 1)).astype(jnp.float32)
+            carry = jnp.where(produced == 0, start, history.carry[:, column:column + 1])  # (B, 1)
+            carried.append(carry)
+        after = stage.apply(cands, View(history, produced, stage_key, carry), static, stage_args)
+        if carry is not None:
+            observed.append(in_vocab(carrying.observed(cands, after), vocab, 0.0))
         if watch is not None:
             after_probs = jax.nn.softmax(after.values, axis=-1)
             count, mass = _record(cands, probs, after, after_probs)
@@ -262,9 +303,24 @@ def apply(logits: jax.Array, history: History[jax.Array], produced: jax.Array, k
             moved.append(mass)
             probs = after_probs
         cands = after
+    state = jnp.concatenate(carried, axis=-1) if carried else jnp.zeros((batch, 0), jnp.float32)
     if not removed:
-        return Applied(cands, cut, jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0), jnp.float32))
-    return Applied(cands, cut, jnp.stack(removed, axis=-1), jnp.stack(moved, axis=-1))
+        return Applied(cands, cut, jnp.zeros((batch, 0), jnp.int32), jnp.zeros((batch, 0), jnp.float32), state,
+                       tuple(observed))
+    return Applied(cands, cut, jnp.stack(removed, axis=-1), jnp.stack(moved, axis=-1), state, tuple(observed))
+
+
+def settle(chain_: Chain, args: tuple[tuple[jax.Array, ...], ...], applied: Applied, token: jax.Array) -> jax.Array:
+    """(B, C): the carrying stages' state after `token` (B,) was drawn from what `applied` gave."""
+    columns: list[jax.Array] = []
+    for (name, _), stage_args in zip(chain_.stages, args, strict=True):
+        stage = _stage(name)
+        if stage.needs.carry:
+            column = len(columns)
+            chosen = jnp.take_along_axis(applied.observed[column], token[:, None], axis=-1)  # (B, 1)
+            columns.append(cast(CarryingStage, stage).settled(applied.carried[:, column:column + 1], chosen,
+                                                              stage_args))
+    return jnp.concatenate(columns, axis=-1) if columns else applied.carried
 
 
 def preceded(applied: Applied, model_logits: jax.Array, logits: jax.Array, watch: jax.Array) -> Applied:

@@ -77,9 +77,10 @@ def choose(final: jax.Array, premature: jax.Array, key: jax.Array, produced: jax
     final, premature = final.astype(jnp.float32), premature.astype(jnp.float32)
     js = js_divergences(final, premature)  # (L, B)
     chosen = jnp.argmax(js.mean(axis=-1)).astype(jnp.int32)  # one layer for the batch, as 4.52
-    # the final layer's logits are the model's own: the contrast is recorded as a stage ahead of the chain
-    token, key, info = sampling.select(contrasted(final, premature[chosen]), key, produced, history, mode, knobs,
-                                       model_logits=final)
+    # the final layer's logits are the model's own: the contrast is recorded as a stage ahead of the chain;
+    # DoLa never samples, so no stage of its chain carries a state to settle
+    token, key, info, _ = sampling.select(contrasted(final, premature[chosen]), key, produced, history, mode,
+                                          knobs, model_logits=final)
     batch = final.shape[0]
     record = Contrast(jnp.full((batch,), chosen), js.T, jnp.argmax(final, axis=-1).astype(jnp.int32))
     return token, key, info, record

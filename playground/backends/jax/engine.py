@@ -207,8 +207,8 @@ class Engine:
         probability, entropy and alternatives."""
         history = start_history(ids, length, mode.needs, self.vocab_size)
         produced = jnp.int32(0)
-        token, key, info = sampling.select(logits, key, produced, history, mode, knobs)
-        history = pushed(history, token, mode.needs)
+        token, key, info, carry = sampling.select(logits, key, produced, history, mode, knobs)
+        history = pushed(history, token, mode.needs, carry)
         done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
         return self.pin(DecodeState(cache, token, length.astype(jnp.int32), key, history, done, produced + 1)), info
 
@@ -226,13 +226,14 @@ class Engine:
         def body(carry: tuple) -> tuple:
             i, s, out = carry
             logits, cache = self.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-            token, key, info = sampling.select(logits[:, -1], s.key, s.produced, s.history, mode, knobs)
+            token, key, info, settled = sampling.select(logits[:, -1], s.key, s.produced, s.history, mode, knobs)
             out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
-            s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs),
+            s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs, settled),
                             jnp.isin(token, eos_ids).any(), s.produced + 1)
             return i + 1, self.pin(s), out
 
-        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.chain.stages)))
+        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.chain.stages),
+                                                                         len(mode.needs.carry)))
         count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
         return state, out, count
 

@@ -181,7 +181,9 @@ def _group_step(carry: tuple[jax.Array, jax.Array], group: _Group, *, hyps: Grou
     taken, stamp = carry
     size, vocab, length = mode.size, group.log_probs.shape[-1], hyps.produced + 1
     penalty = knobs.diversity * taken  # (V,) what each token costs this group
-    history = History(group.ids, hyps.history.length, group.seen, group.counts)
+    # diverse beam search never samples, so no stage of its chain carries a state of its own
+    history = History(group.ids, hyps.history.length, group.seen, group.counts,
+                      jnp.zeros((group.ids.shape[0], 0), jnp.float32))
     args, rows = [], iter(group.row_args)
     for own, stage_args in zip(_per_row(mode.chain), shared, strict=True):
         args.append(next(rows) if own else stage_args)

@@ -106,7 +106,7 @@ class PlainDecoding:
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
         tokens, info, count = fetched  # (steps,) tokens, -1 past `count`; (steps, ...) StepInfo rows
         chunk = [int(t) for t in tokens[: int(count)]]
-        self.stream.add(chunk, info, now, self.stage_names())
+        self.stream.add(chunk, info, now, self.stage_names(), self.mode.needs.carry)
         self._take(request, run, chunk)
         return Advance(chunk, len(chunk), done=not chunk or chunk[-1] in request.eos)
 

@@ -1,4 +1,5 @@
-"""Logits stages beyond top-k/top-p/min-p (typical, epsilon, eta, top-nσ, XTC, DRY, no-repeat n-grams), inside jit.
+"""Logits stages beyond top-k/top-p/min-p (typical, epsilon, eta, top-nσ, XTC, DRY, no-repeat n-grams, top-a, p-less,
+dynamic temperature, mirostat v2, adaptive-p), inside jit.
 
 Every numeric argument that is not marked static is a traced scalar, so a new value never recompiles: the
 stages branch with jnp.where, never with Python `if`. `values` is (B, N) float32 logits of a candidate set in
@@ -102,6 +103,76 @@ def xtc(values: jax.Array, threshold: jax.Array, probability: jax.Array, key: ja
     several = jnp.sum(above, axis=-1, keepdims=True) >= 2  # (B, 1)
     on = (coin <= probability) & (probability > 0)
     return _drop(values, above & (position != kept) & several & on)
+
+
+def top_a(values: jax.Array, a: jax.Array, keep: int = 1) -> jax.Array:
+    """text-generation-webui's TopALogitsWarper: drop tokens with probability below a x (the best probability)²."""
+    probs = jax.nn.softmax(values, axis=-1)  # (B, N)
+    best = jnp.max(probs, axis=-1, keepdims=True)  # (B, 1)
+    return _drop(values, protected(probs < a * best * best, values, keep))
+
+
+def p_less(values: jax.Array, mode: jax.Array) -> jax.Array:
+    """p-less (mode 1): drop tokens with probability below Σp²; p-less-norm (mode 2): below (N·Σp² - 1) / (N - 1),
+    N being the tokens still in the set (the whole vocabulary when nothing was removed before). Σp² <= max p, so
+    the best token always stays (also where rounding puts a uniform row's Σp² a hair above its p); a set of one
+    token is left alone."""
+    probs = jax.nn.softmax(values, axis=-1)  # (B, N)
+    square = jnp.sum(probs * probs, axis=-1, keepdims=True)  # (B, 1)
+    count = jnp.sum(jnp.isfinite(values), axis=-1, keepdims=True).astype(jnp.float32)  # (B, 1)
+    normalised = (count * square - 1.0) / jnp.maximum(count - 1.0, 1.0)  # (B, 1)
+    threshold = jnp.where(mode == 2, jnp.where(count > 1, normalised, 0.0), square)  # (B, 1)
+    return _drop(values, (probs < threshold) & (values < jnp.max(values, axis=-1, keepdims=True)))
+
+
+def entropy_temperature(values: jax.Array, base: jax.Array, spread: jax.Array, exponent: jax.Array) -> jax.Array:
+    """(B, 1): llama.cpp's temp-ext temperature, from base - spread (not below 0) to base + spread as the
+    candidates' entropy over its largest possible value, ln(N), goes from 0 to 1, raised to `exponent`."""
+    log_p = jax.nn.log_softmax(values, axis=-1)  # (B, N)
+    entropy = -jnp.sum(jnp.where(jnp.isfinite(values), jnp.exp(log_p) * log_p, 0.0), axis=-1, keepdims=True)
+    count = jnp.sum(jnp.isfinite(values), axis=-1, keepdims=True).astype(jnp.float32)  # (B, 1)
+    normalised = entropy / jnp.log(jnp.maximum(count, 2.0))  # (B, 1)
+    low = jnp.maximum(base - spread, 0.0)
+    return low + (base + spread - low) * jnp.power(normalised, exponent)
+
+
+def dynamic_temperature(values: jax.Array, base: jax.Array, spread: jax.Array, exponent: jax.Array) -> jax.Array:
+    """The logits divided by their entropy_temperature. A row of one candidate is left as it is (llama.cpp returns
+    before scaling); a temperature of 0 keeps only the best logit(s), as llama.cpp's temperature 0 does."""
+    temperature = entropy_temperature(values, base, spread, exponent)  # (B, 1)
+    single = jnp.sum(jnp.isfinite(values), axis=-1, keepdims=True) <= 1  # (B, 1)
+    best = jnp.max(values, axis=-1, keepdims=True)
+    cold = jnp.where(values == best, values, -jnp.inf)  # temperature 0
+    scaled = jnp.where(temperature > 0, values / jnp.where(temperature > 0, temperature, 1.0), cold)
+    return jnp.where(single, values, scaled)
+
+
+def mirostat_cut(values: jax.Array, mu: jax.Array) -> jax.Array:
+    """llama.cpp's mirostat v2 truncation: drop tokens whose surprise -log2 p exceeds mu (B, 1); the most likely
+    token stays when every token would go."""
+    log2_p = jax.nn.log_softmax(values, axis=-1) / jnp.log(2.0)  # (B, N)
+    best = values >= jnp.max(values, axis=-1, keepdims=True)
+    remove = -log2_p > mu
+    none_left = jnp.all(remove | ~jnp.isfinite(values), axis=-1, keepdims=True)
+    return _drop(values, remove & ~(none_left & best))
+
+
+ADAPTIVE_WIDTH, ADAPTIVE_PEAK, ADAPTIVE_SHARPNESS = 0.3, 5.0, 10.0  # llama.cpp's adaptive-p transform constants
+
+
+def adaptive_target(target: jax.Array, average: jax.Array) -> jax.Array:
+    """adaptive-p's target for this step: 2 x target - the running average of the chosen tokens' probabilities,
+    clamped to [0, 1] (above-target picks lower the next target, and the other way round)."""
+    return jnp.clip(2.0 * jnp.clip(target, 0.0, 1.0) - average, 0.0, 1.0)
+
+
+def adaptive_p(values: jax.Array, adapted: jax.Array) -> jax.Array:
+    """llama.cpp's adaptive-p transform: each candidate's new logit is 5 - 10 d² / (1 + d), d = |p - adapted| / 0.3,
+    p its probability now (quadratic near the target, linear in the tails); removed entries stay -inf."""
+    probs = jax.nn.softmax(values, axis=-1)  # (B, N)
+    distance = jnp.abs(probs - adapted) / ADAPTIVE_WIDTH  # (B, N)
+    logits = ADAPTIVE_PEAK - ADAPTIVE_SHARPNESS * distance * distance / (1.0 + distance)
+    return jnp.where(jnp.isfinite(values), logits, -jnp.inf)
 
 
 def _row_lengths(length: jax.Array, batch: int) -> jax.Array:

@@ -63,14 +63,16 @@ class StepInfo(NamedTuple):
     top_cut: jax.Array  # (B, TOP_ALTERNATIVES) int32: 1 + the chain position of what removed each alternative
     removed: jax.Array  # (B, S) int32: tokens each stage of the chain removed
     moved: jax.Array  # (B, S) float32: probability mass each stage moved
+    state: jax.Array  # (B, C) float32: the state each carrying stage read at this step (mirostat's μ, ...)
 
 
-def empty_info(steps: int, stages: int) -> StepInfo:
-    """Rows for `steps` steps of a chain of `stages` stages, filled as a decode call runs them."""
+def empty_info(steps: int, stages: int, carried: int = 0) -> StepInfo:
+    """Rows for `steps` steps of a chain of `stages` stages (`carried` floats of state), filled as a decode call
+    runs them."""
     top = (steps, TOP_ALTERNATIVES)
     return StepInfo(jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps,)), jnp.zeros((steps,)),
                     jnp.zeros(top, jnp.int32), jnp.zeros(top), jnp.zeros(top), jnp.zeros(top, jnp.int32),
-                    jnp.zeros((steps, stages), jnp.int32), jnp.zeros((steps, stages)))
+                    jnp.zeros((steps, stages), jnp.int32), jnp.zeros((steps, stages)), jnp.zeros((steps, carried)))
 
 
 def _chosen(probs: jax.Array, token: jax.Array) -> jax.Array:
@@ -86,7 +88,7 @@ def token_info(model: jax.Array, final: jax.Array, token: jax.Array, top: jax.Ar
     top_final = jnp.take_along_axis(final, top, axis=-1)
     return StepInfo(_chosen(final, token), entropy(final).sum(axis=-1), _chosen(model, token),
                     entropy(model).sum(axis=-1), top, top_final, top_model, applied.cut, applied.removed,
-                    applied.moved)
+                    applied.moved, applied.carried)
 
 
 class Processed(NamedTuple):
@@ -133,8 +135,9 @@ def pick(cands: chain.Candidates, greedy: bool, key: jax.Array) -> jax.Array:
 
 def select(logits: jax.Array, key: jax.Array, produced: jax.Array, history: History[jax.Array],
            mode: SamplingMode, knobs: Knobs, model_logits: jax.Array | None = None
-           ) -> tuple[jax.Array, jax.Array, StepInfo]:
-    """The next token (B,) int32 for logits (B, V), the key for the next step, and the token's StepInfo.
+           ) -> tuple[jax.Array, jax.Array, StepInfo, jax.Array]:
+    """The next token (B,) int32 for logits (B, V), the key for the next step, the token's StepInfo, and the
+    carrying stages' state after it (B, C), for the history (`chain.pushed`).
 
     `produced` is how many tokens this request has generated so far (for min_new_tokens); `model_logits` as in
     `processed`.
@@ -143,7 +146,8 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, history: Hist
     out = processed(logits, history, produced, chain_key, mode, knobs, model_logits)
     if mode.greedy:
         token = pick(out.applied.cands, True, key)
-        return token, key, token_info(out.model, out.final, token, out.top, out.applied)
-    key, draw = jax.random.split(key)
-    token = pick(out.applied.cands, False, draw)
-    return token, key, token_info(out.model, out.final, token, out.top, out.applied)
+    else:
+        key, draw = jax.random.split(key)
+        token = pick(out.applied.cands, False, draw)
+    carry = chain.settle(mode.chain, knobs, out.applied, token)
+    return token, key, token_info(out.model, out.final, token, out.top, out.applied), carry

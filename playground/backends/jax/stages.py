@@ -145,7 +145,12 @@ class Dry(Stage):
         return context.vocab_size
 
     def args(self, spec: RunSpec, context: Context) -> Args:
-        breakers = _breaker_mask(context.tokenizer, parse_breakers(spec.dry_sequence_breakers), context.vocab_size)
+        if context.breakers is not None:
+            breakers = np.zeros((context.vocab_size,), bool)
+            breakers[[i for i in context.breakers if i < context.vocab_size]] = True
+        else:
+            breakers = _breaker_mask(context.tokenizer, parse_breakers(spec.dry_sequence_breakers),
+                                     context.vocab_size)
         return F32(spec.dry_multiplier), F32(spec.dry_base), I32(spec.dry_allowed_length), breakers
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
@@ -274,3 +279,88 @@ TopNSigma = partial(_Filter, "top_n_sigma", samplers.top_n_sigma)  # llama.cpp's
 TypicalP = partial(_Filter, "typical_p", samplers.typical, True)  # TypicalLogitsWarper
 EpsilonCutoff = partial(_Filter, "epsilon_cutoff", samplers.epsilon, True)  # EpsilonLogitsWarper
 EtaCutoff = partial(_Filter, "eta_cutoff", samplers.eta, True)  # EtaLogitsWarper
+
+
+class TopA(Stage):
+    """text-generation-webui's top-a: tokens below top_a x (the best probability)² go."""
+
+    def static(self, spec: RunSpec, context: Context) -> Hashable:
+        return _keep(context)
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (F32(spec.top_a),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        return cands._replace(values=samplers.top_a(cands.values, args[0], static or 1))
+
+
+class PLess(Stage):
+    """p-less (mode 1) or p-less-norm (mode 2): tokens below Σp² (or its normalised form) go."""
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return (I32(spec.p_less),)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        return cands._replace(values=samplers.p_less(cands.values, args[0]))
+
+
+class DynamicTemperature(Stage):
+    """llama.cpp's temp-ext: a temperature within temperature ± range, set by the candidates' entropy."""
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return F32(spec.temperature), F32(spec.dynatemp_range), F32(spec.dynatemp_exponent)
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        return cands._replace(values=samplers.dynamic_temperature(cands.values, *args))
+
+
+class MirostatV2(Stage):
+    """llama.cpp's mirostat v2: tokens whose surprise (bits) exceeds μ go; μ starts at 2τ and, once a token is
+    drawn, moves by -η x (its surprise under the cut distribution - τ). μ is the history's carried float."""
+
+    needs = Needs(carry=("mirostat_mu",))
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return F32(spec.mirostat_tau), F32(spec.mirostat_eta)
+
+    def initial(self, args: tuple[jax.Array, ...]) -> jax.Array:
+        return 2.0 * args[0]
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        assert view.carry is not None, "the chain hands a carrying stage its state"
+        return cands._replace(values=samplers.mirostat_cut(cands.values, view.carry))
+
+    def observed(self, before: Candidates, after: Candidates) -> Candidates:
+        return after._replace(values=jax.nn.softmax(after.values, axis=-1))
+
+    def settled(self, carry: jax.Array, chosen: jax.Array, args: tuple[jax.Array, ...]) -> jax.Array:
+        tau, eta = args
+        surprise = -jnp.log2(chosen)
+        return carry - eta * (surprise - tau)
+
+
+class AdaptiveP(Stage):
+    """llama.cpp's adaptive-p: the candidates re-weighted towards 2 x target - the running average of the chosen
+    tokens' probabilities (as this stage received them); the average starts at the target and, once a token is
+    drawn, becomes decay x average + (1 - decay) x its probability (llama.cpp's weighted sum over its total weight,
+    which stays 1 / (1 - decay) from its start)."""
+
+    needs = Needs(carry=("adaptive_p_average",))
+
+    def args(self, spec: RunSpec, context: Context) -> Args:
+        return F32(spec.adaptive_target), F32(spec.adaptive_decay)
+
+    def initial(self, args: tuple[jax.Array, ...]) -> jax.Array:
+        return args[0]
+
+    def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
+        assert view.carry is not None, "the chain hands a carrying stage its state"
+        adapted = samplers.adaptive_target(args[0], view.carry)  # (B, 1)
+        return cands._replace(values=samplers.adaptive_p(cands.values, adapted))
+
+    def observed(self, before: Candidates, after: Candidates) -> Candidates:
+        return before._replace(values=jax.nn.softmax(before.values, axis=-1))
+
+    def settled(self, carry: jax.Array, chosen: jax.Array, args: tuple[jax.Array, ...]) -> jax.Array:
+        decay = args[1]
+        return decay * carry + (1.0 - decay) * chosen

@@ -27,9 +27,13 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
+from playground.backends.torch.carrying import AdaptivePLogitsWarper, MirostatV2LogitsWarper
 from playground.backends.torch.samplers import (
     DRYLogitsProcessor,
+    DynamicTemperatureLogitsWarper,
+    PLessLogitsWarper,
     PresenceFrequencyPenaltyLogitsProcessor,
+    TopALogitsWarper,
     TopNSigmaLogitsWarper,
     XTCLogitsWarper,
     breaker_ids,
@@ -47,6 +51,7 @@ class TorchContext(NamedTuple):
     tokenizer: Any
     device: torch.device
     min_tokens_to_keep: int = 1  # transformers keeps more in beam sampling (one more than the EOS ids)
+    breakers: frozenset[int] | None = None  # DRY's sequence breakers as ids (no tokenizer: the sampler lab)
     forced: int = 0  # the forced prefix's length (RunSpec.prefix_ids), the last tokens of input_ids
 
     @property
@@ -81,7 +86,9 @@ def no_repeat_ngram(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 
 
 def dry(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
-    breakers = breaker_ids(context.tokenizer, chain.parse_breakers(spec.dry_sequence_breakers))
+    breakers = context.breakers
+    if breakers is None:
+        breakers = breaker_ids(context.tokenizer, chain.parse_breakers(spec.dry_sequence_breakers))
     return DRYLogitsProcessor(spec.dry_multiplier, spec.dry_base, spec.dry_allowed_length, breakers)
 
 
@@ -125,3 +132,23 @@ def epsilon_cutoff(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 def eta_cutoff(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
     return EtaLogitsWarper(epsilon=spec.eta_cutoff, min_tokens_to_keep=context.min_tokens_to_keep,
                            device=str(context.device))
+
+
+def dynamic_temperature(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return DynamicTemperatureLogitsWarper(spec.temperature, spec.dynatemp_range, spec.dynatemp_exponent)
+
+
+def top_a(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return TopALogitsWarper(spec.top_a, min_tokens_to_keep=context.min_tokens_to_keep)
+
+
+def p_less(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return PLessLogitsWarper(spec.p_less)
+
+
+def mirostat_v2(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return MirostatV2LogitsWarper(spec.mirostat_tau, spec.mirostat_eta)
+
+
+def adaptive_p(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
+    return AdaptivePLogitsWarper(spec.adaptive_target, spec.adaptive_decay)

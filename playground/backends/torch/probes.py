@@ -56,6 +56,7 @@ class TokenProbe:
         self._alive: list[tuple[str, torch.Tensor]] = []  # (stage, (V,) still finite after it) of this step
         self._stages: list[tuple[str, int, float]] = []  # (stage, tokens removed, mass moved) of this step
         self._last: torch.Tensor | None = None  # (V,) the distribution after the latest stage of this step
+        self._state: dict[str, float] = {}  # what the chain's carrying stages acted under at this step
         self._step: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # assisted: a pass's (model, final)s
         self._step_start = 0  # assisted: the pass's first record
         self._own_stage: tuple[str, torch.Tensor] | None = None  # (name, (V,) the model's own logits) before the chain
@@ -63,12 +64,16 @@ class TokenProbe:
         self.first = _Hook(self._see_model)
         self.last = _Hook(self._see_final)
 
-    def stage(self, name: str) -> _Hook:
+    def stage(self, name: str, carried: Callable[[], dict[str, float]] | None = None) -> _Hook:
         """A hook to place after the chain's stage `name`: what it removed, and the mass it moved (the total
-        variation between the distributions before and after it)."""
+        variation between the distributions before and after it); `carried`: the state a carrying stage acted
+        under (mirostat's μ), for the token's record."""
         def see(_ids: torch.LongTensor, scores: torch.FloatTensor) -> None:
-            if not self.paused:
-                self._after_stage(name, scores)
+            if self.paused:
+                return
+            if carried is not None:
+                self._state.update(carried())
+            self._after_stage(name, scores)
 
         return _Hook(see)
 
@@ -112,6 +117,7 @@ class TokenProbe:
         self._model = torch.softmax(own, dim=-1)  # (V,)
         self._alive = [("", torch.isfinite(own))]
         self._stages = []
+        self._state = {}
         self._last = self._model
         if self._own_stage is not None:
             self._after_stage(self._own_stage[0], scores)
@@ -131,13 +137,16 @@ class TokenProbe:
         model = self._model if self._model is not None else torch.softmax(scores[0].float(), dim=-1)
         final = torch.softmax(scores[0].float(), dim=-1)  # (V,); filtered tokens are -inf: probability 0
         top = torch.topk(model, TOP_ALTERNATIVES).indices  # ranked by the model's own preference
-        self.records.append({
+        record: TokenInfo = {
             "entropy": _entropy(final),
             "entropy_model": _entropy(model),
             "top": [(i, float(final[i]), float(model[i])) for i in top.tolist()],
             "top_cut": [self._cut(i) for i in top.tolist()],
             "stages": list(self._stages),
-        })
+        }
+        if self._state:
+            record["state"] = dict(self._state)
+        self.records.append(record)
         self._pending = (model, final)
         if self._step is not None:
             self._step.append(self._pending)
@@ -166,7 +175,8 @@ def chained(model: Any, spec: RunSpec, context: TorchContext, probe: TokenProbe 
             own = list(build(*args, **kwargs))
             if probe is None:
                 return LogitsProcessorList([*own, *(processor for _, processor in stages)])
-            staged = [item for name, processor in stages for item in (processor, probe.stage(name))]
+            staged = [item for name, processor in stages
+                      for item in (processor, probe.stage(name, getattr(processor, "carried", None)))]
             return LogitsProcessorList([probe.first, *own, *staged, probe.last])
 
         return built

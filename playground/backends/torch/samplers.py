@@ -22,7 +22,7 @@ def _number(name: str, value: object) -> float:
     return float(value)
 
 
-def _in_range(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> float:
+def in_range(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> float:
     """`value` as a float when it lies in [low, high] ((low, high] with low_open); NaN never does."""
     number = _number(name, value)
     above = number > low if low_open else number >= low
@@ -44,8 +44,8 @@ class PresenceFrequencyPenaltyLogitsProcessor(LogitsProcessor):
     scores[t] -= frequency * count[t] + presence * (count[t] > 0)."""
 
     def __init__(self, presence: float, frequency: float, prompt_length: int) -> None:
-        self.presence = _in_range("presence", presence, -2.0, 2.0)
-        self.frequency = _in_range("frequency", frequency, -2.0, 2.0)
+        self.presence = in_range("presence", presence, -2.0, 2.0)
+        self.frequency = in_range("frequency", frequency, -2.0, 2.0)
         if isinstance(prompt_length, bool) or not isinstance(prompt_length, int) or prompt_length < 0:
             raise ValueError(f"prompt_length must be an integer >= 0; got {prompt_length!r}")
         self.prompt_length = prompt_length
@@ -117,8 +117,8 @@ class DRYLogitsProcessor(LogitsProcessor):
 
     def __init__(self, multiplier: float, base: float, allowed_length: int,
                  breakers: torch.Tensor | frozenset[int]) -> None:
-        self.multiplier = _in_range("multiplier", multiplier, 0.0, 5.0)
-        self.base = _in_range("base", base, 1.0, 10.0, low_open=True)
+        self.multiplier = in_range("multiplier", multiplier, 0.0, 5.0)
+        self.base = in_range("base", base, 1.0, 10.0, low_open=True)
         # a match is at most DRY_MAX_MATCH long, so a longer allowed_length could never penalise
         self.allowed_length = _integer("allowed_length", allowed_length, 1, DRY_MAX_MATCH)
         if isinstance(breakers, torch.Tensor):
@@ -176,8 +176,8 @@ class XTCLogitsWarper(LogitsProcessor):
 
     def __init__(self, threshold: float, probability: float) -> None:
         # above 0.5 at most one token can reach the threshold, and XTC needs two to act
-        self.threshold = _in_range("threshold", threshold, 0.0, 0.5, low_open=True)
-        self.probability = _in_range("probability", probability, 0.0, 1.0, low_open=True)
+        self.threshold = in_range("threshold", threshold, 0.0, 0.5, low_open=True)
+        self.probability = in_range("probability", probability, 0.0, 1.0, low_open=True)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         coin = float(torch.rand(()))  # one draw per call, for the whole batch
@@ -191,3 +191,69 @@ class XTCLogitsWarper(LogitsProcessor):
         drop_sorted = positions < passing - 1
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         return scores.masked_fill(drop, -math.inf)
+
+
+class TopALogitsWarper(LogitsProcessor):
+    """text-generation-webui's top-a: tokens less likely than top_a x (the best probability)² are removed."""
+
+    def __init__(self, top_a: float, min_tokens_to_keep: int = 1) -> None:
+        self.top_a = in_range("top_a", top_a, 0.0, 1.0, low_open=True)
+        self.min_tokens_to_keep = _integer("min_tokens_to_keep", min_tokens_to_keep, 1, 1_000_000)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(scores.float(), dim=-1)
+        best = probs.amax(dim=-1, keepdim=True)
+        remove = probs < self.top_a * best * best
+        if self.min_tokens_to_keep > 1:
+            kept = torch.topk(scores, min(self.min_tokens_to_keep, scores.shape[-1]), dim=-1).indices
+            remove = remove.scatter(-1, kept, False)
+        return scores.masked_fill(remove, -math.inf)
+
+
+class PLessLogitsWarper(LogitsProcessor):
+    """p-less (mode 1): tokens less likely than Σp² are removed; p-less-norm (mode 2): less likely than
+    (N·Σp² - 1) / (N - 1), N being the tokens still in the set. The best token always stays (Σp² <= max p; also
+    where rounding puts a uniform row's Σp² a hair above its p)."""
+
+    def __init__(self, mode: int) -> None:
+        self.mode = _integer("mode", mode, 1, 2)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(scores.float(), dim=-1)
+        square = (probs * probs).sum(dim=-1, keepdim=True)
+        threshold = square
+        if self.mode == 2:
+            count = torch.isfinite(scores).sum(dim=-1, keepdim=True).float()
+            threshold = torch.where(count > 1, (count * square - 1.0) / (count - 1.0).clamp(min=1.0), 0.0)
+        best = scores >= scores.amax(dim=-1, keepdim=True)
+        return scores.masked_fill((probs < threshold) & ~best, -math.inf)
+
+
+class DynamicTemperatureLogitsWarper(LogitsProcessor):
+    """llama.cpp's temp-ext (dynamic temperature): the logits divided by a temperature from max(0, base - range)
+    to base + range as the candidates' entropy over ln(their count) goes from 0 to 1, raised to `exponent`. A row
+    of one candidate is left alone; a temperature of 0 keeps only the best logit(s)."""
+
+    def __init__(self, base: float, spread: float, exponent: float) -> None:
+        self.base = in_range("temperature", base, 0.0, 5.0, low_open=True)
+        self.spread = in_range("dynatemp_range", spread, 0.0, 5.0, low_open=True)
+        self.exponent = in_range("dynatemp_exponent", exponent, 0.0, 10.0, low_open=True)
+
+    def temperature(self, scores: torch.Tensor) -> torch.Tensor:
+        """(B, 1) the temperature each row gets."""
+        logits = scores.float()
+        finite = torch.isfinite(logits)
+        log_p = torch.log_softmax(logits, dim=-1)
+        entropy = -torch.where(finite, log_p.exp() * log_p, 0.0).sum(dim=-1, keepdim=True)
+        count = finite.sum(dim=-1, keepdim=True).float()
+        normalised = entropy / count.clamp(min=2.0).log()
+        low = max(self.base - self.spread, 0.0)
+        return low + (self.base + self.spread - low) * normalised.pow(self.exponent)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        temperature = self.temperature(scores)
+        single = torch.isfinite(scores).sum(dim=-1, keepdim=True) <= 1
+        best = scores.amax(dim=-1, keepdim=True)
+        cold = scores.masked_fill(scores < best, -math.inf)
+        scaled = torch.where(temperature > 0, scores / temperature.where(temperature > 0, 1.0), cold)
+        return torch.where(single, scores, scaled.to(scores.dtype))
