@@ -331,8 +331,8 @@ def preceded(applied: Applied, model_logits: jax.Array, logits: jax.Array, watch
     count, mass = _record(before, jax.nn.softmax(model_logits, axis=-1), after, jax.nn.softmax(logits, axis=-1))
     alive = jnp.isfinite(jnp.take_along_axis(logits, watch, axis=-1))  # (B, A)
     cut = jnp.where(~alive, 1, jnp.where(applied.cut > 0, applied.cut + 1, 0))
-    return Applied(applied.cands, cut, jnp.concatenate([count[:, None], applied.removed], axis=-1),
-                   jnp.concatenate([mass[:, None], applied.moved], axis=-1))
+    return applied._replace(cut=cut, removed=jnp.concatenate([count[:, None], applied.removed], axis=-1),
+                            moved=jnp.concatenate([mass[:, None], applied.moved], axis=-1))
 
 
 def for_row(chain_: Chain, args: tuple[tuple[jax.Array, ...], ...],
