@@ -52,8 +52,45 @@ def build_parser() -> argparse.ArgumentParser:
     _add_constraint_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
 
-    lab = commands.add_parser("chain", help="the sampler lab: a distribution you give through the logits chain, "
-                                            "each stage's kept and removed tokens and the final distribution")
+    _add_chain_options(commands.add_parser(
+        "chain", help="the sampler lab: a distribution you give through the logits chain, each stage's kept and "
+                      "removed tokens and the final distribution"))
+
+    _add_sweep_options(commands.add_parser(
+        "sweep", help="run one knob over several values on a set of prompts: a row per run and per-value medians of "
+                      "speed, memory and text measures"))
+
+    from playground.tools import bench_command
+
+    bench_command.build_parser(commands.add_parser(
+        "bench", help="measure torch and JAX decode speed against the roofline"))
+
+    commands.add_parser("models", help="list the model catalog")
+    _add_serve_options(commands.add_parser(
+        "serve", help="serve the page and the OpenAI-compatible API (/v1) on one server"))
+    from playground.tools import soak
+
+    soak.build_parser(commands.add_parser(
+        "soak", help="serve the app and send it random valid requests from several clients for some minutes; "
+                     "fails on a failed request or on memory still rising after the warm-up"))
+    return parser
+
+
+def _add_sweep_options(sweep: argparse.ArgumentParser) -> None:
+    sweep.add_argument("--knob", choices=sweepable(), help="the RunSpec knob to move")
+    sweep.add_argument("--values", help="its values, comma-separated, e.g. 0.2,0.7,1.2")
+    sweep.add_argument("--prompt-set", default=None, help="a shipped prompt set (see --list-prompt-sets; "
+                                                           "default: stories)")
+    sweep.add_argument("--prompts-file", default=None, metavar="FILE", help="your own prompts, one per line")
+    sweep.add_argument("--seeds", type=int, default=1,
+                       help="seeds per prompt when the strategy samples (default 1; deterministic runs use one)")
+    sweep.add_argument("--list-prompt-sets", action="store_true", help="name the shipped prompt sets and stop")
+    sweep.add_argument("--csv", default=None, metavar="FILE", help="also write the rows to FILE as CSV")
+    sweep.add_argument("--json", action="store_true", help="print the sweep's JSON object")
+    _add_spec_options(sweep)
+
+
+def _add_chain_options(lab: argparse.ArgumentParser) -> None:
     given = lab.add_mutually_exclusive_group(required=True)
     given.add_argument("--probs", metavar="P1,P2,...", help="the distribution as probabilities (normalised; 0: an "
                                                              "entry already removed)")
@@ -67,54 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_options(lab, sampler_lab.lab_knobs(),
                       note="every stage is off unless one of its knobs is given; temperature 1")
     lab.add_argument("--json", action="store_true", help="print the result as one JSON object")
-
-    sweep = commands.add_parser("sweep", help="run one knob over several values on a set of prompts: a row per "
-                                              "run and per-value medians of speed, memory and text measures")
-    sweep.add_argument("--knob", choices=sweepable(), help="the RunSpec knob to move")
-    sweep.add_argument("--values", help="its values, comma-separated, e.g. 0.2,0.7,1.2")
-    sweep.add_argument("--prompt-set", default=None, help="a shipped prompt set (see --list-prompt-sets; "
-                                                           "default: stories)")
-    sweep.add_argument("--prompts-file", default=None, metavar="FILE", help="your own prompts, one per line")
-    sweep.add_argument("--seeds", type=int, default=1,
-                       help="seeds per prompt when the strategy samples (default 1; deterministic runs use one)")
-    sweep.add_argument("--list-prompt-sets", action="store_true", help="name the shipped prompt sets and stop")
-    sweep.add_argument("--csv", default=None, metavar="FILE", help="also write the rows to FILE as CSV")
-    sweep.add_argument("--json", action="store_true", help="print the sweep's JSON object")
-    _add_spec_options(sweep)
-
-    bench = commands.add_parser("bench", help="measure torch and JAX decode speed against the roofline")
-    bench.add_argument("--model", default=None,
-                       help="default: smollm2-135m (suites compile and devices: every installed bundled model unless "
-                            "one is named; grammar: both bundled models' tokenizers unless one is named)")
-    bench.add_argument("--suite", choices=("default", "caches", "sweeps", "compile", "weights", "devices", "grammar",
-                                           "constraints"),
-                       default="default",
-                       help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
-                            "both backends over long runs; sweeps: the page's sweep presets, first and again; "
-                            "compile: every JAX cell's first request on both bundled models (with "
-                            "PLAYGROUND_COMPILE_CACHE=0 for cold compiles); weights: every weight precision on "
-                            "both backends, speed and KL from fp32; devices: eager, torch.compile and JAX (fp32, int8) "
-                            "on this process's device (the GPU when there is one) against its roofline; grammar: the "
-                            "grammar engines (llguidance, xgrammar where installed) on the bundled tokenizers: "
-                            "compile, per-step mask and rollback times; constraints: unconstrained greedy against a "
-                            "regex, a JSON schema and a choice list on both backends: tokens/s, matcher compile and "
-                            "mask time per token")
-    bench.add_argument("--max-new-tokens", type=int, default=None,
-                       help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
-    bench.add_argument("--rounds", type=int, default=None,
-                       help="suites caches, weights, devices and grammar: timed rounds of every configuration "
-                            "(default 3; the median is reported)")
-    bench.add_argument("--json", action="store_true")
-
-    commands.add_parser("models", help="list the model catalog")
-    _add_serve_options(commands.add_parser(
-        "serve", help="serve the page and the OpenAI-compatible API (/v1) on one server"))
-    from playground.tools import soak
-
-    soak.build_parser(commands.add_parser(
-        "soak", help="serve the app and send it random valid requests from several clients for some minutes; "
-                     "fails on a failed request or on memory still rising after the warm-up"))
-    return parser
 
 
 def _add_serve_options(serve: argparse.ArgumentParser) -> None:
@@ -287,60 +276,9 @@ def command_sweep(args: argparse.Namespace) -> None:
 
 
 def command_bench(args: argparse.Namespace) -> None:
-    from playground.tools import bench, bench_caches  # imported here: they load torch and jax
+    from playground.tools import bench_command
 
-    new_tokens = args.max_new_tokens or {"caches": 1024, "weights": 64}.get(args.suite, 128)
-    if new_tokens < 2:
-        fail(f"--max-new-tokens={new_tokens} is too small; the benchmark needs at least 2")
-    def progress(message: str) -> None:
-        print(message, file=sys.stderr)
-
-    if args.suite == "compile":
-        from playground.tools import bench_compile
-
-        result = bench_compile.run_compile_suite(progress, (args.model,) if args.model else bench_compile.MODELS)
-        print(json.dumps(result) if args.json else bench_compile.format_table(result))
-        return
-    if args.suite == "devices":
-        from playground.tools import bench_devices
-
-        result = bench_devices.run_devices_suite(progress, (args.model,) if args.model else None, new_tokens,
-                                                 rounds=args.rounds or bench_devices.ROUNDS)
-        print(json.dumps(result) if args.json else bench_devices.format_table(result))
-        return
-    if args.suite == "grammar":
-        from playground.tools import bench_grammar
-
-        result = bench_grammar.run_grammar_suite(progress, (args.model,) if args.model else bench_grammar.TOKENIZERS,
-                                                 rounds=args.rounds or bench_grammar.ROUNDS)
-        print(json.dumps(result) if args.json else bench_grammar.format_table(result))
-        return
-    model = args.model or "smollm2-135m"
-    if args.suite == "sweeps":
-        from playground.tools import bench_sweeps
-
-        result = bench_sweeps.run_sweep_suite(progress)
-        print(json.dumps(result) if args.json else bench_sweeps.format_table(result))
-        return
-    if args.suite == "constraints":
-        from playground.tools import bench_constraints
-
-        result = bench_constraints.run_constraint_suite(model, args.max_new_tokens or 64, progress,
-                                                        rounds=args.rounds or bench_constraints.ROUNDS)
-        print(json.dumps(result) if args.json else bench_constraints.format_table(result))
-        return
-    if args.suite == "weights":
-        from playground.tools import bench_weights
-
-        result = bench_weights.run_weights_suite(model, new_tokens, progress, rounds=args.rounds or 3)
-        print(json.dumps(result) if args.json else bench_weights.format_table(result))
-        return
-    if args.suite == "caches":
-        result = bench_caches.run_cache_suite(model, new_tokens, progress=progress, rounds=args.rounds)
-        print(json.dumps(result) if args.json else bench_caches.format_table(result))
-        return
-    result = bench.run_bench(model, new_tokens, progress=progress)
-    print(json.dumps(result) if args.json else bench.format_table(result))
+    bench_command.command_bench(args)
 
 
 def command_models(args: argparse.Namespace) -> None:

@@ -64,8 +64,8 @@ class Alternative(TypedDict):
     p: float  # under the distribution the token was drawn from (0 when a filter removed it)
     p_model: float  # under the model's own softmax at temperature 1
     removed_by: str | None  # the first stage of the logits chain that removed it; None: it stayed
-    logprob: NotRequired[float | None]  # ln p, unrounded p's (None: removed, p = 0)
-    logprob_model: NotRequired[float | None]  # ln p_model
+    logprob: NotRequired[float | None]  # ln p and ln p_model, unrounded (None: removed, p = 0)
+    logprob_model: NotRequired[float | None]
 
 
 class Candidate(TypedDict):
@@ -114,9 +114,7 @@ class TokenRecord(TypedDict):
     stages: NotRequired[list[StageRecord] | None]  # each active stage of the chain, in order (the sampling cut)
     contrastive: NotRequired[list[Candidate] | None]  # contrastive search: the candidates, most probable first
     dola: NotRequired[DolaRecord | None]  # DoLa: the layer contrasted, and whether that changed greedy's choice
-    # what a stage carries from token to token as it stood when this token was drawn: mirostat v2's μ
-    # ("mirostat_mu", bits) and adaptive-p's running average ("adaptive_p_average")
-    state: NotRequired[dict[str, float] | None]
+    state: NotRequired[dict[str, float] | None]  # carried when drawn: mirostat_mu (bits), adaptive_p_average
 
 
 class PrefixRecord(TypedDict):
@@ -323,8 +321,7 @@ def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:
 
 
 def log_probability(p: float | None) -> float | None:
-    """ln p from the backend's unrounded p (p itself is rounded to 5 places, which a tail token's log would not
-    survive); None for an unknown p or p = 0 (a removed token: JSON has no -inf)."""
+    """ln p of the backend's unrounded p (a tail token's log would not survive p's 5 places); None: unknown or 0."""
     if p is None or not p > 0:
         return None
     return round(math.log(float(p)), 6)

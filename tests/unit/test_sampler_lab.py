@@ -21,6 +21,7 @@ HISTORY = (3, 5, 7, 3, 5, 7, 3, 5)  # a text that repeats itself: the penalties 
 
 # every stage the lab offers, each with knobs that make it act on PROBS after HISTORY
 STAGES = {
+    "logit_bias": {"logit_bias": '{"2": 3.0, "0": -100}'},
     "repetition_penalty": {"repetition_penalty": 1.8},
     "presence_frequency": {"presence_penalty": 1.0, "frequency_penalty": 0.5},
     "no_repeat_ngram": {"no_repeat_ngram_size": 2},

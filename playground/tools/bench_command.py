@@ -1,0 +1,95 @@
+"""`python -m playground bench`: its options and which suite runs (each suite's module imports torch and jax, so
+they are imported only when that suite runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from playground.errors import PlaygroundError
+
+SUITES = ("default", "caches", "sweeps", "compile", "weights", "devices", "grammar", "constraints")
+
+
+def build_parser(bench: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    bench.add_argument("--model", default=None,
+                       help="default: smollm2-135m (suites compile and devices: every installed bundled model unless "
+                            "one is named; grammar: both bundled models' tokenizers unless one is named)")
+    bench.add_argument("--suite", choices=SUITES,
+                       default="default",
+                       help="default: generate vs the JAX decoder against the roofline; caches: every KV cache on "
+                            "both backends over long runs; sweeps: the page's sweep presets, first and again; "
+                            "compile: every JAX cell's first request on both bundled models (with "
+                            "PLAYGROUND_COMPILE_CACHE=0 for cold compiles); weights: every weight precision on "
+                            "both backends, speed and KL from fp32; devices: eager, torch.compile and JAX (fp32, int8) "
+                            "on this process's device (the GPU when there is one) against its roofline; grammar: the "
+                            "grammar engines (llguidance, xgrammar where installed) on the bundled tokenizers: "
+                            "compile, per-step mask and rollback times; constraints: unconstrained greedy against a "
+                            "regex, a JSON schema and a choice list on both backends: tokens/s, matcher compile and "
+                            "mask time per token")
+    bench.add_argument("--max-new-tokens", type=int, default=None,
+                       help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
+    bench.add_argument("--rounds", type=int, default=None,
+                       help="suites caches, weights, devices and grammar: timed rounds of every configuration "
+                            "(default 3; the median is reported)")
+    bench.add_argument("--json", action="store_true")
+    return bench
+
+
+def command_bench(args: argparse.Namespace) -> None:
+    """Runs the suite `args.suite` and prints its table, or its JSON object with --json."""
+    from playground.tools import bench, bench_caches  # imported here: they load torch and jax
+
+    new_tokens = args.max_new_tokens or {"caches": 1024, "weights": 64}.get(args.suite, 128)
+    if new_tokens < 2:
+        raise PlaygroundError(f"--max-new-tokens={new_tokens} is too small; the benchmark needs at least 2")
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    if args.suite == "compile":
+        from playground.tools import bench_compile
+
+        result = bench_compile.run_compile_suite(progress, (args.model,) if args.model else bench_compile.MODELS)
+        print(json.dumps(result) if args.json else bench_compile.format_table(result))
+        return
+    if args.suite == "devices":
+        from playground.tools import bench_devices
+
+        result = bench_devices.run_devices_suite(progress, (args.model,) if args.model else None, new_tokens,
+                                                 rounds=args.rounds or bench_devices.ROUNDS)
+        print(json.dumps(result) if args.json else bench_devices.format_table(result))
+        return
+    if args.suite == "grammar":
+        from playground.tools import bench_grammar
+
+        result = bench_grammar.run_grammar_suite(progress, (args.model,) if args.model else bench_grammar.TOKENIZERS,
+                                                 rounds=args.rounds or bench_grammar.ROUNDS)
+        print(json.dumps(result) if args.json else bench_grammar.format_table(result))
+        return
+    model = args.model or "smollm2-135m"
+    if args.suite == "sweeps":
+        from playground.tools import bench_sweeps
+
+        result = bench_sweeps.run_sweep_suite(progress)
+        print(json.dumps(result) if args.json else bench_sweeps.format_table(result))
+        return
+    if args.suite == "constraints":
+        from playground.tools import bench_constraints
+
+        result = bench_constraints.run_constraint_suite(model, args.max_new_tokens or 64, progress,
+                                                        rounds=args.rounds or bench_constraints.ROUNDS)
+        print(json.dumps(result) if args.json else bench_constraints.format_table(result))
+        return
+    if args.suite == "weights":
+        from playground.tools import bench_weights
+
+        result = bench_weights.run_weights_suite(model, new_tokens, progress, rounds=args.rounds or 3)
+        print(json.dumps(result) if args.json else bench_weights.format_table(result))
+        return
+    if args.suite == "caches":
+        result = bench_caches.run_cache_suite(model, new_tokens, progress=progress, rounds=args.rounds)
+        print(json.dumps(result) if args.json else bench_caches.format_table(result))
+        return
+    result = bench.run_bench(model, new_tokens, progress=progress)
+    print(json.dumps(result) if args.json else bench.format_table(result))
