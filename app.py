@@ -2,8 +2,7 @@
 
 import os
 
-from playground import host
-from playground.backends import device
+from playground import device, host
 
 host.apply_thread_limits()  # before torch or jax start their thread pools: sized to the container's CPUs
 device.configure_process()  # before JAX starts its backends

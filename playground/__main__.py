@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from playground import host, registry
-from playground.backends import device
+from playground import device, host, registry
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths, public

@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-from playground.backends import device
+from playground import device
 from playground.errors import PlaygroundError
 from playground.models import memory, public
 from playground.models.catalog import BUNDLED, check_available, hub_reachable, local_dir

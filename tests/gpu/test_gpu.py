@@ -15,8 +15,7 @@ import sys
 import pytest
 import torch
 
-from playground import compatibility, registry
-from playground.backends import device
+from playground import compatibility, device, registry
 from playground.errors import PlaygroundError
 from playground.models import memory
 from playground.models.catalog import BUNDLED

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from playground import compatibility
-from playground.backends import device
+from playground import compatibility, device
 from playground.errors import PlaygroundError
 from playground.models import memory
 from playground.spec import RunSpec

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
-from playground.backends import device
+from playground import device
 from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts

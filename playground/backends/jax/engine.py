@@ -32,7 +32,7 @@ from jax.stages import CompilerOptions, Lowered
 from torchax import interop
 from transformers import PreTrainedModel
 
-from playground.backends import device
+from playground import device
 from playground.backends.jax import compiling, disk_cache, layer_outputs, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
