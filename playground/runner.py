@@ -13,11 +13,11 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from playground.backends.generation_slot import LEFT_RUNNING, GenerationSlot
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
+from playground.generation_slot import LEFT_RUNNING, GenerationSlot
 from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
 TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
-# One generation at a time per process, whichever backend (backends/generation_slot.py says why).
+# One generation at a time per process, whichever backend (playground/generation_slot.py says why).
 GENERATION_LOCK = GenerationSlot()
 BACKEND_CLASSES: dict[str, Callable[[], Backend]] = {"torch": TorchBackend, "jax": JaxBackend}
 

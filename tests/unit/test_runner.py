@@ -162,7 +162,7 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
 
 
 def test_a_compile_left_running_by_a_stopped_run_marks_the_runs_it_overlaps_as_busy(local_model):
-    from playground.backends.generation_slot import LEFT_RUNNING
+    from playground.generation_slot import LEFT_RUNNING
     from playground.ui.run import done_notice
 
     ended = LEFT_RUNNING.started()  # as a stopped JAX run leaves its compile running
