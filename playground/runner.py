@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
+from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
 from playground.generation_slot import LEFT_RUNNING, GenerationSlot
@@ -22,7 +23,6 @@ from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_s
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
-from playground.models.decode_costs import DECODE_COSTS
 from playground.models.loaded import LOADED, LoadedModel
 from playground.result import NO_QUALITY, Quality, Result, build_result, combine_runs
 from playground.spec import RunSpec, check_vocabulary

@@ -9,9 +9,9 @@ from typing import Any, cast
 import gradio as gr
 
 from playground import compatibility, registry, runner
+from playground.decode_costs import draft_note
 from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
-from playground.models.decode_costs import draft_note
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
 from playground.spec import BACKENDS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.card_groups import (

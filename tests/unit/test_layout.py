@@ -120,7 +120,6 @@ PENDING = [
     "playground.constraints.record -> playground.backends.base",
     "playground.constraints.record -> playground.spec",
     "playground.models.convert -> playground.backends.torch.transformers_hooks",
-    "playground.models.decode_costs -> playground.result",
     "playground.registry.builtin_chain -> playground.constraints.grammar",
 ]
 
