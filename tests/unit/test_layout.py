@@ -119,7 +119,6 @@ PENDING = [
     "playground.constraints.grammar -> playground.models.public",
     "playground.constraints.record -> playground.backends.base",
     "playground.constraints.record -> playground.spec",
-    "playground.models.convert -> playground.backends.torch.transformers_hooks",
     "playground.registry.builtin_chain -> playground.constraints.grammar",
 ]
 
