@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from playground.errors import PlaygroundError
-from playground.models.public import is_public
+from playground.limits import is_public
 from playground.registry.builtin_knobs import CONSTRAINT_KINDS
 
 # what each kind's text is, for messages and the page
