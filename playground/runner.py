@@ -206,7 +206,7 @@ class _Job:
 
     def _check_config(self, config: Any) -> None:
         """The cache refusals that need the model's config, made before its weights load (both backends)."""
-        from playground.backends.torch.caches.factory import check_cache  # imported here: the page starts without torch
+        from playground.backends.refusals import check_cache  # imported here: the page starts without torch
 
         check_cache(self.spec, config)
 

@@ -110,7 +110,7 @@ def test_dola_layers_are_refused_in_a_form_it_cannot_read():
 
 
 def test_a_model_a_method_cannot_serve_is_refused_before_it_loads():
-    from playground.backends.torch.caches.factory import check_cache
+    from playground.backends.refusals import check_cache
     from tests.helpers import tiny_gemma
 
     config = tiny_gemma().config  # sliding layers around a global one; three layers

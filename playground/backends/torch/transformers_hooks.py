@@ -19,6 +19,8 @@ import torch
 from transformers.generation.utils import GenerationMixin
 from transformers.masking_utils import AttentionMaskInterface
 
+from playground.backends.refusals import WINDOWED_ATTENTION
+
 # the transformers version these hooks were written and checked against (requirements.txt pins it)
 WRITTEN_FOR = "5.23.0"
 
@@ -30,8 +32,6 @@ RUNNING_BEAMS = "_get_running_beams_for_next_iteration"  # beam search: the K of
 # the candidate generator's methods assisted decoding calls once per verification step
 GET_CANDIDATES = "get_candidates"
 UPDATE_CANDIDATE_STRATEGY = "update_candidate_strategy"
-# attention-mask backends that take a mask function (an imposed sliding window is added to it)
-WINDOWED_ATTENTION = ("sdpa", "eager")
 
 # generate(custom_generate=<callable>) runs the callable as its decoding loop with `_sample`'s arguments (a private
 # signature). A keyword the callable takes that `_sample` does not is taken from generate()'s own keywords and
