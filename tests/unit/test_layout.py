@@ -118,6 +118,21 @@ def test_imports_run_down_through_the_layers():
     assert upward_imports() == []
 
 
+def test_neither_backend_imports_the_other():
+    """What both backends share (refusals, RoPE frequencies, DRY's breakers, the beam tree, the Backend protocol)
+    lives in backend-free modules right under playground/backends/, which import neither backend."""
+    known = modules()
+    sides = {"torch": "playground.backends.torch", "jax": "playground.backends.jax"}
+
+    def side(module: str) -> str:
+        return next((name for name, prefix in sides.items() if module.startswith(prefix)), "shared")
+
+    crossing = [f"{name} -> {target}" for name, path in sorted(known.items()) if name.startswith("playground.backends.")
+                for target in sorted(imported(path, set(known)))
+                if side(target) != "shared" and side(target) != side(name)]
+    assert crossing == []
+
+
 def test_the_layer_rule_sees_an_upward_import(tmp_path, monkeypatch):
     """The check reads function-level imports too, and not the registry's `lazy("module", ...)` strings."""
     low = tmp_path / "playground" / "errors.py"

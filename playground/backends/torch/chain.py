@@ -26,12 +26,12 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
+from playground.backends.dry_breakers import breaker_ids
 from playground.backends.torch.samplers import (
     DRYLogitsProcessor,
     PresenceFrequencyPenaltyLogitsProcessor,
     TopNSigmaLogitsWarper,
     XTCLogitsWarper,
-    breaker_ids,
 )
 from playground.registry import chain
 from playground.spec import RunSpec
