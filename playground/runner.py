@@ -69,8 +69,8 @@ def backend_for(name: str) -> Backend:
 History = list[tuple[str, str]]
 
 
-def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> Any:
-    """Token ids (1, T) for the prompt, through the chat template when asked (default: instruct models).
+def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> list[int]:
+    """The prompt's token ids, through the chat template when asked (default: instruct models).
 
     `history` holds earlier (user, assistant) turns of a multi-turn chat; it needs the chat template.
     """
@@ -86,23 +86,20 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
             messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         messages.append({"role": "user", "content": prompt})
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        ids = list(tokenizer(text, add_special_tokens=False).input_ids)
     else:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-    if ids.shape[1] > max_prompt_tokens():
+        ids = list(tokenizer(prompt).input_ids)
+    if len(ids) > max_prompt_tokens():
         raise PlaygroundError(
-            f"prompt is {ids.shape[1]} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
+            f"prompt is {len(ids)} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
     return ids
 
 
-def with_prefix(loaded: LoadedModel, input_ids: Any, prefix_ids: tuple[int, ...]) -> Any:
-    """The prompt's ids (1, T) followed by the forced ones (1, T + P), which generation then continues from."""
-    if not prefix_ids:
-        return input_ids
-    import torch  # imported here: keeps torch out of page start-up
-
-    check_vocabulary(prefix_ids, loaded.model.config.get_text_config(decoder=True).vocab_size, loaded.name)
-    return torch.cat([input_ids, input_ids.new_tensor([list(prefix_ids)])], dim=1)
+def with_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix_ids: tuple[int, ...]) -> list[int]:
+    """The prompt's ids followed by the forced ones, which generation then continues from."""
+    if prefix_ids:
+        check_vocabulary(prefix_ids, loaded.model.config.get_text_config(decoder=True).vocab_size, loaded.name)
+    return prompt_ids + list(prefix_ids)
 
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
@@ -227,16 +224,16 @@ class _Job:
                 self.reports.put(loaded)
                 prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
                 input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
-                check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
+                check_cache_fits(loaded.model, self.spec, len(input_ids), loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once
                 quality = NO_QUALITY if self.stop_requested() else self._judge(loaded, input_ids,
                                                                                    runs[0][0].sequences[0])
-            self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
+            self.reports.put(_Finished(loaded, len(prompt_ids), runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
 
-    def _generate(self, loaded: _Loaded, input_ids: Any) -> list[tuple[GenerationOutput, float]]:
+    def _generate(self, loaded: _Loaded, input_ids: list[int]) -> list[tuple[GenerationOutput, float]]:
         """spec.repeats timed runs under the generation lock; the first one streams its tokens."""
         backend = backend_for(self.spec.backend)
         runs: list[tuple[GenerationOutput, float]] = []
@@ -259,7 +256,7 @@ class _Job:
                 break
         return runs
 
-    def _judge(self, loaded: _Loaded, input_ids: Any, new_ids: list[int]) -> Quality:
+    def _judge(self, loaded: _Loaded, input_ids: list[int], new_ids: list[int]) -> Quality:
         """The output read by the full-precision model (the run's own when it is fp32): quality beside speed, so
         the cost of int8 weights, a 2-bit cache or a short window is a number. With other weights than fp32, also
         the mean KL of the run's model's next-token distributions from fp32's along the output. Not timed."""
