@@ -136,7 +136,7 @@ def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
             return f"{name} ✗ on {backend}"
         return f"{name} ✗ with {cache}"
 
-    return [(entry(s), s) for s in offered(registry.page_strategy_names(), 1)]
+    return [(entry(s), s) for s in offered(registry.strategy_names(), 1)]
 
 
 def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
