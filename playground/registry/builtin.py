@@ -1,4 +1,4 @@
-"""The five KV-cache types and the four decoding strategies (after the knobs and the logits chain's stages).
+"""The built-in KV-cache types and decoding strategies (registered after the knobs and the logits chain's stages).
 
 Each entry names its backend code by module path (imported on first use). Reasons are shown to users verbatim,
 so each says why and what to pick instead.
