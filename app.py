@@ -1,8 +1,7 @@
 """Gradio entry point (also the Space's app_file): build the playground page and serve it, with the
 OpenAI-compatible API on the same server."""
 
-from playground import host
-from playground.backends import device
+from playground import device, host
 
 host.apply_thread_limits()  # before torch or jax start their thread pools: sized to the container's CPUs
 device.configure_process()  # before JAX starts its backends

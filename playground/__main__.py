@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from playground import host, registry, sampler_lab
-from playground.backends import device
+from playground import device, host, limits, registry, sampler_lab
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
-from playground.models import catalog, paths, public
+from playground.models import catalog, paths
 from playground.spec import BACKENDS, WEIGHTS, RunSpec, spec_keys
 from playground.sweep.knobs import sweepable
 from playground.sweep.prompt_sets import SETS
@@ -285,7 +284,7 @@ def command_models(args: argparse.Namespace) -> None:
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
         print(f"{row['name']:<16} {row['kind']:<8} {state:<13} {row['description']}")
-    if public.is_public():
+    if limits.is_public():
         print(f"public deployment: also {', '.join(catalog.allowed_hub_models())} (PLAYGROUND_ALLOWED_MODELS)")
         return
     print("any hub id org/name (needs hub access) or a local model directory under "

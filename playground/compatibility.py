@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from playground import registry
-from playground.backends import device
+from playground import device, registry
 from playground.errors import PlaygroundError
 from playground.registry import BACKENDS
 

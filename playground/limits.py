@@ -10,6 +10,17 @@ MAX_PROMPT_CHARS = 100_000
 MAX_LINK_PROMPT_CHARS = 20_000
 
 
+def is_public() -> bool:
+    """A public deployment: a Hugging Face Space (SPACE_ID set) or PLAYGROUND_PUBLIC=1; PLAYGROUND_PUBLIC=0 turns
+    it off (a private Space). It tightens the limits here and in the grammar, the sweep and the model catalog."""
+    flag = os.environ.get("PLAYGROUND_PUBLIC", "").strip().lower()
+    if flag in ("1", "true", "yes"):
+        return True
+    if flag in ("0", "false", "no"):
+        return False
+    return bool(os.environ.get("SPACE_ID"))
+
+
 def max_new_tokens_cap() -> int:
     """Upper bound on generated tokens per request; a public Space must not be tied up for minutes."""
     return int(os.environ.get("PLAYGROUND_MAX_NEW_TOKENS", "1024"))

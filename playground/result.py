@@ -11,7 +11,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from playground.backends import device
+from playground import device
 from playground.backends.base import GenerationOutput, TokenInfo
 from playground.constraints.record import ConstraintRecord, constraint_record
 from playground.metrics import arrivals, percentile

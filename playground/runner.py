@@ -13,16 +13,16 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from playground.backends.generation_slot import LEFT_RUNNING, GenerationSlot
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
+from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
+from playground.generation_slot import LEFT_RUNNING, GenerationSlot
 from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
-from playground.models.decode_costs import DECODE_COSTS
 from playground.models.loaded import LOADED, LoadedModel
 from playground.registry.chain import parse_logit_bias
 from playground.result import NO_QUALITY, Quality, Result, build_result, combine_runs
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from playground.backends.base import Backend, GenerationOutput
 
 TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
-# One generation at a time per process, whichever backend (backends/generation_slot.py says why).
+# One generation at a time per process, whichever backend (playground/generation_slot.py says why).
 GENERATION_LOCK = GenerationSlot()
 BACKEND_CLASSES: dict[str, Callable[[], Backend]] = {"torch": TorchBackend, "jax": JaxBackend}
 
@@ -70,8 +70,8 @@ def backend_for(name: str) -> Backend:
 History = list[tuple[str, str]]
 
 
-def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> Any:
-    """Token ids (1, T) for the prompt, through the chat template when asked (default: instruct models).
+def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> list[int]:
+    """The prompt's token ids, through the chat template when asked (default: instruct models).
 
     `history` holds earlier (user, assistant) turns of a multi-turn chat; it needs the chat template.
     """
@@ -87,23 +87,20 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
             messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         messages.append({"role": "user", "content": prompt})
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        ids = list(tokenizer(text, add_special_tokens=False).input_ids)
     else:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-    if ids.shape[1] > max_prompt_tokens():
+        ids = list(tokenizer(prompt).input_ids)
+    if len(ids) > max_prompt_tokens():
         raise PlaygroundError(
-            f"prompt is {ids.shape[1]} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
+            f"prompt is {len(ids)} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
     return ids
 
 
-def with_prefix(loaded: LoadedModel, input_ids: Any, prefix_ids: tuple[int, ...]) -> Any:
-    """The prompt's ids (1, T) followed by the forced ones (1, T + P), which generation then continues from."""
-    if not prefix_ids:
-        return input_ids
-    import torch  # imported here: keeps torch out of page start-up
-
-    check_vocabulary(prefix_ids, loaded.model.config.get_text_config(decoder=True).vocab_size, loaded.name)
-    return torch.cat([input_ids, input_ids.new_tensor([list(prefix_ids)])], dim=1)
+def with_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix_ids: tuple[int, ...]) -> list[int]:
+    """The prompt's ids followed by the forced ones, which generation then continues from."""
+    if prefix_ids:
+        check_vocabulary(prefix_ids, loaded.model.config.get_text_config(decoder=True).vocab_size, loaded.name)
+    return prompt_ids + list(prefix_ids)
 
 
 def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
@@ -208,7 +205,7 @@ class _Job:
     def _check_config(self, config: Any) -> None:
         """The refusals that need the model's config, made before its weights load (both backends): the cache's,
         and biased tokens outside the vocabulary."""
-        from playground.backends.torch.caches.factory import check_cache  # imported here: the page starts without torch
+        from playground.backends.refusals import check_cache  # imported here: the page starts without torch
 
         check_cache(self.spec, config)
         biased = tuple(token for token, _ in parse_logit_bias(self.spec.logit_bias))
@@ -231,16 +228,16 @@ class _Job:
                 self.reports.put(loaded)
                 prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
                 input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
-                check_cache_fits(loaded.model, self.spec, input_ids.shape[1], loaded.draft)
+                check_cache_fits(loaded.model, self.spec, len(input_ids), loaded.draft)
                 runs = self._generate(loaded, input_ids)
                 # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once
                 judged = self.judged and not self.stop_requested()
                 quality = self._judge(loaded, input_ids, runs[0][0].sequences[0]) if judged else NO_QUALITY
-            self.reports.put(_Finished(loaded, prompt_ids.shape[1], runs, rss.peak, quality))
+            self.reports.put(_Finished(loaded, len(prompt_ids), runs, rss.peak, quality))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
 
-    def _generate(self, loaded: _Loaded, input_ids: Any) -> list[tuple[GenerationOutput, float]]:
+    def _generate(self, loaded: _Loaded, input_ids: list[int]) -> list[tuple[GenerationOutput, float]]:
         """spec.repeats timed runs under the generation lock; the first one streams its tokens."""
         backend = backend_for(self.spec.backend)
         runs: list[tuple[GenerationOutput, float]] = []
@@ -263,7 +260,7 @@ class _Job:
                 break
         return runs
 
-    def _judge(self, loaded: _Loaded, input_ids: Any, new_ids: list[int]) -> Quality:
+    def _judge(self, loaded: _Loaded, input_ids: list[int], new_ids: list[int]) -> Quality:
         """The output read by the full-precision model (the run's own when it is fp32): quality beside speed, so
         the cost of int8 weights, a 2-bit cache or a short window is a number. With other weights than fp32, also
         the mean KL of the run's model's next-token distributions from fp32's along the output. Not timed."""

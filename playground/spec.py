@@ -277,6 +277,7 @@ def _check_ranges(spec: RunSpec) -> None:
         if validate is not None:
             validate(spec)
     check_combination(spec)
+    _check_jax_chain(spec)
     why = compile_refusal(spec.torch_compile, spec.backend, spec.strategy, spec.cache, spec.weights)
     if why is not None:
         raise PlaygroundError(f"torch_compile={spec.torch_compile!r} cannot run: {why}")
@@ -298,3 +299,14 @@ def _check_unused(spec: RunSpec, strategy: registry.Strategy) -> None:
                                                    or spec.assisted_sampling):
         raise PlaygroundError(f"assistant, prompt_lookup and assisted_sampling only apply to strategy "
                               f"{_readers('assistant')}")
+
+
+def _check_jax_chain(spec: RunSpec) -> None:
+    """A stage of the logits chain registered with a PyTorch side alone cannot run on JAX: refused here, before
+    anything loads, rather than when the JAX chain is built."""
+    if spec.backend != "jax":
+        return
+    for stage in chain.stages(spec):
+        if stage.jax is None:
+            raise PlaygroundError(f"backend=jax cannot run the logits chain's stage {stage.name!r}: it has no JAX "
+                                  "side yet; use backend 'torch', or leave the stage off")

@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "device-check: nvidia-smi found no GPU; the GPU tests will skip" >&2
-"$python" -c "from playground.backends import device; print('device-check: running on', device.current().label)"
+"$python" -c "from playground import device; print('device-check: running on', device.current().label)"
 
 parts=${PARTS:-tests bench}
 tests_rc=0

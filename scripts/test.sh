@@ -6,16 +6,11 @@
 #            such as a loaded bundled model, are built once)
 #   --fast:  the tests that need no bundled model, start no fresh Python and sweep no JAX compiles of their own
 #            (markers `slow` and `subprocess` left out), on two workers taking whole files (a file's tiny models
-#            compile their programs on one worker only: pytest 176 s -> 159 s), the files with the most tests
-#            first (xdist's default: the full suite's heaviest-first order took 179 s here, against 162 s back
-#            to back): under 3 minutes. Every JAX program compiles at LLVM -O0: over half of the lane's time is
-#            XLA compiling tiny models' programs, which -O0 cuts by ~40% (pytest 210 s -> 156 s, AMD EPYC 2
-#            cores). In the full suite only the unit tests' engine programs do (tests/unit/conftest.py); the
-#            bundled models' tests compile as users' processes do, since -O0 programs run slower and their
-#            floating-point results differ in the last digits. A unit test's program that an earlier test of
-#            the same worker compiled is not compiled again (tests/shared_compiles.py: 315 of the unit tests'
-#            696 compiles were repeats; this lane's pytest 137 s -> 110 s). Garbage collections skip the
-#            libraries' objects (tests/conftest.py freezes them once collected: pytest 121 s -> 95 s).
+#            then compile their programs on one worker only), the files with the most tests first: under 3
+#            minutes. Every JAX program compiles at LLVM -O0, since most of the lane's time is XLA compiling tiny
+#            models' programs; in the full suite only the unit tests' engine programs do (tests/unit/conftest.py),
+#            as -O0 programs run slower and their floating-point results differ in the last digits. What each of
+#            these choices saved: docs/benchmarks.md, "The test suite's speed-ups".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 marks=(-n 2 --dist loadfile --no-loadscope-reorder)
@@ -28,7 +23,7 @@ scripts/setup.sh --dev
 .venv/bin/ruff check .
 # no reaching into another object's private members inside the package (tests may: they poke at internals)
 .venv/bin/ruff check --select SLF001 playground
-# types are checked beside the tests (mypy takes ~40 s on a fresh clone, its cache empty); its verdict is printed
+# types are checked beside the tests (mypy is slow on a fresh clone, its cache empty); its verdict is printed
 # after theirs, and either failing fails the run
 types_log=$(mktemp)
 .venv/bin/mypy > "$types_log" 2>&1 &

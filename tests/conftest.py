@@ -9,9 +9,8 @@ import sys
 from playground import host
 
 # On pytest-xdist's workers (scripts/test.sh runs two) each worker, and each process it starts, gets one CPU's
-# worth of threads: two workers with a pool of every CPU each put twice as many spinning threads on the
-# cores as there are cores, and measured 4.6x slower than one thread each (two concurrent greedy runs of a
-# SmolLM2-sized model, 2-core machine). Set before torch starts its pool.
+# worth of threads: two workers with a pool of every CPU each put twice as many spinning threads on the cores as
+# there are cores (docs/benchmarks.md has what that cost). Set before torch starts its pool.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     host.apply_thread_limits(max(1, host.limits().cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
@@ -21,39 +20,37 @@ import pytest  # noqa: E402
 
 from tests.helpers import TINY_PROGRAM_OPTIONS, tiny_loaded  # noqa: E402
 
-# The files that took 30 s or more in the full suite, heaviest first (seconds summed over a file's tests,
-# `CI=true bash scripts/test.sh --junitxml=...` on a fresh clone of 2c3941d, AMD EPYC 2 cores, 2026-11-26). The
-# workers take whole files in this order (the full suite passes --no-loadscope-reorder; xdist gives each worker
-# two files in turn, then the next one whenever a worker is down to one). The default queue, by number of tests,
-# put the one-test soak last, and one worker ran it alone at the end. The two quantized-error files go first,
-# one per worker, because each needs one bundled model only: the Gemma3 one converts Gemma3 while the other
-# converts SmolLM2 and runs on it, where the bundled grid, which needs both from its second test on, waited on
-# the other worker's conversion.
+# The files that took longest in the full suite, heaviest first (docs/benchmarks.md lists each one's seconds and
+# the run they come from). The workers take whole files in this order (the full suite passes
+# --no-loadscope-reorder; xdist gives each worker two files in turn, then the next one whenever a worker is down
+# to one): the default queue, by number of tests, left a long file to one worker at the end. The two
+# quantized-error files go first, one per worker, because each needs one bundled model only, where the bundled
+# grid, which needs both, would wait on the other worker's conversion.
 HEAVIEST_FILES = (
-    "tests/integration/test_jax_quantized_error_gemma3.py",  # 211 s
-    "tests/integration/test_jax_quantized_error.py",  # 135 s
-    "tests/integration/test_bundled_grid.py",  # 366 s
-    "tests/integration/test_soak.py",  # 235 s
-    "tests/integration/test_presets.py",  # 135 s
-    "tests/unit/test_jax_caches.py",  # 133 s
-    "tests/unit/test_jax_assisted.py",  # 131 s
-    "tests/integration/test_jax_assisted.py",  # 130 s
-    "tests/unit/test_jax_decoder.py",  # 103 s
-    "tests/unit/test_on_a_mesh.py",  # 64 s (dd7675d): the six tests that each started a process before
-    "tests/integration/test_jax_caches.py",  # 99 s
-    "tests/integration/test_browser.py",  # 71 s
-    "tests/unit/test_jax_int8.py",  # 71 s
-    "tests/integration/test_jax_beam.py",  # 57 s
-    "tests/unit/test_bench_compile.py",  # 53 s
-    "tests/integration/test_browser_mechanics.py",  # 51 s
-    "tests/integration/test_hardening.py",  # 48 s
-    "tests/unit/test_runner.py",  # 48 s
-    "tests/integration/test_jax_decoder.py",  # 47 s
-    "tests/unit/test_jax_beam.py",  # 45 s
-    "tests/integration/test_architecture_grid.py",  # 131 s before its models were shared and compiled at -O0
-    "tests/unit/test_budget.py",  # 36 s
-    "tests/integration/test_budget.py",  # 34 s
-    "tests/integration/test_sink_cache.py",  # 31 s
+    "tests/integration/test_jax_quantized_error_gemma3.py",
+    "tests/integration/test_jax_quantized_error.py",
+    "tests/integration/test_bundled_grid.py",
+    "tests/integration/test_soak.py",
+    "tests/integration/test_presets.py",
+    "tests/unit/test_jax_caches.py",
+    "tests/unit/test_jax_assisted.py",
+    "tests/integration/test_jax_assisted.py",
+    "tests/unit/test_jax_decoder.py",
+    "tests/unit/test_on_a_mesh.py",
+    "tests/integration/test_jax_caches.py",
+    "tests/integration/test_browser.py",
+    "tests/unit/test_jax_int8.py",
+    "tests/integration/test_jax_beam.py",
+    "tests/unit/test_bench_compile.py",
+    "tests/integration/test_browser_mechanics.py",
+    "tests/integration/test_hardening.py",
+    "tests/unit/test_runner.py",
+    "tests/integration/test_jax_decoder.py",
+    "tests/unit/test_jax_beam.py",
+    "tests/integration/test_architecture_grid.py",
+    "tests/unit/test_budget.py",
+    "tests/integration/test_budget.py",
+    "tests/integration/test_sink_cache.py",
 )
 
 
@@ -67,9 +64,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Move every object the test modules' imports made (torch, JAX, transformers, Gradio: over half a million)
     out of the garbage collector's reach, once they are all imported, so each full collection scans only what
     tests made. The tests collect often (the model cache collects whenever it drops models, around every tiny
-    model a test loads), and each collection of the whole heap took ~0.4 s: 49 s of the fast lane's CPU, and
-    ~10 s with the imports frozen (its pytest wall 121 s -> 95 s, AMD EPYC 2 cores). What tests make stays
-    collectable, so a dropped model still frees its memory and its compiled programs."""
+    model a test loads), and a collection of the whole heap is slow. What tests make stays collectable, so a
+    dropped model still frees its memory and its compiled programs."""
     gc.collect()
     gc.freeze()
 
@@ -79,13 +75,11 @@ def _programs_dropped_after_each_file() -> Iterator[None]:
     """When a file ends, the loaded models' engines drop their compiled programs.
 
     A worker keeps the bundled models loaded from file to file, and each engine kept every program it
-    compiled: each is three memory mappings per kernel (a SmolLM2 decode program ~3,200), and a worker that ran
-    the bundled models' JAX files one after another reached 49,700 mappings. That is past the 75% of
-    `vm.max_map_count` at which the program cache drops programs to stay clear of it
-    (playground/backends/jax/mappings.py), so a later test's repeated request compiled again and failed its
-    "compiles nothing" assertion. Few programs are shared between files (the bundled models' builds that
-    repeat within a worker took 25 s of the suite's 318 s of compiles); the unit tests' tiny programs come back
-    from the compile store (tests/shared_compiles.py)."""
+    compiled: each is three memory mappings per kernel, and a worker that ran the bundled models' JAX files one
+    after another went past the 75% of `vm.max_map_count` at which the program cache drops programs to stay
+    clear of it (playground/backends/jax/mappings.py), so a later test's repeated request compiled again and
+    failed its "compiles nothing" assertion. Few programs are shared between files; the unit tests' tiny
+    programs come back from the compile store (tests/shared_compiles.py)."""
     yield
     if "playground.backends.jax.engine" not in sys.modules:
         return  # nothing ran on JAX in this process yet
@@ -104,11 +98,11 @@ def tiny():
 def tiny_programs_compile_at_o0(monkeypatch: pytest.MonkeyPatch) -> None:
     """The JAX engine's programs compile at LLVM -O0 for the test (TINY_PROGRAM_OPTIONS).
 
-    A tiny model's program is nearly all fixed compile cost, which -O0 cuts (tests/unit/test_jax_beam.py: 47.9 s
-    -> 39.0 s). The programs run slower and their floating-point results move in the last digits; the tiny
-    models' parity tests pass either way (the fast lane runs them all at -O0). Every unit test takes it
-    (tests/unit/conftest.py), and so do the integration tests of tiny models; the scripts the unit tests run in a
-    fresh Python call tests.helpers.tiny_programs_at_o0. The bundled models' tests compile as users' processes do.
+    A tiny model's program is nearly all fixed compile cost, which -O0 cuts. The programs run slower and their
+    floating-point results move in the last digits; the tiny models' parity tests pass either way (the fast lane
+    runs them all at -O0). Every unit test takes it (tests/unit/conftest.py), and so do the integration tests of
+    tiny models; the scripts the unit tests run in a fresh Python call tests.helpers.tiny_programs_at_o0. The
+    bundled models' tests compile as users' processes do.
     """
     try:
         from playground.backends.jax import engine

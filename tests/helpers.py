@@ -123,10 +123,10 @@ def bundled(name: str):
 
 
 def encoded(loaded, text: str) -> torch.Tensor:
-    """A prompt's ids as the runner encodes it (the chat template for an instruct model)."""
+    """A prompt's ids (1, T) as the runner encodes it (the chat template for an instruct model)."""
     from playground.runner import encode_prompt
 
-    return encode_prompt(loaded, text, None)
+    return torch.tensor([encode_prompt(loaded, text, None)])
 
 
 def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
@@ -138,13 +138,15 @@ def torch_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] =
     return out, emitted
 
 
-def jax_run(loaded, ids: torch.Tensor, spec, should_stop: Callable[[], bool] = lambda: False, draft=None):
-    """The JAX backend on `ids` as the runner calls it (with `draft`, the draft model), and the chunks of token
-    ids it streamed."""
+def jax_run(loaded, ids: torch.Tensor | list[int], spec, should_stop: Callable[[], bool] = lambda: False,
+            draft=None):
+    """The JAX backend on `ids` ((1, T), or the plain ids it takes) as the runner calls it (with `draft`, the
+    draft model), and the chunks of token ids it streamed."""
     from playground.backends.jax.backend import JaxBackend
 
     chunks: list[list[int]] = []
-    out = JaxBackend().generate(loaded, ids, spec, chunks.append, should_stop, draft=draft)
+    prompt = ids if isinstance(ids, list) else ids[0].tolist()
+    out = JaxBackend().generate(loaded, prompt, spec, chunks.append, should_stop, draft=draft)
     return out, chunks
 
 
@@ -217,7 +219,7 @@ def jax_teacher_forced(loaded, spec, ids: torch.Tensor, forced: list[int], room:
     traced model through the forced tokens in one jitted scan (playground/backends/jax/teacher_forced.py)."""
     from playground.backends.jax.teacher_forced import logprobs_along
 
-    return logprobs_along(loaded, spec, ids, forced, room)
+    return logprobs_along(loaded, spec, ids[0].tolist(), forced, room)
 
 
 def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:

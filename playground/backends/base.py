@@ -147,16 +147,17 @@ class Backend(Protocol):
         """What the run will allocate beside the loaded torch weights."""
         ...
 
-    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
+    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: list[int],
                        new_ids: list[int]) -> torch.Tensor:
         """Log-probabilities (N, V) of the distribution each of `new_ids` came from, under this backend's model at
         spec's weights with full attention: set against the fp32 model's, what the precision costs. Not timed."""
         ...
 
-    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+    def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
-        """Generate for `input_ids` (1, T), streaming through `emit`; `draft` is the assistant model, if any;
+        """Generate after the prompt's token ids (plain ids: each backend makes its own arrays of them),
+        streaming through `emit`; `draft` is the assistant model, if any;
         `progress` hears of long preparations before the first token (a compile), `preview` of beam search's
         leading beam while it searches."""
         ...

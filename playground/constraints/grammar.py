@@ -15,8 +15,10 @@ from typing import Any
 
 from playground.constraints import engine_limits
 from playground.errors import PlaygroundError
-from playground.models.public import is_public
+from playground.limits import is_public
+from playground.registry import chain
 from playground.registry.builtin_knobs import CONSTRAINT_KINDS
+from playground.registry.entries import RunSpec
 
 # what each kind's text is, for messages and the page
 TEXT_NAMES = {"regex": "regular expression", "json_schema": "JSON schema", "choice": "list of choices",
@@ -83,6 +85,22 @@ def check(kind: str, text: str) -> None:
             raise engine_limits.too_large(error)
         raise PlaygroundError(f"constraint_text is not a valid {TEXT_NAMES[kind]}: {one_line(error)}")
     engine_limits.probe(compiled)
+
+
+def check_run(spec: RunSpec) -> None:
+    """A run's constraint (the constraint stage's check, which RunSpec runs): its text must compile (llguidance's
+    message otherwise), and no other setting may contradict it."""
+    check(spec.constraint, spec.constraint_text)
+    if spec.constraint == "none":
+        return
+    if spec.min_new_tokens:
+        raise PlaygroundError(f"min_new_tokens={spec.min_new_tokens} would forbid the end a constraint may need; "
+                              "with a constraint the grammar decides where the text ends: set min_new_tokens to 0")
+    if spec.no_repeat_ngram_size:
+        raise PlaygroundError(f"no_repeat_ngram_size={spec.no_repeat_ngram_size} can ban every token a constraint "
+                              "allows (JSON repeats its punctuation): set it to 0 with a constraint")
+    if "constraint" in chain.parse_order(spec.sampler_order):
+        raise PlaygroundError("sampler_order cannot move the constraint: its mask always comes first")
 
 
 def matcher(tokenizer: Any, kind: str, text: str) -> Any:

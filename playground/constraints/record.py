@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
+from playground.constraints.matching import Replay
 from playground.constraints.verdict import Verdict, judge
 
-if TYPE_CHECKING:  # type names only: the Result is built without torch
-    from playground.backends.base import GenerationOutput
-    from playground.spec import RunSpec
+
+class ConstrainedSpec(Protocol):
+    """What the record reads of a run's settings (a RunSpec has it): the constraint and the forced first tokens."""
+
+    @property
+    def constraint(self) -> str: ...
+    @property
+    def constraint_text(self) -> str: ...
+    @property
+    def prefix_ids(self) -> tuple[int, ...]: ...
+
+
+class ConstrainedOutput(Protocol):
+    """What the record reads of a backend's output (a GenerationOutput has it), so constraints import no backend."""
+
+    @property
+    def sequences(self) -> list[list[int]]: ...
+    @property
+    def constraint_replay(self) -> list[Replay] | None: ...
+    @property
+    def token_info(self) -> Sequence[Mapping[str, Any]] | None: ...
+    @property
+    def extra(self) -> dict[str, Any]: ...
 
 
 class ConstraintRecord(Verdict):
@@ -20,7 +42,7 @@ class ConstraintRecord(Verdict):
     vocab_size: int | None  # tokens the mask chose from at each step (a step's allowed = this - its removed)
 
 
-def constraint_record(spec: RunSpec, tokenizer: Any, output: GenerationOutput) -> ConstraintRecord | None:
+def constraint_record(spec: ConstrainedSpec, tokenizer: Any, output: ConstrainedOutput) -> ConstraintRecord | None:
     """A constrained run's verdict on its first sequence (valid, incomplete or invalid, and what judged it), each
     returned sequence's validity, and what the mask cost: the steps where it took out the model's most likely
     token, and the mean probability mass it removed per step."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from playground import limits
 from playground.errors import PlaygroundError
 from playground.models import public
 from playground.models.convert import Progress, is_converted
@@ -122,7 +123,7 @@ def allowed_hub_models() -> tuple[str, ...]:
 
 def model_choices() -> list[str]:
     """What the page offers in its model box: the bundled models, and on a public deployment its allow-list."""
-    return list(BUNDLED) + (list(allowed_hub_models()) if public.is_public() else [])
+    return list(BUNDLED) + (list(allowed_hub_models()) if limits.is_public() else [])
 
 
 def check_available(name: str) -> str:

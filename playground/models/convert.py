@@ -70,7 +70,7 @@ def _convert(target: Path, gguf: Path, progress: Progress) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from playground.backends.torch.transformers_hooks import one_gguf_parse
+    from playground.models.gguf_parse import one_gguf_parse
 
     name = target.name
     progress(0.05, f"converting {name} from GGUF (first time only, about 5-20 s)")

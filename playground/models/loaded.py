@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-from playground.backends import device
+from playground import device, limits
 from playground.errors import PlaygroundError
 from playground.models import memory, public
 from playground.models.catalog import BUNDLED, check_available, hub_reachable, local_dir
@@ -118,7 +118,7 @@ def _load_uncached(name: str, weights: str, progress: Progress, make_room: Calla
         source = directory
     else:
         source = name
-    if public.is_public() and kind == "hub":  # a visitor's pick: its size is checked before anything downloads
+    if limits.is_public() and kind == "hub":  # a visitor's pick: its size is checked before anything downloads
         make_room(f"model {name} ({weights})", public.hub_weight_bytes(name, weights))
     progress(0.9, f"loading {name} ({weights})")
     try:

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from playground.backends import device
+from playground import device
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 

@@ -1,6 +1,6 @@
 """What a public deployment may load: hub ids from an allow-list, with their weights checked against the memory
 budget from the hub's metadata before anything is downloaded. Public means a Hugging Face Space (SPACE_ID set)
-or PLAYGROUND_PUBLIC=1; PLAYGROUND_PUBLIC=0 turns it off (a private Space). Locally nothing changes."""
+or PLAYGROUND_PUBLIC=1 (limits.is_public). Locally nothing changes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from playground.errors import PlaygroundError
+from playground.limits import is_public
 
 # small instruct models a visitor may pick besides the bundled ones: transformers runs them without remote code,
 # and in fp32 each fits the default budget of a free CPU Space (60% of 16 GB) with room for a second
@@ -17,15 +18,6 @@ EXTRA_ALLOWED = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen2.5-0.5B-Instr
 BYTES_PER_PARAMETER = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "nf4": 0.5}
 WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
 METADATA_TIMEOUT_S = 10.0
-
-
-def is_public() -> bool:
-    flag = os.environ.get("PLAYGROUND_PUBLIC", "").strip().lower()
-    if flag in ("1", "true", "yes"):
-        return True
-    if flag in ("0", "false", "no"):
-        return False
-    return bool(os.environ.get("SPACE_ID"))
 
 
 def allowed_models(bundled_sources: tuple[str, ...] = ()) -> tuple[str, ...]:

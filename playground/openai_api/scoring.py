@@ -42,7 +42,7 @@ def score_prompt(prompt: str, spec: RunSpec, top: int, history: runner.History |
     with runner.GENERATION_LOCK:
         scores = prompt_logprobs(loaded.model, ids, top)
     tokenizer = loaded.tokenizer
-    id_list = [int(i) for i in ids[0]]
+    id_list = [int(i) for i in ids]
     return ScoredPrompt(
         ids=id_list, texts=[tokenizer.decode([i]) for i in id_list], logprobs=[None, *scores.logprobs],
         top=[None, *([(tokenizer.decode([i]), lp) for i, lp in row] for row in scores.top)])

@@ -15,7 +15,6 @@ from playground.registry.store import (
     has_processor,
     knob,
     knobs,
-    page_strategy_names,
     processor,
     processors,
     register_cache,
@@ -29,6 +28,6 @@ from playground.registry.store import (
 )
 
 __all__ = ["BACKENDS", "CacheType", "Knob", "Processor", "Strategy", "cache_names", "cache_type", "caches",
-           "has_knob", "has_processor", "knob", "knobs", "lazy", "page_strategy_names", "processor", "processors",
+           "has_knob", "has_processor", "knob", "knobs", "lazy", "processor", "processors",
            "register_cache", "register_knob", "register_processor", "register_strategy", "registered", "strategies",
            "strategy", "strategy_names"]

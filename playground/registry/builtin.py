@@ -1,4 +1,4 @@
-"""The five KV-cache types and the four decoding strategies (after the knobs and the logits chain's stages).
+"""The built-in KV-cache types and decoding strategies (registered after the knobs and the logits chain's stages).
 
 Each entry names its backend code by module path (imported on first use). Reasons are shown to users verbatim,
 so each says why and what to pick instead.
@@ -19,6 +19,7 @@ __all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS", "MAX_CONTRASTIVE_K", "REFER
 _TORCH_CACHES = "playground.backends.torch.caches.factory"
 _JAX_LAYOUTS = "playground.backends.jax.caches.global_layers"
 _RETENTION = "playground.retention"
+_REFUSALS = "playground.backends.refusals"
 
 
 
@@ -69,14 +70,14 @@ register_cache(CacheType(
     help="keeps only the last `window` tokens (the model's own window where it has sliding layers)",
     knobs=("window",),
     torch=lazy(_TORCH_CACHES, "sliding_cache"), jax=lazy(_JAX_LAYOUTS, "sliding"),
-    check_model=lazy("playground.backends.torch.caches.sliding", "check_model"),
+    check_model=lazy(_REFUSALS, "check_sliding"),
     retention=lazy(_RETENTION, "sliding_rows")))
 register_cache(CacheType(
     name="sink", label="attention sinks",
     help="keeps the first `sink_tokens` tokens forever plus the most recent ones (StreamingLLM)",
     knobs=("window", "sink_tokens"),
     torch=lazy(_TORCH_CACHES, "sink_cache"), jax=lazy(_JAX_LAYOUTS, "sink"),
-    check_model=lazy("playground.backends.torch.caches.sink", "check_model"),
+    check_model=lazy(_REFUSALS, "check_sink"),
     validate=_check_sinks,
     retention=lazy(_RETENTION, "sink_rows")))
 
@@ -164,7 +165,7 @@ register_strategy(Strategy(
     jax=lazy("playground.backends.jax.contrastive", "contrastive"), peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
-    check_model=lazy(f"{_TORCH}.contrastive", "check_model")))
+    check_model=lazy(_REFUSALS, "check_contrastive")))
 
 register_strategy(Strategy(
     name="dola", label="DoLa",
@@ -174,7 +175,7 @@ register_strategy(Strategy(
           "the premature layer's) is taken",
     knobs=("dola_layers",), validate=_check_dola_layers, torch=lazy(f"{_TORCH}.dola", "plug_in"),
     jax=lazy("playground.backends.jax.dola", "dola"),
-    check_model=lazy(f"{_TORCH}.dola", "check_model")))
+    check_model=lazy(_REFUSALS, "check_dola")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from playground.errors import PlaygroundError
 from playground.registry import (
     builtin_knobs,  # noqa: F401  (the stages read these knobs)
-    chain,
 )
 from playground.registry.chain import parse_breakers, parse_logit_bias
 from playground.registry.entries import Processor, RunSpec, lazy
@@ -46,30 +45,13 @@ def _penalised(spec: RunSpec) -> bool:
     return spec.presence_penalty != 0.0 or spec.frequency_penalty != 0.0
 
 
-def _check_constraint(spec: RunSpec) -> None:
-    """The constraint's text must compile (llguidance's message otherwise), and nothing may contradict it."""
-    from playground.constraints.grammar import check
-
-    check(spec.constraint, spec.constraint_text)
-    if spec.constraint == "none":
-        return
-    if spec.min_new_tokens:
-        raise PlaygroundError(f"min_new_tokens={spec.min_new_tokens} would forbid the end a constraint may need; "
-                              "with a constraint the grammar decides where the text ends: set min_new_tokens to 0")
-    if spec.no_repeat_ngram_size:
-        raise PlaygroundError(f"no_repeat_ngram_size={spec.no_repeat_ngram_size} can ban every token a constraint "
-                              "allows (JSON repeats its punctuation): set it to 0 with a constraint")
-    if "constraint" in chain.parse_order(spec.sampler_order):
-        raise PlaygroundError("sampler_order cannot move the constraint: its mask always comes first")
-
-
 # -- the constraint: first, so that every later stage sees only the tokens the grammar allows -----------------
 register_processor(Processor(
     name="constraint", label="constraint ({constraint})",
     help="masks every token that cannot continue a match of the regex, JSON schema, choices or grammar (llguidance)",
     knobs=("constraint",), active=lambda spec: spec.constraint != "none", samples_only=False,
     torch=lazy("playground.backends.torch.constrained", "constraint_mask"), jax=lazy(_JAX, "Constraint"),
-    validate=_check_constraint))
+    validate=lazy("playground.constraints.grammar", "check_run")))
 
 # -- processors: every strategy ------------------------------------------------------------------------------
 # the bias first: it says which tokens the caller wants more or less of, as the model's logits come out

@@ -162,11 +162,9 @@ class Strategy:
     # jax: (spec, draft model or None) -> the plug-in the JAX request loop runs for one request
     # (playground/backends/jax/strategy.py says what a plug-in provides); None: the JAX path refuses it
     jax: Callable[[RunSpec, Any], Any] | None = None
-    jax_missing: str = ""  # why the JAX path refuses it, where it has no plug-in ("": its plug-in is not built yet)
     # the caches the torch plug-in's loop runs on, and why not the others (the method's own need); None: every cache
     torch_caches: tuple[str, ...] | None = None
     torch_cache_need: str = ""
-    page: bool = True  # offered among the page's strategies (False: the CLI and the API only, so far)
     # (spec, text_config, layer_types) -> raise ValueError(reason) for a model this strategy cannot run; called
     # from the config alone, before the weights load (as a cache's check_model is)
     check_model: Callable[[RunSpec, Any, list[str]], None] | None = None
@@ -181,7 +179,7 @@ class Strategy:
     @property
     def jax_refusal(self) -> str:
         """Why the JAX path refuses this strategy (it has no plug-in)."""
-        return self.jax_missing or f"{self.label} runs on the PyTorch path only so far (its JAX plug-in is not built)"
+        return f"{self.label} runs on the PyTorch path only so far (its JAX plug-in is not built)"
 
     def samples(self, assisted_sampling: bool) -> bool:
         """Whether the sampling stages of the logits chain (temperature, top-k, ...) apply to this strategy."""

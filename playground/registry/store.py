@@ -109,11 +109,6 @@ def strategy_names() -> tuple[str, ...]:
     return tuple(_STRATEGIES)
 
 
-def page_strategy_names() -> tuple[str, ...]:
-    """The strategies the page offers (the others run through the CLI and the API only, so far)."""
-    return tuple(name for name, entry in _STRATEGIES.items() if entry.page)
-
-
 def cache_type(name: str) -> CacheType:
     """The entry for `name`; RunSpec has refused unknown names before anything asks."""
     try:

@@ -18,10 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from playground import registry, runner
+from playground import limits, registry, runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent
-from playground.models import public
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.sweep import measures, prompt_sets
@@ -45,7 +44,7 @@ def max_sweep_tokens() -> int:
     configured = os.environ.get("PLAYGROUND_MAX_SWEEP_TOKENS", "").strip()
     if configured:
         return int(configured)
-    return PUBLIC_SWEEP_TOKENS if public.is_public() else SWEEP_TOKENS
+    return PUBLIC_SWEEP_TOKENS if limits.is_public() else SWEEP_TOKENS
 
 
 @dataclass(frozen=True)

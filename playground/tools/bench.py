@@ -87,13 +87,15 @@ def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: 
             "compile_s": compile_s, **figures}
 
 
-def bench_torch(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, cache: str,
+def bench_torch(loaded: LoadedModel, ids: list[int], new_tokens: int, cache: str,
                 probe: BandwidthProbe) -> dict[str, Any]:
     """model.generate, greedy: one warm-up call, then ROUNDS timed calls."""
+    prompt = torch.tensor([ids])  # (1, T)
+
     def run_once() -> tuple[float, list[float]]:
         clock = TimingStreamer(lambda ids: None)
         start = time.perf_counter()
-        reference_greedy(loaded.model, ids, new_tokens, cache, streamer=clock)
+        reference_greedy(loaded.model, prompt, new_tokens, cache, streamer=clock)
         return start, clock.token_times
 
     run_once()
@@ -110,7 +112,7 @@ ALL_SAMPLERS: dict[str, Any] = {
     "frequency_penalty": 0.2, "no_repeat_ngram_size": 4, "dry_multiplier": 0.8}
 
 
-def _jax_run(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, weights: str = "fp32",
+def _jax_run(loaded: LoadedModel, ids: list[int], new_tokens: int, weights: str = "fp32",
              **knobs: Any) -> tuple[Callable[[], tuple[float, list[float]]], Any]:
     """A JAX request of these settings: one timed run as a callable, and the cold call's output (it compiles, or
     loads from the persistent cache: its compile_s is what we report)."""
@@ -128,7 +130,7 @@ def _jax_run(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, weights: s
     return run_once, decoder.generate(loaded, ids, spec, lambda _: None, lambda: False)
 
 
-def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
+def bench_jax(loaded: LoadedModel, ids: list[int], new_tokens: int, probe: BandwidthProbe,
               weights: str = "fp32") -> dict[str, Any]:
     """The JAX decoder: a cold call, then ROUNDS warm calls. With int8 weights the row also says how many bytes a
     step reads and what the precision costs (KL from the fp32 model)."""
@@ -140,7 +142,7 @@ def bench_jax(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: Ba
                   weight_bytes=cold.extra["device_weight_bytes"], kl_vs_fp32=float(f"{kl:.4g}"))
 
 
-def bench_jax_pair(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: BandwidthProbe,
+def bench_jax_pair(loaded: LoadedModel, ids: list[int], new_tokens: int, probe: BandwidthProbe,
                    configs: tuple[tuple[str, dict[str, Any]], ...], rounds: int = PAIR_ROUNDS) -> list[dict[str, Any]]:
     """Configurations whose ratio is the figure (sampling with and without the chain's other stages): compiled
     first, then timed in interleaved rounds, so that the machine's drift (tens of percent here between minutes)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from playground.models.loaded import LoadedModel
-from playground.runner import encode_prompt
+from playground.runner import backend_for, encode_prompt
 from playground.spec import RunSpec
 
 GROUNDED_PROMPT = (
@@ -62,31 +62,28 @@ def bench_grounded(loaded: LoadedModel, new_tokens: int, probe: Any, progress: C
                    timed: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
     """Plain JAX greedy, PyTorch prompt lookup and JAX prompt lookup on the grounded prompt, each warmed up once
     and then timed by `timed` as the other configurations are."""
-    from playground.backends.jax import decoder
-    from playground.backends.torch import generate as torch_generate
-
+    on_jax, on_torch = backend_for("jax").generate, backend_for("torch").generate
     ids = encode_prompt(loaded, GROUNDED_PROMPT, None)
     plain = RunSpec(model=loaded.name, backend="jax", cache="static", max_new_tokens=new_tokens,
                     min_new_tokens=new_tokens)
     lookup = plain.replace(strategy="assisted", prompt_lookup=PROMPT_LOOKUP)
     runs: list[tuple[str, Callable[..., Any], RunSpec]] = [
-        ("jax-grounded", decoder.generate, plain),
-        ("torch-grounded", torch_generate.generate, plain.replace(backend="torch", cache="dynamic")),
-        ("torch-prompt-lookup", torch_generate.generate, lookup.replace(backend="torch", cache="dynamic")),
-        ("torch-prompt-lookup-3", torch_generate.generate,
+        ("jax-grounded", on_jax, plain),
+        ("torch-grounded", on_torch, plain.replace(backend="torch", cache="dynamic")),
+        ("torch-prompt-lookup", on_torch, lookup.replace(backend="torch", cache="dynamic")),
+        ("torch-prompt-lookup-3", on_torch,
          lookup.replace(backend="torch", cache="dynamic", prompt_lookup=SHORT_LOOKUP)),
-        ("jax-prompt-lookup", decoder.generate, lookup),
-        *((f"jax-prompt-lookup-{name}", decoder.generate, lookup.replace(**knobs)) for name, knobs in BOUNDED.items()),
+        ("jax-prompt-lookup", on_jax, lookup),
+        *((f"jax-prompt-lookup-{name}", on_jax, lookup.replace(**knobs)) for name, knobs in BOUNDED.items()),
     ]
     rows, reference = [], None
     for name, generate, spec in runs:
-        progress(f"{name}: {ids.shape[1]}-token grounded prompt, {new_tokens} tokens, warm-up + timed")
+        progress(f"{name}: {len(ids)}-token grounded prompt, {new_tokens} tokens, warm-up + timed")
         outputs = [generate(loaded, ids, spec, lambda _: None, lambda: False)]
         own = reference  # what the tokens must equal: plain JAX greedy over the same cache
         if spec.cache not in ("static", "dynamic"):
-            own = decoder.generate(loaded, ids, plain.replace(cache=spec.cache, window=spec.window,
-                                                              sink_tokens=spec.sink_tokens),
-                                   lambda _: None, lambda: False).sequences[0]
+            own = on_jax(loaded, ids, plain.replace(cache=spec.cache, window=spec.window, sink_tokens=spec.sink_tokens),
+                         lambda _: None, lambda: False).sequences[0]
 
         def run_once(generate: Callable[..., Any] = generate, spec: RunSpec = spec,
                      outputs: list[Any] = outputs) -> tuple[float, list[float]]:
@@ -95,7 +92,7 @@ def bench_grounded(loaded: LoadedModel, new_tokens: int, probe: Any, progress: C
 
         row = timed(name, run_once, probe, compile_s=round(outputs[0].compile_s, 3))
         reference = outputs[-1].sequences[0] if reference is None else reference
-        rows.append({**row, "prompt_tokens": int(ids.shape[1]),
+        rows.append({**row, "prompt_tokens": len(ids),
                      **(_assisted_row(name, outputs, own) if spec.strategy == "assisted" else {})})
     return rows
 

@@ -12,9 +12,8 @@ import statistics
 import time
 from typing import Any, Protocol
 
-import torch
-
 from playground.models.loaded import LoadedModel
+from playground.runner import backend_for
 from playground.spec import RunSpec
 
 BEAMS = 4
@@ -24,13 +23,10 @@ class Probe(Protocol):
     def sample(self) -> float: ...
 
 
-def bench_beam(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, backend: str, probe: Probe,
+def bench_beam(loaded: LoadedModel, ids: list[int], new_tokens: int, backend: str, probe: Probe,
                rounds: int) -> dict[str, Any]:
     """`{backend}-beam4`: whole-run tokens/s (median of `rounds`), compile_s of the cold call."""
-    if backend == "jax":
-        from playground.backends.jax.decoder import generate
-    else:
-        from playground.backends.torch.generate import generate
+    generate = backend_for(backend).generate
     spec = RunSpec(model=loaded.name, backend=backend, strategy="beam", num_beams=BEAMS, cache="static",
                    max_new_tokens=new_tokens, min_new_tokens=new_tokens)
 

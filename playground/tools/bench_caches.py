@@ -129,7 +129,7 @@ def run_cache_suite(model: str = "smollm2-135m", max_new_tokens: int = 1024,
     finally:
         probe.close()
     rows = [c.result() for c in configs]
-    return {"suite": "caches", "model": model, "prompt_tokens": int(ids.shape[1]), "new_tokens": max_new_tokens,
+    return {"suite": "caches", "model": model, "prompt_tokens": len(ids), "new_tokens": max_new_tokens,
             "rounds": rounds, "load_average": [start_load, os.getloadavg()],
             "bandwidth_gbs": round(statistics.median(probe.samples), 2), "weight_bytes": loaded.weight_bytes,
             "configs": rows + refused, "ratios": _ratios(rows)}

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from playground.backends import device
+from playground import device
 from playground.errors import PlaygroundError
 from playground.models.catalog import BUNDLED
 from playground.runner import run_to_result

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from playground.backends.device import cpu_name
+from playground.device import cpu_name
 from playground.errors import PlaygroundError
 from playground.metrics import percentile
 

@@ -15,9 +15,8 @@ import statistics
 import time
 from typing import Any, Protocol
 
-import torch
-
 from playground.models.loaded import LoadedModel
+from playground.runner import backend_for
 from playground.spec import RunSpec
 
 # method -> its knobs (the guide's examples: 4 beams, 2 groups, diversity 1.0, alpha 0.6 / k 4, DoLa high + 1.2)
@@ -33,13 +32,10 @@ class Probe(Protocol):
     def sample(self) -> float: ...
 
 
-def _row(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, backend: str, strategy: str,
+def _row(loaded: LoadedModel, ids: list[int], new_tokens: int, backend: str, strategy: str,
          knobs: dict[str, Any], probe: Probe, rounds: int) -> dict[str, Any]:
     """`{backend}-{strategy}`: whole-run tokens/s (median of `rounds`) and the cold call's compile_s."""
-    if backend == "jax":
-        from playground.backends.jax.decoder import generate
-    else:
-        from playground.backends.torch.generate import generate
+    generate = backend_for(backend).generate
     spec = RunSpec.from_dict({"model": loaded.name, "backend": backend, "strategy": strategy, "cache": "dynamic",
                               "max_new_tokens": new_tokens, "min_new_tokens": new_tokens, **knobs})
 
@@ -57,7 +53,7 @@ def _row(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, backend: str, 
             "compile_s": round(compile_s, 3) if backend == "jax" else 0.0}
 
 
-def bench_guide(loaded: LoadedModel, ids: torch.Tensor, new_tokens: int, probe: Probe, rounds: int,
+def bench_guide(loaded: LoadedModel, ids: list[int], new_tokens: int, probe: Probe, rounds: int,
                 progress: Any) -> list[dict[str, Any]]:
     """Every method on both backends, then JAX greedy over whole runs (`jax-greedy-whole-run`)."""
     rows = []

@@ -47,20 +47,20 @@ def _first_difference(tokens: list[int], reference: list[int]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b), None)
 
 
-def fp32_references(model: str) -> list[tuple[torch.Tensor, list[int], torch.Tensor]]:
+def fp32_references(model: str) -> list[tuple[list[int], list[int], torch.Tensor]]:
     """Per prompt of KL_PROMPTS: its ids, fp32 greedy's KL_STEPS tokens on it, and the fp32 torch model's
     log-probabilities along them (every position attended). Computed once per suite, shared by every row."""
     reference = LOADED.get(model, "fp32")[0]
     found = []
     for text in KL_PROMPTS:
         ids = encode_prompt(reference, text, None)
-        forced = reference_greedy(reference.model, ids, KL_STEPS)
-        found.append((ids, forced, logprobs_along(reference.model, ids, forced)))
+        forced = reference_greedy(reference.model, torch.tensor([ids]), KL_STEPS)
+        found.append((ids, forced, logprobs_along(reference.model, torch.tensor([ids]), forced)))
     return found
 
 
 def kl_from_fp32(model: str, backend: str, weights: str,
-                 references: list[tuple[torch.Tensor, list[int], torch.Tensor]]) -> float:
+                 references: list[tuple[list[int], list[int], torch.Tensor]]) -> float:
     """Mean KL from the fp32 torch model's next-token distributions, over the references' tokens."""
     spec = RunSpec(model=model, backend=backend, weights=weights, cache="static", max_new_tokens=KL_STEPS)
     runner_backend = backend_for(backend)
@@ -73,7 +73,7 @@ def run_weights_suite(model: str, new_tokens: int, progress: Callable[[str], Any
     """A row per backend x precision, and the ratios the JAX path's int8 is judged by."""
     rows = []
     reference_tokens: list[int] | None = None
-    references: list[tuple[torch.Tensor, list[int], torch.Tensor]] | None = None
+    references: list[tuple[list[int], list[int], torch.Tensor]] | None = None
     for backend, precisions in PRECISIONS.items():
         for weights in precisions:
             row: dict[str, Any] = {"backend": backend, "weights": weights}

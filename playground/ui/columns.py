@@ -9,9 +9,9 @@ from typing import Any, cast
 import gradio as gr
 
 from playground import compatibility, registry, runner
+from playground.decode_costs import draft_note
 from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
-from playground.models.decode_costs import draft_note
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
 from playground.spec import BACKENDS, WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.card_groups import (
@@ -137,7 +137,7 @@ def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
             return f"{name} ✗ on {backend}"
         return f"{name} ✗ with {cache}"
 
-    return [(entry(s), s) for s in offered(registry.page_strategy_names(), 1)]
+    return [(entry(s), s) for s in offered(registry.strategy_names(), 1)]
 
 
 def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:

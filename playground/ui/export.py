@@ -125,7 +125,7 @@ def applied_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     """Where the figures were measured: they mean little without the cores, the memory and the device."""
-    from playground.backends import device
+    from playground import device
 
     found = device.current()
     return {"platform": platform.platform(), "processor": device.cpu_name(), "cores": os.cpu_count(),

@@ -12,10 +12,10 @@ from typing import Any
 import gradio as gr
 
 from playground import runner
+from playground.decode_costs import against_alone
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.metrics import busy_note
-from playground.models.decode_costs import against_alone
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
 from playground.ui.assist_view import assist_strip_html

@@ -150,7 +150,7 @@ def build_sweep_tab() -> SweepTab:
             backend = gr.Radio(list(BACKENDS), value=preset.spec.get("backend", spec.backend), label="backend",
                                elem_id="sweep-backend")
             with gr.Row():
-                strategy = gr.Dropdown(list(registry.page_strategy_names()), value=preset.spec["strategy"],
+                strategy = gr.Dropdown(list(registry.strategy_names()), value=preset.spec["strategy"],
                                        label="strategy", elem_id="sweep-strategy", min_width=110)
                 cache = gr.Dropdown(list(registry.cache_names()), value=preset.spec.get("cache", spec.cache),
                                     label="KV cache", elem_id="sweep-cache", min_width=110)

@@ -4,7 +4,7 @@ columns and of every preset's JAX columns in the background, so visitors do not 
 PLAYGROUND_WARMUP=1 turns it on, =0 off, =default warms the default columns only; unset, it is on on a Hugging
 Face Space (SPACE_ID set) and off elsewhere. The page shows its progress. It never holds a visitor up for longer
 than one request: before each request it waits until no run holds or waits for the generation slot
-(backends/generation_slot.py), and a run that arrives meanwhile waits only for the request in progress.
+(playground/generation_slot.py), and a run that arrives meanwhile waits only for the request in progress.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def bundled_model(out: Path) -> dict[str, Any]:
     safetensors = directory / "model.safetensors"
     if not is_complete(directory) or not safetensors.is_file():
         raise SystemExit(f"prepare: no complete conversion of {name} at {directory}")
-    prompts = {pid: {"text": text, "chat": True, "ids": encode_prompt(loaded, text, None)[0].tolist()}
+    prompts = {pid: {"text": text, "chat": True, "ids": encode_prompt(loaded, text, None)}
                for pid, text in plan.BUNDLED_PROMPTS.items()}
     extra = {"kind": "bundled", "loaded_as": f"playground.models.loaded.LOADED.get({name!r})",
              "weights_file": str(safetensors), "weights_file_sha256": file_sha256(safetensors),

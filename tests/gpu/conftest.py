@@ -12,7 +12,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def _no_gpu_reason() -> str | None:
-    from playground.backends import device
+    from playground import device
 
     found = device.current()
     if found.kind == "cuda":

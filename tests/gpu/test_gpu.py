@@ -15,8 +15,7 @@ import sys
 import pytest
 import torch
 
-from playground import compatibility, registry
-from playground.backends import device
+from playground import compatibility, device, registry
 from playground.errors import PlaygroundError
 from playground.models import memory
 from playground.models.catalog import BUNDLED
@@ -147,7 +146,7 @@ from playground.backends.jax import decoder
 from playground.spec import RunSpec
 from tests.helpers import tiny_llama, tiny_loaded
 spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
-out = decoder.generate(tiny_loaded("tiny", tiny_llama()), torch.tensor([[5, 17, 42]]), spec, lambda c: None,
+out = decoder.generate(tiny_loaded("tiny", tiny_llama()), [5, 17, 42], spec, lambda c: None,
                        lambda: False)
 print(json.dumps({"compile_s": out.compile_s, "tokens": out.sequences[0]}))
 """

@@ -8,7 +8,7 @@ pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import jax_run, torch_run  # noqa: E402
+from tests.helpers import encoded, jax_run, torch_run  # noqa: E402
 
 
 @pytest.mark.slow
@@ -16,10 +16,9 @@ from tests.helpers import jax_run, torch_run  # noqa: E402
 @pytest.mark.parametrize(("beams", "returned", "length_penalty"), [(2, 2, 0.6), (4, 3, 1.4)])
 def test_bundled_beam_parity_32_tokens(name, beams, returned, length_penalty):
     from playground.models import loaded
-    from playground.runner import encode_prompt
 
     loaded, _ = loaded.LOADED.get(name, "fp32")
-    ids = encode_prompt(loaded, "Write a short story about a dragon who loves tea.", None)
+    ids = encoded(loaded, "Write a short story about a dragon who loves tea.")
     spec = RunSpec(model=name, strategy="beam", cache="static", max_new_tokens=32, num_beams=beams,
                    num_return_sequences=returned, length_penalty=length_penalty)
     ours, _ = jax_run(loaded, ids, spec.replace(backend="jax"))

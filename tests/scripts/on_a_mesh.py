@@ -8,8 +8,6 @@ XLA_FLAGS=--xla_force_host_platform_device_count=4 (or more) in the environment.
 import json
 from typing import Any
 
-import torch
-
 from playground.backends.jax import decoder as jax_decoder
 from playground.backends.jax import engine as jax_engine
 from playground.backends.jax.backend import JaxBackend
@@ -26,7 +24,7 @@ from tests.helpers import (
 
 def decoder() -> dict:
     """The JAX decoder on 1, 2 and 4 devices, greedy and sampled, with how q_proj is split."""
-    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    ids = [5, 17, 42, 99, 3]
     report: dict[str, Any] = {}
     for name, model in (("llama", tiny_llama()), ("gemma", tiny_gemma())):
         loaded = tiny_loaded(name, model)
@@ -45,7 +43,7 @@ def decoder() -> dict:
 
 def caches() -> dict:
     """The sliding, sink and quantized JAX caches on 1, 2 and 4 devices, and whether their KV heads were split."""
-    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    ids = [5, 17, 42, 99, 3]
     loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 and 4 devices split them
     runs: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("sliding", {"window": 8}, ("greedy",)),
             ("sink", {"window": 8, "sink_tokens": 2}, ("greedy", "sampling")),
@@ -66,7 +64,7 @@ def assisted() -> dict:
     """JAX assisted decoding (prompt lookup, a draft model, sampled, over a sink cache) with the main model on
     1 and 2 devices."""
     main_model, draft = tiny_loaded("m", tiny_llama()), tiny_loaded("d", tiny_llama(seed=5, num_hidden_layers=1))
-    ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
+    ids = [5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]
     base = RunSpec(backend="jax", cache="dynamic", max_new_tokens=40, min_new_tokens=40)
     report = {}
     for n in (1, 2):
@@ -83,7 +81,7 @@ def assisted() -> dict:
 def beam() -> dict:
     """JAX beam search on 1 and 2 devices, static and sliding caches: sequences, scores, and whether the beams'
     caches were split."""
-    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    ids = [5, 17, 42, 99, 3]
     loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 devices split them
     report = {}
     runs: tuple[tuple[str, dict[str, Any]], ...] = (("static", {}), ("sliding", {"window": 8}))
@@ -101,7 +99,7 @@ def beam() -> dict:
 def guide() -> dict:
     """The guide's methods (beam sampling, diverse beam search, contrastive search, DoLa) and universal assisted
     decoding on 1 and 2 devices: sequences (and scores where the method has them)."""
-    ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42]])
+    ids = [5, 17, 42, 99, 3, 5, 17, 42]
     loaded = tiny_loaded("llama", tiny_llama(num_key_value_heads=4))  # 4 KV heads: 2 devices split them
     methods: tuple[tuple[str, dict[str, Any]], ...] = (
         ("beam_sample", {"num_beams": 3, "temperature": 1.0, "seed": 2}),
@@ -127,7 +125,7 @@ def guide() -> dict:
 
 def int8() -> dict:
     """int8 weights on the JAX decoder over 1 and 2 devices: tokens, how a scale is split, the engine's bytes."""
-    ids = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3]])
+    ids = [5, 17, 42, 99, 3, 5, 17, 42, 99, 3]
     model = tiny_llama()
     loaded = tiny_loaded("tiny-llama", model)
     report: dict[str, Any] = {}

@@ -6,8 +6,6 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
 from playground.backends.jax import decoder as jax_decoder
 from playground.backends.jax import engine as jax_engine
 from playground.spec import RunSpec
@@ -20,7 +18,7 @@ MIX = ({"cache": "static", "max_new_tokens": 12}, {"cache": "static", "max_new_t
 
 def generate(loaded, knobs):
     spec = RunSpec.from_dict({"backend": "jax", "chat": False, "min_new_tokens": knobs["max_new_tokens"], **knobs})
-    return jax_decoder.generate(loaded, torch.tensor([[5, 17, 42]]), spec, lambda c: None, lambda: False)
+    return jax_decoder.generate(loaded, [5, 17, 42], spec, lambda c: None, lambda: False)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ def main() -> None:
                                         dict(cache="quantized", cache_bits=4, residual_length=8))
     for knobs in runs:
         spec = RunSpec(backend="jax", max_new_tokens=24, min_new_tokens=24, **knobs)
-        out = jax_decoder.generate(loaded, torch.tensor([[5, 17, 42]]), spec, lambda c: None, lambda: False)
+        out = jax_decoder.generate(loaded, [5, 17, 42], spec, lambda c: None, lambda: False)
         report[str(knobs)] = {"compile_s": out.compile_s, "tokens": out.sequences[0]}
     print(json.dumps(report))
 

@@ -15,7 +15,7 @@ def main() -> None:
     spec = RunSpec(backend="jax", cache="static", max_new_tokens=12, min_new_tokens=12)
     loaded = tiny_loaded("tiny", tiny_llama())
     torch.seed()  # as in a served process, torch's seed differs from one process to the next
-    out = jax_decoder.generate(loaded, torch.tensor([[5, 17, 42]]), spec,
+    out = jax_decoder.generate(loaded, [5, 17, 42], spec,
                                lambda c: None, lambda: False)
     print(json.dumps({"compile_s": out.compile_s, "tokens": out.sequences[0]}))
 

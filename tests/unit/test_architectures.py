@@ -87,6 +87,6 @@ def test_teacher_forced_logprobs_equal_a_torch_forward_pass(name, after_head):
     new_ids = torch_greedy(model, PROMPT, 8, "dynamic")
     expected = torch_logprobs_along(model, PROMPT, new_ids)
     got = logprobs_along(tiny_loaded(name, model), RunSpec(max_new_tokens=8, backend="jax", cache="static"),
-                         PROMPT, new_ids)
+                         PROMPT[0].tolist(), new_ids)
     assert got.shape == expected.shape
     assert float((got - expected).abs().max()) < 1e-4

@@ -10,9 +10,12 @@ another id compiles nothing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from playground import registry, runner
+from playground.errors import PlaygroundError
 from playground.registry import Knob, Processor
 from playground.spec import RunSpec
 from tests.helpers import allowed_tiny_model
@@ -73,6 +76,16 @@ def toy_processor():
 def local_model(tmp_path, monkeypatch):
     with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as path:
         yield path
+
+def test_a_stage_without_a_jax_side_is_refused_on_jax_when_the_spec_is_built():
+    """The JAX chain builder's promise: RunSpec refuses such a stage before a run reaches it, naming it, and only
+    where it is on (off, it is not in the chain) and only on JAX."""
+    torch_only = dataclasses.replace(TOY_STAGE, jax=None)
+    with registry.registered(TOY_KNOB, torch_only):
+        with pytest.raises(PlaygroundError, match="backend=jax cannot run the logits chain's stage 'toy_ban'"):
+            RunSpec.from_dict({"backend": "jax", "toy_banned_id": 3})
+        assert RunSpec.from_dict({"backend": "torch", "toy_banned_id": 3}).toy_banned_id == 3
+        assert RunSpec.from_dict({"backend": "jax", "toy_banned_id": -1}).backend == "jax"
 
 
 PROMPT = "a stage of the chain owns its behaviour"

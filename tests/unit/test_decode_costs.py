@@ -2,7 +2,7 @@
 
 import pytest
 
-from playground.models.decode_costs import DecodeCosts, against_alone, draft_note
+from playground.decode_costs import DecodeCosts, against_alone, draft_note
 from playground.spec import RunSpec
 from playground.ui.columns import notice_text
 

@@ -4,11 +4,12 @@ its data matters; tests/gpu runs on a real one."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from playground import compatibility
-from playground.backends import device
+from playground import compatibility, device
 from playground.errors import PlaygroundError
 from playground.models import memory
 from playground.spec import RunSpec
@@ -95,8 +96,13 @@ def test_the_refusals_on_a_machine_without_a_gpu_need_no_torch(monkeypatch):
     assert device.jax_refusals() == device.CPU_JAX_REFUSALS
 
 
-def test_on_a_cpu_the_refusals_carry_their_measurements():
-    assert "24.8 tok/s against 45.9" in compatibility.weights_refusal("jax", "bf16")
+def test_on_a_cpu_the_refusals_give_the_reason_and_no_one_machines_figures():
+    """A refusal says why (slower than fp32, from how XLA on CPU lowers the product) and where the measurements
+    are; the figures themselves belong to a dated machine in the docs, not to every machine's message."""
+    for weights in ("bf16", "nf4"):
+        reason = compatibility.weights_refusal("jax", weights)
+        assert reason is not None and "slower than fp32" in reason and "docs/jax-path.md" in reason
+        assert not re.search(r"\d(\.\d+)? ?(tok/s|ms|s|GB/s)\b", reason), reason
     assert compatibility.weights_refusal("jax", "int8") is None
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground import registry
+from playground import compatibility, registry
+from playground.registry import Strategy
 from playground.result import TokenRecord
 from playground.spec import RunSpec
 from playground.ui import columns
@@ -29,8 +30,22 @@ def test_the_strategy_list_offers_both_and_says_where_they_do_not_run():
     assert static["contrastive"] == "contrastive ✗ with static"  # the cache is the reason
     jax_choices = dict((value, label) for label, value in columns.strategy_choices("jax", "static"))
     assert jax_choices["contrastive"] == "contrastive"  # on JAX it runs over every cache
-    for name in (s.name for s in registry.strategies() if s.jax is None and s.name in jax_choices):
-        assert jax_choices[name] == f"{name} ✗ on jax"  # a method without a JAX plug-in yet
+    assert jax_choices["dola"] == "dola"
+
+
+def test_a_strategy_without_a_jax_plug_in_is_flagged_on_jax_only():
+    """A strategy registered with a PyTorch side alone is offered on both backends, marked "✗ on jax" there (the
+    notice says why), and runs unmarked on PyTorch; every built-in one has both sides."""
+    torch_only = Strategy(name="torch-only", label="PyTorch only", help="a strategy with no JAX plug-in")
+    with registry.registered(torch_only):
+        jax_choices = dict((value, label) for label, value in columns.strategy_choices("jax", "static"))
+        torch_choices = dict((value, label) for label, value in columns.strategy_choices("torch", "static"))
+        assert jax_choices["torch-only"] == "torch-only ✗ on jax"
+        assert torch_choices["torch-only"] == "torch-only"
+        reason = compatibility.refusal("jax", "torch-only", "static")
+        assert reason is not None and reason.startswith("PyTorch only runs on the PyTorch path only")
+        assert reason.endswith("use backend 'torch'")
+    assert [s.name for s in registry.strategies() if s.jax is None] == []
 
 
 def test_each_method_shows_its_own_knobs_and_only_sampling_strategies_show_the_samplers():

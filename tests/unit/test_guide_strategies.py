@@ -59,7 +59,10 @@ def test_the_compatibility_table_and_the_page_follow_the_entry():
     assert rows[("torch", "contrastive")]["dynamic"] == "yes"
     assert all(rows[("torch", "contrastive")][c] == "no" for c in ("static", "quantized", "sliding", "sink"))
     assert all(v == "yes" for k, v in rows[("jax", "contrastive")].items() if k not in ("backend", "strategy"))
-    assert {"contrastive", "dola"} <= set(registry.page_strategy_names())
+    from playground.ui import columns
+
+    offered = {value for _, value in columns.strategy_choices("torch", "dynamic")}
+    assert {"contrastive", "dola"} <= offered
 
 
 def test_the_cli_runs_contrastive_search(tmp_path, monkeypatch, capfd):
@@ -110,7 +113,7 @@ def test_dola_layers_are_refused_in_a_form_it_cannot_read():
 
 
 def test_a_model_a_method_cannot_serve_is_refused_before_it_loads():
-    from playground.backends.torch.caches.factory import check_cache
+    from playground.backends.refusals import check_cache
     from tests.helpers import tiny_gemma
 
     config = tiny_gemma().config  # sliding layers around a global one; three layers

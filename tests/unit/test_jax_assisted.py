@@ -43,7 +43,7 @@ def plain(loaded, prompt, **overrides) -> list[int]:
 
 def assisted(loaded, prompt, run_spec: RunSpec, draft=None):
     chunks: list[list[int]] = []
-    out = JaxBackend().generate(loaded, prompt, run_spec, chunks.append, lambda: False, draft)
+    out = JaxBackend().generate(loaded, prompt[0].tolist(), run_spec, chunks.append, lambda: False, draft)
     return out, chunks
 
 

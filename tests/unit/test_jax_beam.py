@@ -194,7 +194,7 @@ def test_the_leading_beam_is_previewed_while_the_search_runs_on_both_backends(tm
     spec = beam(num_beams=3, max_new_tokens=24, min_new_tokens=24)
     previews: dict[str, list[list[int]]] = {"torch": [], "jax": []}
     for backend in (TorchBackend(), JaxBackend()):
-        backend.generate(model("llama"), PROMPT, spec.replace(backend=backend.name), lambda ids: None,
+        backend.generate(model("llama"), PROMPT[0].tolist(), spec.replace(backend=backend.name), lambda ids: None,
                          lambda: False, preview=previews[backend.name].append)
     ours, theirs = previews["jax"], previews["torch"]
     assert [len(p) for p in theirs] == list(range(1, 25))  # one per step, each a token longer

@@ -1,4 +1,5 @@
-"""The package's shape stays readable: no import cycles, small modules and functions, a page that starts light."""
+"""The package's shape stays readable: imports that run down through the layers, no import cycles, small modules
+and functions, a page that starts light."""
 
 from __future__ import annotations
 
@@ -12,7 +13,22 @@ from tests.helpers import ROOT, run_module
 PACKAGE = ROOT / "playground"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-MAX_TOP_LEVEL_MODULES = 12
+
+# The package's layers, lowest first, each named by what sits right under playground/ (a module or a
+# subpackage). A module imports only from its own layer and the layers below it, so the low layers can be read,
+# tested and reused without the ones above (the registry without any backend, the models without a backend,
+# a backend without the Result). The package's own __init__ re-exports RunSpec, so it sits in spec's layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "limits", "host", "metrics", "device", "generation_slot"),
+    ("registry",),
+    ("constraints",),
+    ("spec", "compatibility", "retention", "__init__"),
+    ("models",),
+    ("backends",),
+    ("result", "events"),
+    ("runner", "decode_costs"),
+    ("sweep", "ui", "tools", "__main__"),
+)
 
 
 def module_name(path: Path) -> str:
@@ -75,9 +91,61 @@ def test_modules_and_functions_stay_small():
     assert not too_long
 
 
-def test_the_top_level_holds_at_most_a_dozen_modules():
-    top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+def layer(module: str) -> int | None:
+    """The index in LAYERS of a playground module; None for one no layer names."""
+    parts = module.split(".")
+    head = parts[1] if len(parts) > 1 else "__init__"
+    return next((index for index, names in enumerate(LAYERS) if head in names), None)
+
+
+def upward_imports() -> list[str]:
+    """Every import (module level, function level or for type checking alone) of a module in a higher layer."""
+    known = modules()
+    found = []
+    for name, path in sorted(known.items()):
+        mine = layer(name)
+        for target in sorted(imported(path, set(known))):
+            theirs = layer(target)
+            if mine is not None and theirs is not None and theirs > mine:  # an unplaced module: the test below
+                found.append(f"{name} -> {target}")
+    return found
+
+
+def test_every_module_sits_in_a_layer():
+    """A new module or subpackage right under playground/ is placed in LAYERS (the layer says what it may use)."""
+    assert [name for name in modules() if layer(name) is None] == []
+
+
+def test_imports_run_down_through_the_layers():
+    assert upward_imports() == []
+
+
+def test_neither_backend_imports_the_other():
+    """What both backends share (refusals, RoPE frequencies, DRY's breakers, the beam tree, the Backend protocol)
+    lives in backend-free modules right under playground/backends/, which import neither backend."""
+    known = modules()
+    sides = {"torch": "playground.backends.torch", "jax": "playground.backends.jax"}
+
+    def side(module: str) -> str:
+        return next((name for name, prefix in sides.items() if module.startswith(prefix)), "shared")
+
+    crossing = [f"{name} -> {target}" for name, path in sorted(known.items()) if name.startswith("playground.backends.")
+                for target in sorted(imported(path, set(known)))
+                if side(target) != "shared" and side(target) != side(name)]
+    assert crossing == []
+
+
+def test_the_layer_rule_sees_an_upward_import(tmp_path, monkeypatch):
+    """The check reads function-level imports too, and not the registry's `lazy("module", ...)` strings."""
+    low = tmp_path / "playground" / "errors.py"
+    low.parent.mkdir()
+    low.write_text("def f():\n    from playground.runner import run\n\nLATER = lazy('playground.ui.page', 'x')\n")
+    (tmp_path / "playground" / "runner.py").write_text("")
+    (tmp_path / "playground" / "ui").mkdir()
+    (tmp_path / "playground" / "ui" / "page.py").write_text("")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "playground")
+    assert upward_imports() == ["playground.errors -> playground.runner"]
 
 
 @pytest.mark.subprocess

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground import runner
+from playground import limits, runner
 from playground.errors import PlaygroundError
 from playground.models import catalog, loaded, public
 from playground.spec import RunSpec
@@ -39,7 +39,7 @@ def test_public_means_a_space_or_the_flag(monkeypatch, space_id, flag, expected)
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
-    assert public.is_public() is expected
+    assert limits.is_public() is expected
 
 
 def test_the_default_allow_list_holds_the_bundled_sources_and_small_instruct_models(on_a_space):

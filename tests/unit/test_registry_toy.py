@@ -39,7 +39,7 @@ def _jax_layout(spec, config, native, length):
 
 
 def _check_model(spec, config, layer_types):
-    from playground.backends.torch.caches.sliding import check_imposable
+    from playground.backends.refusals import check_imposable
 
     check_imposable(config, layer_types)
 

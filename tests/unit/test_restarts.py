@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from playground.backends import generation_slot
+from playground import generation_slot
 from playground.events import ProgressEvent
 from playground.models import paths
 from playground.ui import export, warmup

@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from playground.backends.rope import rope_inv_freq
 from playground.backends.torch.caches.factory import make_cache
-from playground.backends.torch.caches.sink import rope_inv_freq, rotate_keys
+from playground.backends.torch.caches.sink import rotate_keys
 from playground.backends.torch.transformers_hooks import with_attention_mask
 from playground.result import attention_layers
 from playground.retention import CacheSettings, VerifyPass, retention, verify_retention

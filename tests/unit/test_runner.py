@@ -150,11 +150,9 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
     seen = []
 
     class Recording(TorchBackend):  # the real backend's preflight and memory, its generate recorded
-        def generate(self, model, input_ids, spec, emit, should_stop, draft=None, progress=None, preview=None):
+        def generate(self, model, prompt_ids, spec, emit, should_stop, draft=None, progress=None, preview=None):
             seen.append(runner.GENERATION_LOCK.locked())
-            from playground.backends.torch.generate import generate
-
-            return generate(model, input_ids, spec, emit, should_stop, draft)
+            return super().generate(model, prompt_ids, spec, emit, should_stop, draft, progress, preview)
 
     monkeypatch.setattr(runner, "backend_for", lambda name: Recording())
     runner.run_to_result("abc", RunSpec(model=local_model, max_new_tokens=2))
@@ -162,7 +160,7 @@ def test_every_backend_generates_under_the_one_generation_lock(local_model, monk
 
 
 def test_a_compile_left_running_by_a_stopped_run_marks_the_runs_it_overlaps_as_busy(local_model):
-    from playground.backends.generation_slot import LEFT_RUNNING
+    from playground.generation_slot import LEFT_RUNNING
     from playground.ui.run import done_notice
 
     ended = LEFT_RUNNING.started()  # as a stopped JAX run leaves its compile running
@@ -218,7 +216,7 @@ def test_int8_weights_on_jax_report_their_kl_from_fp32(local_model):
     model = loaded.LOADED.get(local_model, "fp32")[0]  # the JAX path runs from (and is judged by) the fp32 model
     prompt = runner.encode_prompt(model, "abc", None)
     new_ids = result["token_ids"]
-    expected = mean_kl(logprobs_along(model.model, prompt, new_ids),
+    expected = mean_kl(logprobs_along(model.model, torch.tensor([prompt]), new_ids),
                        JaxBackend().logprobs_along(model, spec, prompt, new_ids))
     assert kl == pytest.approx(expected, rel=1e-3)
 

@@ -8,7 +8,8 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.generation.streamers import BaseStreamer
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from playground.backends.torch.caches.sink import SinkCache, SinkLayer, rope_inv_freq, rotate_keys
+from playground.backends.rope import rope_inv_freq
+from playground.backends.torch.caches.sink import SinkCache, SinkLayer, rotate_keys
 from tests.helpers import one_layer_llama, tiny_gemma, tiny_llama
 
 

@@ -139,13 +139,14 @@ def test_the_quantized_caches_kernel_build_is_reported_as_compile_time_outside_t
     (tmp_path / "quanto_cpp.so").write_bytes(b"")  # a built file is there (a shared build directory): still slow
     heard: list[str] = []
     spec = RunSpec(cache="quantized", cache_bits=4, residual_length=4, max_new_tokens=12, min_new_tokens=12)
-    out = TorchBackend().generate(tiny, PROMPT, spec, lambda ids: None, lambda: False,
+    out = TorchBackend().generate(tiny, PROMPT[0].tolist(), spec, lambda ids: None, lambda: False,
                                   progress=lambda fraction, message: heard.append(message))
     metrics = build_metrics(out, out.token_times[-1], 0.0, None)
     assert build.builds == 1 and heard[0] == BUILD_NOTE and heard[-1].startswith("built quanto's CPU kernels")
     assert out.compile_s >= 0.5 and metrics["compile_s"] >= 0.5
     assert 0 <= metrics["ttft_s"] < 0.5 < metrics["total_s"]  # the build is in the run's window, not its TTFT
-    plain = TorchBackend().generate(tiny, PROMPT, spec.replace(cache="dynamic"), lambda ids: None, lambda: False)
+    plain = TorchBackend().generate(tiny, PROMPT[0].tolist(), spec.replace(cache="dynamic"), lambda ids: None,
+                                    lambda: False)
     assert plain.compile_s == 0.0 and build.builds == 1  # other caches need no kernels
 
 

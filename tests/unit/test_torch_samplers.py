@@ -8,12 +8,12 @@ from typing import cast
 import pytest
 import torch
 
+from playground.backends.dry_breakers import breaker_ids
 from playground.backends.torch.samplers import (
     DRYLogitsProcessor,
     PresenceFrequencyPenaltyLogitsProcessor,
     TopNSigmaLogitsWarper,
     XTCLogitsWarper,
-    breaker_ids,
 )
 from playground.registry.builtin_knobs import DRY_BREAKERS as DEFAULT_DRY_BREAKERS
 from playground.registry.chain import parse_breakers

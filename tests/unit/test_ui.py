@@ -326,7 +326,7 @@ def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
 def test_refused_combinations_are_flagged_with_the_reason():
     text = notice_text({"backend": "jax", "weights": "bf16"})
     assert text.startswith("⚠ ")
-    assert "bf16 weights are not offered on the JAX path on a CPU: they measured slower" in text
+    assert "bf16 weights are not offered on the JAX path on a CPU: XLA on CPU hoists their conversion" in text
     assert notice_text({"backend": "jax", "weights": "int8"}) == ""
     assert weights_choices("jax") == [("fp32", "fp32"), ("bf16 ✗ on jax", "bf16"), ("int8", "int8"),
                                       ("nf4 ✗ on jax", "nf4")]

@@ -86,7 +86,7 @@ class JaxBackend:
             "lower max_new_tokens"
         return MemoryNeed(Held(what, need, hint=hint), resident)
 
-    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
+    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: list[int],
                        new_ids: list[int]) -> torch.Tensor:
         """Through the engine for spec's weights, with a static cache (every position attended, as the fp32
         reference attends them)."""
@@ -98,7 +98,7 @@ class JaxBackend:
                          devices=spec.devices, max_new_tokens=max(1, len(new_ids)))
         return logprobs_along(loaded, static, prompt_ids, new_ids)
 
-    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+    def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         from playground.backends.jax.decoder import announce_once, generate
@@ -106,7 +106,7 @@ class JaxBackend:
 
         check_architecture(loaded.model.config)
         with compile_notices(announce_once(progress)):
-            return generate(loaded, input_ids, spec, emit, should_stop, draft, preview)
+            return generate(loaded, prompt_ids, spec, emit, should_stop, draft, preview)
 
 
 def _text_config(loaded: LoadedModel) -> Any:

@@ -101,28 +101,31 @@ def _grow(engine: Engine, state: BeamState, *, layouts: Layouts) -> BeamState:
 
 def knob_specs(engine: Engine, mode: BeamMode) -> BeamKnobs[jax.ShapeDtypeStruct]:
     """Abstract search knobs for lowering, laid out as put() lays out the real ones."""
-    i32 = engine.spec((), jnp.int32)
-    return BeamKnobs(engine.spec((), jnp.float32), engine.spec((), jnp.bool_), i32,
-                     jax.tree.map(lambda s: engine.spec(s.shape, s.dtype), chain.arg_specs(mode.chain)))
+    i32 = engine.shape_struct((), jnp.int32)
+    return BeamKnobs(engine.shape_struct((), jnp.float32), engine.shape_struct((), jnp.bool_), i32,
+                     jax.tree.map(lambda s: engine.shape_struct(s.shape, s.dtype), chain.arg_specs(mode.chain)))
 
 
 def _abstract_state(engine: Engine, layouts: Layouts, mode: BeamMode) -> BeamState:
     """Shape structs of a BeamState, laid out as the programs leave it."""
+    shape = engine.shape_struct
     k, cols, i32 = mode.beams, mode.capacity, jnp.int32
-    history = jax.tree.map(lambda s: engine.spec(s.shape, s.dtype),
+    history = jax.tree.map(lambda s: shape(s.shape, s.dtype),
                            chain.history_shapes(mode.chain.needs, k, engine.vocab_size))
-    hyps = Hypotheses(engine.spec((k, cols), i32), engine.spec((k,), jnp.float32), engine.spec((k, cols), i32),
-                      engine.spec((k,), jnp.float32), engine.spec((k,), i32), engine.spec((k,), jnp.bool_),
-                      engine.spec((), jnp.bool_), history, engine.spec((), i32), engine.spec((), jnp.bool_))
-    return BeamState(engine.abstract_cache(layouts, k), engine.spec((k,), i32), engine.spec((), i32), hyps,
-                     engine.spec((2,), jnp.uint32))
+    hyps = Hypotheses(shape((k, cols), i32), shape((k,), jnp.float32), shape((k, cols), i32),
+                      shape((k,), jnp.float32), shape((k,), i32), shape((k,), jnp.bool_),
+                      shape((), jnp.bool_), history, shape((), i32), shape((), jnp.bool_))
+    return BeamState(engine.abstract_cache(layouts, k), shape((k,), i32), shape((), i32), hyps,
+                     shape((2,), jnp.uint32))
 
 
 def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode) -> Pending:
+    shape = engine.shape_struct
+
     def lower() -> Lowered:
         fn = jax.jit(partial(_start, engine, mode=mode))
-        return fn.lower(engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket), jnp.int32),
-                        engine.spec((), jnp.int32), engine.spec((2,), jnp.uint32), knob_specs(engine, mode),
+        return fn.lower(shape((1, engine.vocab_size), jnp.float32), shape((1, bucket), jnp.int32),
+                        shape((), jnp.int32), shape((2,), jnp.uint32), knob_specs(engine, mode),
                         engine.abstract_cache(layouts, 1))
 
     return engine.program(("beam-start", bucket, layouts, mode), lower)
@@ -131,7 +134,7 @@ def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: BeamMode)
 def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: BeamMode) -> Pending:
     def lower() -> Lowered:
         fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
-        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
+        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.shape_struct((), jnp.int32),
                         knob_specs(engine, mode))
 
     return engine.program(("beam-decode", layouts, steps, mode), lower)

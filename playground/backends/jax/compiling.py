@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from playground import host
-from playground.backends.generation_slot import LEFT_RUNNING
+from playground.generation_slot import LEFT_RUNNING
 
 # every trace of the model (lowering a program, or a jitted call that traces) holds this
 TRACING = threading.RLock()

@@ -203,25 +203,26 @@ def _grow(engine: Engine, state: ContrastiveState, *, layouts: Layouts) -> Contr
 
 def knob_specs(engine: Engine, mode: ContrastiveMode) -> ContrastiveKnobs:
     """Abstract knobs for lowering, laid out as put() lays out the real ones."""
-    return ContrastiveKnobs(engine.knob_specs(mode.tokens), engine.spec((), jnp.float32),
-                            engine.spec((), jnp.float32))
+    return ContrastiveKnobs(engine.knob_specs(mode.tokens), engine.shape_struct((), jnp.float32),
+                            engine.shape_struct((), jnp.float32))
 
 
 def _abstract_state(engine: Engine, layouts: Layouts, mode: ContrastiveMode) -> ContrastiveState:
     """Shape structs of a ContrastiveState, laid out as the programs leave it."""
-    history = jax.tree.map(lambda s: engine.spec(s.shape, s.dtype),
+    shape = engine.shape_struct
+    history = jax.tree.map(lambda s: shape(s.shape, s.dtype),
                            chain.history_shapes(mode.tokens.needs, 1, engine.vocab_size))
     hidden = int(engine.config.hidden_size)
-    return ContrastiveState(engine.abstract_cache(layouts, 1), engine.spec((1, engine.vocab_size), jnp.float32),
-                            engine.spec((mode.capacity, hidden), jnp.float32), engine.spec((), jnp.int32),
-                            engine.spec((2,), jnp.uint32), history, engine.spec((), jnp.bool_),
-                            engine.spec((), jnp.int32))
+    return ContrastiveState(engine.abstract_cache(layouts, 1), shape((1, engine.vocab_size), jnp.float32),
+                            shape((mode.capacity, hidden), jnp.float32), shape((), jnp.int32),
+                            shape((2,), jnp.uint32), history, shape((), jnp.bool_),
+                            shape((), jnp.int32))
 
 
 def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -> Pending:
     def lower() -> Lowered:
         fn = jax.jit(partial(_prefill, engine, layouts=layouts, layer=layer))
-        return fn.lower(engine.weights, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32))
+        return fn.lower(engine.weights, engine.shape_struct((1, bucket), jnp.int32), engine.shape_struct((), jnp.int32))
 
     def warm(compiled: Any) -> None:
         # as Engine.prefill_program: XLA's CPU backend prepares the prompt's products on their first execution
@@ -232,12 +233,14 @@ def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -
 
 
 def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: ContrastiveMode) -> Pending:
+    shape = engine.shape_struct
+
     def lower() -> Lowered:
         fn = jax.jit(partial(_start, engine, mode=mode), donate_argnames=("cache",))
         hidden = int(engine.config.hidden_size)
-        prefilled = (engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket, hidden), jnp.float32))
-        return fn.lower(prefilled, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32),
-                        engine.spec((2,), jnp.uint32), engine.abstract_cache(layouts, 1))
+        prefilled = (shape((1, engine.vocab_size), jnp.float32), shape((1, bucket, hidden), jnp.float32))
+        return fn.lower(prefilled, shape((1, bucket), jnp.int32), shape((), jnp.int32),
+                        shape((2,), jnp.uint32), engine.abstract_cache(layouts, 1))
 
     # it reads only the context's capacity and the chain's history of the mode: a new top_k compiles no start
     return engine.program(("contrastive-start", bucket, layouts, mode.capacity, mode.tokens.needs), lower)
@@ -246,7 +249,7 @@ def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: Contrasti
 def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: ContrastiveMode) -> Pending:
     def lower() -> Lowered:
         fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
-        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
+        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.shape_struct((), jnp.int32),
                         knob_specs(engine, mode))
 
     return engine.program(("contrastive-decode", layouts, steps, mode), lower)

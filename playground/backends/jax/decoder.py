@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import torch
+from collections.abc import Callable, Sequence
 
 from playground import registry
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ReportProgress, ShouldStop
@@ -31,7 +29,7 @@ def announce_once(progress: ReportProgress | None) -> Callable[[], None]:
     return announce
 
 
-def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit: EmitTokens,
              should_stop: ShouldStop, draft: LoadedModel | None = None,
              preview: PreviewTokens | None = None) -> GenerationOutput:
     """One request of `spec` (already validated: RunSpec refuses what this path cannot run), streaming through
@@ -40,4 +38,4 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     if make_plugin is None:  # RunSpec refuses such a spec before it gets here
         raise ValueError(f"strategy {spec.strategy!r} has no JAX plug-in")
     plugin = make_plugin(spec, draft)
-    return loop.generate(loaded, input_ids, spec, emit, should_stop, plugin, preview, draft)
+    return loop.generate(loaded, prompt_ids, spec, emit, should_stop, plugin, preview, draft)

@@ -151,19 +151,21 @@ class DolaDecoding(PlainDecoding):
         return super().bind(engine, prompt_len, bucket, context)
 
     def prefill_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
+        shape = engine.shape_struct
+
         def lower() -> Lowered:
             fn = jax.jit(partial(_prefill, engine, layouts=layouts, layers=self.layers))
-            return fn.lower(engine.weights, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32))
+            return fn.lower(engine.weights, shape((1, bucket), jnp.int32), shape((), jnp.int32))
 
         return engine.program(("dola-prefill", bucket, layouts, self.layers), lower)
 
     def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         def lower() -> Lowered:
             fn = jax.jit(partial(_start, engine, mode=self.mode, eos=self.eos), donate_argnames=("cache",))
-            outputs = (engine.spec((1, engine.vocab_size), jnp.float32),
-                       engine.spec((len(self.layers), 1, engine.vocab_size), jnp.float32))
-            return fn.lower(outputs, engine.spec((1, bucket), jnp.int32), engine.spec((), jnp.int32),
-                            engine.spec((2,), jnp.uint32), engine.knob_specs(self.mode),
+            outputs = (engine.shape_struct((1, engine.vocab_size), jnp.float32),
+                       engine.shape_struct((len(self.layers), 1, engine.vocab_size), jnp.float32))
+            return fn.lower(outputs, engine.shape_struct((1, bucket), jnp.int32), engine.shape_struct((), jnp.int32),
+                            engine.shape_struct((2,), jnp.uint32), engine.knob_specs(self.mode),
                             engine.abstract_cache(layouts, 1))
 
         return engine.program(("dola-start", bucket, layouts, self.mode, self.eos, self.layers), lower)
@@ -174,7 +176,7 @@ class DolaDecoding(PlainDecoding):
         def lower() -> Lowered:
             fn = jax.jit(partial(_decode, engine, steps=STEPS_PER_CALL, mode=mode, eos=eos, layers=layers),
                          donate_argnames=("state",))
-            return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.spec((), jnp.int32),
+            return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.shape_struct((), jnp.int32),
                             engine.knob_specs(mode))
 
         return {layouts: engine.program(("dola-decode", layouts, STEPS_PER_CALL, mode, eos, layers), lower)}

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
-from playground.backends import device
+from playground import device
 from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import Layouts
@@ -74,7 +74,7 @@ def propose_program(engine: Engine, layouts: Layouts, steps: int, mode: Sampling
     """The compiled proposal of up to steps - 1 drafts over a draft model's cache layouts."""
     def lower() -> Lowered:
         fn = jax.jit(partial(propose, engine, steps=steps, mode=mode), donate_argnames=("state",))
-        return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.spec((), jnp.int32),
+        return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.shape_struct((), jnp.int32),
                         engine.knob_specs(mode))
 
     return engine.program(("propose", layouts, steps, mode), lower)
@@ -111,6 +111,7 @@ class Drafter:
 
     def _catch_up_program(self) -> Pending:
         engine = self.engine
+        shape = engine.shape_struct
 
         def catch_up(state: DecodeState[jax.Array], token: jax.Array, position: jax.Array,
                      produced: jax.Array) -> DecodeState[jax.Array]:
@@ -119,9 +120,9 @@ class Drafter:
                                        position=position, produced=produced)
 
         def lower() -> Lowered:
-            i32 = engine.spec((), jnp.int32)
+            i32 = shape((), jnp.int32)
             fn = jax.jit(catch_up, donate_argnames=("state",))
-            return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), engine.spec((1,), jnp.int32), i32,
+            return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), shape((1,), jnp.int32), i32,
                             i32)
 
         return engine.program(("catch_up", self.layouts, self.mode.needs), lower)

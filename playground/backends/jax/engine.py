@@ -32,7 +32,7 @@ from jax.stages import CompilerOptions, Lowered
 from torchax import interop
 from transformers import PreTrainedModel
 
-from playground.backends import device
+from playground import device
 from playground.backends.jax import compiling, disk_cache, layer_outputs, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
@@ -130,7 +130,7 @@ class Engine:
     def abstract_cache(self, layouts: Layouts, batch: int) -> JaxCache:
         return pytree.abstract_cache(layouts, batch, self._cache_sharding(), self.replicated())
 
-    def spec(self, shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
+    def shape_struct(self, shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
         """An abstract argument for lowering, laid out as put() lays out the real one."""
         return jax.ShapeDtypeStruct(shape, dtype, sharding=self.replicated())
 
@@ -155,7 +155,7 @@ class Engine:
 
     def knob_specs(self, mode: SamplingMode) -> Knobs:
         """Abstract chain arguments for lowering, laid out as put() lays out the real ones."""
-        return jax.tree.map(lambda s: self.spec(s.shape, s.dtype), knob_specs(mode))
+        return jax.tree.map(lambda s: self.shape_struct(s.shape, s.dtype), knob_specs(mode))
 
     # -- traced functions (pure JAX outside, the HF model inside) ---------------------------------------------
     def forward(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
@@ -285,9 +285,11 @@ class Engine:
             self._building.pop(key, None)
 
     def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> Pending:
+        shape = self.shape_struct
+
         def lower() -> Lowered:
             fn = jax.jit(partial(self._prefill, layouts=layouts))
-            return fn.lower(self.weights, self.spec((batch, bucket), jnp.int32), self.spec((), jnp.int32))
+            return fn.lower(self.weights, shape((batch, bucket), jnp.int32), shape((), jnp.int32))
 
         def warm(compiled: Any) -> None:
             # XLA's CPU backend hands the prompt's multi-row products to YNNPACK, which prepares each of them on
@@ -300,21 +302,23 @@ class Engine:
 
     def start_program(self, bucket: int, layouts: Layouts, mode: SamplingMode, eos: tuple[int, ...],
                       batch: int = 1) -> Pending:
+        shape = self.shape_struct
+
         def lower() -> Lowered:
             fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
-            return fn.lower(self.spec((batch, self.vocab_size), jnp.float32), self.spec((batch, bucket), jnp.int32),
-                            self.spec((), jnp.int32), self.spec((2,), jnp.uint32), self.knob_specs(mode),
+            return fn.lower(shape((batch, self.vocab_size), jnp.float32), shape((batch, bucket), jnp.int32),
+                            shape((), jnp.int32), shape((2,), jnp.uint32), self.knob_specs(mode),
                             self.abstract_cache(layouts, batch))
 
         return self.program(("start", batch, bucket, layouts, mode, eos), lower)
 
     def abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
         """Shape structs of a DecodeState over `layouts`, laid out as the programs leave it (for lowering)."""
-        history = jax.tree.map(lambda s: self.spec(s.shape, s.dtype),
+        history = jax.tree.map(lambda s: self.shape_struct(s.shape, s.dtype),
                                history_shapes(mode.needs, batch, self.vocab_size))
-        return DecodeState(self.abstract_cache(layouts, batch), self.spec((batch,), jnp.int32),
-                           self.spec((), jnp.int32), self.spec((2,), jnp.uint32), history,
-                           self.spec((), jnp.bool_), self.spec((), jnp.int32))
+        return DecodeState(self.abstract_cache(layouts, batch), self.shape_struct((batch,), jnp.int32),
+                           self.shape_struct((), jnp.int32), self.shape_struct((2,), jnp.uint32), history,
+                           self.shape_struct((), jnp.bool_), self.shape_struct((), jnp.int32))
 
     def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> Pending:
         def lower() -> Lowered:
@@ -328,7 +332,7 @@ class Engine:
         def lower() -> Lowered:
             fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
             state = self.abstract_state(layouts, mode, batch)
-            return fn.lower(self.weights, state, self.spec((), jnp.int32), self.knob_specs(mode))
+            return fn.lower(self.weights, state, self.shape_struct((), jnp.int32), self.knob_specs(mode))
 
         return self.program(("decode", batch, layouts, steps, mode, eos), lower)
 

@@ -92,26 +92,29 @@ def _grow(engine: Engine, state: GroupState, *, layouts: Layouts) -> GroupState:
 
 def knob_specs(engine: Engine, mode: GroupMode) -> GroupKnobs[jax.ShapeDtypeStruct]:
     """Abstract search knobs for lowering, laid out as put() lays out the real ones."""
-    f32 = engine.spec((), jnp.float32)
-    return GroupKnobs(f32, engine.spec((), jnp.bool_), f32,
-                      jax.tree.map(lambda s: engine.spec(s.shape, s.dtype), chain.arg_specs(mode.chain)))
+    f32 = engine.shape_struct((), jnp.float32)
+    return GroupKnobs(f32, engine.shape_struct((), jnp.bool_), f32,
+                      jax.tree.map(lambda s: engine.shape_struct(s.shape, s.dtype), chain.arg_specs(mode.chain)))
 
 
 def _abstract_state(engine: Engine, layouts: Layouts, mode: GroupMode) -> GroupState:
     """Shape structs of a GroupState, laid out as the programs leave it (the hypotheses' from `initial`)."""
+    shape = engine.shape_struct
     prompt = chain.history_shapes(mode.chain.needs, 1, engine.vocab_size)
     hyps = jax.eval_shape(lambda history: group_beam_search.initial(history, mode), prompt)
-    hyps = jax.tree.map(lambda s: engine.spec(s.shape, s.dtype), hyps)
+    hyps = jax.tree.map(lambda s: shape(s.shape, s.dtype), hyps)
     k = mode.beams
-    return GroupState(engine.abstract_cache(layouts, k), engine.spec((k,), jnp.int32), engine.spec((), jnp.int32),
+    return GroupState(engine.abstract_cache(layouts, k), shape((k,), jnp.int32), shape((), jnp.int32),
                       hyps)
 
 
 def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: GroupMode) -> Pending:
+    shape = engine.shape_struct
+
     def lower() -> Lowered:
         fn = jax.jit(partial(_start, engine, mode=mode))
-        return fn.lower(engine.spec((1, engine.vocab_size), jnp.float32), engine.spec((1, bucket), jnp.int32),
-                        engine.spec((), jnp.int32), knob_specs(engine, mode), engine.abstract_cache(layouts, 1))
+        return fn.lower(shape((1, engine.vocab_size), jnp.float32), shape((1, bucket), jnp.int32),
+                        shape((), jnp.int32), knob_specs(engine, mode), engine.abstract_cache(layouts, 1))
 
     return engine.program(("group-beam-start", bucket, layouts, mode), lower)
 
@@ -119,7 +122,7 @@ def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: GroupMode
 def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: GroupMode) -> Pending:
     def lower() -> Lowered:
         fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
-        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.spec((), jnp.int32),
+        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.shape_struct((), jnp.int32),
                         knob_specs(engine, mode))
 
     return engine.program(("group-beam-decode", layouts, steps, mode), lower)

@@ -12,11 +12,11 @@ between strategies is a plug-in (strategy.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
-import torch
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
 from playground.backends.jax import compiling
@@ -33,7 +33,7 @@ from playground.spec import RunSpec
 __all__ = ["STEPS_PER_CALL", "cache_extra", "engine_extra", "generate"]
 
 
-def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit: EmitTokens,
              should_stop: ShouldStop, strategy: Strategy, preview: PreviewTokens | None = None,
              draft: LoadedModel | None = None) -> GenerationOutput:
     """Prefill, then device calls until EOS, max_new_tokens or should_stop(), streaming each call's tokens.
@@ -45,7 +45,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     engine, reused = engine_for(loaded.model, spec.devices, spec.weights)
     drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []  # the Drafter's engine
     start = time.perf_counter()
-    prompt = input_ids.detach().cpu().numpy().astype(np.int32)  # (1, T)
+    prompt = np.asarray([prompt_ids], np.int32)  # (1, T)
     with compiling.request_compiles():
         request = _prepare(engine, reused, loaded, prompt, spec, strategy)
         if not request.programs.wait(should_stop, start):

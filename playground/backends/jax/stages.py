@@ -128,7 +128,7 @@ class NoRepeatNGram(Stage):
 @lru_cache(maxsize=8)
 def _breaker_mask(tokenizer: Any, breakers: tuple[str, ...], vocab_size: int) -> np.ndarray:
     """(V,) bool: tokens whose text contains a sequence breaker (the PyTorch path asks the same function)."""
-    from playground.backends.torch.samplers import breaker_ids
+    from playground.backends.dry_breakers import breaker_ids
 
     mask = np.zeros((vocab_size,), bool)
     mask[[i for i in breaker_ids(tokenizer, breakers) if i < vocab_size]] = True

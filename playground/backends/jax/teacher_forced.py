@@ -13,7 +13,7 @@ cache layout; the token count is padded to a power of two, so outputs of nearby 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -134,20 +134,20 @@ def _scan(engine: Engine) -> Any:
     return steps
 
 
-def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: torch.Tensor, new_ids: list[int],
+def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: Sequence[int], new_ids: list[int],
                    room: int = 0) -> torch.Tensor:
     """Log-probabilities (len(new_ids), V) of the token after the prompt and after each new token but the last,
     from the engine for spec's weights and devices, with spec's cache laid out at its final length. `room`: lay
     the cache out for a prompt this long (at least the real one), so prompts of different lengths share one
     layout and one compiled scan; the slots past the prompt's own length are masked, as a growing cache's are."""
     engine, _ = engine_for(loaded.model, spec.devices, spec.weights)
-    prompt_len, count = prompt_ids.shape[1], len(new_ids)
+    prompt_len, count = len(prompt_ids), len(new_ids)
     padded_count = 1 << max(0, count - 2).bit_length()  # the scan's length: count - 1 tokens, padded
     plan = plan_cache(spec.replace(max_new_tokens=max(spec.max_new_tokens, padded_count + 1)), engine.config,
                       max(prompt_len, room), 1)
     prefill = engine.prefill_program(prefill_bucket(prompt_len), plan.at(plan.lengths[-1]))
     padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
-    padded[:, :prompt_len] = prompt_ids.numpy()
+    padded[0, :prompt_len] = prompt_ids
     first, cache = prefill(engine.weights, jnp.asarray(padded), jnp.int32(prompt_len))
     rows = [np.asarray(first)]
     if count > 1:

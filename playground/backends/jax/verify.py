@@ -59,9 +59,9 @@ def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingM
     """The compiled verify pass for these layouts and draft width (cached in the engine's registry)."""
     def lower() -> Lowered:
         fn = jax.jit(partial(verify, engine, mode=mode, eos=eos), donate_argnames=("state",))
-        q = engine.spec((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
+        q = engine.shape_struct((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
         return fn.lower(engine.weights, engine.abstract_state(layouts, mode, batch),
-                        engine.spec((batch, width - 1), jnp.int32), engine.spec((), jnp.int32), q,
+                        engine.shape_struct((batch, width - 1), jnp.int32), engine.shape_struct((), jnp.int32), q,
                         engine.knob_specs(mode))
 
     return engine.program(("verify", batch, layouts, width, mode, eos, with_q), lower)

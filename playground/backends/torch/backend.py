@@ -62,20 +62,25 @@ class TorchBackend:
             held = Held(held.what, need, f"lower {strategy.peak_rows_knob} or max_new_tokens, pick smaller weights")
         return MemoryNeed(held)
 
-    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: torch.Tensor,
+    def logprobs_along(self, loaded: LoadedModel, spec: RunSpec, prompt_ids: list[int],
                        new_ids: list[int]) -> torch.Tensor:
+        import torch
+
         from playground.backends.torch.reference import logprobs_along
 
-        return logprobs_along(loaded.model, prompt_ids, new_ids)
+        return logprobs_along(loaded.model, torch.tensor([prompt_ids]), new_ids)
 
-    def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
+    def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         # the preparations, counted as this path's compile time (outside every timing, like the JAX path's): the
         # quantized cache's kernels, built on first use, and under torch.compile the decode step's compile
+        import torch
+
         from playground.backends.torch.generate import generate
 
         began = time.perf_counter()
+        input_ids = torch.tensor([prompt_ids])  # (1, T)
         prepare = registry.cache_type(spec.cache).torch_prepare
         build_s = prepare(spec, progress) if prepare is not None else 0.0
         compiling = spec.torch_compile != "off"

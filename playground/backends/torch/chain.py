@@ -27,6 +27,7 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
+from playground.backends.dry_breakers import breaker_ids
 from playground.backends.torch.carrying import AdaptivePLogitsWarper, MirostatV2LogitsWarper
 from playground.backends.torch.samplers import (
     DRYLogitsProcessor,
@@ -36,7 +37,6 @@ from playground.backends.torch.samplers import (
     TopALogitsWarper,
     TopNSigmaLogitsWarper,
     XTCLogitsWarper,
-    breaker_ids,
 )
 from playground.registry import chain
 from playground.registry.chain import parse_logit_bias

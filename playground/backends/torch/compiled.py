@@ -64,7 +64,7 @@ def compiler_refusal() -> str:
 
 def on_cpu() -> bool:
     """Whether this process's torch models run on a CPU (the device module detects it once)."""
-    from playground.backends import device
+    from playground import device
 
     return device.current().kind == "cpu"
 

@@ -158,16 +158,6 @@ def _steps(ids: torch.Tensor, probs: torch.Tensor, penalties: torch.Tensor, scor
                             scores[row].tolist(), int(selected[row])) for row in range(ids.shape[0])]
 
 
-def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
-    """The registry's model check: a model's own sliding-window layers cannot give back the position this loop
-    crops at the end once past their window (transformers 4.52 refused contrastive search on such a cache too)."""
-    sliding = sorted({kind for kind in layer_types if kind != "full_attention"})
-    if sliding:
-        raise ValueError(f"contrastive search cannot run on model_type={config.model_type!r}: its layers of kind "
-                         f"{', '.join(repr(k) for k in sliding)} keep a window and cannot drop the position the "
-                         "search crops from the cache after its last step; use a model with full attention only")
-
-
 def plug_in(spec: RunSpec) -> OwnLoop:
     """The strategy's plug-in: this loop, recording each token's candidates."""
     return OwnLoop(spec, contrastive_search, settings.contrastive)

@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, cast
 
 import torch
@@ -47,7 +46,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from playground.backends.base import EmitTokens
-from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
+from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers
 from playground.backends.torch import config as settings
 from playground.backends.torch.strategy import Call, OwnLoop
 from playground.backends.torch.transformers_hooks import is_stateful, pad_token, prefill, update_model_kwargs
@@ -197,11 +196,6 @@ def _steps(layers: list[int], js: torch.Tensor, chosen: int, final: torch.Tensor
     tops = final.argmax(dim=-1).tolist()
     return [DolaStep(row, list(layers), js[:, row].tolist(), chosen, tops[row], token, token != tops[row])
             for row, token in enumerate(tokens.tolist())]
-
-
-def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
-    """The registry's model check: the layers `spec.dola_layers` names must exist in this model."""
-    candidate_layers(SimpleNamespace(config=config), requested(spec.dola_layers))
 
 
 class DolaLoop(OwnLoop):

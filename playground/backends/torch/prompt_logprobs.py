@@ -3,6 +3,7 @@ teacher-forced forward over the prompt (what `echo` with `logprobs` reports, and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,9 @@ class PromptLogprobs:
     top: list[list[tuple[int, float]]]
 
 
-def prompt_logprobs(model: Any, ids: torch.Tensor, top: int) -> PromptLogprobs:
-    """One causal pass over `ids` (1, T) in chunks of CHUNK positions through a dynamic cache (full attention)."""
-    ids = ids.to(model.device)
+def prompt_logprobs(model: Any, prompt_ids: Sequence[int], top: int) -> PromptLogprobs:
+    """One causal pass over the token ids in chunks of CHUNK positions through a dynamic cache (full attention)."""
+    ids = torch.tensor([list(prompt_ids)], device=model.device)  # (1, T)
     cache = DynamicCache(config=model.config)
     chosen: list[torch.Tensor] = []
     best_lp: list[torch.Tensor] = []

@@ -46,12 +46,12 @@ def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
     return float((reference.exp() * (reference - other)).sum(-1).mean())
 
 
-def judge(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> Judgement:
+def judge(model: Any, prompt_ids: list[int], new_ids: list[int]) -> Judgement:
     """One forward pass over prompt + output. Up to the first token greedy would not have chosen, the output *is*
     the greedy reference, so the first position whose token is not the argmax is where it leaves greedy."""
     if not new_ids:
         return Judgement(None, None)
-    log_probs = logprobs_along(model, prompt_ids, new_ids)
+    log_probs = logprobs_along(model, torch.tensor([prompt_ids]), new_ids)
     chosen = torch.tensor(new_ids)
     mean = float(log_probs.gather(1, chosen[:, None]).mean())
     differs = torch.nonzero(log_probs.argmax(dim=-1) != chosen)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import weakref
-from typing import Any
 
 import torch
 from transformers import LogitsProcessor
@@ -59,29 +57,6 @@ class PresenceFrequencyPenaltyLogitsProcessor(LogitsProcessor):
         counts = counts[:, :vocab]
         penalty = self.frequency * counts.to(scores.dtype) + self.presence * (counts > 0).to(scores.dtype)
         return scores - penalty
-
-
-# each tokenizer's vocabulary decoded one token at a time: 49k decodes take seconds, and the vocabulary only
-# changes when tokens are added (then its length changes and it is decoded again)
-_DECODED: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()
-
-
-def _decoded_vocabulary(tokenizer: Any) -> tuple[str, ...]:
-    """Every token id's text as decode([id]) gives it (the token's text, not convert_ids_to_tokens' spelling)."""
-    size = len(tokenizer)
-    texts = _DECODED.get(tokenizer)
-    if texts is None or len(texts) != size:
-        texts = tuple(tokenizer.decode([token]) for token in range(size))
-        _DECODED[tokenizer] = texts
-    return texts
-
-
-def breaker_ids(tokenizer: Any, breakers: tuple[str, ...]) -> frozenset[int]:
-    """The ids of every token whose text contains one of `breakers`: a DRY match never runs across them."""
-    if not breakers:
-        return frozenset()
-    return frozenset(token for token, text in enumerate(_decoded_vocabulary(tokenizer))
-                     if any(breaker in text for breaker in breakers))
 
 
 def _dry_match_lengths(ids: list[int], breakers: frozenset[int]) -> dict[int, int]:

@@ -2,26 +2,24 @@
 transformers changes (tests/unit/test_transformers_hooks.py fails with the hook's name when one breaks).
 
 Each hook wraps a method on one model instance for one generate() call (the runner's generation lock is held),
-so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process, and
-gguf's reader and name table, replaced during a GGUF conversion only. Our own decoding loops (contrastive search,
-diverse beam search, DoLa) call a few of generate's private helpers and read two tensors it prepares; they do so
-through the functions here, never directly.
+so nothing is patched process-wide, except the attention-mask backends, which are wrapped once per process. Our
+own decoding loops (contrastive search, diverse beam search, DoLa) call a few of generate's private helpers and
+read two tensors it prepares; they do so through the functions here, never directly.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-import numpy as np
 import torch
 from transformers.generation.utils import GenerationMixin
 from transformers.masking_utils import AttentionMaskInterface
+
+from playground.backends.refusals import WINDOWED_ATTENTION
 
 # the transformers version these hooks were written and checked against (requirements.txt pins it)
 WRITTEN_FOR = "5.23.0"
@@ -34,15 +32,6 @@ RUNNING_BEAMS = "_get_running_beams_for_next_iteration"  # beam search: the K of
 # the candidate generator's methods assisted decoding calls once per verification step
 GET_CANDIDATES = "get_candidates"
 UPDATE_CANDIDATE_STRATEGY = "update_candidate_strategy"
-# attention-mask backends that take a mask function (an imposed sliding window is added to it)
-WINDOWED_ATTENTION = ("sdpa", "eager")
-
-# gguf's file reader, which transformers' GGUF loading imports when it runs and builds afresh for each of the
-# config, the weights and the tokenizer's config
-GGUF_READER = "GGUFReader"
-# gguf's table of tensor names for an architecture, which transformers' GGUF loading imports when it runs and
-# builds afresh for every module of the model as it maps the weights' names
-GGUF_NAME_MAP = "get_tensor_name_map"
 
 # generate(custom_generate=<callable>) runs the callable as its decoding loop with `_sample`'s arguments (a private
 # signature). A keyword the callable takes that `_sample` does not is taken from generate()'s own keywords and
@@ -63,7 +52,6 @@ EOS_TOKEN_TENSOR = "_eos_token_tensor"  # every EOS id as a tensor, set likewise
 COMPILE_ALL_DEVICES = "_compile_all_devices"
 
 _INSTALL_LOCK = threading.Lock()
-_GGUF_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -177,58 +165,3 @@ def mask_wrapper_installed(marker: str) -> bool:
     """Whether every windowed backend still carries `marker` (something may have registered over it since)."""
     registry = AttentionMaskInterface()
     return all(getattr(registry[name], marker, False) for name in WINDOWED_ATTENTION)
-
-
-def _over_a_plain_array(reader_class: type) -> type:
-    """gguf's reader, holding its memory map (the `data` it sets first) as a plain ndarray view of the map.
-
-    The parse slices `data` once or more for every value of every field, and numpy's memmap runs Python code
-    (`__array_finalize__`) for each slice where a plain view does not: Gemma3's parse, its 262k-token vocabulary,
-    7.7 s -> 2.2 s. The view reads the same mapping, so nothing is copied and the file stays mapped.
-    """
-    class PlainArrayReader(reader_class):
-        @property
-        def data(self) -> np.ndarray:
-            return self._plain_data
-
-        @data.setter
-        def data(self, value: np.ndarray) -> None:
-            self._plain_data = value.view(np.ndarray)
-
-    return PlainArrayReader
-
-
-@contextmanager
-def one_gguf_parse() -> Iterator[None]:
-    """Within the block, each GGUF file is parsed once, however often transformers builds a reader for it.
-
-    Loading a model and its tokenizer from a GGUF file parses the whole file three times (config, weights, the
-    tokenizer's config), and gguf's reader walks every field in Python: Gemma3's 262k-token vocabulary takes
-    seconds per parse. The readers only read, so one per file serves all three, and each parses over a plain
-    view of its memory map (_over_a_plain_array). Mapping the weights' names builds gguf's name table for the
-    architecture once per module of the model (SmolLM2: 397 tables, 6.3 s of a 14 s conversion); the tables
-    are only read, so one per architecture and depth serves them all. The replacements are process-wide for the
-    block, so blocks run one at a time.
-    """
-    import gguf
-
-    with _GGUF_LOCK:
-        original = getattr(gguf, GGUF_READER)
-        original_name_map = getattr(gguf, GGUF_NAME_MAP)
-        readers: dict[tuple[str, str], Any] = {}
-
-        plain_reader = _over_a_plain_array(original)
-
-        def reader(path: Any, mode: str = "r") -> Any:
-            key = (os.fspath(path), mode)
-            if key not in readers:
-                readers[key] = plain_reader(path, mode)
-            return readers[key]
-
-        setattr(gguf, GGUF_READER, reader)
-        setattr(gguf, GGUF_NAME_MAP, functools.cache(original_name_map))
-        try:
-            yield
-        finally:
-            setattr(gguf, GGUF_READER, original)
-            setattr(gguf, GGUF_NAME_MAP, original_name_map)

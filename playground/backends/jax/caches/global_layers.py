@@ -12,7 +12,7 @@ from playground.backends.jax.caches.layout import Layout
 from playground.backends.jax.caches.quantized import QuantLayout
 from playground.backends.jax.caches.ring import RingLayout
 from playground.backends.jax.caches.sink import SinkLayout, ring_room
-from playground.backends.torch.caches.sink import rope_inv_freq
+from playground.backends.rope import rope_inv_freq
 from playground.models.shapes import attention_shape
 from playground.spec import RunSpec
 

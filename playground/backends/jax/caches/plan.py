@@ -22,7 +22,7 @@ from transformers.cache_utils import get_layer_types_and_kwargs
 from playground import registry
 from playground.backends.jax.caches.layout import Layout, nbytes
 from playground.backends.jax.caches.ring import RingLayout
-from playground.backends.torch.caches.factory import check_cache
+from playground.backends.refusals import check_cache
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
 from playground.spec import RunSpec
@@ -100,7 +100,7 @@ def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) ->
         raise PlaygroundError(f"the JAX decoder does not support {', '.join(unknown)} layers (only full and "
                               "sliding-window attention); use backend torch")
     native = "sliding_attention" in layer_types
-    check_cache(spec, config)  # the PyTorch path's refusals, in its words
+    check_cache(spec, config)  # the same refusals, in the same words, as the PyTorch path
     cache = registry.cache_type(spec.cache)
     lengths = cache_lengths(cache, prompt_len, spec.max_new_tokens, first_chunk)
     shape = attention_shape(config)

@@ -9,32 +9,17 @@ from transformers import Cache, DynamicCache, StaticCache
 from transformers.cache_utils import DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
 from playground import registry
+from playground.backends.refusals import check_cache
 from playground.backends.torch.caches.croppable_quantized import CroppableFp8Layer, CroppableQuantoLayer
 from playground.backends.torch.caches.croppable_static import CroppableStaticCache
 from playground.backends.torch.caches.sink import SinkCache
 from playground.backends.torch.caches.sliding import make_sliding_cache
-from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 
 # A static cache that torch.compile runs over is prompt + max_new_tokens rounded up to this many positions: its
 # length is a shape of the compiled decode step, so a new length compiles again (the JAX path rounds its own
 # static cache to the same granule, for the same reason); nearby requests share one
 COMPILED_GRANULE = 64
-
-
-def check_cache(spec: RunSpec, config: Any) -> None:
-    """Refuse, from the model's config alone (so before its weights load), a cache this model cannot have, or a
-    strategy it cannot run; both backends refuse with these words."""
-    checks = [registry.cache_type(spec.cache).check_model, registry.strategy(spec.strategy).check_model]
-    text_config = config.get_text_config(decoder=True)
-    layer_types, _ = get_layer_types_and_kwargs(text_config)
-    for check_model in checks:
-        if check_model is None:
-            continue
-        try:
-            check_model(spec, text_config, layer_types)
-        except ValueError as exc:
-            raise PlaygroundError(str(exc)) from None
 
 
 def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from playground.backends import device
+from playground import device
 from playground.backends.base import ReportProgress
 from playground.backends.slow_stages import announced_if_slow
 from playground.spec import RunSpec

@@ -40,15 +40,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.cache_utils import Cache, DynamicLayer
 
-from playground.models.shapes import attention_shape
-
-# Models whose attention applies one global RoPE with HF's rotate-half layout before `cache.update`.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-# RoPE types whose inverse frequencies do not depend on the sequence length, so rotations compose exactly.
-STATIC_ROPE_TYPES = ("default", "linear", "llama3")
+from playground.backends.refusals import check_sink_rope
+from playground.backends.rope import rope_inv_freq
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -67,46 +62,6 @@ def rotate_keys(keys: torch.Tensor, shift: int, inv_freq: torch.Tensor) -> torch
     cos, sin = emb.cos().float(), emb.sin().float()  # (D,)
     k = keys.float()  # (B, H, T, D)
     return (k * cos + rotate_half(k) * sin).to(keys.dtype)  # (B, H, T, D)
-
-
-def check_supported(config: Any) -> None:
-    """Raise a ValueError naming the model type and what to use instead when sink re-rotation cannot be exact."""
-    model_type = getattr(config, "model_type", "?")
-    alternative = "use cache 'sliding' (make_sliding_cache) or 'dynamic' for this model"
-    layer_types, _ = get_layer_types_and_kwargs(config)
-    if set(layer_types) != {"full_attention"}:
-        raise ValueError(f"SinkCache does not support model_type={model_type!r}: it has native sliding-window "
-                         f"(or non-full-attention) layers {sorted(set(layer_types))}; {alternative}")
-    rope = getattr(config, "rope_parameters", None) or {}
-    if any(isinstance(v, dict) for v in rope.values()):
-        raise ValueError(f"SinkCache does not support model_type={model_type!r}: it uses a different RoPE per "
-                         f"layer type ({sorted(rope)}); {alternative}")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"SinkCache re-rotates keys with Llama-style RoPE and supports model types "
-                         f"{SUPPORTED_MODEL_TYPES}, not model_type={model_type!r}; {alternative}")
-    rope_type = rope.get("rope_type", "default")
-    if rope_type not in STATIC_ROPE_TYPES:
-        raise ValueError(f"SinkCache needs RoPE frequencies that do not change with length ({STATIC_ROPE_TYPES}); "
-                         f"model_type={model_type!r} uses rope_type={rope_type!r}; {alternative}")
-    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
-    if partial not in (None, 1.0):
-        raise ValueError(f"SinkCache does not support partial rotary embeddings (model_type={model_type!r}, "
-                         f"partial_rotary_factor={partial}); {alternative}")
-
-
-def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
-    """The sink cache's model check for the registry (both backends re-rotate keys the same way)."""
-    check_supported(config)
-
-
-def rope_inv_freq(config: Any) -> torch.Tensor:
-    """The model's RoPE inverse frequencies (D/2,), computed as its rotary embedding does."""
-    rope = config.rope_parameters
-    if rope.get("rope_type", "default") == "default":
-        dim = attention_shape(config).head_dim
-        return 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config)
-    return inv_freq
 
 
 class SinkLayer(DynamicLayer):
@@ -296,7 +251,7 @@ class SinkCache(Cache):
                              f"{num_sink_tokens}, window_length={window_length}); the window holds the sinks "
                              "plus at least one recent token")
         text_config = config.get_text_config(decoder=True)
-        check_supported(text_config)
+        check_sink_rope(text_config)
         inv_freq = rope_inv_freq(text_config)  # (D/2,), shared by every layer
         super().__init__(layers=[SinkLayer(window_length, num_sink_tokens, inv_freq)
                                  for _ in range(text_config.num_hidden_layers)])

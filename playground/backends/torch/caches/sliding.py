@@ -38,8 +38,8 @@ from transformers.cache_utils import (
 )
 from transformers.masking_utils import and_masks, causal_mask_function, sliding_window_overlay
 
+from playground.backends.refusals import check_imposable
 from playground.backends.torch.transformers_hooks import (
-    WINDOWED_ATTENTION,
     install_mask_wrapper,
     mask_wrapper_installed,
 )
@@ -140,25 +140,6 @@ def native_layers(layer_types: list[str], per_layer_kwargs: list[dict[str, Any]]
     if max_cache_len is None:
         return [DYNAMIC_LAYER_TYPE_MAPPING[kind](**kwargs) for kind, kwargs in pairs]
     return [STATIC_LAYER_TYPE_MAPPING[kind](max_cache_len=max_cache_len, **kwargs) for kind, kwargs in pairs]
-
-
-def check_imposable(config: Any, layer_types: list[str]) -> None:
-    """An imposed window needs plain attention layers and a mask built from a mask function."""
-    model_type = getattr(config, "model_type", "?")
-    if set(layer_types) != {"full_attention"}:
-        raise ValueError(f"cannot impose a sliding window on model_type={model_type!r}: its layers are "
-                         f"{sorted(set(layer_types))}, not plain attention; use cache 'dynamic'")
-    attention = getattr(config, "_attn_implementation", None) or "sdpa"
-    if attention not in WINDOWED_ATTENTION:
-        raise ValueError(f"an imposed sliding window needs attn_implementation in {WINDOWED_ATTENTION} "
-                         f"(model_type={model_type!r} uses {attention!r}); load the model with sdpa or eager")
-
-
-def check_model(spec: Any, config: Any, layer_types: list[str]) -> None:
-    """The sliding cache's model check for the registry: a model with its own sliding layers keeps its window;
-    on any other the window is imposed, which needs plain attention layers (both backends)."""
-    if "sliding_attention" not in layer_types:
-        check_imposable(config, layer_types)
 
 
 def make_sliding_cache(model: Any, window: int, max_cache_len: int | None = None) -> SlidingWindowCache:

@@ -25,18 +25,15 @@ from playground.errors import PlaygroundError
 
 KINDS = ("cpu", "cuda")
 
-# Weights the JAX path refuses on a CPU, and the measured reason (python -m playground.tools.bench_matmul on
-# SmolLM2's output head, and a bf16 decoder built as the int8 one is, on a 2-core AMD EPYC; docs/benchmarks.md).
-# It runs fp32, and int8 converted inside the product (int8.py).
+# Weights the JAX path refuses on a CPU, and why: each measured slower than fp32 in the decode loop (the
+# figures, and the machines they come from: docs/jax-path.md and docs/benchmarks.md; measure this machine with
+# python -m playground.tools.bench_matmul). It runs fp32, and int8 converted inside the product (int8.py).
 CPU_JAX_REFUSALS = {
-    "bf16": "bf16 weights are not offered on the JAX path on a CPU: they measured slower than fp32 in the decode "
-            "loop (24.8 tok/s against 45.9 on SmolLM2; XLA on CPU hoists an inline conversion out of the loop, and "
-            "converting a block of rows at a time took 35 ms per output-head product against fp32's 2.9 ms), "
-            "while int8 ran at 125 tok/s; use int8 or fp32",
+    "bf16": "bf16 weights are not offered on the JAX path on a CPU: XLA on CPU hoists their conversion out of the "
+            "decode loop, so they decode slower than fp32, and int8 faster than both (docs/jax-path.md); use int8 "
+            "or fp32",
     "nf4": "4-bit weights are not offered on the JAX path on a CPU: XLA on CPU does not fuse unpacking two weights "
-           "per byte into the product, so they measured slower than fp32 (int4 in groups of 64: 7.0 ms per "
-           "output-head product, inline or a block of rows at a time, against fp32's 2.9 ms and int8's 0.9 ms); "
-           "use int8 or fp32",
+           "per byte into the product, so they decode slower than fp32 (docs/jax-path.md); use int8 or fp32",
 }
 # On a GPU the JAX path builds fp32 and int8 programs only: bf16 and 4-bit twins of the decoder are not built
 CUDA_JAX_REFUSALS = {
