@@ -26,8 +26,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("backends",),
     ("result", "events"),
-    ("runner", "decode_costs"),
-    ("sweep", "ui", "tools", "__main__"),
+    ("runner", "decode_costs", "sampler_lab"),
+    ("sweep", "ui", "tools", "openai_api", "__main__"),
 )
 
 
