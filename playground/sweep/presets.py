@@ -65,6 +65,7 @@ SWEEP_PRESETS: dict[str, SweepPreset] = {
     "Top-nσ at high temperature": SweepPreset(
         knob="top_n_sigma", values="0,0.5,1,2", prompt_set="stories", prompt_count=3, seeds=2,
         spec={"strategy": "sampling", "backend": "jax", "max_new_tokens": 64, "temperature": 1.5, "top_k": 0},
-        note="at temperature 1.5 with nothing else cutting, n = 0 (off) samples from the whole tail; a small n keeps "
-             "only the tokens near the best logit, so the mean log-probability rises and distinct-2 falls."),
+        note="at temperature 1.5 with nothing else cutting, n = 0 (off) samples from the whole tail and the mean "
+             "log-probability is lowest; any n keeps only the tokens within n standard deviations of the best logit, "
+             "and the smaller n, the higher the mean log-probability and the lower distinct-2."),
 }

@@ -211,16 +211,30 @@ def test_json_free_writes_prose_before_its_json_and_both_constrained_outputs_are
     assert 1 <= json.loads(regex["text"])["age"] <= 99
 
 
-def test_the_dry_sweep_preset_repeats_fewer_4grams_as_the_multiplier_grows():
+def sweep_medians(name: str, *keys: str) -> dict[str, list[float]]:
+    """The sweep preset run as the Sweep tab runs it: each measure's medians per value, as its table shows them."""
     from playground.sweep.presets import SWEEP_PRESETS
     from playground.sweep.run import run_sweep
 
     start = time.monotonic()
-    sweep = run_sweep(SWEEP_PRESETS["DRY against repetition"].sweep())
-    medians = {key: [a[f"{key}_median"] for a in sweep["aggregates"]] for key in ("repeat_4gram_rate", "distinct_2")}
-    print(f"\nDRY sweep: {time.monotonic() - start:.1f} s, {len(sweep['rows'])} rows (load average "
+    sweep = run_sweep(SWEEP_PRESETS[name].sweep())
+    medians = {key: [a[f"{key}_median"] for a in sweep["aggregates"]] for key in keys}
+    print(f"\n{name}: {time.monotonic() - start:.1f} s, {len(sweep['rows'])} rows (load average "
           f"{os.getloadavg()[0]:.1f}); medians {medians}")
+    return medians
+
+
+def test_the_dry_sweep_preset_repeats_fewer_4grams_as_the_multiplier_grows():
+    medians = sweep_medians("DRY against repetition", "repeat_4gram_rate", "distinct_2")
     repeats, distinct = medians["repeat_4gram_rate"], medians["distinct_2"]
     assert repeats[0] > 0.2  # without DRY the model copies the repeated sentence again
     assert all(later <= earlier for earlier, later in zip(repeats, repeats[1:], strict=False))
     assert repeats[-1] < repeats[0] / 3 and distinct[-1] > distinct[0] + 0.2
+
+
+def test_the_top_n_sigma_sweep_preset_is_likelier_and_less_varied_the_smaller_n():
+    medians = sweep_medians("Top-nσ at high temperature", "mean_logprob", "distinct_2")
+    (off, *cut), distinct = medians["mean_logprob"], medians["distinct_2"]  # n = 0, then n growing
+    assert all(value > off for value in cut)  # off samples the whole tail
+    assert all(smaller > larger for smaller, larger in zip(cut, cut[1:], strict=False))
+    assert distinct[1] < distinct[-1]  # the smallest n repeats most
