@@ -77,6 +77,7 @@ def test_cache_shoot_out_evicts_and_the_quantized_cache_packs_in_a_sawtooth():
     assert final["dynamic"] > final["quantized"] and final["dynamic"] > final["sliding"]
     assert final["dynamic"] > final["sink"]
     assert drops >= 2  # the sawtooth: it grows in full precision, then packs
+    drifts = {}
     for windowed in ("sliding", "sink"):  # full from some step on: the window evicts
         trace = _kv(results[windowed])
         assert trace[-1] == trace[len(trace) // 2] and trace[-1] < _kv(results["dynamic"])[-1], windowed
@@ -85,6 +86,8 @@ def test_cache_shoot_out_evicts_and_the_quantized_cache_packs_in_a_sawtooth():
         drift = first_difference(results[windowed]["token_ids"], results["dynamic"]["token_ids"])
         print(f"{windowed}: drifts from dynamic at token {drift} ({prompt_tokens} prompt tokens)")
         assert drift is not None and drift >= SHOOT_OUT_WINDOW - prompt_tokens, windowed
+        drifts[windowed] = drift
+    assert drifts["sink"] > drifts["sliding"]  # sink keeps the tokens attention leans on, so stays on longer
 
 
 def test_pytorch_and_jax_give_the_same_text():
