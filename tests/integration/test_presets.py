@@ -241,3 +241,12 @@ def test_the_top_n_sigma_sweep_preset_is_likelier_and_less_varied_the_smaller_n(
     assert all(value > off for value in cut)  # off samples the whole tail
     assert all(smaller > larger for smaller, larger in zip(cut, cut[1:], strict=False))
     assert distinct[1] < distinct[-1]  # the smallest n repeats most
+
+
+def test_pick_one_answers_in_words_when_free_and_exactly_one_label_under_the_choice_list():
+    free, greedy, sampled = run_preset("Pick one", least=0.0).values()  # a label is one token and an EOS
+    labels = PRESETS["Pick one"].columns[1]["constraint_text"].split("\n")
+    print([r["text"] for r in (free, greedy, sampled)])
+    assert free["text"].strip() not in labels and len(free["text"].split()) > 2  # a sentence, not a label
+    assert greedy["text"] in labels and sampled["text"] in labels
+    assert greedy["constraint"]["valid"] and sampled["constraint"]["valid"]
