@@ -56,13 +56,16 @@ SWEEP_PRESETS: dict[str, SweepPreset] = {
              "then falls once long drafts are rejected often enough that verifying them costs more than they save "
              "(on SmolLM2 it peaks around 8)."),
     "DRY against repetition": SweepPreset(
-        knob="dry_multiplier", values="0,0.4,0.8,1.6", prompt_set="stories", prompt_count=3, seeds=2,
-        spec={"strategy": "sampling", "backend": "jax", "max_new_tokens": 64, "chat": False, "temperature": 1.0},
-        note="the share of repeated 4-grams falls as DRY's multiplier grows; its values are arguments of the "
-             "compiled programs, so only the first value with DRY on compiles."),
+        knob="dry_multiplier", values="0,0.4,0.8,1.6", prompt_set="repeating", prompt_count=3, seeds=2,
+        spec={"strategy": "sampling", "backend": "jax", "max_new_tokens": 64, "chat": False, "temperature": 0.7},
+        note="stories that have begun repeating a sentence, continued at temperature 0.7: without DRY (0) the model "
+             "copies the sentence again, and the share of repeated 4-grams falls (distinct-2 rises) as DRY's "
+             "multiplier grows. Its values are arguments of the compiled programs, so only the first value with "
+             "DRY on compiles."),
     "Top-nσ at high temperature": SweepPreset(
         knob="top_n_sigma", values="0,0.5,1,2", prompt_set="stories", prompt_count=3, seeds=2,
         spec={"strategy": "sampling", "backend": "jax", "max_new_tokens": 64, "temperature": 1.5, "top_k": 0},
-        note="at temperature 1.5 with nothing else cutting, n = 0 (off) samples from the whole tail; a small n keeps "
-             "only the tokens near the best logit, so the mean log-probability rises and distinct-2 falls."),
+        note="at temperature 1.5 with nothing else cutting, n = 0 (off) samples from the whole tail and the mean "
+             "log-probability is lowest; any n keeps only the tokens within n standard deviations of the best logit, "
+             "and the smaller n, the higher the mean log-probability and the lower distinct-2."),
 }

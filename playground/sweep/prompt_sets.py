@@ -2,7 +2,9 @@
 
 - stories: open-ended starts, where sampling knobs change diversity and repetition;
 - facts: short questions with one right answer, where greedy is hard to beat;
-- grounded: copy, summarise or extract from a passage given in the prompt, where prompt lookup finds drafts.
+- grounded: copy, summarise or extract from a passage given in the prompt, where prompt lookup finds drafts;
+- repeating: stories whose last sentences already repeat themselves, which a small model continues by copying
+  them again: what the penalties against repetition (DRY, the repetition penalty, n-gram bans) are for.
 """
 
 from __future__ import annotations
@@ -55,6 +57,24 @@ SETS: dict[str, PromptSet] = {s.name: s for s in (
         f"Passage: {_PASSAGE}\nWhen is the museum open, and how many steps lead to the lamp room?",
         "Copy this list, then sort it alphabetically: pear, fig, apple, mango, cherry, banana, kiwi, lime.",
         "Copy this sentence three times: The quick brown fox jumps over the lazy dog.",
+    )),
+    PromptSet("repeating", "stories that repeat a sentence: penalties against repetition break the loop", (
+        "The story so far: the keeper climbed the stairs, lit the lamp, and watched the sea. The next night the "
+        "keeper climbed the stairs, lit the lamp, and watched the sea. The night after that",
+        "Every evening the baker opened the oven, took out the bread, and listened to it sing. The next evening the "
+        "baker opened the oven, took out the bread, and listened to it sing. The evening after that",
+        "The robot walked to the river, filled its bucket with mud, and painted the wall. The next morning the robot "
+        "walked to the river, filled its bucket with mud, and painted the wall. The morning after that",
+        "Every morning the fisherman rowed past the rocks, cast his net, and sang to the gulls. The next morning the "
+        "fisherman rowed past the rocks, cast his net, and sang to the gulls. The morning after that",
+        "Every day the girl opened the gate, fed the goats, and counted the clouds. The next day the girl opened the "
+        "gate, fed the goats, and counted the clouds. The day after that",
+        "At midnight the old clock struck twelve, the dog barked twice, and the lights went out. The next night the "
+        "old clock struck twelve, the dog barked twice, and the lights went out. The night after that",
+        "The gardener watered the roses, pulled the weeds, and locked the shed. The next evening the gardener "
+        "watered the roses, pulled the weeds, and locked the shed. The evening after that",
+        "Every day the postman knocked three times, left a parcel, and walked away whistling. The next day the "
+        "postman knocked three times, left a parcel, and walked away whistling. The day after that",
     )),
 )}
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from playground import registry
+from playground.sweep import prompt_sets
 from playground.ui.columns import MAX_COLUMNS, START_SETTINGS
 from playground.ui.settings import ColumnSettings
 
@@ -109,8 +110,8 @@ def _beam_torch_vs_jax() -> Preset:
     beam = _greedy(max_new_tokens=32, strategy="beam", num_beams=4, num_return_sequences=2, cache="static")
     return Preset("Explain in a few sentences why the sky is blue.", (beam, {**beam, "backend": "jax"}), (
         "Beam search, 4 beams, fp32, 32 tokens: transformers' beam search against the same search as one jitted "
-        "batch on JAX. The returned sequences, their scores and the beam trees match; the JAX column is faster "
-        "once compiled."))
+        "batch on JAX. The returned sequences, their scores and the beam trees match; the table puts their speeds "
+        "side by side, the JAX column's compile time apart (0 once compiled)."))
 
 
 def _assisted_torch_vs_jax() -> Preset:
@@ -146,8 +147,7 @@ def _assisted_every_cache() -> Preset:
 
 # a story whose last sentences repeat themselves: a small model continues by copying them, which the penalties
 # against repetition are for
-REPEATING_STORY = ("The story so far: the keeper climbed the stairs, lit the lamp, and watched the sea. The next night "
-                   "the keeper climbed the stairs, lit the lamp, and watched the sea. The night after that")
+REPEATING_STORY = prompt_sets.prompt_set("repeating")[0]
 
 
 def _against_repetition() -> Preset:
@@ -178,20 +178,27 @@ def _creative_samplers() -> Preset:
        "how many tokens each stage removed and the mass it moved.")
 
 
+# a story start that SmolLM2, continued as raw text, soon loops on under greedy decoding: the degeneration
+# contrastive search was made for shows in the table's repeated 4-grams
+LOOPING_START = "Once upon a time, a lighthouse keeper found a message in a bottle."
+
+
 def _guide_methods() -> Preset:
-    return Preset(STORY_PROMPT, (
+    return Preset(LOOPING_START, (
         _greedy(),
         _greedy(strategy="contrastive", penalty_alpha=0.6, top_k=4),
-        _greedy(strategy="diverse_beam", num_beams=4, num_beam_groups=2, diversity_penalty=1.0,
+        _greedy(strategy="diverse_beam", num_beams=4, num_beam_groups=4, diversity_penalty=1.0,
                 num_return_sequences=2),
         _greedy(strategy="dola", dola_layers="high", repetition_penalty=1.2),
-    ), "Methods of the transformers generation guide, 64 tokens each, all deterministic. Greedy soon repeats "
-       "itself on a small model; diverse beam search (4 beams in 2 groups, diversity penalty 1.0) returns one text "
-       "per group, its tree striped by group; contrastive search (α 0.6, 4 candidates) takes a less likely "
-       "candidate whenever the likeliest resembles the text so far; DoLa (upper layers, repetition penalty 1.2) "
-       "decodes from the final layer's difference to an early one. Marked tokens are where a method took another "
-       "token than the model's top one: click one for the candidates' scores or the layer DoLa contrasted. The "
-       "table's repeated 4-grams and distinct bigrams show why contrastive search exists.")
+    ), "Methods of the transformers generation guide, up to 64 tokens each, all deterministic, on a story start "
+       "continued as raw text. Greedy soon repeats its own sentences: the table's repeated 4-grams rise and its "
+       "distinct bigrams fall. Contrastive search (α 0.6, 4 candidates) takes a less likely candidate whenever the "
+       "likeliest resembles the text so far: it repeats no 4-gram. Diverse beam search (4 beams in 4 groups of "
+       "one, diversity penalty 1.0: a group pays 1.0 for each earlier group's token it picks again) returns the "
+       "best two groups' texts, which part within a few tokens; its tree is striped by group. DoLa (upper layers, "
+       "repetition penalty 1.2) decodes from the final layer's difference to an early one. Marked tokens are "
+       "where a method took another token than the model's top one: click one for the candidates' scores or the "
+       "layer DoLa contrasted.", mode="raw")
 
 
 FACT_PROMPT = "Answer in one sentence. Which planet is closest to the Sun, and how long is its year?"
@@ -224,7 +231,8 @@ def _json_free_vs_schema() -> Preset:
         free,
         {**free, "constraint": "json_schema", "constraint_text": PERSON_SCHEMA},
         {**free, "constraint": "regex", "constraint_text": PERSON_REGEX},
-    ), "The same request three times, greedy: free, where the model wraps its JSON in prose and code fences; "
+    ), "The same request three times, greedy: free, where the model writes its JSON after a line of prose, so "
+       "the output as a whole does not parse; "
        "under a JSON schema (name, age 0-120, city, nothing else), whose output always parses and validates; and "
        "under a regex that fixes the object's shape and allows an age of one or two digits. Each constrained card "
        "says whether its output is valid and how often the mask overrode the model (marked tokens; click one for "

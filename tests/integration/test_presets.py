@@ -7,8 +7,10 @@ neighbours than about the preset.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -17,27 +19,34 @@ from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.chat import MODES
 from playground.ui.presets import EVERY_CACHE_WINDOW, PRESETS, SHOOT_OUT_WINDOW
+from playground.ui.table import metric_value
 
 pytestmark = pytest.mark.slow
 
 
-def run_preset(name: str) -> dict[str, Result]:
-    """The preset's columns in turn, as the page runs them (page seed 0, the preset's prompt format); each
-    column writes at least half its tokens (a preset whose column ends at once shows nothing)."""
+def run_preset(name: str, columns: int | None = None, least: float = 0.5) -> dict[str, Result]:
+    """The preset's first `columns` columns (all by default) in turn, as the page runs them (page seed 0, the
+    preset's prompt format); each column writes at least `least` of its tokens (a preset whose column ends at
+    once shows nothing)."""
     preset = PRESETS[name]
     start = time.monotonic()
     results = {}
-    for position, column in enumerate(preset.columns):
+    for position, column in enumerate(preset.columns[:columns]):
         spec = RunSpec.from_dict({**column, "seed": 0, "chat": MODES[preset.mode]})
         key = f"{position + 1}:{spec.strategy}:{spec.cache}:{spec.backend}:{spec.temperature}:{spec.prompt_lookup}"
         results[key] = runner.run_to_result(preset.prompt, spec)
-        assert results[key]["new_tokens"] >= spec.max_new_tokens / 2, (key, results[key]["text"])
+        assert results[key]["new_tokens"] >= spec.max_new_tokens * least, (key, results[key]["text"])
     elapsed = time.monotonic() - start
     print(f"\n{name}: {elapsed:.1f} s for {len(results)} columns (load average {os.getloadavg()[0]:.1f})")
     return results
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
+def table_rows(results: list[Result], *keys: str) -> dict[str, list[float | int | None]]:
+    """The metrics table's rows `keys`, a value per column: the numbers the page shows."""
+    return {key: [metric_value(r, key) for r in results] for key in keys}
+
+
+def first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
 
@@ -68,6 +77,7 @@ def test_cache_shoot_out_evicts_and_the_quantized_cache_packs_in_a_sawtooth():
     assert final["dynamic"] > final["quantized"] and final["dynamic"] > final["sliding"]
     assert final["dynamic"] > final["sink"]
     assert drops >= 2  # the sawtooth: it grows in full precision, then packs
+    drifts = {}
     for windowed in ("sliding", "sink"):  # full from some step on: the window evicts
         trace = _kv(results[windowed])
         assert trace[-1] == trace[len(trace) // 2] and trace[-1] < _kv(results["dynamic"])[-1], windowed
@@ -76,6 +86,8 @@ def test_cache_shoot_out_evicts_and_the_quantized_cache_packs_in_a_sawtooth():
         drift = first_difference(results[windowed]["token_ids"], results["dynamic"]["token_ids"])
         print(f"{windowed}: drifts from dynamic at token {drift} ({prompt_tokens} prompt tokens)")
         assert drift is not None and drift >= SHOOT_OUT_WINDOW - prompt_tokens, windowed
+        drifts[windowed] = drift
+    assert drifts["sink"] > drifts["sliding"]  # sink keeps the tokens attention leans on, so stays on longer
 
 
 def test_pytorch_and_jax_give_the_same_text():
@@ -164,3 +176,77 @@ def test_min_p_and_top_n_sigma_stay_likelier_than_top_p_at_high_temperature():
     print([round(q, 2) for q in quality], [r["text"][:60] for r in results])
     top_p, min_p, top_n_sigma, _ = quality
     assert min_p > top_p + 1.0 and top_n_sigma > top_p + 1.0  # nats per token under the fp32 model
+
+
+def test_the_guide_methods_greedy_loops_contrastive_search_does_not_and_diverse_beam_returns_two_texts():
+    """DoLa's column is left out: the preset claims nothing of it that the table counts."""
+    from playground.sweep.measures import returned_overlap
+
+    # contrastive search ends its story (EOS) after about half its 64 tokens
+    results = list(run_preset("The guide's methods", columns=3, least=0.4).values())
+    greedy, contrastive, diverse = results
+    rows = table_rows(results, "repeat_4gram_rate", "distinct_2")
+    words = [sequence.split() for sequence in diverse["sequences"]]
+    parted = first_difference(*words)
+    print(rows, f"diverse beam's texts part at word {parted}, overlap {returned_overlap(diverse['sequences']):.2f}",
+          [r["text"][:80] for r in results])
+    (greedy_repeats, contrastive_repeats, _), (greedy_distinct, contrastive_distinct, _) = rows.values()
+    assert greedy_repeats is not None and greedy_repeats > 0.15  # greedy loops on its own sentences
+    assert contrastive_repeats == 0.0 and contrastive_distinct is not None and greedy_distinct is not None
+    assert contrastive_distinct > greedy_distinct + 0.2
+    assert len(words) == 2 and parted is not None and parted < 10  # the two groups' texts part early...
+    assert returned_overlap(diverse["sequences"]) < 0.5  # ...and stay apart
+
+
+def test_json_free_writes_prose_before_its_json_and_both_constrained_outputs_are_valid():
+    # a valid object is complete in 22 to 34 of the 60 tokens: each column ends there
+    free, schema, regex = run_preset("JSON, free vs schema", least=0.3).values()
+    rows = table_rows([free, schema, regex], "constraint_changed_steps")
+    print(rows, [r["text"] for r in (free, schema, regex)])
+    prose, _, json_text = free["text"].partition("{")
+    assert prose.strip() and json.loads("{" + json_text)  # a line of prose, then an object that parses...
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(free["text"])  # ...so the output as a whole is not JSON
+    for constrained in (schema, regex):
+        assert constrained["constraint"]["valid"], constrained["constraint"]
+    person = json.loads(schema["text"])
+    assert set(person) == {"name", "age", "city"} and 0 <= person["age"] <= 120
+    assert 1 <= json.loads(regex["text"])["age"] <= 99
+
+
+def sweep_medians(name: str, *keys: str) -> dict[str, list[float]]:
+    """The sweep preset run as the Sweep tab runs it: each measure's medians per value, as its table shows them."""
+    from playground.sweep.presets import SWEEP_PRESETS
+    from playground.sweep.run import run_sweep
+
+    start = time.monotonic()
+    sweep = run_sweep(SWEEP_PRESETS[name].sweep())
+    medians = {key: [a[f"{key}_median"] for a in sweep["aggregates"]] for key in keys}
+    print(f"\n{name}: {time.monotonic() - start:.1f} s, {len(sweep['rows'])} rows (load average "
+          f"{os.getloadavg()[0]:.1f}); medians {medians}")
+    return medians
+
+
+def test_the_dry_sweep_preset_repeats_fewer_4grams_as_the_multiplier_grows():
+    medians = sweep_medians("DRY against repetition", "repeat_4gram_rate", "distinct_2")
+    repeats, distinct = medians["repeat_4gram_rate"], medians["distinct_2"]
+    assert repeats[0] > 0.2  # without DRY the model copies the repeated sentence again
+    assert all(later <= earlier for earlier, later in zip(repeats, repeats[1:], strict=False))
+    assert repeats[-1] < repeats[0] / 3 and distinct[-1] > distinct[0] + 0.2
+
+
+def test_the_top_n_sigma_sweep_preset_is_likelier_and_less_varied_the_smaller_n():
+    medians = sweep_medians("Top-nσ at high temperature", "mean_logprob", "distinct_2")
+    (off, *cut), distinct = medians["mean_logprob"], medians["distinct_2"]  # n = 0, then n growing
+    assert all(value > off for value in cut)  # off samples the whole tail
+    assert all(smaller > larger for smaller, larger in zip(cut, cut[1:], strict=False))
+    assert distinct[1] < distinct[-1]  # the smallest n repeats most
+
+
+def test_pick_one_answers_in_words_when_free_and_exactly_one_label_under_the_choice_list():
+    free, greedy, sampled = run_preset("Pick one", least=0.0).values()  # a label is one token and an EOS
+    labels = PRESETS["Pick one"].columns[1]["constraint_text"].split("\n")
+    print([r["text"] for r in (free, greedy, sampled)])
+    assert free["text"].strip() not in labels and len(free["text"].split()) > 2  # a sentence, not a label
+    assert greedy["text"] in labels and sampled["text"] in labels
+    assert greedy["constraint"]["valid"] and sampled["constraint"]["valid"]

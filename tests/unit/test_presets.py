@@ -131,3 +131,22 @@ def test_the_three_compilers_preset_sets_the_torch_compile_control_of_its_third_
     assert [data[page.columns[i].knobs["torch_compile"]] for i in range(MAX_COLUMNS)] == [
         "off", "off", "default", "off"]
     assert [data[page.columns[i].knobs["backend"]] for i in range(MAX_COLUMNS)] == ["torch", "torch", "torch", "jax"]
+
+
+def test_the_guide_methods_diverse_beam_column_returns_each_text_from_its_own_group():
+    """Diverse beam search pools every group's hypotheses and returns the best: with one beam per group each
+    group holds one hypothesis, so the two returned texts come from two groups (two beams of one group would
+    differ only in their last words)."""
+    diverse = next(RunSpec.from_dict(c) for c in PRESETS["The guide's methods"].columns
+                   if c["strategy"] == "diverse_beam")
+    assert diverse.num_beams == diverse.num_beam_groups and 2 <= diverse.num_return_sequences <= diverse.num_beam_groups
+
+
+def test_the_dry_sweep_preset_runs_on_prompts_that_already_repeat_a_sentence():
+    from playground.sweep.presets import SWEEP_PRESETS
+
+    sweep = SWEEP_PRESETS["DRY against repetition"].sweep()
+    assert sweep.values[0] == 0 and list(sweep.values) == sorted(sweep.values)  # from off, growing
+    for prompt in sweep.prompts:  # the middle sentence is said twice: there is a loop for DRY to break
+        first, second = prompt.lower().split(". ")[:2]
+        assert second.split(" ", 3)[3] in first, prompt  # "the next night <the first sentence's clause>"

@@ -123,7 +123,7 @@ def test_a_knob_the_strategy_needs_is_swept_from_a_base_that_holds_its_first_val
 
 def test_prompt_sets_ship_eight_prompts_each_and_pasted_prompts_are_one_per_line():
     assert {name: len(s.prompts) for name, s in prompt_sets.SETS.items()} == {"stories": 8, "facts": 8,
-                                                                              "grounded": 8}
+                                                                              "grounded": 8, "repeating": 8}
     assert prompt_sets.pasted_prompts("one\n\n  two  \n") == ("one", "two")
     with pytest.raises(PlaygroundError, match="unknown prompt set 'poems'"):
         prompt_sets.prompt_set("poems")
