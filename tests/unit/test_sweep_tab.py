@@ -253,7 +253,7 @@ def test_the_tab_leaves_the_public_endpoints_as_named():
     from playground.ui.wiring import build_ui
 
     demo, _ = build_ui()
-    assert sorted(demo.get_api_info()["named_endpoints"]) == ["/run", "/sweep"]
+    assert sorted(demo.get_api_info()["named_endpoints"]) == ["/chain", "/run", "/sweep"]
 
 
 def test_the_knobs_axis_starts_before_its_first_value_so_no_label_is_pushed_into_the_next(tab):
