@@ -70,19 +70,23 @@ def backend_for(name: str) -> Backend:
 History = list[tuple[str, str]]
 
 
-def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None) -> list[int]:
+def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: History | None = None,
+                  system: str = "") -> list[int]:
     """The prompt's token ids, through the chat template when asked (default: instruct models).
 
-    `history` holds earlier (user, assistant) turns of a multi-turn chat; it needs the chat template.
+    `history` holds earlier (user, assistant) turns of a multi-turn chat and `system` a system turn before them
+    (the OpenAI API's); both need the chat template, which places the system turn as the model's template does.
     """
     tokenizer = loaded.tokenizer
     use_chat = loaded.instruct if chat is None else chat
     if history and not use_chat:
         raise PlaygroundError("earlier chat turns need chat mode; set chat to true or clear the conversation")
+    if system and not use_chat:
+        raise PlaygroundError("a system message needs chat mode; set chat to true or leave the system message out")
     if use_chat:
         if getattr(tokenizer, "chat_template", None) is None:
             raise PlaygroundError(f"model {loaded.name} has no chat template; set chat to false")
-        messages = []
+        messages = [{"role": "system", "content": system}] if system else []
         for user, assistant in history or []:
             messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         messages.append({"role": "user", "content": prompt})
@@ -184,8 +188,8 @@ class _Job:
     """One run: a worker thread that loads and generates, and the queue of what it reports, in order."""
 
     def __init__(self, prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None,
-                 history: History | None, judged: bool = True) -> None:
-        self.prompt, self.spec, self.history, self.judged = prompt, spec, history, judged
+                 history: History | None, judged: bool = True, system: str = "") -> None:
+        self.prompt, self.spec, self.history, self.judged, self.system = prompt, spec, history, judged, system
         self.reports: queue.Queue[object] = queue.Queue()
         self.cancelled = threading.Event()
         self._external_stop = should_stop
@@ -226,7 +230,7 @@ class _Job:
             with PeakRss() as rss:
                 loaded = self._load()
                 self.reports.put(loaded)
-                prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history)
+                prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history, self.system)
                 input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
                 check_cache_fits(loaded.model, self.spec, len(input_ids), loaded.draft)
                 runs = self._generate(loaded, input_ids)
@@ -330,7 +334,7 @@ class _Job:
 
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
-        history: History | None = None, judged: bool = True) -> Generator[Event, None, None]:
+        history: History | None = None, judged: bool = True, system: str = "") -> Generator[Event, None, None]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
     `judged=False` skips reading the output with the full-precision model (a step of step mode: one more
     forward over the whole text for a figure no step shows).
@@ -340,7 +344,7 @@ def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = Non
     """
     check_prompt(prompt)
     preflight(spec)
-    job = _Job(prompt, spec, should_stop, history, judged)
+    job = _Job(prompt, spec, should_stop, history, judged, system)
     job.start()
     try:
         yield from job.events()

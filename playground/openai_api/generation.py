@@ -56,7 +56,8 @@ def run_request(request: ApiRequest, should_stop: Callable[[], bool] = lambda: F
     """Every choice in OpenAI's order (prompt by prompt, n choices each), streaming as the runner does."""
     for prompt_index, prompt in enumerate(request.prompts):
         first = prompt_index * request.n
-        scored = (score_prompt(prompt, request.spec, request.top_logprobs or 0, list(request.history))
+        scored = (score_prompt(prompt, request.spec, request.top_logprobs or 0, list(request.history),
+                                system=request.system)
                   if request.echo else None)
         if request.max_tokens == 0:
             assert scored is not None  # parse() allows max_tokens=0 only with echo
@@ -118,7 +119,8 @@ class _Streamed:
     def run(self, request: ApiRequest, spec: RunSpec, prompt: str, index: int,
             should_stop: Callable[[], bool]) -> Iterator[Delta]:
         history = list(request.history) or None
-        with closing(runner.run(prompt, spec, lambda: self.cut or should_stop(), history)) as events:
+        with closing(runner.run(prompt, spec, lambda: self.cut or should_stop(), history,
+                                system=request.system)) as events:
             for event in events:
                 if isinstance(event, TextEvent):
                     found = stops.scan(event.text, request.stop)
@@ -154,7 +156,7 @@ def _wider_alternatives(request: ApiRequest, spec: RunSpec, prompt: str,
     if request.top_logprobs is None or request.top_logprobs <= RECORDED_TOP:
         return None
     scored = score_prompt(prompt, spec, request.top_logprobs, list(request.history),
-                          (*spec.prefix_ids, *generated))
+                          (*spec.prefix_ids, *generated), system=request.system)
     first = len(scored.ids) - len(generated)  # the position of the first generated token
     return [row or [] for row in scored.top[first:]]
 

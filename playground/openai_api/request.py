@@ -39,6 +39,7 @@ class ApiRequest:
     model: str
     prompts: tuple[str, ...]
     history: tuple[tuple[str, str], ...]  # chat: earlier (user, assistant) turns
+    system: str = ""  # chat: the system (or developer) turn before them, through the model's chat template
     spec: RunSpec  # the first choice's; sampled choices take seed + their index
     n: int
     max_tokens: int  # 0: no generation (echo only)
@@ -63,7 +64,7 @@ def parse(body: Any, kind: Kind) -> ApiRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise bad_value(f"model must be a model name such as smollm2-135m, got {model!r}", "model")
-    prompts, history = _prompts(body) if kind == "completion" else _chat(body)
+    prompts, history, system = _prompts(body) if kind == "completion" else _chat(body)
     n = _choice_count(body, len(prompts))
     echo = kind == "completion" and _flag(body, "echo")
     max_tokens = _max_tokens(body, kind, echo)
@@ -87,7 +88,7 @@ def parse(body: Any, kind: Kind) -> ApiRequest:
     stream, include_usage = _stream(body)
     if stream and echo and max_tokens == 0:
         raise bad_value("stream with max_tokens=0 has nothing to stream; allowed: stream=false", "stream")
-    return ApiRequest(kind=kind, model=model, prompts=prompts, history=history, spec=spec, n=n,
+    return ApiRequest(kind=kind, model=model, prompts=prompts, history=history, system=system, spec=spec, n=n,
                       max_tokens=max_tokens, echo=echo, top_logprobs=top, logprobs_mode=mode, stop=_stop(body),
                       stream=stream, include_usage=include_usage)
 
@@ -134,33 +135,41 @@ def _flag(body: Mapping[str, Any], name: str) -> bool:
     return value
 
 
-def _prompts(body: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def _prompts(body: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], str]:
     prompt = body.get("prompt")
     prompts = [prompt] if isinstance(prompt, str) else prompt
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise bad_value(f"prompt must be a string or a non-empty list of strings (token ids are not taken), got "
                         f"{_short(prompt)}", "prompt")
-    return tuple(prompts), ()
+    return tuple(prompts), (), ""
 
 
 ROLES = ("user", "assistant")
 
 
-def _chat(body: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """The last user turn and the (user, assistant) pairs before it, as the page's chat holds a conversation."""
+SYSTEM_ROLES = ("system", "developer")  # OpenAI's newer models call the system turn "developer"
+
+
+def _chat(body: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], str]:
+    """The last user turn, the (user, assistant) pairs before it, as the page's chat holds a conversation, and
+    the system turn that may open the conversation."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_value(f"messages must be a non-empty list of {{role, content}} objects, got {_short(messages)}",
                         "messages")
     turns = [_message(i, m) for i, m in enumerate(messages)]
+    system = turns.pop(0)[1] if turns[0][0] in SYSTEM_ROLES else ""
+    opened = 1 if system else 0  # where the alternating turns start in `messages`
+    if not turns:
+        raise bad_value("messages hold only a system turn; allowed: a system turn, then user and assistant turns "
+                        "alternating and ending with user", "messages")
     for i, (role, _) in enumerate(turns):
         want = ROLES[i % 2] if i < len(turns) - 1 else "user"
         if role != want:
-            raise bad_value(f"messages[{i}].role is {role!r}; allowed: turns alternating user, assistant, ... and "
-                            "ending with user (the chat template's turns as the page holds them; no system turn)",
-                            "messages")
+            raise bad_value(f"messages[{i + opened}].role is {role!r}; allowed: one system (or developer) turn "
+                            "first, then user and assistant turns alternating and ending with user", "messages")
     texts = [text for _, text in turns]
-    return (texts[-1],), tuple(zip(texts[:-1:2], texts[1:-1:2], strict=True))
+    return (texts[-1],), tuple(zip(texts[:-1:2], texts[1:-1:2], strict=True)), system
 
 
 def _message(index: int, message: Any) -> tuple[str, str]:

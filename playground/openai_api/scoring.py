@@ -26,7 +26,7 @@ class ScoredPrompt:
 
 
 def score_prompt(prompt: str, spec: RunSpec, top: int, history: runner.History | None = None,
-                 continuation: Sequence[int] = ()) -> ScoredPrompt:
+                 continuation: Sequence[int] = (), system: str = "") -> ScoredPrompt:
     """The prompt encoded as a run of `spec` encodes it (chat template and all), then `continuation` (token ids:
     a forced prefix and what a run generated), read by the run's model under the model's own softmax at
     temperature 1: a teacher-forced PyTorch forward with full attention, whichever backend and cache `spec`
@@ -36,7 +36,8 @@ def score_prompt(prompt: str, spec: RunSpec, top: int, history: runner.History |
     runner.check_prompt(prompt)
     runner.preflight(spec)
     loaded, _ = LOADED.get(spec.model, runner.backend_for(spec.backend).source_weights(spec))
-    ids = runner.with_prefix(loaded, runner.encode_prompt(loaded, prompt, spec.chat, history), tuple(continuation))
+    prompt_ids = runner.encode_prompt(loaded, prompt, spec.chat, history, system)
+    ids = runner.with_prefix(loaded, prompt_ids, tuple(continuation))
     vocab = loaded.model.config.get_text_config(decoder=True).vocab_size
     memory.check_fits("scoring the prompt", 2 * CHUNK * vocab * FLOAT_BYTES, LOADED.resident_bytes())
     with runner.GENERATION_LOCK:

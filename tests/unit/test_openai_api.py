@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import httpx
@@ -146,6 +147,20 @@ def test_chat_applies_the_template_and_gives_top_logprobs(client, chat_model):
     streamed = client.chat.completions.create(model=chat_model, messages=messages, max_tokens=6, temperature=0,
                                               stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed) == result["text"]
+
+
+def test_a_system_turn_goes_first_through_the_template_and_only_first(client, chat_model):
+    asked = dict(model=chat_model, max_tokens=4, temperature=0)
+    done = client.chat.completions.create(**asked, messages=[{"role": "system", "content": "be brief"},
+                                                             {"role": "user", "content": "and?"}])
+    assert done.usage.prompt_tokens == len("<system>be brief\n<user>and?\n<assistant>")  # one byte per token
+    plain = client.chat.completions.create(**asked, messages=[{"role": "user", "content": "and?"}])
+    assert done.usage.prompt_tokens > plain.usage.prompt_tokens
+    for messages, words in (([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}],
+                             "messages[1].role is 'system'"),
+                            ([{"role": "developer", "content": "b"}], "messages hold only a system turn")):
+        with pytest.raises(openai.BadRequestError, match=re.escape(words)):
+            client.chat.completions.create(**asked, messages=messages)
 
 
 def test_more_than_five_alternatives_are_the_models_own_over_prompt_and_output(client, chat_model):
