@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from playground import host, registry
+from playground import host, limits, registry, texts
 from playground.backends import device
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
@@ -46,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
-    run.add_argument("--prompt", required=True, help="text to continue (or the user turn, in chat mode)")
+    given = run.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", help="text to continue (or the user turn, in chat mode)")
+    given.add_argument("--prompt-file", metavar="FILE",
+                       help="the prompt from a UTF-8 text file (at most PLAYGROUND_MAX_PROMPT_TOKENS tokens)")
     _add_spec_options(run)
     _add_constraint_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
@@ -176,8 +179,11 @@ def command_run(args: argparse.Namespace) -> None:
     from playground.result import Result
 
     spec = spec_from_args(args)
+    prompt = args.prompt if args.prompt_file is None else texts.read_text_file(
+        args.prompt_file, "--prompt-file", limits.max_prompt_chars(),
+        "the prompt's characters, which grow with PLAYGROUND_MAX_PROMPT_TOKENS")
     result: Result | None = None
-    for event in runner.run(args.prompt, spec):
+    for event in runner.run(prompt, spec):
         if isinstance(event, ProgressEvent):
             print(f"[{event.fraction:4.0%}] {event.message}", file=sys.stderr)
         elif isinstance(event, TextEvent) and not args.json:

@@ -18,7 +18,7 @@ from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
-from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
+from playground.limits import max_prompt_chars, max_prompt_tokens, max_request_seconds, prompt_tokens_refusal
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
@@ -41,8 +41,8 @@ def check_prompt(prompt: Any) -> str:
         raise PlaygroundError(f"prompt must be text, got {type(prompt).__name__}")
     if not prompt.strip():
         raise PlaygroundError("prompt is empty; type some text to continue")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise PlaygroundError(f"prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
+    if len(prompt) > max_prompt_chars():
+        raise PlaygroundError(f"prompt has {len(prompt)} characters; the limit is {max_prompt_chars()}")
     return prompt
 
 
@@ -90,8 +90,7 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
     else:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
     if ids.shape[1] > max_prompt_tokens():
-        raise PlaygroundError(
-            f"prompt is {ids.shape[1]} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
+        raise PlaygroundError(prompt_tokens_refusal(ids.shape[1]))
     return ids
 
 
