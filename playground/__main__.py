@@ -1,4 +1,5 @@
-"""CLI: `python -m playground run|sweep|bench|models`; bad input exits 2 with one `error:` line, never a traceback."""
+"""CLI: `python -m playground run|sweep|bench|context|models`; bad input exits 2 with one `error:` line, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from playground import host, limits, registry, texts
+from playground import host, limits, registry
 from playground.backends import device
+from playground.data.text_files import read_text_file
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths, public
@@ -92,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 3; the median is reported)")
     bench.add_argument("--json", action="store_true")
 
+    _add_context_command(commands)
     commands.add_parser("models", help="list the model catalog")
     from playground.tools import soak
 
@@ -101,10 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_spec_options(command: argparse.ArgumentParser) -> None:
-    """A --flag per spec key (RunSpec's fields and any knob registered beyond them), typed and explained by the
-    key's registry record."""
-    for name in spec_keys():
+def _add_context_command(commands: argparse._SubParsersAction) -> None:
+    from playground.tools import context
+    from playground.tools.context_request import spec_keys as context_keys
+
+    command = commands.add_parser("context", help="what each KV cache costs and loses as the context grows, on a "
+                                                  "long text: speed per context length, and quality against the full "
+                                                  "cache (perplexity, KL, top-1 agreement)")
+    context.add_arguments(command)
+    _add_spec_options(command, context_keys())
+
+
+def _add_spec_options(command: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:
+    """A --flag per spec key (RunSpec's fields and any knob registered beyond them; or those of `names`), typed and
+    explained by the key's registry record."""
+    for name in spec_keys() if names is None else names:
         flag = "--" + name.replace("_", "-")
         knob = registry.knob(name) if registry.has_knob(name) else None
         if name == "chat":
@@ -179,7 +193,7 @@ def command_run(args: argparse.Namespace) -> None:
     from playground.result import Result
 
     spec = spec_from_args(args)
-    prompt = args.prompt if args.prompt_file is None else texts.read_text_file(
+    prompt = args.prompt if args.prompt_file is None else read_text_file(
         args.prompt_file, "--prompt-file", limits.max_prompt_chars(),
         "the prompt's characters, which grow with PLAYGROUND_MAX_PROMPT_TOKENS")
     result: Result | None = None
@@ -308,6 +322,21 @@ def command_bench(args: argparse.Namespace) -> None:
     print(json.dumps(result) if args.json else bench.format_table(result))
 
 
+def command_context(args: argparse.Namespace) -> None:
+    from playground.tools import context
+    from playground.tools.context_request import spec_keys as context_keys
+
+    request = context.request_from_args(args)
+    spec = RunSpec.from_dict({name: getattr(args, name) for name in context_keys()
+                              if getattr(args, name, None) is not None})
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    result = context.run_context(spec, request, args.text_file, progress)
+    print(json.dumps(result) if args.json else context.format_table(result))
+
+
 def command_models(args: argparse.Namespace) -> None:
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
@@ -332,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     host.apply_thread_limits()  # before torch or jax start their thread pools
     device.configure_process()  # before JAX starts its backends
     args = build_parser().parse_args(argv)
-    handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench,
+    handler = {"run": command_run, "sweep": command_sweep, "bench": command_bench, "context": command_context,
                "models": command_models, "soak": command_soak}[args.command]
     try:
         handler(args)

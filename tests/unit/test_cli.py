@@ -113,3 +113,31 @@ def test_a_bad_prompt_file_is_one_error_line(tmp_path, write, fragment):
 def test_prompt_and_prompt_file_exclude_each_other():
     done = cli("run", "--prompt", "hi", "--prompt-file", "x.txt")
     assert done.returncode == 2 and "not allowed with argument" in done.stderr
+
+
+def test_context_prints_the_quality_json(tmp_path):
+    model = save_tiny_model(tmp_path / "tiny")
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
+    text = tmp_path / "text.txt"
+    text.write_text("It was the best of times, it was the worst of times. " * 4)
+    done = run_cli("context", "--model", model, "--text-file", str(text), "--measure", "quality", "--tokens", "40",
+                   "--buckets", "2", "--cache", "sliding", "--window", "8", "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["text"]["tokens"] == 212 and result["cache_knobs"] == {"window": 8} and "speed" not in result
+    quality = result["quality"]
+    assert quality["tokens"] == 40 and [(b["start"], b["end"]) for b in quality["buckets"]] == [(1, 21), (21, 40)]
+    assert "quality: 39/39 positions" in done.stderr  # progress goes to stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--cache", "quantized", "--cache-bits", "3"], "cache_bits 3 is not one of: 2, 4, 8"),
+    (["--lengths", "512,8192"], "--lengths 8192: a length and the 64 tokens decoded after it must fit smollm2-135m's "
+                                "context of 8192 tokens; the longest length allowed is 8128"),
+    (["--measure", "latency"], "--measure 'latency': give speed and/or quality"),
+    (["--text-file", "/no/such/text.txt"], "--text-file '/no/such/text.txt': no such file"),
+])
+def test_context_refuses_bad_input_in_one_line(args, fragment):
+    done = cli("context", *args)
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and line.startswith("error: ") and fragment in line and done.stdout == ""

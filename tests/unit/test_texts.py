@@ -3,7 +3,8 @@ shipped long text and its licence; the prompt limits as environment settings."""
 
 import pytest
 
-from playground import limits, texts
+from playground import limits
+from playground.data import text_files as texts
 from playground.errors import PlaygroundError
 
 

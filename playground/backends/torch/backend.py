@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,12 @@ class TorchBackend:
         from playground.backends.torch.reference import logprobs_along
 
         return logprobs_along(loaded.model, prompt_ids, new_ids)
+
+    def logprobs_through_cache(self, loaded: LoadedModel, spec: RunSpec, ids: torch.Tensor, chunk: int,
+                               progress: ReportProgress | None = None) -> Iterator[torch.Tensor]:
+        from playground.backends.torch.teacher_forced import logprobs_through_cache
+
+        return logprobs_through_cache(loaded, spec, ids, chunk, progress)
 
     def generate(self, loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,

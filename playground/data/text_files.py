@@ -1,5 +1,5 @@
 """Text files a user hands the CLI (a prompt, a long document) read whole or refused in one line, and the long
-text that ships with the package (playground/data/texts/: Hamlet, public domain, its licence beside it)."""
+text that ships with the package (texts/ beside this module: Hamlet, public domain, its licence beside it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from playground.errors import PlaygroundError
 
-DEFAULT_TEXT = Path(__file__).parent / "data" / "texts" / "hamlet.txt"
+DEFAULT_TEXT = Path(__file__).parent / "texts" / "hamlet.txt"
 # a text file is read whole: past this it is refused before it is read (the shipped text is 174 kB)
 MAX_TEXT_FILE_BYTES = 64 << 20
 
