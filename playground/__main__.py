@@ -48,10 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
-    given = run.add_mutually_exclusive_group(required=True)
-    given.add_argument("--prompt", help="text to continue (or the user turn, in chat mode)")
-    given.add_argument("--prompt-file", metavar="FILE",
-                       help="the prompt from a UTF-8 text file (at most PLAYGROUND_MAX_PROMPT_TOKENS tokens)")
+    _add_prompt_options(run)
     _add_spec_options(run)
     _add_constraint_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
@@ -102,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         "soak", help="serve the app and send it random valid requests from several clients for some minutes; "
                      "fails on a failed request or on memory still rising after the warm-up"))
     return parser
+
+
+def _add_prompt_options(command: argparse.ArgumentParser) -> None:
+    given = command.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", help="text to continue (or the user turn, in chat mode)")
+    given.add_argument("--prompt-file", metavar="FILE",
+                       help="the prompt from a UTF-8 text file (at most PLAYGROUND_MAX_PROMPT_TOKENS tokens)")
 
 
 def _add_context_command(commands: argparse._SubParsersAction) -> None:
