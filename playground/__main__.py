@@ -1,5 +1,5 @@
-"""CLI: `python -m playground run|chain|sweep|bench|models|serve`; bad input exits 2 with one `error:` line, never a
-traceback."""
+"""CLI: `python -m playground run|chain|sweep|bench|context|models|serve`; bad input exits 2 with one `error:`
+line, never a traceback."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from playground import device, host, limits, registry, sampler_lab
+from playground.data.text_files import read_text_file
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     run = commands.add_parser("run", help="generate once and print the text, or the Result JSON with --json")
-    run.add_argument("--prompt", required=True, help="text to continue (or the user turn, in chat mode)")
+    _add_prompt_options(run)
     _add_spec_options(run)
     _add_constraint_options(run)
     run.add_argument("--json", action="store_true", help="print the Result JSON object")
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_command.build_parser(commands.add_parser(
         "bench", help="measure torch and JAX decode speed against the roofline"))
 
+    _add_context_command(commands)
     commands.add_parser("models", help="list the model catalog")
     _add_serve_options(commands.add_parser(
         "serve", help="serve the page and the OpenAI-compatible API (/v1) on one server"))
@@ -87,6 +89,24 @@ def _add_sweep_options(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("--csv", default=None, metavar="FILE", help="also write the rows to FILE as CSV")
     sweep.add_argument("--json", action="store_true", help="print the sweep's JSON object")
     _add_spec_options(sweep)
+
+
+def _add_prompt_options(command: argparse.ArgumentParser) -> None:
+    given = command.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", help="text to continue (or the user turn, in chat mode)")
+    given.add_argument("--prompt-file", metavar="FILE",
+                       help="the prompt from a UTF-8 text file (at most PLAYGROUND_MAX_PROMPT_TOKENS tokens)")
+
+
+def _add_context_command(commands: argparse._SubParsersAction) -> None:
+    from playground.tools import context
+    from playground.tools.context_request import spec_keys as context_keys
+
+    command = commands.add_parser("context", help="what each KV cache costs and loses as the context grows, on a "
+                                                  "long text: speed per context length, and quality against the full "
+                                                  "cache (perplexity, KL, top-1 agreement)")
+    context.add_arguments(command)
+    _add_spec_options(command, context_keys())
 
 
 def _add_chain_options(lab: argparse.ArgumentParser) -> None:
@@ -191,8 +211,11 @@ def command_run(args: argparse.Namespace) -> None:
     from playground.result import Result
 
     spec = spec_from_args(args)
+    prompt = args.prompt if args.prompt_file is None else read_text_file(
+        args.prompt_file, "--prompt-file", limits.max_prompt_chars(),
+        "the prompt's characters, which grow with PLAYGROUND_MAX_PROMPT_TOKENS")
     result: Result | None = None
-    for event in runner.run(args.prompt, spec):
+    for event in runner.run(prompt, spec):
         if isinstance(event, ProgressEvent):
             print(f"[{event.fraction:4.0%}] {event.message}", file=sys.stderr)
         elif isinstance(event, TextEvent) and not args.json:
@@ -280,6 +303,21 @@ def command_bench(args: argparse.Namespace) -> None:
     bench_command.command_bench(args)
 
 
+def command_context(args: argparse.Namespace) -> None:
+    from playground.tools import context
+    from playground.tools.context_request import spec_keys as context_keys
+
+    request = context.request_from_args(args)
+    spec = RunSpec.from_dict({name: getattr(args, name) for name in context_keys()
+                              if getattr(args, name, None) is not None})
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    result = context.run_context(spec, request, args.text_file, progress)
+    print(json.dumps(result) if args.json else context.format_table(result))
+
+
 def command_models(args: argparse.Namespace) -> None:
     for row in catalog.list_models():
         state = "converted" if row["converted"] else ("installed" if row["installed"] else "not installed")
@@ -318,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     device.configure_process()  # before JAX starts its backends
     args = build_parser().parse_args(argv)
     handler = {"run": command_run, "chain": command_chain, "sweep": command_sweep, "bench": command_bench,
-               "models": command_models, "serve": command_serve, "soak": command_soak}[args.command]
+               "context": command_context, "models": command_models, "serve": command_serve,
+               "soak": command_soak}[args.command]
     try:
         handler(args)
     except PlaygroundError as exc:

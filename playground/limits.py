@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
-# a prompt's characters, checked before it is tokenized (the token limit below is the one that usually bites)
-MAX_PROMPT_CHARS = 100_000
+from playground.errors import PlaygroundError
+
+# a prompt's characters per token allowed before it is tokenized: more than any tokenizer averages, so the
+# token limit below is the one that bites, and a huge paste is still refused before it is tokenized
+CHARS_PER_PROMPT_TOKEN = 16
 # what a shared link may carry; longer prompts are pasted, not linked (a link's length is the browser's limit)
 MAX_LINK_PROMPT_CHARS = 20_000
 
@@ -21,25 +24,51 @@ def is_public() -> bool:
     return bool(os.environ.get("SPACE_ID"))
 
 
+def _setting(name: str, default: str, kind: type[int] | type[float], means: str) -> int | float:
+    """An environment setting's value, or one line naming the setting and what it takes."""
+    text = os.environ.get(name, default)
+    try:
+        value = kind(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise PlaygroundError(f"{name}={text!r} is not a positive {'whole ' if kind is int else ''}number; "
+                              f"it sets {means}")
+    return value
+
+
 def max_new_tokens_cap() -> int:
     """Upper bound on generated tokens per request; a public Space must not be tied up for minutes."""
-    return int(os.environ.get("PLAYGROUND_MAX_NEW_TOKENS", "1024"))
+    return int(_setting("PLAYGROUND_MAX_NEW_TOKENS", "1024", int, "the most tokens a request may generate"))
 
 
 def max_prompt_tokens() -> int:
-    return int(os.environ.get("PLAYGROUND_MAX_PROMPT_TOKENS", "2048"))
+    """Upper bound on a prompt's tokens (after the chat template): a public Space's prefill stays short. A
+    local user raises it up to the model's context."""
+    return int(_setting("PLAYGROUND_MAX_PROMPT_TOKENS", "2048", int, "the most tokens a prompt may have"))
+
+
+def max_prompt_chars() -> int:
+    """A prompt's characters, checked before it is tokenized."""
+    return max(100_000, CHARS_PER_PROMPT_TOKEN * max_prompt_tokens())
+
+
+def prompt_tokens_refusal(tokens: int) -> str:
+    """The one line that refuses a prompt over the token limit, naming the limit and the setting."""
+    return (f"prompt is {tokens} tokens; the limit is {max_prompt_tokens()} tokens (PLAYGROUND_MAX_PROMPT_TOKENS: "
+            "shorten the prompt, or raise the setting up to the model's context)")
 
 
 def max_request_seconds() -> float:
     """Wall-time limit of one generation; past it the run stops at the next token and says so."""
-    return float(os.environ.get("PLAYGROUND_MAX_REQUEST_SECONDS", "600"))
+    return float(_setting("PLAYGROUND_MAX_REQUEST_SECONDS", "600", float, "a generation's time limit in seconds"))
 
 
 def max_api_choices() -> int:
     """Choices one OpenAI-style request may ask for (n times its prompts): each is a run in the one queue."""
-    return int(os.environ.get("PLAYGROUND_MAX_API_CHOICES", "8"))
+    return int(_setting("PLAYGROUND_MAX_API_CHOICES", "8", int, "the most choices one API request may ask for"))
 
 
 def queue_size() -> int:
     """Requests that may wait for the generation slot (the page's queue and the OpenAI API's, together)."""
-    return int(os.environ.get("PLAYGROUND_QUEUE_SIZE", "32"))
+    return int(_setting("PLAYGROUND_QUEUE_SIZE", "32", int, "how many requests may wait for the generation slot"))

@@ -19,7 +19,7 @@ from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
 from playground.generation_slot import LEFT_RUNNING, GenerationSlot
-from playground.limits import MAX_PROMPT_CHARS, max_prompt_tokens, max_request_seconds
+from playground.limits import max_prompt_chars, max_prompt_tokens, max_request_seconds, prompt_tokens_refusal
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
@@ -42,8 +42,8 @@ def check_prompt(prompt: Any) -> str:
         raise PlaygroundError(f"prompt must be text, got {type(prompt).__name__}")
     if not prompt.strip():
         raise PlaygroundError("prompt is empty; type some text to continue")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise PlaygroundError(f"prompt has {len(prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
+    if len(prompt) > max_prompt_chars():
+        raise PlaygroundError(f"prompt has {len(prompt)} characters; the limit is {max_prompt_chars()}")
     return prompt
 
 
@@ -95,8 +95,7 @@ def encode_prompt(loaded: LoadedModel, prompt: str, chat: bool | None, history: 
     else:
         ids = list(tokenizer(prompt).input_ids)
     if len(ids) > max_prompt_tokens():
-        raise PlaygroundError(
-            f"prompt is {len(ids)} tokens; the limit is {max_prompt_tokens()} (PLAYGROUND_MAX_PROMPT_TOKENS)")
+        raise PlaygroundError(prompt_tokens_refusal(len(ids)))
     return ids
 
 

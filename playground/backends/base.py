@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
@@ -151,6 +151,13 @@ class Backend(Protocol):
                        new_ids: list[int]) -> torch.Tensor:
         """Log-probabilities (N, V) of the distribution each of `new_ids` came from, under this backend's model at
         spec's weights with full attention: set against the fp32 model's, what the precision costs. Not timed."""
+        ...
+
+    def logprobs_through_cache(self, loaded: LoadedModel, spec: RunSpec, text_ids: list[int], chunk: int,
+                               progress: ReportProgress | None = None) -> Iterator[torch.Tensor]:
+        """Log-probabilities (rows, V) of the token after each position of `text_ids` but the last, `chunk` rows
+        at a time, through spec's cache: at each position the model sees what decoding would show it there (a
+        window, sinks, a quantized store). What a cache costs in quality against the full one. Not timed."""
         ...
 
     def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,

@@ -79,3 +79,65 @@ def test_a_torch_compile_run_gives_eager_tokens_with_its_compile_time_apart(tmp_
     metrics = result["metrics"]
     assert metrics["compile_s"] > 0 and metrics["ttft_s"] < metrics["compile_s"]  # compiled before the prompt ran
     assert result["extra"]["torch_compile"]["graphs_compiled_in_run"] == 0
+
+
+def test_a_prompt_file_is_the_prompt_and_its_limit_is_named(tmp_path):
+    model = save_tiny_model(tmp_path / "tiny")
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("hello there")
+    args = ("run", "--model", model, "--max-new-tokens", "4", "--json")
+    from_file = run_cli(*args, "--prompt-file", str(prompt), env=env)
+    given = run_cli(*args, "--prompt", "hello there", env=env)
+    assert from_file.returncode == 0, from_file.stderr[-2000:]
+    assert json.loads(from_file.stdout)["token_ids"] == json.loads(given.stdout)["token_ids"]
+    assert json.loads(from_file.stdout)["prompt_tokens"] == 11  # the byte tokenizer: one token per byte
+    over = run_cli(*args, "--prompt-file", str(prompt), env={**env, "PLAYGROUND_MAX_PROMPT_TOKENS": "8"})
+    assert over.returncode == 2 and over.stdout == ""
+    assert over.stderr.strip().splitlines()[-1] == (  # after the load's progress lines
+        "error: prompt is 11 tokens; the limit is 8 tokens (PLAYGROUND_MAX_PROMPT_TOKENS: shorten the prompt, or "
+        "raise the setting up to the model's context)")
+
+
+@pytest.mark.parametrize(("write", "fragment"), [
+    (None, "no such file"), (b"", "is empty"), (b"\x00\x01\x02", "holds NUL bytes (binary data)")])
+def test_a_bad_prompt_file_is_one_error_line(tmp_path, write, fragment):
+    path = tmp_path / "prompt.txt"
+    if write is not None:
+        path.write_bytes(write)
+    done = cli("run", "--prompt-file", str(path))
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and line.startswith(f"error: --prompt-file '{path}'") and fragment in line
+
+
+def test_prompt_and_prompt_file_exclude_each_other():
+    done = cli("run", "--prompt", "hi", "--prompt-file", "x.txt")
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr
+
+
+def test_context_prints_the_quality_json(tmp_path):
+    model = save_tiny_model(tmp_path / "tiny")
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
+    text = tmp_path / "text.txt"
+    text.write_text("It was the best of times, it was the worst of times. " * 4)
+    done = run_cli("context", "--model", model, "--text-file", str(text), "--measure", "quality", "--tokens", "40",
+                   "--buckets", "2", "--cache", "sliding", "--window", "8", "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["text"]["tokens"] == 212 and result["cache_knobs"] == {"window": 8} and "speed" not in result
+    quality = result["quality"]
+    assert quality["tokens"] == 40 and [(b["start"], b["end"]) for b in quality["buckets"]] == [(1, 21), (21, 40)]
+    assert "quality: 39/39 positions" in done.stderr  # progress goes to stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--cache", "quantized", "--cache-bits", "3"], "cache_bits 3 is not one of: 2, 4, 8"),
+    (["--lengths", "512,8192"], "--lengths 8192: a length and the 64 tokens decoded after it must fit smollm2-135m's "
+                                "context of 8192 tokens; the longest length allowed is 8128"),
+    (["--measure", "latency"], "--measure 'latency': give speed and/or quality"),
+    (["--text-file", "/no/such/text.txt"], "--text-file '/no/such/text.txt': no such file"),
+])
+def test_context_refuses_bad_input_in_one_line(args, fragment):
+    done = cli("context", *args)
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and line.startswith("error: ") and fragment in line and done.stdout == ""

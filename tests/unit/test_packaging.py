@@ -81,6 +81,8 @@ def test_the_wheel_has_the_console_script_the_pins_and_the_extras(tmp_path):
         entry_points = archive.read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "playground = playground.__main__:main" in entry_points
     assert "playground/ui/warmup.py" in names and "playground/host.py" in names
+    # the context command's default text ships with its licence beside it
+    assert {"playground/data/texts/hamlet.txt", "playground/data/texts/hamlet.LICENSE"} <= set(names)
     assert not any(n.startswith("tests/") for n in names)
     for name, version in pins("requirements.txt").items():
         assert any(line.lower().startswith(f"requires-dist: {name}=={version}") for line in metadata.splitlines())

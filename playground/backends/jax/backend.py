@@ -3,7 +3,7 @@ decoder (imported on use: importing this module imports neither torch nor jax)."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from playground import registry
@@ -97,6 +97,16 @@ class JaxBackend:
         static = RunSpec(model=spec.model, backend="jax", cache=REFERENCE_CACHE, weights=spec.weights,
                          devices=spec.devices, max_new_tokens=max(1, len(new_ids)))
         return logprobs_along(loaded, static, prompt_ids, new_ids)
+
+    def logprobs_through_cache(self, loaded: LoadedModel, spec: RunSpec, text_ids: list[int], chunk: int,
+                               progress: ReportProgress | None = None) -> Iterator[torch.Tensor]:
+        from playground.backends.jax.decoder import announce_once
+        from playground.backends.jax.engine import compile_notices
+        from playground.backends.jax.teacher_forced import logprobs_through_cache
+
+        check_architecture(loaded.model.config)
+        with compile_notices(announce_once(progress)):
+            yield from logprobs_through_cache(loaded, spec, text_ids, chunk)
 
     def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,

@@ -116,7 +116,7 @@ def _scan(engine: Engine) -> Any:
     engine_ref = weakref.ref(engine)
 
     @jax.jit
-    def steps(weights: dict, cache: Any, tokens: jax.Array, prompt_len: jax.Array) -> jax.Array:
+    def steps(weights: dict, cache: Any, tokens: jax.Array, prompt_len: jax.Array) -> tuple[jax.Array, Any]:
         alive = engine_ref()
         assert alive is not None  # a scan is only called through its live engine
         decoder_weights, head_weights = _split_weights(alive, weights)
@@ -127,8 +127,8 @@ def _scan(engine: Engine) -> Any:
             return cache, hidden[0, -1]
 
         positions = prompt_len + jnp.arange(tokens.shape[0], dtype=jnp.int32)
-        hidden = jax.lax.scan(body, cache, (tokens, positions))[1]  # (N, H)
-        return _head_logits(alive, head_weights, hidden[None])[0]
+        cache, hidden = jax.lax.scan(body, cache, (tokens, positions))  # hidden: (N, H)
+        return _head_logits(alive, head_weights, hidden[None])[0], cache
 
     _SCANS[engine] = steps
     return steps
@@ -154,6 +154,36 @@ def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: Sequence[int], ne
         tokens = np.zeros(padded_count, np.int32)
         tokens[: count - 1] = new_ids[:-1]
         with engine.tracing():  # a first call traces the model; a compile left running by a stopped request may too
-            rest = _scan(engine)(engine.weights, cache, jnp.asarray(tokens), jnp.int32(prompt_len))
+            rest, _ = _scan(engine)(engine.weights, cache, jnp.asarray(tokens), jnp.int32(prompt_len))
         rows.append(np.asarray(rest)[: count - 1])
     return torch.log_softmax(torch.from_numpy(np.concatenate(rows)).float(), dim=-1)
+
+
+def logprobs_through_cache(loaded: LoadedModel, spec: Any, text_ids: Sequence[int],
+                           chunk: int) -> Iterator[torch.Tensor]:
+    """Log-probabilities of the token after each position of `text_ids` but the last, through spec's cache laid
+    out for the whole text, as decoding writes it: the first token is a one-token prompt (the prefill program),
+    every later one a single step of the scan, `chunk` steps per call with the cache carried from call to call.
+    Yields the first call's chunk + 1 rows (the prefill's row too), then `chunk` rows a call (the last fewer). Only
+    the last call is padded: a padded step would move the layers' write counters past the next real token."""
+    engine, _ = engine_for(loaded.model, spec.devices, spec.weights)
+    tokens = np.asarray(text_ids, np.int32)  # (N,)
+    count = len(tokens)
+    plan = plan_cache(spec, engine.config, count + chunk, 1)  # room for the last call's padding
+    layouts = plan.at(plan.lengths[-1])
+    bucket = prefill_bucket(1)
+    prompt = np.zeros((1, bucket), np.int32)
+    prompt[0, 0] = tokens[0]
+    first, cache = engine.prefill_program(bucket, layouts)(engine.weights, jnp.asarray(prompt), jnp.int32(1))
+    rows = [np.asarray(first)]  # (1, V): the row of position 0
+    for start in range(1, count - 1, chunk):
+        real = tokens[start: min(start + chunk, count - 1)]
+        piece = np.zeros(chunk, np.int32)
+        piece[: len(real)] = real
+        with engine.tracing():  # a first call traces the model
+            logits, cache = _scan(engine)(engine.weights, cache, jnp.asarray(piece), jnp.int32(start))
+        rows.append(np.asarray(logits)[: len(real)])
+        yield torch.log_softmax(torch.from_numpy(np.concatenate(rows)).float(), dim=-1)
+        rows = []
+    if rows:  # a two-token text: the prefill's row is all there is
+        yield torch.log_softmax(torch.from_numpy(np.concatenate(rows)).float(), dim=-1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,14 @@ class TorchBackend:
         from playground.backends.torch.reference import logprobs_along
 
         return logprobs_along(loaded.model, torch.tensor([prompt_ids]), new_ids)
+
+    def logprobs_through_cache(self, loaded: LoadedModel, spec: RunSpec, text_ids: list[int], chunk: int,
+                               progress: ReportProgress | None = None) -> Iterator[torch.Tensor]:
+        import torch
+
+        from playground.backends.torch.teacher_forced import logprobs_through_cache
+
+        return logprobs_through_cache(loaded, spec, torch.tensor([text_ids]), chunk, progress)  # (1, N)
 
     def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,

@@ -1,0 +1,77 @@
+"""What a cache costs as the context grows: prefill and decode speed, KV bytes and peak RSS at each length, and the
+decode roofline at that length.
+
+At each length L the first L tokens of the text are the prompt, and the backend generates DECODE_TOKENS greedy
+tokens after it through the run's own path (the runner's backend, its cache, its timing). Each length runs once
+untimed first (the JAX path compiles its programs for that length then; PyTorch warms its allocator), then once
+timed. A decode step reads every weight and the cache's keys and values, so the ceiling at L is the measured read
+bandwidth divided by (weight bytes + the cache's bytes at the end of the run): a cache that stays bounded keeps
+its ceiling flat. The bandwidth is sampled before and after the lengths (bench.BandwidthProbe, its median), and
+its 1 GiB array is let go in between so that it stays out of the peak RSS.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from playground.backends.base import GenerationOutput
+from playground.metrics import PeakRss
+from playground.models.loaded import LoadedModel
+from playground.runner import backend_for, check_cache_fits
+from playground.spec import RunSpec
+from playground.tools.bench import BandwidthProbe, rates
+from playground.tools.context_request import DECODE_TOKENS
+
+
+def decode_spec(spec: RunSpec) -> RunSpec:
+    """The run timed at each length: greedy, exactly DECODE_TOKENS new tokens (an early EOS cannot shorten it)."""
+    return spec.replace(strategy="greedy", max_new_tokens=DECODE_TOKENS, min_new_tokens=DECODE_TOKENS)
+
+
+def sample_bandwidth() -> list[float]:
+    """Three bandwidth samples (GB/s), the probe's 1 GiB array freed again before returning."""
+    probe = BandwidthProbe()
+    try:
+        return [probe.sample() for _ in range(3)]
+    finally:
+        probe.close()
+
+
+def _generate(loaded: LoadedModel, spec: RunSpec, prompt: list[int]) -> GenerationOutput:
+    return backend_for(spec.backend).generate(loaded, prompt, spec, lambda ids: None, lambda: False)
+
+
+def measure_length(loaded: LoadedModel, spec: RunSpec, ids: list[int], length: int,
+                   progress: Callable[[str], Any]) -> tuple[dict[str, Any], GenerationOutput]:
+    """One length's figures (bandwidth-free: the roofline is added once the bandwidth is known) and its run."""
+    run = decode_spec(spec)
+    prompt = ids[:length]
+    check_cache_fits(loaded, run, length)  # refused up front where the cache would not fit the memory budget
+    progress(f"speed: {length} tokens of context, untimed run (compiles on JAX)")
+    _generate(loaded, run, prompt)
+    progress(f"speed: {length} tokens of context, timed run")
+    with PeakRss() as rss:
+        out = _generate(loaded, run, prompt)
+    decode, prefill_s = rates(out.start_time, out.token_times)
+    assert prefill_s is not None  # min_new_tokens: the run produced its tokens
+    row = {"context_tokens": length, "prefill_s": round(prefill_s, 4),
+           "prefill_tokens_per_s": round(length / prefill_s, 2) if prefill_s > 0 else None,
+           "decode_tokens_per_s": round(decode, 2) if decode else None, "kv_bytes": out.kv_cache_bytes,
+           "peak_rss_bytes": rss.peak}
+    return row, out
+
+
+def measure_speed(loaded: LoadedModel, spec: RunSpec, ids: list[int], lengths: list[int],
+                  progress: Callable[[str], Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The speed rows, one per length, and the figures their rooflines rest on (bandwidth, weight bytes)."""
+    progress("speed: measuring read bandwidth (jitted sums over 1 GiB)")
+    samples = sample_bandwidth()
+    measured = [measure_length(loaded, spec, ids, length, progress) for length in lengths]
+    samples += sample_bandwidth()
+    bandwidth = statistics.median(samples)
+    weight_bytes = next((out.weight_bytes for _, out in measured if out.weight_bytes), None) or loaded.weight_bytes
+    rows = [{**row, "roofline_tokens_per_s": round(bandwidth * 1e9 / (weight_bytes + row["kv_bytes"]), 2)}
+            for row, _ in measured]
+    return rows, {"bandwidth_gbs": round(bandwidth, 2), "weight_bytes": weight_bytes}

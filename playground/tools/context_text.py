@@ -1,0 +1,30 @@
+"""The context command's text as tokens, refused where it is too short for the request or would never fill the
+cache's window. It is tokenized as a prompt without the chat template is (the tokenizer's own special tokens,
+such as Gemma's BOS, included), and its first tokens are what every measurement reads."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from playground import registry
+from playground.errors import PlaygroundError
+from playground.spec import RunSpec
+from playground.tools.context_request import ContextRequest
+
+if TYPE_CHECKING:
+    from playground.models.loaded import LoadedModel
+
+
+def text_ids(loaded: LoadedModel, text: str, request: ContextRequest, spec: RunSpec,
+             source: str) -> tuple[list[int], int]:
+    """The first token ids of the text that the request reads and the text's length in tokens; refuses a text
+    too short for the request, or a window the text would never fill (it would measure the full cache again)."""
+    ids = list(loaded.tokenizer(text).input_ids)
+    longest = request.longest()
+    if len(ids) < longest:
+        raise PlaygroundError(f"--text-file {source!r} is {len(ids)} tokens for {loaded.name}; the request reads "
+                              f"{longest} (--lengths, --tokens): give a longer text or ask for fewer tokens")
+    if "window" in registry.cache_type(spec.cache).knobs and spec.window >= longest:
+        raise PlaygroundError(f"window={spec.window} is not smaller than the {longest} tokens of text measured: the "
+                              "window would never fill and evict; lower --window or measure more tokens")
+    return ids[:longest], len(ids)
