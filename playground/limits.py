@@ -24,15 +24,17 @@ def is_public() -> bool:
     return bool(os.environ.get("SPACE_ID"))
 
 
-def _setting(name: str, default: str, kind: type[int] | type[float], means: str) -> int | float:
-    """An environment setting's value, or one line naming the setting and what it takes."""
+def _setting(name: str, default: str, kind: type[int] | type[float], means: str,
+             zero: bool = False) -> int | float:
+    """An environment setting's value, or one line naming the setting and what it takes (`zero`: 0 is allowed)."""
     text = os.environ.get(name, default)
     try:
         value = kind(text)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise PlaygroundError(f"{name}={text!r} is not a positive {'whole ' if kind is int else ''}number; "
+        value = -1
+    if value < 0 or (value == 0 and not zero):
+        sign = "a non-negative" if zero else "a positive"
+        raise PlaygroundError(f"{name}={text!r} is not {sign} {'whole ' if kind is int else ''}number; "
                               f"it sets {means}")
     return value
 
@@ -71,4 +73,5 @@ def max_api_choices() -> int:
 
 def queue_size() -> int:
     """Requests that may wait for the generation slot (the page's queue and the OpenAI API's, together)."""
-    return int(_setting("PLAYGROUND_QUEUE_SIZE", "32", int, "how many requests may wait for the generation slot"))
+    return int(_setting("PLAYGROUND_QUEUE_SIZE", "32", int, "how many requests may wait for the generation slot",
+                        zero=True))

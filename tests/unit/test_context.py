@@ -21,7 +21,7 @@ from playground.tools.context_quality import measure_quality  # noqa: E402
 from tests.helpers import allowed_tiny_model, tiny_llama, tiny_loaded  # noqa: E402
 
 NAME = "tiny-llama-context"
-TEXT = torch.arange(1, 162).unsqueeze(0) * 37 % 251  # 161 tokens: 160 positions scored, five buckets of 32
+TEXT = [i * 37 % 251 for i in range(1, 162)]  # 161 token ids: 160 positions scored, five buckets of 32
 WINDOW = 32
 QUALITY_KEYS = {"tokens", "ppl", "kl_vs_full", "top1_vs_full", "buckets"}
 
@@ -56,7 +56,8 @@ def test_a_window_loses_nothing_before_it_fills_and_something_after(llama, backe
 
 @pytest.mark.parametrize(("cache", "knobs"), [
     ("sliding", {"window": WINDOW}), ("sink", {"window": WINDOW, "sink_tokens": 4}),
-    ("quantized", {"cache_bits": 4, "residual_length": 16})])
+    # slow: quanto builds its CPU kernels for the PyTorch side (about a minute and a half on 2 cores)
+    pytest.param("quantized", {"cache_bits": 4, "residual_length": 16}, marks=pytest.mark.slow)])
 def test_both_backends_agree_on_what_a_cache_loses(llama, cache, knobs):
     on_torch, on_jax = quality(llama, "torch", cache, **knobs), quality(llama, "jax", cache, **knobs)
     assert on_jax["ppl"] == pytest.approx(on_torch["ppl"], rel=0.01)
@@ -69,10 +70,11 @@ def test_the_quantized_cache_loses_more_with_fewer_bits(llama):
     assert two["kl_vs_full"] > 4 * four["kl_vs_full"] > 0
 
 
+@pytest.mark.slow  # four timed runs a backend (a warm-up and a timed run per length)
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_speed_rows_keep_a_bounded_cache_flat(llama, backend, monkeypatch):
     monkeypatch.setattr(context_speed, "sample_bandwidth", lambda: [10.0])  # no 1 GiB probe in the fast lane
-    text = torch.arange(1, 201).unsqueeze(0) * 11 % 251
+    text = [i * 11 % 251 for i in range(1, 201)]
     rows = {}
     for cache in ("dynamic", "sink"):
         spec = RunSpec(model=NAME, backend=backend, cache=cache, window=WINDOW)
@@ -148,8 +150,8 @@ def test_a_sliding_window_on_pytorch_reads_the_same_in_chunks_as_in_steps(llama,
 
     spec = RunSpec(model=NAME, cache="sliding", window=WINDOW)
     assert not teacher_forced.steps_one_at_a_time(spec)
-    chunked = torch.cat(list(teacher_forced.logprobs_through_cache(llama, spec, TEXT, 48)))
+    chunked = torch.cat(list(teacher_forced.logprobs_through_cache(llama, spec, torch.tensor([TEXT]), 48)))
     monkeypatch.setattr(teacher_forced, "EXACT_IN_CHUNKS", frozenset())
-    stepped = torch.cat(list(teacher_forced.logprobs_through_cache(llama, spec, TEXT, 48)))
+    stepped = torch.cat(list(teacher_forced.logprobs_through_cache(llama, spec, torch.tensor([TEXT]), 48)))
     assert chunked.shape == stepped.shape == (160, 257)
     assert torch.allclose(chunked, stepped, atol=1e-4)

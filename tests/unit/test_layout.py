@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 60
 # tested and reused without the ones above (the registry without any backend, the models without a backend,
 # a backend without the Result). The package's own __init__ re-exports RunSpec, so it sits in spec's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "limits", "host", "metrics", "device", "generation_slot"),
+    ("errors", "limits", "host", "metrics", "device", "generation_slot", "data"),
     ("registry",),
     ("constraints",),
     ("spec", "compatibility", "retention", "__init__"),
