@@ -8,6 +8,7 @@ imported only when a request runs, so the page never imports torch or jax to sho
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,19 @@ def lab_knobs() -> tuple[str, ...]:
         if stage.name not in NOT_IN_THE_LAB:
             names += [knob for knob in stage.knobs if knob not in names and knob not in NOT_A_LAB_KNOB]
     return (*names, "sampler_order", "seed")
+
+
+def lab_knob(name: str) -> registry.Knob:
+    """A knob's record with its lab range as its range, for the lab's widget: a slider where the range is
+    finite, a number box bounded on its finite side where it is not."""
+    knob = registry.knob(name)
+    bounds = knob.lab_range
+    if knob.lab is None or bounds is None:
+        return knob
+    if math.isinf(bounds.low) or math.isinf(bounds.high):
+        return dataclasses.replace(knob, low=bounds.low if math.isfinite(bounds.low) else None,
+                                   high=bounds.high if math.isfinite(bounds.high) else None, step=None)
+    return dataclasses.replace(knob, low=bounds.low, high=bounds.high, low_open=bounds.low_open)
 
 
 class StageResult(TypedDict):
@@ -150,7 +164,7 @@ def request(distribution: Mapping[str, Any], knobs: Mapping[str, Any], *, histor
     if unknown:
         raise PlaygroundError(f"{', '.join(unknown)}: not a knob of the lab; the knobs are {', '.join(lab_knobs())}")
     base = {"strategy": "sampling", "top_k": 0}  # the sampling stages apply; top-k is off unless named
-    spec = RunSpec.from_dict({**base, **knobs})
+    spec = RunSpec.for_lab({**base, **knobs})  # each knob within its lab range (Knob.lab_range)
     return LabRequest(values, tuple(history), spec, tuple(knobs), backend, frozenset(breakers))
 
 

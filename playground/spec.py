@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -20,6 +21,8 @@ __all__ = ["BACKENDS", "CACHE_BITS", "MAX_BEAMS", "WEIGHTS", "RunSpec", "max_new
 
 DEFAULT_MODEL = "smollm2-135m"
 MAX_REPEATS = int(registry.knob("repeats").high or 1)
+# True while RunSpec.for_lab builds a spec: knobs are checked against their lab ranges (Knob.lab_range)
+_LAB_RANGES: ContextVar[bool] = ContextVar("lab_ranges", default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +125,17 @@ class RunSpec:
         return cls(**_split_extras({k: _coerce(k, v) for k, v in data.items()}))
 
     @classmethod
+    def for_lab(cls, data: Mapping[str, Any]) -> RunSpec:
+        """The sampler lab's spec: as from_dict, but each knob checked against its lab range, which reaches the
+        edges of a stage's definition that a run refuses (a temperature of 0, penalties of 50). Only the lab's
+        backend modules apply such a spec; a run never sees one."""
+        token = _LAB_RANGES.set(True)
+        try:
+            return cls.from_dict(data)
+        finally:
+            _LAB_RANGES.reset(token)
+
+    @classmethod
     def from_json(cls, text: str) -> RunSpec:
         """Parse the API's spec string; an empty string means all defaults."""
         if text is None or not str(text).strip():
@@ -222,8 +236,9 @@ def _one_of(name: str, value: Any, allowed: tuple) -> None:
 
 def _in_range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
     if value < low or value > high or (low_open and value == low):
-        bracket = "(" if low_open else "["
-        raise PlaygroundError(f"{name}={value} is out of range; allowed: {bracket}{low}, {high}]")
+        opening = "(" if low_open or low == -math.inf else "["
+        closing = ")" if high == math.inf else "]"
+        raise PlaygroundError(f"{name}={value} is out of range; allowed: {opening}{low}, {high}{closing}")
 
 
 def _check_prefix(ids: tuple[Any, ...]) -> None:
@@ -248,6 +263,9 @@ def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str, field: s
 def _check_knob(knob: registry.Knob, value: Any) -> None:
     if knob.choices:
         _one_of(knob.name, value, knob.choices)
+    elif _LAB_RANGES.get() and knob.lab_range is not None:
+        low, high, low_open = knob.lab_range
+        _in_range(knob.name, value, low, high, low_open=low_open)
     elif knob.low is not None and knob.high is not None:
         _in_range(knob.name, value, knob.low, knob.high, low_open=knob.low_open)
 

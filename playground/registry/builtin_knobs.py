@@ -8,7 +8,9 @@ Registered in the order RunSpec checks them: the first value out of range is the
 
 from __future__ import annotations
 
-from playground.registry.entries import Knob
+import math
+
+from playground.registry.entries import Knob, Range
 from playground.registry.store import register_knob
 
 MAX_BEAMS = 8
@@ -32,14 +34,18 @@ for _knob in (
          help="the regex, the JSON schema, the choices (one per line, or |-separated) or the Lark grammar"),
     # -- the sampling stages of the logits chain (only when the strategy samples) ----------------------------
     Knob(name="temperature", default=1.0, low=0.0, high=5.0, low_open=True, group=SAMPLING, step=0.05,
+         lab=Range(0.0, math.inf),  # 0: llama.cpp's greedy, the best token keeps p = 1
          help="divides the logits: below 1 sharpens the distribution, above 1 flattens it", sweep="distinct_2"),
     # the number of kept candidates is an array shape
     Knob(name="top_k", kind=int, default=50, low=0, high=1000, shapes=True, group=SAMPLING, step=1,
+         lab=Range(0, math.inf),  # k past the vocabulary keeps every token
          label="top-k (0 = off)", help="keeps the k most likely tokens", sweep="distinct_2"),
     Knob(name="top_p", default=1.0, low=0.0, high=1.0, low_open=True, group=SAMPLING, step=0.01,
+         lab=Range(0.0, 1.0),  # 0: only the best token stays
          label="top-p (1 = off)", help="keeps the most likely tokens until their mass reaches p (nucleus)",
          sweep="distinct_2"),
     Knob(name="min_p", default=0.0, low=0.0, high=1.0, group=SAMPLING, step=0.01, label="min-p (0 = off)",
+         lab=Range(0.0, math.inf),  # above 1 no token passes, and the best stays: as 1, the tokens at the maximum
          help="removes tokens less likely than min_p x the most likely one", sweep="distinct_2"),
     Knob(name="typical_p", default=1.0, low=0.0, high=1.0, low_open=True, group=MORE_SAMPLING, step=0.01,
          label="typical-p (1 = off)",
@@ -96,13 +102,16 @@ for _knob in (
               "the stages named trade places, the others keep theirs"),
     # -- processors: every strategy, greedy and beam search included ----------------------------------------
     Knob(name="repetition_penalty", default=1.0, low=0.0, high=3.0, low_open=True, group=PENALTIES, step=0.05,
+         lab=Range(0.0, math.inf, low_open=True),
          label="repetition penalty (1 = off)",
          help="divides a positive logit (multiplies a negative one) of every token already in the text",
          sweep="repeat_4gram_rate"),
     Knob(name="presence_penalty", default=0.0, low=-2.0, high=2.0, group=PENALTIES, step=0.05,
+         lab=Range(-math.inf, math.inf),
          label="presence penalty (0 = off)", help="subtracted once from the logit of every token generated so far",
          sweep="repeat_4gram_rate"),
     Knob(name="frequency_penalty", default=0.0, low=-2.0, high=2.0, group=PENALTIES, step=0.05,
+         lab=Range(-math.inf, math.inf),
          label="frequency penalty (0 = off)",
          help="subtracted from a token's logit once per time it was generated so far", sweep="repeat_4gram_rate"),
     # the n-gram's length is an array shape

@@ -9,11 +9,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # A playground.spec.RunSpec: RunSpec validates against the registry, so the registry cannot import it
 RunSpec = Any
 BACKENDS = ("torch", "jax")
+
+
+class Range(NamedTuple):
+    """The values a numeric knob takes: [low, high], or (low, high] with low_open; an end may be infinite."""
+
+    low: float
+    high: float
+    low_open: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,10 +45,22 @@ class Knob:
     help: str = ""  # one line under the widget and in the CLI's --help
     step: float | None = None  # a slider over [low, high] with this step; None: a number box or text box
     sweep: str = ""  # the measure a sweep of this knob plots against speed; "": a sweep cannot move it
+    # the sampler lab's range where the stage's definition reaches past run's (a temperature of 0 is greedy, a
+    # repetition penalty of 50 is llama.cpp's test value); None: the lab takes run's range
+    lab: Range | None = None
 
     @property
     def title(self) -> str:
         return self.label or self.name
+
+    @property
+    def lab_range(self) -> Range | None:
+        """The range the sampler lab checks: its own where it has one, else run's (None: not numeric)."""
+        if self.lab is not None:
+            return self.lab
+        if self.low is None or self.high is None:
+            return None
+        return Range(self.low, self.high, self.low_open)
 
     def parse(self, text: str) -> Any:
         """A value written as text (a sweep's list, a CLI flag): whole numbers for an int knob."""

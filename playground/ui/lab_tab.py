@@ -88,7 +88,7 @@ def build_lab_tab() -> LabTab:
             for start in range(0, len(names), 2):
                 with gr.Row():
                     for name in names[start:start + 2]:
-                        knobs[name] = knob_widget(registry.knob(name), 0, lab_default(name),
+                        knobs[name] = knob_widget(sampler_lab.lab_knob(name), 0, lab_default(name),
                                                   elem_id=f"lab-{name}")
     result = gr.JSON(None, label="the result as `python -m playground chain --json` prints it", elem_id="lab-json")
     return LabTab(shape, distribution, kind, history, breakers, backend, knobs, run, stages, result)

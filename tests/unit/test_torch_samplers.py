@@ -255,8 +255,8 @@ def test_xtc_is_reproducible_under_a_seed_and_draws_one_number_per_call():
 
 
 @pytest.mark.parametrize(("build", "name", "value"), [
-    (lambda: PresenceFrequencyPenaltyLogitsProcessor(2.5, 0.0, 0), "presence", 2.5),
-    (lambda: PresenceFrequencyPenaltyLogitsProcessor(0.0, -3, 0), "frequency", -3),
+    (lambda: PresenceFrequencyPenaltyLogitsProcessor(True, 0.0, 0), "presence", True),
+    (lambda: PresenceFrequencyPenaltyLogitsProcessor(0.0, math.nan, 0), "frequency", math.nan),
     (lambda: PresenceFrequencyPenaltyLogitsProcessor(0.0, 0.0, -1), "prompt_length", -1),
     (lambda: PresenceFrequencyPenaltyLogitsProcessor(0.0, 0.0, 1.5), "prompt_length", 1.5),
     (lambda: DRYLogitsProcessor(-0.1, 1.75, 2, NONE), "multiplier", -0.1),

@@ -125,6 +125,11 @@ def p_less(values: jax.Array, mode: jax.Array) -> jax.Array:
     return _drop(values, (probs < threshold) & (values < jnp.max(values, axis=-1, keepdims=True)))
 
 
+def keep_best(values: jax.Array) -> jax.Array:
+    """A temperature of 0, as llama.cpp reads it: the best logit(s) of each row stay as they are, the rest go."""
+    return jnp.where(values == jnp.max(values, axis=-1, keepdims=True), values, -jnp.inf)
+
+
 def entropy_temperature(values: jax.Array, base: jax.Array, spread: jax.Array, exponent: jax.Array) -> jax.Array:
     """(B, 1): llama.cpp's temp-ext temperature, from base - spread (not below 0) to base + spread as the
     candidates' entropy over its largest possible value, ln(N), goes from 0 to 1, raised to `exponent`."""
@@ -141,9 +146,7 @@ def dynamic_temperature(values: jax.Array, base: jax.Array, spread: jax.Array, e
     before scaling); a temperature of 0 keeps only the best logit(s), as llama.cpp's temperature 0 does."""
     temperature = entropy_temperature(values, base, spread, exponent)  # (B, 1)
     single = jnp.sum(jnp.isfinite(values), axis=-1, keepdims=True) <= 1  # (B, 1)
-    best = jnp.max(values, axis=-1, keepdims=True)
-    cold = jnp.where(values == best, values, -jnp.inf)  # temperature 0
-    scaled = jnp.where(temperature > 0, values / jnp.where(temperature > 0, temperature, 1.0), cold)
+    scaled = jnp.where(temperature > 0, values / jnp.where(temperature > 0, temperature, 1.0), keep_best(values))
     return jnp.where(single, values, scaled)
 
 

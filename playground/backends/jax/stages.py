@@ -181,11 +181,15 @@ class MinNewTokens(Stage):
 
 
 class Temperature(Stage):
+    """TemperatureLogitsWarper; 0 (the sampler lab's edge, a run refuses it) keeps the best logit(s): greedy."""
+
     def args(self, spec: RunSpec, context: Context) -> Args:
         return (F32(spec.temperature),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
-        return cands._replace(values=cands.values / args[0])
+        (temperature,) = args
+        scaled = cands.values / jnp.where(temperature > 0, temperature, 1.0)
+        return cands._replace(values=jnp.where(temperature > 0, scaled, samplers.keep_best(cands.values)))
 
 
 class TopK(Stage):
@@ -234,7 +238,7 @@ class MinP(Stage):
         return _keep(context)
 
     def args(self, spec: RunSpec, context: Context) -> Args:
-        return (F32(spec.min_p),)
+        return (F32(min(spec.min_p, 1.0)),)  # above 1 (the sampler lab's range): as 1, the tokens at the maximum
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         probs = jax.nn.softmax(cands.values, axis=-1)

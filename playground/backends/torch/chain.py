@@ -32,6 +32,7 @@ from playground.backends.torch.carrying import AdaptivePLogitsWarper, MirostatV2
 from playground.backends.torch.samplers import (
     DRYLogitsProcessor,
     DynamicTemperatureLogitsWarper,
+    KeepBestLogitsWarper,
     PLessLogitsWarper,
     PresenceFrequencyPenaltyLogitsProcessor,
     TopALogitsWarper,
@@ -98,7 +99,8 @@ def min_new_tokens(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 
 
 def temperature(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
-    return TemperatureLogitsWarper(spec.temperature)
+    # 0 reaches here only from the sampler lab (a run refuses it); transformers' warper refuses it too
+    return KeepBestLogitsWarper() if spec.temperature == 0.0 else TemperatureLogitsWarper(spec.temperature)
 
 
 def top_n_sigma(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
@@ -114,7 +116,8 @@ def top_p(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
 
 
 def min_p(spec: RunSpec, context: TorchContext) -> LogitsProcessor:
-    return MinPLogitsWarper(min_p=spec.min_p, min_tokens_to_keep=context.min_tokens_to_keep)
+    # above 1 (the sampler lab's range) no token passes and the best stays, as at 1; transformers refuses it
+    return MinPLogitsWarper(min_p=min(spec.min_p, 1.0), min_tokens_to_keep=context.min_tokens_to_keep)
 
 
 def xtc(spec: RunSpec, context: TorchContext) -> LogitsProcessor:

@@ -42,8 +42,9 @@ class PresenceFrequencyPenaltyLogitsProcessor(LogitsProcessor):
     scores[t] -= frequency * count[t] + presence * (count[t] > 0)."""
 
     def __init__(self, presence: float, frequency: float, prompt_length: int) -> None:
-        self.presence = in_range("presence", presence, -2.0, 2.0)
-        self.frequency = in_range("frequency", frequency, -2.0, 2.0)
+        # any real number (the sampler lab takes llama.cpp's 5 and -5; a run keeps [-2, 2]); NaN is refused
+        self.presence = in_range("presence", presence, -math.inf, math.inf)
+        self.frequency = in_range("frequency", frequency, -math.inf, math.inf)
         if isinstance(prompt_length, bool) or not isinstance(prompt_length, int) or prompt_length < 0:
             raise ValueError(f"prompt_length must be an integer >= 0; got {prompt_length!r}")
         self.prompt_length = prompt_length
@@ -204,13 +205,26 @@ class PLessLogitsWarper(LogitsProcessor):
         return scores.masked_fill((probs < threshold) & ~best, -math.inf)
 
 
+def keep_best(scores: torch.Tensor) -> torch.Tensor:
+    """A temperature of 0, as llama.cpp reads it: the best logit(s) of each row stay as they are, the rest go."""
+    return scores.masked_fill(scores < scores.amax(dim=-1, keepdim=True), -math.inf)
+
+
+class KeepBestLogitsWarper(LogitsProcessor):
+    """The temperature stage at 0 (the sampler lab's edge; transformers' TemperatureLogitsWarper refuses 0):
+    greedy as a distribution, the best token keeps p = 1."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        return keep_best(scores)
+
+
 class DynamicTemperatureLogitsWarper(LogitsProcessor):
     """llama.cpp's temp-ext (dynamic temperature): the logits divided by a temperature from max(0, base - range)
     to base + range as the candidates' entropy over ln(their count) goes from 0 to 1, raised to `exponent`. A row
     of one candidate is left alone; a temperature of 0 keeps only the best logit(s)."""
 
     def __init__(self, base: float, spread: float, exponent: float) -> None:
-        self.base = in_range("temperature", base, 0.0, 5.0, low_open=True)
+        self.base = in_range("temperature", base, 0.0, math.inf)  # 0 keeps the best logit(s)
         self.spread = in_range("dynatemp_range", spread, 0.0, 5.0, low_open=True)
         self.exponent = in_range("dynatemp_exponent", exponent, 0.0, 10.0, low_open=True)
 
@@ -228,7 +242,5 @@ class DynamicTemperatureLogitsWarper(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         temperature = self.temperature(scores)
         single = torch.isfinite(scores).sum(dim=-1, keepdim=True) <= 1
-        best = scores.amax(dim=-1, keepdim=True)
-        cold = scores.masked_fill(scores < best, -math.inf)
-        scaled = torch.where(temperature > 0, scores / temperature.where(temperature > 0, 1.0), cold)
+        scaled = torch.where(temperature > 0, scores / temperature.where(temperature > 0, 1.0), keep_best(scores))
         return torch.where(single, scores, scaled.to(scores.dtype))
