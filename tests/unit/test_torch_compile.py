@@ -118,7 +118,8 @@ def test_eager_stays_eager_and_a_compiled_column_asks_generate_to_compile_on_any
 
 
 def test_the_page_shows_the_knob_on_pytorch_columns_only_and_names_the_engine():
-    from playground.ui.columns import PROMPT_LOOKUP, column_settings, control_values, label, notice_text, visibility
+    from playground.ui.columns import PROMPT_LOOKUP, column_settings, control_values, notice_text, visibility
+    from playground.ui.labels import base_label as label
 
     assert visibility("greedy", "static", "torch", PROMPT_LOOKUP)["torch_compile"]
     assert not visibility("greedy", "static", "jax", PROMPT_LOOKUP)["torch_compile"]

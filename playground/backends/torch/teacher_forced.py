@@ -43,12 +43,16 @@ def logprobs_through_cache(loaded: LoadedModel, spec: RunSpec, ids: torch.Tensor
     ids = ids.to(model.device)
     cache = make_cache(spec, model, ids.shape[1])
     one_by_one = steps_one_at_a_time(spec)
-    with torch.inference_mode():
-        for start in range(0, ids.shape[1] - 1, chunk):
+    for start in range(0, ids.shape[1] - 1, chunk):
+        # inference mode is entered and left around each chunk, never held across a yield: it is thread-wide
+        # state, and two of these generators read side by side (the full cache and the one measured) would
+        # leave and re-enter it out of order, leaving the whole process in inference mode afterwards
+        with torch.inference_mode():
             piece = ids[:, start: min(start + chunk, ids.shape[1] - 1)]  # (1, C)
             if one_by_one:
                 logits = torch.cat([model(piece[:, i: i + 1], past_key_values=cache, use_cache=True).logits[0]
                                     for i in range(piece.shape[1])])
             else:
                 logits = model(piece, past_key_values=cache, use_cache=True).logits[0]  # (C, V)
-            yield torch.log_softmax(logits.float(), dim=-1).cpu()
+            rows = torch.log_softmax(logits.float(), dim=-1).cpu()
+        yield rows.clone()  # (C, V), an ordinary tensor: the caller computes with it outside inference mode
