@@ -38,9 +38,10 @@ def _views(page: Page, slot: int, tree: StepTree | None, note: str = "") -> Upda
     return updates
 
 
-def _busy(request: gr.Request) -> str | None:
+def _busy(request: gr.Request, undone: str = "not stepped") -> str | None:
+    """The step line's refusal while a run of this page is under way (`undone`: what did not happen), or None."""
     doing = LIVE_RUNS.doing(request.session_hash or "")
-    return None if doing is None else (f"⚠ **not stepped:** {doing} is under way; it goes on, and Step works once it "
+    return None if doing is None else (f"⚠ **{undone}:** {doing} is under way; it goes on, and Step works once it "
                                        "ends (or after Stop)")
 
 
@@ -108,9 +109,9 @@ def step_columns(page: Page, data: Inputs, count: int, request: gr.Request,
 
 def pick(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
     """A candidate's click: that token forced at the current position (a sibling of the current node)."""
-    refused = _busy(request)
+    refused = _busy(request, "not forked")
     if refused is not None:
-        return {page.step_status: refused.replace("not stepped", "not forked")}
+        return {page.step_status: refused}
     tree = steps.get("trees", {}).get(slot)
     token = getattr(evt, "token", None)
     if tree is None or tree.current is None or not isinstance(token, (int, float)):
@@ -127,9 +128,9 @@ def pick(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Req
 
 def resume(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
     """A node's click in the branch tree: the column stands there; Step continues from it."""
-    refused = _busy(request)
+    refused = _busy(request, "not resumed")
     if refused is not None:
-        return {page.step_status: refused.replace("not stepped", "not resumed")}
+        return {page.step_status: refused}
     tree = steps.get("trees", {}).get(slot)
     node = getattr(evt, "node", None)
     if tree is None or not isinstance(node, (int, float)) or not 0 <= int(node) < len(tree.nodes):
@@ -142,9 +143,9 @@ def resume(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.R
 def force_text(page: Page, data: Inputs, request: gr.Request) -> Updates:
     """The typed text's tokens forced after each column's current node (each column's own tokenizer)."""
     text = str(data[page.step_text] or "")
-    refused = _busy(request)
+    refused = _busy(request, "not forced")
     if refused is not None:
-        return {page.step_status: refused.replace("not stepped", "not forced")}
+        return {page.step_status: refused}
     if not text:
         return {page.step_status: "⚠ **not forced:** type the text to force first"}
     try:
