@@ -11,6 +11,7 @@ one step ahead, so that both are refused before the run.
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -26,6 +27,10 @@ GRAMMAR_SIZE = 500_000  # max_grammar_size: the symbols of the grammar's product
 MAX_SYMBOLS = 65_535 - 10
 JSON_NESTING = 128  # serde_json's recursion limit, which llguidance's schema reader keeps
 PROBE_STEPS = 4  # bytes the probe walks into the text (each allowed byte is also taken one step ahead)
+# the probe's wall-clock budget: each mask is capped by the lexer's fuel (about 15 ms), but a step may try all 256
+# bytes ahead, so without it a hostile grammar could hold the page's card for seconds. Past it the probe stops
+# walking; a limit met later still stops the run with the reason (`failed`)
+PROBE_BUDGET_S = 0.5
 REFUSED = "Parser Error:"  # how llguidance's error for a token the grammar does not allow begins
 _BYTES = 256  # the probe vocabulary: one token per byte, then the end of text
 
@@ -96,14 +101,18 @@ def failed(error: str) -> PlaygroundError:
                            f"{readable(error)}")
 
 
-def probe(compiled: str) -> None:
-    """Refuse a grammar that compiles but cannot be matched within the engine's limits (see the module's note)."""
+def probe(compiled: str, budget_s: float = PROBE_BUDGET_S) -> None:
+    """Refuse a grammar that compiles but cannot be matched within the engine's limits (see the module's note),
+    walking for at most `budget_s` seconds."""
     from llguidance import LLMatcher
 
+    deadline = time.perf_counter() + budget_s
     matcher = LLMatcher(byte_vocabulary(), compiled, log_level=0, limits=parser_limits())
     for _ in range(PROBE_STEPS):
         allowed = _allowed_bytes(matcher)
         for byte in allowed:  # the engine fails on an allowed byte only at one of its limits
+            if time.perf_counter() > deadline:
+                return
             ahead = matcher.deep_copy()
             ahead.consume_token(byte)
             _allowed_bytes(ahead)
