@@ -11,7 +11,6 @@ one step ahead, so that both are refused before the run.
 
 from __future__ import annotations
 
-import time
 from functools import lru_cache
 from typing import Any
 
@@ -27,10 +26,11 @@ GRAMMAR_SIZE = 500_000  # max_grammar_size: the symbols of the grammar's product
 MAX_SYMBOLS = 65_535 - 10
 JSON_NESTING = 128  # serde_json's recursion limit, which llguidance's schema reader keeps
 PROBE_STEPS = 4  # bytes the probe walks into the text (each allowed byte is also taken one step ahead)
-# the probe's wall-clock budget: each mask is capped by the lexer's fuel (about 15 ms), but a step may try all 256
-# bytes ahead, so without it a hostile grammar could hold the page's card for seconds. Past it the probe stops
-# walking; a limit met later still stops the run with the reason (`failed`)
-PROBE_BUDGET_S = 0.5
+# the probe's budget of bytes taken ahead: each mask is capped by the lexer's fuel (about 15 ms), but a step may try
+# all 256 bytes ahead, so without a cap a hostile grammar could hold the page's card (which probes on every edit) for
+# seconds. Counted in masks, not seconds, so that what is refused does not depend on the machine's load. Past it the
+# probe stops walking; a limit met later still stops the run with the reason (`failed`)
+PROBE_AHEAD = 32
 REFUSED = "Parser Error:"  # how llguidance's error for a token the grammar does not allow begins
 _BYTES = 256  # the probe vocabulary: one token per byte, then the end of text
 
@@ -101,18 +101,18 @@ def failed(error: str) -> PlaygroundError:
                            f"{readable(error)}")
 
 
-def probe(compiled: str, budget_s: float = PROBE_BUDGET_S) -> None:
+def probe(compiled: str, ahead_budget: int = PROBE_AHEAD) -> None:
     """Refuse a grammar that compiles but cannot be matched within the engine's limits (see the module's note),
-    walking for at most `budget_s` seconds."""
+    taking at most `ahead_budget` bytes ahead in all."""
     from llguidance import LLMatcher
 
-    deadline = time.perf_counter() + budget_s
     matcher = LLMatcher(byte_vocabulary(), compiled, log_level=0, limits=parser_limits())
     for _ in range(PROBE_STEPS):
         allowed = _allowed_bytes(matcher)
         for byte in allowed:  # the engine fails on an allowed byte only at one of its limits
-            if time.perf_counter() > deadline:
+            if ahead_budget <= 0:
                 return
+            ahead_budget -= 1
             ahead = matcher.deep_copy()
             ahead.consume_token(byte)
             _allowed_bytes(ahead)

@@ -136,11 +136,11 @@ def test_the_limits_quoted_are_the_ones_the_engine_runs_with():
 
 
 def test_the_probe_walks_for_its_budget_only():
-    """The probe is bounded in time (the page's card runs it on every edit): past its budget it stops walking and
-    leaves a limit further on to the run, which stops with the reason (above)."""
+    """The probe is bounded (the page's card runs it on every edit): past its budget of bytes taken ahead it stops
+    walking and leaves a limit further on to the run, which stops with the reason (above)."""
     from playground.constraints.grammar import grammar
 
     compiled = grammar("regex", "ay{1000000}")  # the limit is one byte ahead of the first mask
     with pytest.raises(PlaygroundError, match="200,000 units of lexer work"):
         engine_limits.probe(compiled)
-    engine_limits.probe(compiled, budget_s=0.0)  # no time to look ahead: nothing refused here
+    engine_limits.probe(compiled, ahead_budget=0)  # no byte taken ahead: nothing refused here
