@@ -10,7 +10,9 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from playground.result import BeamRecord, Result
+from playground.result import Result
+from playground.strategy_records import BeamRecord
+from playground.ui.strategy_view import StrategyView
 
 STEP_WIDTH = 92  # px per step
 ROW_HEIGHT = 30  # px per candidate
@@ -107,3 +109,11 @@ def beam_html(result: Result | None) -> str:
             "</span> · <span class='pruned'>pruned</span> · <span class='finished'>finished (EOS or length)"
             f"</span> · numbers: cumulative log-probability.{note}</div>"
             f"<div class='beam-scroll'>{tree_svg(result['beam_tree'])}<span class='beam-more'></span></div></div>")
+
+
+class BeamView(StrategyView):
+    """Beam search's, beam sampling's and diverse beam search's view: the returned sequences and the search's
+    tree in the column's beam-tree box."""
+
+    def tree_html(self, result: Result) -> str:
+        return beam_html(result)
