@@ -19,6 +19,8 @@ STRIP_HEIGHT = 36  # px of the tallest bar
 MAX_BARS = 160  # longer runs are cut here, with a note, to keep the page light
 
 ASSIST_CSS = """
+.tok.draft { border-bottom: 3px solid #2563eb; }
+.dark .tok.draft { border-bottom-color: #60a5fa; }
 .tok.rejected { text-decoration: line-through; text-decoration-color: #dc2626; text-decoration-thickness: 2px;
                 background: transparent; color: #6b7280; }
 .dark .tok.rejected { color: #9ca3af; }
@@ -91,6 +93,7 @@ class AssistedView(StrategyView):
     rejected drafts struck through before the token that replaced them, and accepted drafts underlined."""
 
     legend = ("<span class='tok draft'>accepted draft</span>", "<span class='tok rejected'>rejected draft</span>")
+    css = ASSIST_CSS
 
     def above_tokens(self, result: Result) -> str:
         return assist_strip_html(result.get("assisted_steps"))
@@ -98,6 +101,9 @@ class AssistedView(StrategyView):
     def before_tokens(self, result: Result, shown: Callable[[str], str]) -> dict[int, str]:
         return {index: rejected_span(texts, shown("".join(texts)))
                 for index, texts in rejected_at(result.get("assisted_steps")).items()}
+
+    def verify_passes(self, result: Result) -> list[VerifyPass]:
+        return verify_passes(result.get("assisted_steps"))
 
     def token_classes(self, token: TokenRecord) -> list[str]:
         return ["draft"] if token.get("draft") is True else []

@@ -20,6 +20,10 @@ from playground.strategy_records import Candidate
 from playground.ui.strategy_view import StrategyView
 
 CONTRAST_LEGEND = "<span class='tok contrast'>not the model's top token (contrastive search, DoLa)</span>"
+CONTRAST_CSS = """
+.tok.contrast { border-bottom: 3px dotted #9333ea; }
+.dark .tok.contrast { border-bottom-color: #c084fc; }
+"""
 
 
 class ContrastiveView(StrategyView):
@@ -27,6 +31,7 @@ class ContrastiveView(StrategyView):
     and the clicked token's table."""
 
     legend = (CONTRAST_LEGEND,)
+    css = CONTRAST_CSS
 
     def tooltip_lines(self, token: TokenRecord) -> list[str]:
         candidates = token.get("contrastive")
@@ -71,6 +76,7 @@ class DolaView(StrategyView):
     contrast named as a stage of its own ahead of the logits chain."""
 
     legend = (CONTRAST_LEGEND,)
+    css = CONTRAST_CSS
 
     def tooltip_lines(self, token: TokenRecord) -> list[str]:
         dola = token.get("dola")

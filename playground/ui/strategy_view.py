@@ -11,6 +11,7 @@ from typing import Any
 
 from playground import registry
 from playground.result import Result, TokenRecord
+from playground.retention import VerifyPass
 
 
 class StrategyView:
@@ -18,6 +19,7 @@ class StrategyView:
 
     # spans the token view's legend shows for this view's marks (the legend lists every registered view's)
     legend: tuple[str, ...] = ()
+    css: str = ""  # the page's CSS for what it draws (the page adds every registered view's when it launches)
 
     def above_tokens(self, result: Result) -> str:
         """HTML above the column's tokens (assisted decoding's strip of verification steps)."""
@@ -48,6 +50,11 @@ class StrategyView:
         """Names of the strategy's own stages ahead of the logits chain in this token's record (DoLa's contrast)."""
         return {}
 
+    def verify_passes(self, result: Result) -> list[VerifyPass]:
+        """Forward passes that each wrote several positions (assisted decoding's verify passes), which the cache
+        strip steps through; []: one position per step."""
+        return []
+
     def tree_html(self, result: Result) -> str:
         """The column's beam-tree box (`beam-tree-<slot>`): the search's hypotheses; '' hides the box."""
         return ""
@@ -74,3 +81,9 @@ def legend_spans() -> list[str]:
     """Every registered view's legend spans, once each, in registration order."""
     views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
     return list(dict.fromkeys(span for view in views for span in view.legend))
+
+
+def views_css() -> str:
+    """Every registered view's CSS, once each."""
+    views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
+    return "".join(dict.fromkeys(view.css for view in views))

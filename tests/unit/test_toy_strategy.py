@@ -3,10 +3,12 @@
 "toy-margin" is greedy decoding that records, for each token, the margin of the model's top logit over its
 runner-up: logit₁ − logit₂ = ln p₁ − ln p₂ under the model's own softmax, which the plug-ins read from the top
 alternatives each backend records (a PyTorch plug-in on generate()'s own loop, a JAX plug-in on the greedy one).
-Its entry declares that per-token record (`tokens[i].toy_margin`), a per-run record (`extra.toy_margin_min`), and
-the view that draws them under the token view. The test runs it through the runner on both backends, reads both
-records in the Result JSON, and (slow) picks it on the served page in Chromium and finds its view's values there.
-The registry is as before once each test ends (`registry.registered`).
+Its entry declares that per-token record (`tokens[i].toy_margin`), two per-run records (`extra.toy_margin_min`,
+built from the output, and `extra.toy_close_calls`, which the plug-ins count against their knob), and the view
+that draws them under the token view; its knob's record puts it in a group of the column card of its own. The
+test runs it through the runner on both backends, reads the records in the Result JSON, and (slow) picks it on the
+served page in Chromium and finds its knob and its view's values there. The registry is as before once each test
+ends (`registry.registered`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from typing import Any
 import pytest
 
 from playground import registry, runner
-from playground.registry import RecordField, RunRecords, Strategy, TokenRecords, lazy
+from playground.registry import Knob, RecordField, RunRecords, Strategy, TokenRecords, lazy
 from playground.spec import RunSpec
 from playground.ui.strategy_view import StrategyView
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS, allowed_tiny_model, module_tiny_model
 
-NAME, KEY = "toy-margin", "toy_margin"
+NAME, KEY, CLOSE = "toy-margin", "toy_margin", "toy_close_below"
 PROMPT = "a strategy owns its records"
 
 
@@ -35,14 +37,20 @@ def margin(top: Sequence[tuple[int, float, float]]) -> float:
     return math.log(first) - math.log(second)
 
 
+def add_margins(spec: RunSpec, token_info: list[Any] | None, extra: dict[str, Any]) -> None:
+    """Each token's margin into its record, and the run's close calls (margin under the knob) into `extra`."""
+    for known in token_info or []:
+        known[KEY] = margin(known["top"])
+    extra["toy_close_calls"] = sum(known[KEY] < getattr(spec, CLOSE) for known in token_info or [])
+
+
 def _torch_plugin(spec: RunSpec) -> Any:
     from playground.backends.torch.strategy import Generate
 
     class MarginTorch(Generate):  # generate()'s own greedy loop; its record added after the call
         def recorded(self, call: Any, first: list[int]) -> Any:
             recorded = super().recorded(call, first)
-            for known in recorded.token_info or []:
-                known[KEY] = margin(known["top"])  # type: ignore[literal-required]
+            add_margins(self.spec, recorded.token_info, recorded.extra)
             return recorded
 
     return MarginTorch(spec)
@@ -54,8 +62,7 @@ def _jax_plugin(spec: RunSpec, draft: Any) -> Any:
     class MarginJax(PlainDecoding):  # the greedy plug-in; its record added to the output's token records
         def output(self, request: Any, run: Any, start: float) -> Any:
             out = super().output(request, run, start)
-            for known in out.token_info or []:
-                known[KEY] = margin(known["top"])
+            add_margins(self.spec, out.token_info, out.extra)
             return out
 
     return MarginJax(spec, samples=False)
@@ -95,14 +102,19 @@ class MarginView(StrategyView):
         return "" if value is None else f"<div class='method-panel'>margin over the runner-up: {value:.3f}</div>"
 
 
+CLOSE_KNOB = Knob(name=CLOSE, default=0.1, low=0.0, high=5.0, step=0.05, group="toy", label="close call below",
+                  help="toy-margin: a token whose margin is under this many logits counts as a close call")
 TOY = Strategy(
     name=NAME, label="greedy, margin recorded", help="the most likely token, with its logit's lead over the next",
-    torch=_torch_plugin, jax=_jax_plugin,
+    torch=_torch_plugin, jax=_jax_plugin, knobs=(CLOSE,),
     token_records=(TokenRecords(key=KEY, build=token_margins, fields=(
         RecordField(name=KEY, kind="float", unit="logits",
                     meaning="the model's top logit minus its runner-up's, at this token"),)),),
     run_records=(RunRecords(key="toy_margin_min", in_extra=True, build=least_margin, fields=(
-        RecordField(name="toy_margin_min", kind="float", unit="logits", meaning="the run's smallest margin"),)),),
+        RecordField(name="toy_margin_min", kind="float", unit="logits", meaning="the run's smallest margin"),)),
+                 RunRecords(key="toy_close_calls", in_extra=True, fields=(  # the plug-ins put it in `extra`
+                     RecordField(name="toy_close_calls", kind="int", unit="tokens",
+                                 meaning=f"tokens whose margin was under {CLOSE}"),))),
     view=lazy(__name__, "MarginView"))
 
 
@@ -114,10 +126,11 @@ def local_model(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_toy_strategy_record_and_view(local_model, backend):
-    with registry.registered(TOY):
-        spec = RunSpec(model=local_model, backend=backend, strategy=NAME, max_new_tokens=12)
+    with registry.registered(CLOSE_KNOB, TOY):
+        spec = RunSpec.from_dict({"model": local_model, "backend": backend, "strategy": NAME, "max_new_tokens": 12,
+                                  CLOSE: 0.02})
         result = json.loads(json.dumps(runner.run_to_result(PROMPT, spec)))  # as the CLI and the API hand it out
-        greedy = runner.run_to_result(PROMPT, spec.replace(strategy="greedy"))
+        greedy = runner.run_to_result(PROMPT, RunSpec(model=local_model, backend=backend, max_new_tokens=12))
         from playground.ui.strategy_view import view_of
         from playground.ui.tokens import result_tokens_html
 
@@ -130,6 +143,7 @@ def test_toy_strategy_record_and_view(local_model, backend):
         first, second = token["alternatives"][0], token["alternatives"][1]
         assert value == pytest.approx(first["logprob_model"] - second["logprob_model"], abs=1e-4)
     assert result["extra"]["toy_margin_min"] == min(margins)
+    assert result["extra"]["toy_close_calls"] == sum(m < 0.02 for m in margins)
     assert all(token[KEY] is None for token in greedy["tokens"])  # another strategy's tokens: the key, None
     assert "contrastive" in result["tokens"][0] and result["beam_tree"] is None  # the built-in keys stay
     assert isinstance(view, MarginView) and drawn.count("class='toy-value'") == 12
@@ -144,7 +158,7 @@ def toy_page(tmp_path_factory):
     from playground.tools.serve import HOST, free_port
     from playground.ui import serving
 
-    with registry.registered(TOY), module_tiny_model(tmp_path_factory) as model:
+    with registry.registered(CLOSE_KNOB, TOY), module_tiny_model(tmp_path_factory) as model:
         demo = serving.build_app()
         port = free_port()
         serving.launch(demo, HOST, port, block=False)
@@ -175,6 +189,7 @@ def test_toy_strategy_view_on_the_page_in_chromium(toy_page, tmp_path):
         page.locator("#strategy-0 input").click()
         page.locator("#strategy-0").get_by_role("option", name=NAME, exact=True).click()
         page.locator("#strategy-0 input").blur()
+        page.wait_for_selector(f"#{CLOSE}-0", state="visible", timeout=10_000)  # its knob's group, from the record
         box = page.locator("#max_new_tokens-0 input[type=number]")
         box.fill("8")
         box.press("Enter")
@@ -201,3 +216,16 @@ def test_toy_strategy_view_on_the_page_in_chromium(toy_page, tmp_path):
                 other.close()
         browser.close()
     assert not errors, errors
+
+
+def test_toy_strategys_knob_gets_a_group_of_the_column_card_from_its_record():
+    from playground.ui.columns import relevant_keys, visibility
+    from playground.ui.wiring import build_ui
+
+    with registry.registered(CLOSE_KNOB, TOY):
+        _, page = build_ui()
+        assert visibility(NAME, "dynamic", "torch", "prompt lookup")["toy_knobs"]
+        assert not visibility("greedy", "dynamic", "torch", "prompt lookup")["toy_knobs"]
+        assert CLOSE in relevant_keys(NAME, "dynamic", "torch")
+        widget = page.columns[0].knobs[CLOSE]
+        assert (widget.minimum, widget.maximum, widget.label) == (0.0, 5.0, "close call below")
