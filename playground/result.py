@@ -94,7 +94,7 @@ class TokenRecord(TypedDict):
     state: NotRequired[dict[str, float] | None]  # carried when drawn: mirostat_mu (bits), adaptive_p_average
     # The built-in strategies' own records (each entry's `token_records` builds them; a strategy registered
     # beside them adds its own key the same way, None on every other strategy's tokens):
-    draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
+    draft: NotRequired[bool | None]  # assisted: an accepted draft token (True) or the main model's own (False)
     contrastive: NotRequired[list[Candidate] | None]  # contrastive search: the candidates, most probable first
     dola: NotRequired[DolaRecord | None]  # DoLa: the layer contrasted, and whether that changed greedy's choice
 
@@ -246,7 +246,6 @@ def token_records(tokenizer: Any, output: GenerationOutput, strategy: str) -> li
             "stages": [{"stage": name, "removed": removed, "moved": round(moved, 5)}
                        for name, removed, moved in known["stages"]] if "stages" in known else None,
             "state": {name: round(value, 6) for name, value in known["state"].items()} if "state" in known else None,
-            "draft": None,
         })
     _add_strategy_tokens(records, tokenizer, output, strategy)
     return records
