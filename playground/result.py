@@ -11,10 +11,11 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from playground import device
+from playground import device, registry
 from playground.backends.base import GenerationOutput, TokenInfo
 from playground.constraints.record import ConstraintRecord, constraint_record
 from playground.metrics import arrivals, percentile
+from playground.strategy_records import AssistRecord, BeamRecord, Candidate, DolaRecord
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
     from playground.models.loaded import LoadedModel
@@ -68,27 +69,6 @@ class Alternative(TypedDict):
     logprob_model: NotRequired[float | None]
 
 
-class Candidate(TypedDict):
-    """Contrastive search: one of the top_k candidates it weighed for a token."""
-
-    id: int
-    text: str
-    p: float  # the model's probability (after the penalties of the logits chain, as transformers computed it)
-    penalty: float  # degeneration penalty: the candidate's greatest cosine similarity to the text so far
-    score: float  # (1 - penalty_alpha)·p - penalty_alpha·penalty: the highest is the token
-
-
-class DolaRecord(TypedDict):
-    """DoLa: the contrast behind one token."""
-
-    layer: int  # the premature layer contrasted with the final one
-    layers: list[int]  # the candidate layers
-    js: list[float]  # per candidate layer, its Jensen-Shannon divergence from the final layer
-    greedy_id: int  # the final layer's own most likely token (what greedy decoding would have taken)
-    greedy_text: str
-    changed: bool  # the contrast took another token than greedy's
-
-
 class StageRecord(TypedDict):
     """What one stage of the logits chain did at a step."""
 
@@ -109,12 +89,14 @@ class TokenRecord(TypedDict):
     logprob: NotRequired[float | None]  # ln p, ln p_model of the unrounded p's; None where unknown or 0
     logprob_model: NotRequired[float | None]  # (vLLM's "processed" and "raw" log-probabilities)
     top: list[tuple[str, float, float]] | None  # the model's most likely tokens: (text, p, p_model)
-    draft: bool | None  # assisted: an accepted draft token (True) or the main model's own (False)
     alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
     stages: NotRequired[list[StageRecord] | None]  # each active stage of the chain, in order (the sampling cut)
+    state: NotRequired[dict[str, float] | None]  # carried when drawn: mirostat_mu (bits), adaptive_p_average
+    # The built-in strategies' own records (each entry's `token_records` builds them; a strategy registered
+    # beside them adds its own key the same way, None on every other strategy's tokens):
+    draft: NotRequired[bool | None]  # assisted: an accepted draft token (True) or the main model's own (False)
     contrastive: NotRequired[list[Candidate] | None]  # contrastive search: the candidates, most probable first
     dola: NotRequired[DolaRecord | None]  # DoLa: the layer contrasted, and whether that changed greedy's choice
-    state: NotRequired[dict[str, float] | None]  # carried when drawn: mirostat_mu (bits), adaptive_p_average
 
 
 class PrefixRecord(TypedDict):
@@ -123,29 +105,6 @@ class PrefixRecord(TypedDict):
     ids: list[int]
     text: str  # decoded together, as the output text starts
     pieces: list[str]  # each token's own text, for the token view
-
-
-class BeamRecord(TypedDict):
-    """A beam-search candidate as the Result shows it (see backends.base.BeamNode)."""
-
-    parent: int | None
-    token: int
-    text: str
-    score: float
-    kept: bool
-    finished: bool
-    chosen: bool
-    group: NotRequired[int]  # diverse beam search: the hypothesis's group
-    penalty: NotRequired[float]  # diverse beam search: the diversity penalty its token paid (in `score`)
-
-
-class AssistRecord(TypedDict):
-    """One verification step of assisted decoding: drafted token ids (main vocabulary), their texts, and how
-    many of them, from the first, the main model accepted."""
-
-    drafted: list[int]
-    drafted_text: list[str]
-    accepted: int
 
 
 class AttentionLayers(TypedDict):
@@ -177,6 +136,7 @@ class Result(TypedDict):
     scores: list[float] | None
     forward_passes: int | None
     stopped: bool
+    # the built-in strategies' own run records (each entry's `run_records` builds them; None on the others)
     beam_tree: list[list[BeamRecord]] | None  # beam search: per step, every candidate weighed
     assisted_steps: list[AssistRecord] | None  # assisted: per verification step, drafted and accepted
     attention_layers: AttentionLayers
@@ -265,13 +225,12 @@ def combine_runs(results: list[Result]) -> Result:
     return combined
 
 
-def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]:
-    """One record per generated token of the first sequence."""
+def token_records(tokenizer: Any, output: GenerationOutput, strategy: str) -> list[TokenRecord]:
+    """One record per generated token of the first sequence, with `strategy`'s own records (registry)."""
     ids = output.sequences[0] if output.sequences else []
     info = output.token_info or [{}] * len(ids)
-    drafts: list[bool | None] = list(output.draft_flags) if output.draft_flags else [None] * len(ids)
     records: list[TokenRecord] = []
-    for token, known, draft in zip(ids, info, drafts, strict=False):
+    for token, known in zip(ids, info, strict=False):
         top = known.get("top")
         records.append({
             "id": token,
@@ -283,31 +242,42 @@ def token_records(tokenizer: Any, output: GenerationOutput) -> list[TokenRecord]
             "logprob": log_probability(known.get("p")),
             "logprob_model": log_probability(known.get("p_model")),
             "top": [(tokenizer.decode([i]), round(p, 5), round(q, 5)) for i, p, q in top] if top else None,
-            "draft": draft,
             "alternatives": _alternatives(tokenizer, known),
             "stages": [{"stage": name, "removed": removed, "moved": round(moved, 5)}
                        for name, removed, moved in known["stages"]] if "stages" in known else None,
-            "contrastive": _candidates(tokenizer, known),
-            "dola": _dola(tokenizer, known, token),
             "state": {name: round(value, 6) for name, value in known["state"].items()} if "state" in known else None,
         })
+    _add_strategy_tokens(records, tokenizer, output, strategy)
     return records
 
 
-def _candidates(tokenizer: Any, known: TokenInfo) -> list[Candidate] | None:
-    if "candidates" not in known:
-        return None
-    return [{"id": int(i), "text": tokenizer.decode([i]), "p": round(p, 5), "penalty": round(penalty, 5),
-             "score": round(score, 5)} for i, p, penalty, score in known["candidates"]]
+def _add_strategy_tokens(records: list[TokenRecord], tokenizer: Any, output: GenerationOutput,
+                         strategy: str) -> None:
+    """Every registered strategy's token keys, None, then the running strategy's own values."""
+    own = {declared.key: declared for declared in registry.strategy(strategy).token_records}
+    for key in dict.fromkeys(d.key for entry in registry.strategies() for d in entry.token_records):
+        values = own[key].build(tokenizer, output) if key in own else None
+        padded = list(values or [])[: len(records)]
+        padded += [None] * (len(records) - len(padded))
+        for record, value in zip(records, padded, strict=True):
+            record[key] = value  # type: ignore[literal-required]  # a registered key, not one of TypedDict's
 
 
-def _dola(tokenizer: Any, known: TokenInfo, token: int) -> DolaRecord | None:
-    if "dola" not in known:
-        return None
-    contrast = known["dola"]
-    return {"layer": contrast["layer"], "layers": list(contrast["layers"]),
-            "js": [round(value, 6) for value in contrast["js"]], "greedy_id": contrast["final_top"],
-            "greedy_text": tokenizer.decode([contrast["final_top"]]), "changed": contrast["final_top"] != token}
+def strategy_run_records(tokenizer: Any, output: GenerationOutput, strategy: str) -> dict[str, Any]:
+    """Every registered strategy's top-level run keys, None, and the running strategy's own values (those it
+    puts under `extra`, where the backend has not put them itself, go to `extra`)."""
+    found: dict[str, Any] = {d.key: None for entry in registry.strategies() for d in entry.run_records
+                             if not d.in_extra}
+    extra: dict[str, Any] = {}
+    for declared in registry.strategy(strategy).run_records:
+        if declared.build is None:
+            continue
+        value = declared.build(tokenizer, output)
+        if declared.in_extra:
+            extra[declared.key] = value
+        else:
+            found[declared.key] = value
+    return {**found, "extra": {**output.extra, **extra}}
 
 
 def _alternatives(tokenizer: Any, known: TokenInfo) -> list[Alternative] | None:
@@ -347,16 +317,14 @@ def build_result(spec: RunSpec, loaded: LoadedModel, prompt_tokens: int, output:
         "metrics": build_metrics(output, end, load_s, peak_rss, weight_bytes, quality),
         "versions": versions(),
         "device": device.current().label,
-        "tokens": token_records(tokenizer, output),
+        "tokens": token_records(tokenizer, output, spec.strategy),
         "timeline": {"token_ms": [round(ms, 3) for ms in timing.ms_per_token], "token_steps": timing.ends,
                      "kv_cache_bytes": output.kv_trace},
         "scores": output.scores,
         "forward_passes": output.forward_passes,
         "stopped": output.stopped,
-        "beam_tree": beam_records(tokenizer, output),
-        "assisted_steps": assist_records(tokenizer, output),
         "attention_layers": attention_layers(loaded.model),
-        "extra": output.extra,
+        **strategy_run_records(tokenizer, output, spec.strategy),  # type: ignore[typeddict-item]
         "prefix": prefix_record(tokenizer, spec.prefix_ids),
         "constraint": constraint_record(spec, tokenizer, output),
     }
@@ -368,22 +336,6 @@ def prefix_record(tokenizer: Any, ids: tuple[int, ...]) -> PrefixRecord | None:
         return None
     return {"ids": list(ids), "text": tokenizer.decode(list(ids), skip_special_tokens=True),
             "pieces": [tokenizer.decode([i]) for i in ids]}
-
-
-def beam_records(tokenizer: Any, output: GenerationOutput) -> list[list[BeamRecord]] | None:
-    """The beam tree with each candidate's text."""
-    if output.beam_tree is None:
-        return None
-    return [[{**node, "text": tokenizer.decode([node["token"]]), "score": round(node["score"], 5)}
-             for node in step] for step in output.beam_tree]
-
-
-def assist_records(tokenizer: Any, output: GenerationOutput) -> list[AssistRecord] | None:
-    """The assisted steps with each drafted token's text (a rejected draft is shown by its text)."""
-    if output.assisted_steps is None:
-        return None
-    return [{"drafted": list(step["drafted"]), "drafted_text": [tokenizer.decode([i]) for i in step["drafted"]],
-             "accepted": step["accepted"]} for step in output.assisted_steps]
 
 
 def attention_layers(model: Any) -> AttentionLayers:

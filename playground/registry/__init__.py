@@ -7,6 +7,7 @@ and both backends read the entries from here; none of them names a cache or a st
 
 from playground.registry import builtin  # noqa: F401  (registers the built-in entries)
 from playground.registry.entries import BACKENDS, CacheType, Knob, Processor, Range, Strategy, lazy
+from playground.registry.records import RecordField, RunRecords, TokenRecords
 from playground.registry.store import (
     cache_names,
     cache_type,
@@ -27,7 +28,8 @@ from playground.registry.store import (
     strategy_names,
 )
 
-__all__ = ["BACKENDS", "CacheType", "Knob", "Processor", "Range", "Strategy", "cache_names", "cache_type", "caches",
+__all__ = ["BACKENDS", "CacheType", "Knob", "Processor", "Range", "RecordField", "RunRecords", "Strategy",
+           "TokenRecords", "cache_names", "cache_type", "caches",
            "has_knob", "has_processor", "knob", "knobs", "lazy", "processor", "processors",
            "register_cache", "register_knob", "register_processor", "register_strategy", "registered", "strategies",
            "strategy", "strategy_names"]

@@ -10,6 +10,7 @@ from playground.errors import PlaygroundError
 from playground.registry import builtin_chain  # noqa: F401  (registers the logits chain's stages)
 from playground.registry.builtin_knobs import CACHE_BITS, MAX_BEAMS
 from playground.registry.entries import CacheType, RunSpec, Strategy, lazy
+from playground.registry.records import RecordField, RunRecords, TokenRecords
 from playground.registry.store import caches, register_cache, register_strategy
 
 __all__ = ["CACHE_BITS", "DRAFT_CACHE", "MAX_BEAMS", "MAX_CONTRASTIVE_K", "REFERENCE_CACHE"]
@@ -85,6 +86,24 @@ register_cache(CacheType(
 # --- strategies -------------------------------------------------------------------------------------------------
 
 _TORCH = "playground.backends.torch"
+_RECORDS = "playground.strategy_records"  # what each strategy's records become in the Result
+_VIEWS = "playground.ui"  # how the page draws them (imported on first use: the registry imports no UI)
+
+BEAM_TREE = RunRecords(
+    key="beam_tree", build=lazy(_RECORDS, "beam_tree"), shape="per search step, a list of the candidates weighed",
+    fields=(RecordField(name="parent", kind="int", meaning="the candidate of the previous step it extends (null "
+                        "at the first step)"),
+            RecordField(name="token", kind="int", meaning="its token id"),
+            RecordField(name="text", kind="str", meaning="its token's text"),
+            RecordField(name="score", kind="float", unit="nats",
+                        meaning="the hypothesis's cumulative log-probability, before the length penalty"),
+            RecordField(name="kept", kind="bool", meaning="it continues as one of the live beams"),
+            RecordField(name="finished", kind="bool", meaning="it ended here (EOS)"),
+            RecordField(name="chosen", kind="bool", meaning="on the path of the best returned sequence"),
+            RecordField(name="group", kind="int", meaning="diverse beam search only: the hypothesis's group"),
+            RecordField(name="penalty", kind="float", unit="nats",
+                        meaning="diverse beam search only: the diversity penalty its token paid (in score)")))
+BEAM_VIEW = lazy(f"{_VIEWS}.beam_view", "BeamView")
 
 
 def _check_beams(spec: RunSpec) -> None:
@@ -128,13 +147,29 @@ register_strategy(Strategy(
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     picks="the num_beams most likely hypotheses are kept",
     validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"),
-    jax=lazy("playground.backends.jax.beam", "beam"), rows_knob="num_beams"))
+    jax=lazy("playground.backends.jax.beam", "beam"), rows_knob="num_beams",
+    run_records=(BEAM_TREE,), view=BEAM_VIEW))
 register_strategy(Strategy(
     name="assisted", label="assisted",
     help="drafts several tokens (a small model or n-grams from the prompt) and verifies them in one pass",
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, torch=lazy(f"{_TORCH}.assist_steps", "Assisted"),
-    jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True))
+    jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True,
+    token_records=(TokenRecords(key="draft", build=lazy(_RECORDS, "draft_flags"), fields=(
+        RecordField(name="draft", kind="bool",
+                    meaning="an accepted draft token (true) or the main model's own token (false)"),)),),
+    run_records=(
+        RunRecords(key="assisted_steps", build=lazy(_RECORDS, "assisted_steps"),
+                   shape="a list, one per verification step", fields=(
+                       RecordField(name="drafted", kind="list[int]",
+                                   meaning="the token ids the draft proposed (main vocabulary; may be empty)"),
+                       RecordField(name="drafted_text", kind="list[str]", meaning="their texts"),
+                       RecordField(name="accepted", kind="int",
+                                   meaning="how many of them, from the first, the main model kept"))),
+        RunRecords(key="draft_tokens_proposed", in_extra=True, fields=(
+            RecordField(name="draft_tokens_proposed", kind="int", unit="tokens",
+                        meaning="drafted tokens over the run (metrics.acceptance_rate: the share accepted)"),))),
+    view=lazy(f"{_VIEWS}.assist_view", "AssistedView")))
 
 register_strategy(Strategy(
     name="beam_sample", label="beam sampling",
@@ -143,7 +178,7 @@ register_strategy(Strategy(
     sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.beam", "beam_sample")))
+    jax=lazy("playground.backends.jax.beam", "beam_sample"), run_records=(BEAM_TREE,), view=BEAM_VIEW))
 
 register_strategy(Strategy(
     name="diverse_beam", label="diverse beam search",
@@ -153,7 +188,7 @@ register_strategy(Strategy(
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
     validate=_check_groups, torch=lazy(f"{_TORCH}.diverse_beam", "DiverseBeam"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.group_beam", "group_beam")))
+    jax=lazy("playground.backends.jax.group_beam", "group_beam"), run_records=(BEAM_TREE,), view=BEAM_VIEW))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",
@@ -165,7 +200,17 @@ register_strategy(Strategy(
     jax=lazy("playground.backends.jax.contrastive", "contrastive"), peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
-    check_model=lazy(_REFUSALS, "check_contrastive")))
+    check_model=lazy(_REFUSALS, "check_contrastive"),
+    token_records=(TokenRecords(
+        key="contrastive", build=lazy(_RECORDS, "contrastive_candidates"), shape="a list, most probable first",
+        fields=(RecordField(name="id", kind="int", meaning="a candidate's token id"),
+                RecordField(name="text", kind="str", meaning="its text"),
+                RecordField(name="p", kind="float", meaning="its probability after the logits chain's penalties"),
+                RecordField(name="penalty", kind="float", meaning="degeneration penalty: its greatest cosine "
+                            "similarity to the text so far"),
+                RecordField(name="score", kind="float", meaning="(1 - penalty_alpha)·p - penalty_alpha·penalty: "
+                            "the highest is the token"))),),
+    view=lazy(f"{_VIEWS}.method_view", "ContrastiveView")))
 
 register_strategy(Strategy(
     name="dola", label="DoLa",
@@ -175,7 +220,18 @@ register_strategy(Strategy(
           "the premature layer's) is taken",
     knobs=("dola_layers",), validate=_check_dola_layers, torch=lazy(f"{_TORCH}.dola", "plug_in"),
     jax=lazy("playground.backends.jax.dola", "dola"),
-    check_model=lazy(_REFUSALS, "check_dola")))
+    check_model=lazy(_REFUSALS, "check_dola"),
+    token_records=(TokenRecords(key="dola", build=lazy(_RECORDS, "dola_contrasts"), fields=(
+        RecordField(name="layer", kind="int", meaning="the premature layer contrasted with the final one"),
+        RecordField(name="layers", kind="list[int]", meaning="the candidate premature layers"),
+        RecordField(name="js", kind="list[float]", unit="nats", meaning="per candidate layer, its Jensen-Shannon "
+                    "divergence from the final layer (the largest is contrasted)"),
+        RecordField(name="greedy_id", kind="int", meaning="the final layer's own most likely token"),
+        RecordField(name="greedy_text", kind="str", meaning="its text"),
+        RecordField(name="changed", kind="bool", meaning="the contrast took another token than greedy's"))),),
+    run_records=(RunRecords(key="dola_layers", in_extra=True, fields=(
+        RecordField(name="dola_layers", kind="list[int]", meaning="the candidate premature layers (JAX path)"),)),),
+    view=lazy(f"{_VIEWS}.method_view", "DolaView")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

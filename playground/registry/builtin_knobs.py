@@ -3,7 +3,8 @@ default, range and how the page, the CLI and the sweep present it.
 
 Registered in the order RunSpec checks them: the first value out of range is the one reported. A knob with a
 `group` is drawn by the column card from this record alone (a slider over its own range where it has a
-`step`); a knob without one has widgets of its own in playground/ui/columns.py.
+`step`): the logits chain's groups, or a strategy's (shown while the column's strategy reads one of its knobs);
+a knob without one has widgets of its own in playground/ui/card_groups.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ TORCH_COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cud
 
 # the column card's groups of chain knobs: the four everyone knows, the rest folded under them, the penalties
 SAMPLING, MORE_SAMPLING, PENALTIES = "sampling", "more sampling", "penalties"
+# the strategies' groups of the column card, each shown while the column's strategy reads one of its knobs
+BEAM, DIVERSE, CONTRASTIVE, DOLA = "beam", "diverse", "contrastive", "dola"
 
 CONSTRAINT_KINDS = ("none", "regex", "json_schema", "choice", "grammar")
 P_LESS_MODES = (0, 1, 2)  # off, p-less, p-less-norm (the two variants of the p-less authors' code)
@@ -136,23 +139,26 @@ for _knob in (
     Knob(name="max_new_tokens", kind=int, default=64, low=1, shapes=True, sweep="mean_logprob"),
     Knob(name="min_new_tokens", kind=int, default=0, low=0),  # high: max_new_tokens
     Knob(name="seed", kind=int, default=0, low=0, high=2**32 - 1),
-    Knob(name="num_beams", kind=int, default=4, low=1, high=MAX_BEAMS, shapes=True, sweep="mean_logprob"),
-    Knob(name="length_penalty", default=1.0, low=-10.0, high=10.0),
+    Knob(name="num_beams", kind=int, default=4, low=1, high=MAX_BEAMS, shapes=True, sweep="mean_logprob",
+         group=BEAM, step=1, label="beams", help="beam search: the hypotheses kept at every step (2 or more)"),
+    Knob(name="length_penalty", default=1.0, low=-10.0, high=10.0, group=BEAM, step=0.1, label="length penalty",
+         help="beam search: a finished hypothesis scores its log-probability / length^this (above 0 favours "
+              "longer ones)"),
     # diverse beam search: its beams in groups that penalise each other's tokens (the groups' count is a shape)
     Knob(name="num_beam_groups", kind=int, default=2, low=2, high=MAX_BEAMS, shapes=True, label="beam groups",
          help="diverse beam search: the beams split into this many groups, which must divide num_beams",
-         sweep="returned_overlap"),
-    Knob(name="diversity_penalty", default=1.0, low=0.0, high=10.0, low_open=True, step=0.1,
+         sweep="returned_overlap", group=DIVERSE, step=1),
+    Knob(name="diversity_penalty", default=1.0, low=0.0, high=10.0, low_open=True, step=0.1, group=DIVERSE,
          label="diversity penalty",
          help="diverse beam search: subtracted from a group's log-probability of a token once per earlier group "
               "that chose it at the same step", sweep="returned_overlap"),
     # contrastive search: the weight of the degeneration penalty against the model's probability (its candidates
     # are the top_k most likely tokens)
     # DoLa: the early ("premature") layers whose logits the final layer's are contrasted with
-    Knob(name="dola_layers", kind=str, default="high", label="DoLa layers",
+    Knob(name="dola_layers", kind=str, default="high", label="DoLa layers", group=DOLA,
          help="DoLa: 'low' or 'high' (the lower or upper half of the layers, every second one) or layer indices, "
               "e.g. 0,2,4"),
-    Knob(name="penalty_alpha", default=0.6, low=0.0, high=1.0, step=0.05, label="penalty α",
+    Knob(name="penalty_alpha", default=0.6, low=0.0, high=1.0, step=0.05, label="penalty α", group=CONTRASTIVE,
          help="contrastive search: score = (1 - α)·p - α·(the candidate's greatest similarity to the text so far)",
          sweep="repeat_4gram_rate"),
     # the verify pass's width
@@ -167,9 +173,11 @@ for _knob in (
     Knob(name="torch_compile", kind=str, default="off", choices=TORCH_COMPILE_MODES, label="torch.compile",
          help="PyTorch only: generate's decode step compiled by torch.compile (inductor) over the static cache, "
               "in this mode, its compile time reported apart; off: eager"),
-    # range checked by the strategy that reads them (elsewhere they must keep their default)
-    Knob(name="num_return_sequences", kind=int, default=1, shapes=True),
-    Knob(name="early_stopping", kind=bool, default=False, help="beam search: stop at num_beams finished"),
+    # strategies' knobs that must keep their default under the other strategies (RunSpec checks it)
+    Knob(name="num_return_sequences", kind=int, default=1, low=1, high=MAX_BEAMS, shapes=True, group=BEAM, step=1,
+         label="returned sequences", help="beam search: how many of the best hypotheses are returned"),
+    Knob(name="early_stopping", kind=bool, default=False, group=BEAM, label="early stopping",
+         help="beam search: stop at num_beams finished"),
     Knob(name="assistant", kind=str, default=None),
     Knob(name="assisted_sampling", kind=bool, default=False,
          help="assisted decoding: sample with the sampling knobs (speculative sampling)"),

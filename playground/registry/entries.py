@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from playground.registry.records import RunRecords, TokenRecords
+
 # A playground.spec.RunSpec: RunSpec validates against the registry, so the registry cannot import it
 RunSpec = Any
 BACKENDS = ("torch", "jax")
@@ -195,6 +197,12 @@ class Strategy:
     peak_rows_knob: str | None = None
     # verifies several drafted tokens per pass, so the cache must roll rejected ones back (CacheType.no_rollback)
     drafts: bool = False
+    # what it records beside every strategy's token records, and where each lands in the Result (records.py)
+    token_records: tuple[TokenRecords, ...] = ()
+    run_records: tuple[RunRecords, ...] = ()
+    # () -> how the page draws those records (a playground.ui.strategy_view.StrategyView), named by
+    # lazy("module", "name") so that the registry imports nothing of the page; None: nothing of its own
+    view: Callable[[], Any] | None = None
 
     @property
     def jax_refusal(self) -> str:

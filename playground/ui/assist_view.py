@@ -8,15 +8,19 @@ part the accepted ones.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from playground.result import AssistRecord
+from playground.result import Result, TokenRecord
 from playground.retention import VerifyPass
+from playground.strategy_records import AssistRecord
+from playground.ui.strategy_view import StrategyView
 
 STRIP_HEIGHT = 36  # px of the tallest bar
 MAX_BARS = 160  # longer runs are cut here, with a note, to keep the page light
 
 ASSIST_CSS = """
+.tok.draft { border-bottom: 3px solid #2563eb; }
+.dark .tok.draft { border-bottom-color: #60a5fa; }
 .tok.rejected { text-decoration: line-through; text-decoration-color: #dc2626; text-decoration-thickness: 2px;
                 background: transparent; color: #6b7280; }
 .dark .tok.rejected { color: #9ca3af; }
@@ -82,3 +86,28 @@ def assist_strip_html(steps: Sequence[AssistRecord] | None) -> str:
             "(blue accepted, red rejected; struck-through tokens below are the rejected drafts)")
     return (f"<div class='assist-view'><div class='assist-strip'>{''.join(bars)}</div>"
             f"<div class='assist-note'>{note}</div></div>")
+
+
+class AssistedView(StrategyView):
+    """Assisted decoding's records on the page: the strip of verification steps above the tokens, each step's
+    rejected drafts struck through before the token that replaced them, and accepted drafts underlined."""
+
+    legend = ("<span class='tok draft'>accepted draft</span>", "<span class='tok rejected'>rejected draft</span>")
+    css = ASSIST_CSS
+
+    def above_tokens(self, result: Result) -> str:
+        return assist_strip_html(result.get("assisted_steps"))
+
+    def before_tokens(self, result: Result, shown: Callable[[str], str]) -> dict[int, str]:
+        return {index: rejected_span(texts, shown("".join(texts)))
+                for index, texts in rejected_at(result.get("assisted_steps")).items()}
+
+    def verify_passes(self, result: Result) -> list[VerifyPass]:
+        return verify_passes(result.get("assisted_steps"))
+
+    def token_classes(self, token: TokenRecord) -> list[str]:
+        return ["draft"] if token.get("draft") is True else []
+
+    def tooltip_lines(self, token: TokenRecord) -> list[str]:
+        draft = token.get("draft")
+        return ["accepted draft token"] if draft is True else ["main-model token"] if draft is False else []

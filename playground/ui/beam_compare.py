@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from playground.result import BeamRecord, Result
+from playground.result import Result
+from playground.strategy_records import BeamRecord
 from playground.ui.tokens import ordinal
 
 SHOWN = 8  # hypotheses listed, best ranked first; the rest are counted

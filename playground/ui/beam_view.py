@@ -10,7 +10,9 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from playground.result import BeamRecord, Result
+from playground.result import Result
+from playground.strategy_records import BeamRecord
+from playground.ui.strategy_view import StrategyView
 
 STEP_WIDTH = 92  # px per step
 ROW_HEIGHT = 30  # px per candidate
@@ -107,3 +109,49 @@ def beam_html(result: Result | None) -> str:
             "</span> · <span class='pruned'>pruned</span> · <span class='finished'>finished (EOS or length)"
             f"</span> · numbers: cumulative log-probability.{note}</div>"
             f"<div class='beam-scroll'>{tree_svg(result['beam_tree'])}<span class='beam-more'></span></div></div>")
+
+
+BEAM_CSS = """
+.beam-view { font-size: 0.86em; color: var(--body-text-color); }
+.beam-view ol { margin: 2px 0 4px 1.2em; padding: 0; }
+.beam-legend { color: var(--body-text-color-subdued); margin-bottom: 4px; }
+.beam-legend .chosen { color: #b45309; font-weight: 600; }
+.dark .beam-legend .chosen { color: #fbbf24; }
+.beam-legend .pruned { opacity: 0.55; }
+.beam-scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--border-color-primary); border-radius: 8px;
+               background: var(--background-fill-primary); }
+/* a tree wider than its card fades out at the card's right edge, so a cut node reads as "more this way": the fade
+   is a sticky strip after the tree, which rests past the tree's end once scrolled there (or when the tree fits) */
+.beam-scroll { display: flex; }
+.beam-scroll > svg { flex: none; }
+.beam-more { flex: none; width: 40px; position: sticky; right: 0; pointer-events: none;
+             background: linear-gradient(to right, transparent, var(--background-fill-primary) 85%); }
+.beam-svg text { font-family: var(--font-mono); font-size: 11px; fill: var(--body-text-color); }
+.beam-svg text.score { font-size: 9px; fill: var(--body-text-color-subdued); }
+.beam-svg rect { fill: var(--background-fill-secondary); stroke: var(--border-color-primary); }
+.beam-node.kept rect { stroke: var(--body-text-color-subdued); }
+.beam-node.pruned { opacity: 0.45; }
+.beam-node.finished rect { stroke-width: 2; stroke-dasharray: 3 2; }
+.beam-svg .beam-node rect.beam-group { stroke: none; stroke-width: 0; }
+.beam-node rect.beam-group.g0 { fill: #2563eb; } .beam-swatch.g0 { background: #2563eb; }
+.beam-node rect.beam-group.g1 { fill: #db2777; } .beam-swatch.g1 { background: #db2777; }
+.beam-node rect.beam-group.g2 { fill: #059669; } .beam-swatch.g2 { background: #059669; }
+.beam-node rect.beam-group.g3 { fill: #9333ea; } .beam-swatch.g3 { background: #9333ea; }
+.beam-swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 3px 0 6px; }
+.beam-node.chosen rect { fill: #fde68a; stroke: #b45309; stroke-width: 2; }
+.beam-node.chosen text { fill: #111; }
+.beam-edge { stroke: var(--border-color-primary); stroke-width: 1; }
+.beam-edge.kept { stroke: var(--body-text-color-subdued); }
+.beam-edge.pruned { opacity: 0.45; }
+.beam-edge.chosen { stroke: #b45309; stroke-width: 2.5; }
+"""
+
+
+class BeamView(StrategyView):
+    """Beam search's, beam sampling's and diverse beam search's view: the returned sequences and the search's
+    tree in the column's beam-tree box."""
+
+    css = BEAM_CSS
+
+    def tree_html(self, result: Result) -> str:
+        return beam_html(result)

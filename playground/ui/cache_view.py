@@ -29,9 +29,9 @@ from playground.retention import (
     verify_retention,
     written,
 )
-from playground.ui.assist_view import verify_passes
 from playground.ui.events import Updates, on_private, writes
 from playground.ui.outcome import Outcome
+from playground.ui.strategy_view import result_view
 
 STATE_TEXT: dict[str, str] = {"kept": "kept (full precision)", "sink": "sink", "evicted": "evicted",
                               "quantized": "quantized", "unwritten": "not written yet",
@@ -125,7 +125,7 @@ def cache_strip_html(result: Result | None, step: int) -> str:
     no strip applies."""
     if result is None or not strip_applies(result):
         return ""
-    passes = verify_passes(result.get("assisted_steps"))
+    passes = result_view(result).verify_passes(result)
     last = len(passes) or result["new_tokens"]  # the slider moves over an assisted run's passes
     step = min(max(int(step), 1), last)
     prompt = result["prompt_tokens"]
@@ -172,7 +172,7 @@ def strip_updates(step_slider: Block, strip: Block, result: Result | None) -> Up
     """A finished column's slider (set to the last step) and strip; both hidden where no strip applies."""
     if result is None or not strip_applies(result):
         return {step_slider: gr.update(visible=False), strip: gr.update(value="", visible=False)}
-    passes = verify_passes(result.get("assisted_steps"))
+    passes = result_view(result).verify_passes(result)
     last = len(passes) or result["new_tokens"]
     first = first_shown(passes, last)
     label = "KV cache during forward pass" if passes else "KV cache at step"

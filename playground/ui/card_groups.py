@@ -1,11 +1,11 @@
-"""A column's settings card below its choices: the strategies' knob groups (the sampling stages, drawn from
-their registry records by knob_widgets.py; beam search's; assisted decoding's), then the caches' and the
-backends' (devices on JAX, torch.compile on PyTorch), each shown only where the column's choice reads its knobs
-(columns.visibility)."""
+"""A column's settings card below its choices: the strategies' knob groups (the sampling stages' and each
+strategy's, drawn from their registry records by knob_widgets.py; assisted decoding's draft source), then the
+caches' and the backends' (devices on JAX, torch.compile on PyTorch), each shown only where the column's choice
+reads its knobs (columns.visibility)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gradio as gr
@@ -14,8 +14,8 @@ from playground import registry
 from playground.models.catalog import BUNDLED
 from playground.registry.builtin import MAX_CONTRASTIVE_K
 from playground.registry.builtin_knobs import MORE_SAMPLING, SAMPLING
-from playground.spec import CACHE_BITS, MAX_BEAMS
-from playground.ui.knob_widgets import chain_widgets, knob_widget
+from playground.spec import CACHE_BITS
+from playground.ui.knob_widgets import WIDGET_MIN_WIDTH, chain_widgets, group_widgets, knob_widget, strategy_groups
 from playground.ui.settings import ColumnValues
 
 DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
@@ -33,20 +33,24 @@ def slider(key: str, index: int, low: float, high: float, step: float, label: st
 
 def strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                    shown: Mapping[str, bool]) -> None:
-    """Sampling, beam and assisted knobs, each group shown only for its strategy."""
+    """The sampling stages' knobs, each strategy's group drawn from its knobs' records, then assisted decoding's
+    draft source; each group shown only where the column's choice reads its knobs."""
     with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
         chain_widgets(index, knobs, SAMPLING, values)
         with gr.Accordion("more samplers: typical-p, epsilon and eta, top-nσ, XTC, the order", open=False):
             chain_widgets(index, knobs, MORE_SAMPLING, values)
-    with gr.Group(visible=shown["beam_knobs"]) as groups["beam_knobs"]:
-        with gr.Row():
-            knobs["num_beams"] = slider("num_beams", index, 2, MAX_BEAMS, 1, "beams", values)
-            knobs["num_return_sequences"] = slider("num_return_sequences", index, 1, MAX_BEAMS, 1,
-                                                   "returned sequences", values)
-        with gr.Row():
-            knobs["length_penalty"] = slider("length_penalty", index, -2.0, 2.0, 0.1, "length penalty", values)
-            knobs["early_stopping"] = gr.Checkbox(values["early_stopping"], label="early stopping",
-                                                  elem_id=f"early_stopping-{index}")
+    for name, group in strategy_groups().items():
+        with gr.Group(visible=shown[name]) as groups[name]:
+            group_widgets(index, knobs, group, values, NOTES)
+            if name in GROUP_EXTRAS:
+                GROUP_EXTRAS[name](index, knobs, values)
+    draft_knobs(index, knobs, groups, values, shown)
+
+
+def draft_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
+                shown: Mapping[str, bool]) -> None:
+    """Assisted decoding's draft source: a model or prompt lookup (one radio shows the other's knob or not), and
+    whether it samples; widgets of their own, as the source is a choice between two knobs."""
     with gr.Group(visible=shown["draft_knobs"]) as groups["draft_knobs"]:
         knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=values["draft_source"],
                                          label="draft tokens from", elem_id=f"draft_source-{index}")
@@ -62,26 +66,20 @@ def strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], va
                  "rule, so the text follows the sampling knobs above")
 
 
-def guide_method_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
-                       shown: Mapping[str, bool]) -> None:
-    """Diverse beam search's groups and penalty, contrastive search's penalty α and candidates, and DoLa's
-    layers, each shown only for its strategy."""
-    with gr.Group(visible=shown["diverse_knobs"]) as groups["diverse_knobs"]:
-        with gr.Row():
-            knobs["num_beam_groups"] = slider("num_beam_groups", index, 2, MAX_BEAMS, 1, "beam groups", values,
-                                              info="must divide the beams")
-            knobs["diversity_penalty"] = knob_widget(registry.knob("diversity_penalty"), index,
-                                                     values["diversity_penalty"])
-    with gr.Group(visible=shown["contrastive_knobs"]) as groups["contrastive_knobs"]:
-        with gr.Row():
-            knobs["penalty_alpha"] = knob_widget(registry.knob("penalty_alpha"), index, values["penalty_alpha"])
-            top_k = registry.knob("top_k")
-            knobs[CANDIDATES] = gr.Slider(
-                2, MAX_CONTRASTIVE_K, value=values[CANDIDATES], step=1, label="candidates (top_k)",
-                elem_id=f"{CANDIDATES}-{index}", info=f"contrastive search weighs this many of the most likely "
-                f"tokens per step, in one batched forward (RunSpec key {top_k.name})")
-    with gr.Group(visible=shown["dola_knobs"]) as groups["dola_knobs"]:
-        knobs["dola_layers"] = knob_widget(registry.knob("dola_layers"), index, values["dola_layers"], note=DOLA_NOTE)
+def _candidates(index: int, knobs: dict[str, Any], values: ColumnValues) -> None:
+    """Contrastive search's candidates: its top_k, held under a key of the page's own (the sampling filter's
+    slider means something else there)."""
+    top_k = registry.knob("top_k")
+    knobs[CANDIDATES] = gr.Slider(
+        2, MAX_CONTRASTIVE_K, value=values[CANDIDATES], step=1, label="candidates (top_k)",
+        elem_id=f"{CANDIDATES}-{index}", info=f"contrastive search weighs this many of the most likely "
+        f"tokens per step, in one batched forward (RunSpec key {top_k.name})", min_width=WIDGET_MIN_WIDTH)
+
+
+# A widget the page adds to a strategy's group beside the records' own: a control of a knob another group owns
+GROUP_EXTRAS: dict[str, Callable[[int, dict[str, Any], ColumnValues], None]] = {"contrastive_knobs": _candidates}
+# a line after a knob's help on the page only (where the page puts another knob the method is best paired with)
+NOTES = {"dola_layers": DOLA_NOTE}
 
 
 def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,

@@ -21,13 +21,12 @@ from playground.ui.card_groups import (
     PROMPT_LOOKUP,
     cache_knobs,
     constraint_knobs,
-    guide_method_knobs,
     slider,
     strategy_knobs,
 )
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
-from playground.ui.knob_widgets import chain_knobs, chain_widgets
+from playground.ui.knob_widgets import chain_knobs, chain_widgets, strategy_groups
 from playground.ui.settings import ColumnSettings, ColumnValues
 from playground.ui.step_view import step_views
 
@@ -47,11 +46,7 @@ BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
 CONSTRAINT_KEYS = ("constraint", "constraint_text")
 # Knob groups of the settings card drawn by their own code: a group is shown when the choice reads any of its knobs
 OWN_GROUPS = {
-    "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
-    "diverse_knobs": ("num_beam_groups", "diversity_penalty"),
-    "contrastive_knobs": ("penalty_alpha",),
-    "dola_knobs": ("dola_layers",),
     "bits_knobs": ("cache_bits", "residual_length"),
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
@@ -67,9 +62,10 @@ UI_ONLY_DEFAULTS = {"assistant": "smollm2-135m", "prompt_lookup": 10, "draft_sou
 
 
 def groups() -> dict[str, tuple[str, ...]]:
-    """Every knob group of the settings card: the chain's (drawn from the knobs' records), then the others."""
+    """Every knob group of the settings card: the chain's and the strategies' (drawn from the knobs' records),
+    then the others."""
     return {"sampling_knobs": chain_knobs(SAMPLING) + chain_knobs(MORE_SAMPLING),
-            "penalty_knobs": chain_knobs(PENALTIES), **OWN_GROUPS}
+            "penalty_knobs": chain_knobs(PENALTIES), **strategy_groups(), **OWN_GROUPS}
 
 
 def column_keys() -> tuple[str, ...]:
@@ -346,7 +342,6 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
                                elem_classes=["remove-btn"])
         _choice_controls(index, knobs, values)
         strategy_knobs(index, knobs, groups, values, shown)
-        guide_method_knobs(index, knobs, groups, values, shown)
         cache_knobs(index, knobs, groups, values, shown)
         constraint_knobs(index, knobs, groups, values)
         with gr.Accordion("more: min tokens, penalties against repetition", open=False):

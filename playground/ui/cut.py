@@ -16,7 +16,7 @@ from playground import registry
 from playground.registry import chain
 from playground.result import Result, TokenRecord
 from playground.spec import RunSpec, spec_keys
-from playground.ui.method_view import panel_html, stage_labels
+from playground.ui.strategy_view import view_of
 
 NOTHING_PICKED = "click or tap a token first"
 
@@ -37,6 +37,11 @@ def _spec(spec: Mapping[str, Any]) -> RunSpec:
     return RunSpec.from_dict({k: v for k, v in spec.items() if k in spec_keys()})
 
 
+def _own_stages(record: TokenRecord, spec: Mapping[str, Any]) -> dict[str, str]:
+    """The column's strategy's own stages ahead of the chain in this token's record (DoLa's contrast), named."""
+    return view_of(spec.get("strategy")).stage_labels(record)
+
+
 def filter_labels(spec: Mapping[str, Any]) -> dict[str, str]:
     """Each stage of the chain, named with the setting the column applied."""
     run = _spec(spec)
@@ -46,7 +51,7 @@ def filter_labels(spec: Mapping[str, Any]) -> dict[str, str]:
 def cut_rows(record: TokenRecord, spec: Mapping[str, Any]) -> list[CutRow]:
     """The recorded alternatives (the model's most likely first), then the drawn token when it was not among
     them. Empty when the backend kept no per-token distribution (beam search, assisted decoding)."""
-    labels = filter_labels(spec) | stage_labels(record)
+    labels = filter_labels(spec) | _own_stages(record, spec)
     rows: list[CutRow] = []
     for alt in record.get("alternatives") or []:
         removed = alt["removed_by"]
@@ -61,7 +66,7 @@ def cut_rows(record: TokenRecord, spec: Mapping[str, Any]) -> list[CutRow]:
 
 def applied_filters(record: TokenRecord, spec: Mapping[str, Any]) -> str:
     """What stood between the model's distribution and the draw, in the order it was applied."""
-    own = stage_labels(record)
+    own = _own_stages(record, spec)
     return "; ".join([*own.values(), chain.describe(_spec(spec))]) if own else chain.describe(_spec(spec))
 
 
@@ -73,7 +78,7 @@ def stage_rows_html(record: TokenRecord, spec: Mapping[str, Any]) -> str:
              or registry.processor(row["stage"]).shown(run)]
     if not shown:
         return ""
-    labels = filter_labels(spec) | stage_labels(record)
+    labels = filter_labels(spec) | _own_stages(record, spec)
     rows = "".join(
         f"<tr><td>{html.escape(labels.get(row['stage'], row['stage']))}</td><td>{row['removed']}</td>"
         f"<td>{row['moved']:.3f}</td></tr>" for row in shown)
@@ -127,7 +132,8 @@ def cut_html(result: Result | None, position: int | None, column: str) -> str:
                 "nothing was drawn there. Pick a generated token.</div></div>")
     record = result["tokens"][position - forced]
     rows = cut_rows(record, result["spec"])
-    head += f": <code>{html.escape(repr(record['text']))}</code></div>{panel_html(record, result['spec'])}"
+    head += f": <code>{html.escape(repr(record['text']))}</code></div>"
+    head += view_of(result["spec"].get("strategy")).panel_html(record, result["spec"])
     if not rows:
         return (f"<div class='cut'>{head}<p>This strategy keeps no per-token distribution "
                 f"({html.escape(str(result['spec'].get('strategy')))}: several hypotheses or draft tokens per step)."

@@ -8,6 +8,9 @@ from typing import Any
 import gradio as gr
 
 from playground import registry
+from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
+
+CHAIN_GROUPS = (SAMPLING, MORE_SAMPLING, PENALTIES)  # the logits chain's groups; any other is a strategy's
 
 
 def chain_knobs(group: str) -> tuple[str, ...]:
@@ -43,8 +46,23 @@ def knob_widget(knob: registry.Knob, index: int, value: Any, visible: bool = Tru
 
 def chain_widgets(index: int, knobs: dict[str, Any], group: str, values: Mapping[str, Any]) -> None:
     """The widgets of one group of the logits chain's knobs, two to a row, in registration order."""
-    names = chain_knobs(group)
+    group_widgets(index, knobs, chain_knobs(group), values)
+
+
+def group_widgets(index: int, knobs: dict[str, Any], names: tuple[str, ...], values: Mapping[str, Any],
+                  notes: Mapping[str, str] | None = None) -> None:
+    """The widgets of `names` from their records, two to a row; `notes` adds a line after a knob's help."""
     for start in range(0, len(names), 2):
         with gr.Row():
             for name in names[start:start + 2]:
-                knobs[name] = knob_widget(registry.knob(name), index, values[name])
+                knobs[name] = knob_widget(registry.knob(name), index, values[name], note=(notes or {}).get(name, ""))
+
+
+def strategy_groups() -> dict[str, tuple[str, ...]]:
+    """The strategies' groups of the column card, `<group>_knobs` -> its knobs, as the knobs' records name them
+    (every group but the logits chain's), in registration order."""
+    found: dict[str, tuple[str, ...]] = {}
+    for knob in registry.knobs():
+        if knob.group and knob.group not in CHAIN_GROUPS:
+            found[f"{knob.group}_knobs"] = (*found.get(f"{knob.group}_knobs", ()), knob.name)
+    return found

@@ -18,20 +18,18 @@ from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEve
 from playground.metrics import busy_note
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
-from playground.ui.assist_view import assist_strip_html
 from playground.ui.beam_compare import beam_comparison
-from playground.ui.beam_view import beam_html
 from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
-from playground.ui.constraint_view import verdict_html
 from playground.ui.events import Inputs, Updates
 from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame, value_limits
 from playground.ui.settings import PageSettings
+from playground.ui.strategy_view import result_view
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
-from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, tokens_html
+from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, result_tokens_html
 
 logger = logging.getLogger(__name__)
 # beam search returns its best sequence only at the end: meanwhile the card shows the leading beam, and says so
@@ -74,13 +72,9 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
     }
     for i, result, mark in zip(indices, results, marks, strict=True):
         if result is not None:
-            steps = result.get("assisted_steps")
-            constraint = result.get("constraint") or None
-            updates[page.columns[i].tokens] = assist_strip_html(steps) + tokens_html(
-                result["tokens"], colour_by, mark, steps, result.get("prefix"),
-                constraint["vocab_size"] if constraint else None) + verdict_html(result)
+            updates[page.columns[i].tokens] = result_tokens_html(result, result_view(result), colour_by, mark)
     for col, result in zip(page.columns, outcome["results"], strict=True):
-        tree = beam_html(result)
+        tree = result_view(result).tree_html(result) if result else ""
         updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
         updates |= strip_updates(col.cache_step, col.cache_strip, result)
     return updates

@@ -7,7 +7,7 @@ import gradio as gr
 
 from playground.limits import queue_size
 from playground.openai_api.routes import api_routes
-from playground.ui.style import CSS, THEME
+from playground.ui.style import THEME, page_css
 from playground.ui.wiring import build_ui
 
 
@@ -30,6 +30,6 @@ def launch(demo: gr.Blocks, server_name: str | None = None, server_port: int | N
     """Serve the page and, on the same FastAPI app, the OpenAI-compatible routes under /v1. Gradio builds its
     app at launch, so the routes go in through `app_kwargs` (FastAPI's `routes`). `block=False` returns once
     the server listens (a test that serves from its own process)."""
-    demo.launch(css=CSS, theme=THEME, server_name=server_name, server_port=server_port,
+    demo.launch(css=page_css(), theme=THEME, server_name=server_name, server_port=server_port,
                 prevent_thread_lock=not block, quiet=not block,
                 app_kwargs={"routes": api_routes(lambda: page_waiting(demo))})

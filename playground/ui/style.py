@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.ui.assist_view import ASSIST_CSS
 from playground.ui.cache_view import CACHE_CSS
 from playground.ui.columns import MAX_COLUMNS
 from playground.ui.plots import PALETTE
 from playground.ui.step_view import STEP_CSS
+from playground.ui.strategy_view import views_css
 from playground.ui.table import scroll_cue
 
 THEME = gr.themes.Default(primary_hue="indigo", secondary_hue="slate", neutral_hue="slate", radius_size="md",
@@ -134,10 +134,7 @@ CSS = """
     display: block; max-height: 45vh; overflow: hidden; padding: 8px 10px; white-space: pre-wrap; line-height: 1.35;
     background: var(--background-fill-primary); color: var(--body-text-color);
     border: 1px solid var(--border-color-primary); border-radius: 6px; box-shadow: var(--shadow-drop-lg); }
-.tok.draft { border-bottom: 3px solid #2563eb; }
 .tok.diverge { outline: 2px solid #dc2626; outline-offset: 1px; }
-.tok.contrast { border-bottom: 3px dotted #9333ea; }
-.dark .tok.contrast { border-bottom-color: #c084fc; }
 .tok.masked { box-shadow: inset 0 -3px 0 #0d9488; }
 .dark .tok.masked { box-shadow: inset 0 -3px 0 #2dd4bf; }
 .constraint-note { font-size: 0.85em; padding-top: 4px; color: var(--body-text-color); }
@@ -151,8 +148,6 @@ CSS = """
 .diff { font-size: 0.92em; }
 #metrics table td, #metrics table th { font-variant-numeric: tabular-nums; }
 #metrics { max-width: 100%; overflow-x: auto; }
-.tok.draft { border-bottom-color: #2563eb; }
-.dark .tok.draft { border-bottom-color: #60a5fa; }
 @media (max-width: 640px) {
   .gradio-container { padding-left: 6px !important; padding-right: 6px !important; }
   .columns-area { display: flex; flex-direction: column; }
@@ -161,38 +156,6 @@ CSS = """
   .token-bar > * { flex: 1 1 100% !important; min-width: 0 !important; }
   .presets button { white-space: normal; }
 }
-.beam-view { font-size: 0.86em; color: var(--body-text-color); }
-.beam-view ol { margin: 2px 0 4px 1.2em; padding: 0; }
-.beam-legend { color: var(--body-text-color-subdued); margin-bottom: 4px; }
-.beam-legend .chosen { color: #b45309; font-weight: 600; }
-.dark .beam-legend .chosen { color: #fbbf24; }
-.beam-legend .pruned { opacity: 0.55; }
-.beam-scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--border-color-primary); border-radius: 8px;
-               background: var(--background-fill-primary); }
-/* a tree wider than its card fades out at the card's right edge, so a cut node reads as "more this way": the fade
-   is a sticky strip after the tree, which rests past the tree's end once scrolled there (or when the tree fits) */
-.beam-scroll { display: flex; }
-.beam-scroll > svg { flex: none; }
-.beam-more { flex: none; width: 40px; position: sticky; right: 0; pointer-events: none;
-             background: linear-gradient(to right, transparent, var(--background-fill-primary) 85%); }
-.beam-svg text { font-family: var(--font-mono); font-size: 11px; fill: var(--body-text-color); }
-.beam-svg text.score { font-size: 9px; fill: var(--body-text-color-subdued); }
-.beam-svg rect { fill: var(--background-fill-secondary); stroke: var(--border-color-primary); }
-.beam-node.kept rect { stroke: var(--body-text-color-subdued); }
-.beam-node.pruned { opacity: 0.45; }
-.beam-node.finished rect { stroke-width: 2; stroke-dasharray: 3 2; }
-.beam-svg .beam-node rect.beam-group { stroke: none; stroke-width: 0; }
-.beam-node rect.beam-group.g0 { fill: #2563eb; } .beam-swatch.g0 { background: #2563eb; }
-.beam-node rect.beam-group.g1 { fill: #db2777; } .beam-swatch.g1 { background: #db2777; }
-.beam-node rect.beam-group.g2 { fill: #059669; } .beam-swatch.g2 { background: #059669; }
-.beam-node rect.beam-group.g3 { fill: #9333ea; } .beam-swatch.g3 { background: #9333ea; }
-.beam-swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin: 0 3px 0 6px; }
-.beam-node.chosen rect { fill: #fde68a; stroke: #b45309; stroke-width: 2; }
-.beam-node.chosen text { fill: #111; }
-.beam-edge { stroke: var(--border-color-primary); stroke-width: 1; }
-.beam-edge.kept { stroke: var(--body-text-color-subdued); }
-.beam-edge.pruned { opacity: 0.45; }
-.beam-edge.chosen { stroke: #b45309; stroke-width: 2.5; }
 /* the beam comparison under the divergence line: a wide table scrolls sideways instead of squeezing into a phone */
 #diff table { display: block; overflow-x: auto; max-width: 100%; }
 #diff th, #diff td, #diff td code { white-space: nowrap; }
@@ -270,7 +233,7 @@ METRICS_SCROLL_CSS += "".join(
     f'#metrics:has(thead th:nth-child({count + 1})) {{ --metrics-cue: "{scroll_cue(count)}"; }}\n'
     for count in range(2, MAX_COLUMNS + 1))
 CSS += METRICS_SCROLL_CSS
-CSS += ASSIST_CSS + CACHE_CSS + STEP_CSS
+CSS += CACHE_CSS + STEP_CSS
 # the sampler lab: a row per stage, its kept ids as bars (scaled to the stage's most likely token)
 LAB_CSS = """
 .lab-empty { color: var(--body-text-color-subdued); padding: 6px 0; }
@@ -286,3 +249,9 @@ LAB_CSS = """
 .lab-more { align-self: center; font-size: 0.85em; color: var(--body-text-color-subdued); margin-left: 4px; }
 """
 CSS += LAB_CSS
+
+
+def page_css() -> str:
+    """The page's CSS with every registered strategy view's own (read when the page launches, so a strategy
+    registered before then brings its look)."""
+    return CSS + views_css()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from playground.result import AssistRecord, PrefixRecord, Result, TokenRecord
-from playground.ui.assist_view import rejected_at, rejected_span
+from playground.result import PrefixRecord, Result, TokenRecord
 from playground.ui.constraint_view import token_classes as constraint_classes
 from playground.ui.constraint_view import tooltip_lines as constraint_lines
-from playground.ui.method_view import summary_html, token_classes, tooltip_lines
+from playground.ui.constraint_view import verdict_html
+from playground.ui.strategy_view import NO_VIEW, StrategyView, legend_spans
 
 # colour mode -> (token record key, kind): what the user colours tokens by
 COLOUR_MODES = {
@@ -33,7 +33,7 @@ def _hue(token: TokenRecord, by: str) -> float | None:
     return 120.0 * min(max(value, 0.0), 1.0)
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
     """Whitespace made visible, so a newline or a leading space is a token you can see and hover. The line
     breaks themselves go after the token's span (`_breaks`): inside it, an outline would draw an empty box at
     the end of the line."""
@@ -45,21 +45,18 @@ def _breaks(text: str) -> str:
     return "<br>" * text.count("\n")
 
 
-def _tooltip(index: int, token: TokenRecord, vocab_size: int | None = None) -> str:
+def _tooltip(index: int, token: TokenRecord, view: StrategyView, vocab_size: int | None = None) -> str:
     lines = [f"#{index} {token['text']!r} (id {token['id']})"]
     if token["p"] is not None and token["entropy"] is not None:
         lines.append(f"as drawn: p={token['p']:.3f}, entropy={token['entropy']:.2f} nats")
     if token["p_model"] is not None and token["entropy_model"] is not None:
         lines.append(f"model: p={token['p_model']:.3f}, entropy={token['entropy_model']:.2f} nats")
-    if token["draft"] is True:
-        lines.append("accepted draft token")
-    elif token["draft"] is False:
-        lines.append("main-model token")
+    lines += view.tooltip_lines(token)
     if token["top"]:
         lines.append("model's top tokens (as drawn · model):")
     for text, p, p_model in token["top"] or []:
         lines.append(f"  {text!r}: {p:.3f} · {p_model:.3f}")
-    return "\n".join(lines + tooltip_lines(token) + constraint_lines(token, vocab_size))
+    return "\n".join(lines + constraint_lines(token, vocab_size))
 
 
 def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
@@ -67,16 +64,17 @@ def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
     if not prefix:
         return []
     return [f"<span class='tok forced' data-pos='{index}' title=\"#{index} {html.escape(repr(piece), quote=True)}: "
-            f"forced (the branch's prefix)\">{_shown(piece)}</span>{_breaks(piece)}"
+            f"forced (the branch's prefix)\">{shown(piece)}</span>{_breaks(piece)}"
             for index, piece in enumerate(prefix["pieces"])]
 
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
-                steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None,
-                vocab_size: int | None = None) -> str:
-    """One span per token: background by `by`, title with the top alternatives, draft tokens underlined,
-    (assisted) each step's rejected drafts struck through before the token that replaced them, and a branch's
-    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens.
+                prefix: PrefixRecord | None = None, vocab_size: int | None = None,
+                view: StrategyView = NO_VIEW, result: Result | None = None) -> str:
+    """One span per token: background by `by`, title with the top alternatives, a branch's forced prefix first,
+    and what the column's strategy's `view` draws of its own records (marks, tooltip lines, HTML before a token
+    and a summary under them; `result` is the run they come from). `data-pos` numbers the prefix and the tokens,
+    for the sampling cut a click opens.
 
     Focusable, so a tap (no hover on a phone) opens the alternatives: the page's CSS shows the title on focus.
     """
@@ -84,23 +82,31 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         return "<div class='tokens empty'>tokens appear here after a run</div>"
     spans = _forced_spans(prefix)
     offset = len(spans)
-    rejected = rejected_at(steps)
+    before = view.before_tokens(result, shown) if result is not None else {}
     for index, token in enumerate(tokens or []):
-        if index in rejected:
-            spans.append(rejected_span(rejected[index], _shown("".join(rejected[index]))))
+        if index in before:
+            spans.append(before[index])
         classes = ["tok"]
-        if token["draft"] is True:
-            classes.append("draft")
         if diverge_at is not None and index == diverge_at:
             classes.append("diverge")
-        classes += token_classes(token) + constraint_classes(token)
+        classes += view.token_classes(token) + constraint_classes(token)
         hue = _hue(token, by)
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
-        title = html.escape(_tooltip(index, token, vocab_size), quote=True)
-        text = _shown(token["text"])
+        title = html.escape(_tooltip(index, token, view, vocab_size), quote=True)
+        text = shown(token["text"])
         spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
                      f"title=\"{title}\">{text}</span>{_breaks(token['text'])}")
-    return "<div class='tokens'>" + "".join(spans) + "</div>" + summary_html(tokens)
+    return "<div class='tokens'>" + "".join(spans) + "</div>" + view.below_tokens(tokens or [])
+
+
+def result_tokens_html(result: Result, view: StrategyView, by: str = DEFAULT_COLOUR,
+                       diverge_at: int | None = None) -> str:
+    """A finished column's token view: what its strategy's view draws above the tokens, the tokens, and the
+    constraint's verdict under them."""
+    constraint = result.get("constraint") or None
+    return view.above_tokens(result) + tokens_html(
+        result["tokens"], by, diverge_at, result.get("prefix"), constraint["vocab_size"] if constraint else None,
+        view, result) + verdict_html(result)
 
 
 def legend_html(by: str) -> str:
@@ -108,9 +114,8 @@ def legend_html(by: str) -> str:
     low, high = ("low p", "high p") if kind == "probability" else (f"≥{ENTROPY_SCALE:g} nats", "0 nats")
     return (f"<div class='tok-legend'><span class='tok' style='background:hsl(0,75%,82%)'>{low}</span> → "
             f"<span class='tok' style='background:hsl(120,75%,82%)'>{high}</span> · "
-            "<span class='tok draft'>accepted draft</span> · <span class='tok rejected'>rejected draft</span> · "
-            "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span> · "
-            "<span class='tok contrast'>not the model's top token (contrastive search, DoLa)</span> · "
+            + "".join(f"{span} · " for span in legend_spans())
+            + "<span class='tok diverge'>first divergence</span> · <span class='tok forced'>forced (branch)</span> · "
             "<span class='tok masked'>the constraint masked the model's top token</span>"
             " · hover a token for its top alternatives, click or tap it for its sampling cut</div>")
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from playground.models.loaded import LoadedModel
-from playground.result import assist_records
 from playground.spec import RunSpec
+from playground.strategy_records import assisted_steps
 from tests.helpers import (
     BYTE_VOCAB,
     PROMPT_TEXT,
@@ -78,7 +78,7 @@ def test_a_draft_of_other_weights_is_rejected_and_the_rejected_tokens_are_kept()
         if step["accepted"] < len(step["drafted"]) and position + step["accepted"] < len(out.sequences[0]):
             assert out.sequences[0][position + step["accepted"]] != step["drafted"][step["accepted"]]
         position += step["accepted"] + 1
-    records = assist_records(byte_tokenizer(), out)
+    records = assisted_steps(byte_tokenizer(), out)
     assert records is not None and records[0]["drafted_text"] == [byte_tokenizer().decode([i])
                                                                    for i in out.assisted_steps[0]["drafted"]]
 
@@ -88,7 +88,8 @@ def test_other_strategies_record_no_steps():
 
 
 def test_token_view_strikes_rejected_drafts_before_the_token_that_replaced_them():
-    from playground.ui.assist_view import assist_strip_html
+    from playground.ui.assist_view import AssistedView, assist_strip_html
+    from playground.ui.strategy_view import view_of
     from playground.ui.tokens import tokens_html
 
     texts = ["A", "B", "C", "D", "E"]
@@ -98,10 +99,15 @@ def test_token_view_strikes_rejected_drafts_before_the_token_that_replaced_them(
     steps = [{"drafted": [0, 9, 9], "drafted_text": ["A", "x", "y"], "accepted": 1},
              {"drafted": [], "drafted_text": [], "accepted": 0},
              {"drafted": [3, 8], "drafted_text": ["D", "z"], "accepted": 1}]
-    view = tokens_html(tokens, steps=steps)
+    assisted = view_of("assisted")
+    assert isinstance(assisted, AssistedView)  # the registry's entry names it
+    result = {"tokens": tokens, "assisted_steps": steps}
+    view = tokens_html(tokens, view=assisted, result=result)
     order = [view.index(f">{t}</span>") for t in ["A", "xy", "B", "C", "D", "z", "E"]]
     assert order == sorted(order)
     assert view.count("tok rejected") == 2
     strip = assist_strip_html(steps)
     assert strip.count("class='assist-bar") == 3 and "2 of 5 drafted tokens accepted" in strip
-    assert tokens_html(tokens).count("rejected") == 0
+    assert view.count("class='tok draft'") == 2 and "accepted draft token" in view
+    assert tokens_html(tokens).count("rejected") == 0  # another strategy's view draws none of it
+    assert "class='tok draft'" not in tokens_html(tokens)

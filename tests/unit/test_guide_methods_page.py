@@ -13,8 +13,8 @@ from playground.spec import RunSpec
 from playground.ui import columns
 from playground.ui.card_groups import CANDIDATES
 from playground.ui.cut import cut_html
-from playground.ui.method_view import panel_html, summary_html, token_classes, tooltip_lines
 from playground.ui.presets import PRESETS
+from playground.ui.strategy_view import view_of
 from playground.ui.tokens import tokens_html
 
 
@@ -87,28 +87,32 @@ CANDIDATES_SEEN = [{"id": 1, "text": " the", "p": 0.6, "penalty": 0.9, "score": 
 
 
 def test_the_token_view_marks_where_contrastive_search_took_a_less_probable_candidate():
+    view = view_of("contrastive")  # the view its registry entry names
     won = _token(2, " a", contrastive=CANDIDATES_SEEN)
     top = _token(1, " the", contrastive=CANDIDATES_SEEN)
-    assert token_classes(won) == ["contrast"] and token_classes(top) == []
-    assert any("' a': 0.300 · 0.200 → 0.000 ◀" in line for line in tooltip_lines(won))
-    assert "at 1 of 2 tokens" in summary_html([won, top])
-    assert "class='tok contrast'" in tokens_html([won, top])
-    panel = panel_html(won, {"penalty_alpha": 0.5})
+    assert view.token_classes(won) == ["contrast"] and view.token_classes(top) == []
+    assert any("' a': 0.300 · 0.200 → 0.000 ◀" in line for line in view.tooltip_lines(won))
+    assert "at 1 of 2 tokens" in view.below_tokens([won, top])
+    assert "class='tok contrast'" in tokens_html([won, top], view=view)
+    assert "contrast" not in tokens_html([won, top])  # another strategy's view marks nothing
+    panel = view.panel_html(won, {"penalty_alpha": 0.5})
     assert "(1 − 0.5)·p − 0.5·penalty" in panel and panel.count("<tr") == 3 and "class=chosen" in panel
 
 
 def test_the_token_view_names_the_layer_dola_contrasted_and_marks_a_changed_choice():
     dola = {"layer": 3, "layers": [1, 3], "js": [0.01, 0.02], "greedy_id": 9, "greedy_text": " Paris",
             "changed": True}
+    view = view_of("dola")
     changed = _token(4, " Lyon", dola=dola)
     kept = _token(9, " Paris", dola={**dola, "layer": 1, "changed": False})
-    assert token_classes(changed) == ["contrast"] and token_classes(kept) == []
-    assert "the final layer alone would have taken ' Paris'" in "\n".join(tooltip_lines(changed))
-    assert "at 1 of 2 tokens" in summary_html([changed, kept]) and "layers used: 1 ×1, 3 ×1" in summary_html(
-        [changed, kept])
+    assert view.token_classes(changed) == ["contrast"] and view.token_classes(kept) == []
+    assert "the final layer alone would have taken ' Paris'" in "\n".join(view.tooltip_lines(changed))
+    summary = view.below_tokens([changed, kept])
+    assert "at 1 of 2 tokens" in summary and "layers used: 1 ×1, 3 ×1" in summary
     result: Any = {"tokens": [changed], "spec": RunSpec(strategy="dola").to_dict(), "prefix": None}
     assert "DoLa contrasted layer <b>3</b>" in cut_html(result, 0, "1: dola")
-    assert summary_html([_token(1, "x")]) == ""  # other strategies get no line
+    assert view.below_tokens([_token(1, "x")]) == ""  # tokens without its record get no line
+    assert view_of("greedy").below_tokens([changed]) == ""  # other strategies' views draw nothing
 
 
 def test_the_cut_of_a_dola_token_shows_the_contrast_as_its_own_stage_before_the_chain():

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("spec", "compatibility", "retention", "__init__"),
     ("models",),
     ("backends",),
-    ("result", "events"),
+    ("result", "events", "strategy_records"),
     ("runner", "decode_costs", "sampler_lab"),
     ("sweep", "ui", "tools", "openai_api", "__main__"),
 )

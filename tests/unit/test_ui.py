@@ -36,6 +36,7 @@ from playground.ui.export import (
 )
 from playground.ui.labels import base_label as label
 from playground.ui.plots import DRAWN_MS, kv_frame, latency_cap, latency_frame, latency_note, throughput_frame
+from playground.ui.strategy_view import view_of
 from playground.ui.table import format_number, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
 
@@ -255,7 +256,7 @@ def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hove
                "draft": False},
               {"id": 3, "text": "\n", "p": None, "entropy": None, "p_model": None, "entropy_model": None,
                "top": None, "draft": None}]
-    by_p = tokens_html(tokens, "probability (as drawn)", diverge_at=1)
+    by_p = tokens_html(tokens, "probability (as drawn)", diverge_at=1, view=view_of("assisted"))
     assert "hsl(120," in by_p and "hsl(0," in by_p
     assert "&lt;b&gt;" in by_p and "<b>" not in by_p  # model text is escaped, never markup
     assert "class='tok draft'" in by_p and "class='tok diverge'" in by_p

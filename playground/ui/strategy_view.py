@@ -1,0 +1,89 @@
+"""How the page draws a strategy's own records: the view its registry entry names (`Strategy.view`).
+
+The token view, the sampling cut, the beam-tree box and the legend ask the column's strategy's view and name no
+strategy themselves. Every method has a neutral default, so a view overrides only what its strategy records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from playground import registry
+from playground.result import Result, TokenRecord
+from playground.retention import VerifyPass
+
+
+class StrategyView:
+    """Draws nothing: the view of a strategy that records nothing of its own (greedy, sampling)."""
+
+    # spans the token view's legend shows for this view's marks (the legend lists every registered view's)
+    legend: tuple[str, ...] = ()
+    css: str = ""  # the page's CSS for what it draws (the page adds every registered view's when it launches)
+
+    def above_tokens(self, result: Result) -> str:
+        """HTML above the column's tokens (assisted decoding's strip of verification steps)."""
+        return ""
+
+    def before_tokens(self, result: Result, shown: Callable[[str], str]) -> dict[int, str]:
+        """Token index -> HTML placed before that token (assisted decoding's rejected drafts); `shown` formats a
+        text as the token view shows text."""
+        return {}
+
+    def token_classes(self, token: TokenRecord) -> list[str]:
+        """Classes marking a token (contrastive search: a candidate other than the most likely one won)."""
+        return []
+
+    def tooltip_lines(self, token: TokenRecord) -> list[str]:
+        """Lines of the token's tooltip on what the strategy weighed for it."""
+        return []
+
+    def below_tokens(self, tokens: Sequence[TokenRecord]) -> str:
+        """HTML under the column's tokens: a summary of the run's records."""
+        return ""
+
+    def panel_html(self, record: TokenRecord, spec: Mapping[str, Any]) -> str:
+        """The clicked token's table of what the strategy weighed, in the sampling cut's panel."""
+        return ""
+
+    def stage_labels(self, record: TokenRecord) -> dict[str, str]:
+        """Names of the strategy's own stages ahead of the logits chain in this token's record (DoLa's contrast)."""
+        return {}
+
+    def verify_passes(self, result: Result) -> list[VerifyPass]:
+        """Forward passes that each wrote several positions (assisted decoding's verify passes), which the cache
+        strip steps through; []: one position per step."""
+        return []
+
+    def tree_html(self, result: Result) -> str:
+        """The column's beam-tree box (`beam-tree-<slot>`): the search's hypotheses; '' hides the box."""
+        return ""
+
+
+NO_VIEW = StrategyView()
+
+
+def view_of(strategy: str | None) -> StrategyView:
+    """The view the strategy's entry names; the neutral one for a strategy without one, or no longer registered
+    (a saved result of a strategy an experiment registered)."""
+    if strategy not in registry.strategy_names():
+        return NO_VIEW
+    factory = registry.strategy(str(strategy)).view
+    return factory() if factory is not None else NO_VIEW
+
+
+def result_view(result: Result | None) -> StrategyView:
+    """The view of the strategy a result ran."""
+    return view_of(result["spec"].get("strategy")) if result else NO_VIEW
+
+
+def legend_spans() -> list[str]:
+    """Every registered view's legend spans, once each, in registration order."""
+    views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
+    return list(dict.fromkeys(span for view in views for span in view.legend))
+
+
+def views_css() -> str:
+    """Every registered view's CSS, once each."""
+    views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
+    return "".join(dict.fromkeys(view.css for view in views))
