@@ -66,16 +66,19 @@ def _results_shown(tab: ContextTab, shown: bool, note: str = EMPTY_NOTE) -> Upda
 def _measure_all(plan: ContextPlan, events: queue.Queue[Event], stopped: Callable[[], bool]) -> None:
     """The worker: each spec in turn; every report goes to `events`, the last one says how it ended."""
     try:
+        # each piece of a measurement (a load, a length's run, a chunk of positions) gets a run's time limit
+        deadline = [time.monotonic() + max_request_seconds()]
+
+        def should_stop() -> bool:
+            return stopped() or time.monotonic() > deadline[0]
+
         for index, spec in enumerate(plan.specs):
-            deadline = time.monotonic() + max_request_seconds()
+            def progress(message: str, index: int = index) -> None:
+                deadline[0] = time.monotonic() + max_request_seconds()
+                events.put(("progress", (index, message)))
 
-            def should_stop(deadline: float = deadline) -> bool:
-                return stopped() or time.monotonic() > deadline
-
-            events.put(("progress", (index, "starting")))
-            result = measure_text(spec, plan.request, plan.text, plan.source,
-                                  lambda message, index=index: events.put(("progress", (index, message))),
-                                  should_stop, plan.where)
+            progress("starting")
+            result = measure_text(spec, plan.request, plan.text, plan.source, progress, should_stop, plan.where)
             events.put(("result", result))
             if stopped() and index + 1 < len(plan.specs):
                 events.put(("stopped", None))
@@ -148,8 +151,8 @@ def _finish(tab: ContextTab, kind: str, payload: Any, results: list[dict[str, An
     elif kind == "stopped":
         status = f"■ stopped ({payload}): {kept}" if payload else f"■ stopped: {kept}"
     elif kind == "timed out":
-        status = (f"■ a run reached the time limit of {max_request_seconds():.0f} s (PLAYGROUND_MAX_REQUEST_SECONDS) "
-                  f"and stopped: {kept}")
+        status = (f"■ a step of the measurement ran past the time limit of {max_request_seconds():.0f} s "
+                  f"(PLAYGROUND_MAX_REQUEST_SECONDS) and stopped: {kept}")
     else:
         message = str(payload) if isinstance(payload, PlaygroundError) else f"{type(payload).__name__}: {payload}"
         status = f"⚠ {message} ({kept})"

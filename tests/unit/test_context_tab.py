@@ -321,3 +321,12 @@ def test_the_page_guide_lists_every_context_preset():
     listed = set(re.findall(r"`(context-[a-z0-9_-]+)`", section)) - {"context-tab", "context-<cache>-knobs",
                                                                          "context-<cache>-<knob>"}
     assert listed <= ids, listed - ids
+
+
+def test_a_step_past_the_time_limit_stops_with_the_setting_named(tab, model, monkeypatch):
+    monkeypatch.setenv("PLAYGROUND_MAX_REQUEST_SECONDS", "0.001")
+    updates = list(context_running.run_context_tab(tab, _tiny(tab, model, caches=["static"]), _Request(),
+                                                   lambda *a, **k: None))
+    assert updates[-1][tab.status].startswith("■ a step of the measurement ran past the time limit of 0 s "
+                                              "(PLAYGROUND_MAX_REQUEST_SECONDS) and stopped: kept the 0 of 1")
+    assert updates[-1][tab.results]["visible"] is False
