@@ -39,23 +39,36 @@ NOTHING_NOTE = "■ Stopped before any run finished: nothing to draw."
 Event = tuple[str, Any]
 
 
-def plot_setup(tab: ContextTab, series: list[str]) -> Updates:
-    """Before the first run: every series the plan draws named (legend and colours) with no data yet."""
-    empty = frames([], series)
-    mapping = colours(series)
+PLOT_KEYS = ("speed", "memory", "kl", "top1")  # tab.plots() in order
+
+
+def _legends(series: list[str]) -> dict[str, list[str]]:
+    """Each plot's series: the speed plot's include each run's roofline."""
+    names = list(colours(series))
+    return {key: [n for n in names if key == "speed" or not n.endswith(f" {ROOFLINE}")] for key in PLOT_KEYS}
+
+
+def _span(low: float, high: float) -> list[float]:
+    return [low, high] if high > low else [low - 1, high + 1]
+
+
+def plot_setup(tab: ContextTab, plan: ContextPlan, series: list[str]) -> Updates:
+    """Before the first run: every series the plan draws with its colour (the legend lists the colour map), no
+    data yet, and the x axes over what the plan measures (the lengths; positions 1 to the quality tokens), so
+    that no axis starts at 0."""
+    empty, mapping, legends = frames([], series), colours(series), _legends(series)
+    lengths, positions = _span(min(plan.request.lengths), max(plan.request.lengths)), _span(1, plan.request.tokens)
     updates: Updates = {}
-    for plot, key in zip(tab.plots(), ("speed", "memory", "kl", "top1"), strict=True):
-        legend = [name for name in mapping if key == "speed" or not name.endswith(f" {ROOFLINE}")]
-        updates[plot] = gr.update(value=empty[key], color_map={n: mapping[n] for n in legend},
-                                  colors_in_legend=legend)
+    for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True):
+        updates[plot] = gr.update(value=empty[key], color_map={n: mapping[n] for n in legends[key]},
+                                  x_lim=lengths if key in ("speed", "memory") else positions)
     return updates
 
 
 def data_updates(tab: ContextTab, results: list[dict[str, Any]], series: list[str]) -> Updates:
     """The plots' data and the tables for the runs finished so far, and nothing else."""
     drawn = frames(results, series)
-    updates: Updates = {plot: gr.update(value=drawn[key])
-                        for plot, key in zip(tab.plots(), ("speed", "memory", "kl", "top1"), strict=True)}
+    updates: Updates = {plot: gr.update(value=drawn[key]) for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True)}
     return updates | {tab.speed_table: speed_table(results), tab.quality_table: quality_table(results)}
 
 
@@ -104,7 +117,8 @@ def run_context_tab(tab: ContextTab, data: Inputs, request: gr.Request, progress
     series = planned_series(plan.specs)
     yield {tab.run: gr.update(interactive=False), tab.stop: gr.update(interactive=True), tab.state: [],
            tab.status: f"◔ starting: {len(plan.specs)} runs ({', '.join(series)})",
-           **plot_setup(tab, series), **_results_shown(tab, False, "◔ The plots appear when the first run finishes.")}
+           **plot_setup(tab, plan, series),
+           **_results_shown(tab, False, "◔ The plots appear when the first run finishes.")}
     threading.Thread(target=_measure_all, args=(plan, events, flag.is_set), name="context-page", daemon=True).start()
     try:
         yield from _follow(tab, plan, series, events, progress)

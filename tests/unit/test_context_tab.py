@@ -220,9 +220,10 @@ def test_the_tab_measures_each_cache_draws_it_as_it_finishes_and_keeps_to_its_ou
     start, final = updates[0], updates[-1]
     assert start[tab.results]["visible"] is False and start[tab.run]["interactive"] is False
     series = ["static · torch", "sliding (window 32) · torch"]
-    assert start[tab.speed_plot]["colors_in_legend"] == [series[0], f"{series[0]} {ROOFLINE}", series[1],
+    assert start[tab.speed_plot]["x_lim"] == [32, 64] and start[tab.kl_plot]["x_lim"] == [1, 96]  # not from 0
+    assert list(start[tab.speed_plot]["color_map"]) == [series[0], f"{series[0]} {ROOFLINE}", series[1],
                                                          f"{series[1]} {ROOFLINE}"]
-    assert start[tab.kl_plot]["colors_in_legend"] == series
+    assert list(start[tab.kl_plot]["color_map"]) == series
     progress = [u[tab.status] for u in updates if tab.status in u and u[tab.status].startswith("◔ run")]
     assert any("run 2 of 2, **sliding (window 32) · torch**: speed: 64 tokens of context" in p for p in progress)
     drawn = [u for u in updates if tab.state in u and u[tab.state]]
