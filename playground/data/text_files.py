@@ -34,10 +34,16 @@ def read_text_file(path: str | Path, flag: str, max_chars: int | None = None, li
     except UnicodeDecodeError as exc:
         raise PlaygroundError(f"{where} is not UTF-8 text (byte {exc.start} cannot be decoded); give a text "
                               "file") from None
+    return checked_text(text, where, max_chars, limit_name)
+
+
+def checked_text(text: str, where: str, max_chars: int | None = None, limit_name: str = "") -> str:
+    """`text` (a file's, or pasted on the page), or a PlaygroundError naming `where`: binary (a NUL byte), empty,
+    or over `max_chars` characters."""
     if "\x00" in text:
-        raise PlaygroundError(f"{where} holds NUL bytes (binary data); give a text file")
+        raise PlaygroundError(f"{where} holds NUL bytes (binary data); give text")
     if not text.strip():
-        raise PlaygroundError(f"{where} is empty; give a file with some text")
+        raise PlaygroundError(f"{where} is empty; give some text")
     if max_chars is not None and len(text) > max_chars:
         raise PlaygroundError(f"{where} has {len(text)} characters; the limit is {max_chars}"
                               + (f" ({limit_name})" if limit_name else ""))

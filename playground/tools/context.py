@@ -15,7 +15,6 @@ from typing import Any
 
 from playground import registry
 from playground.data.text_files import DEFAULT_TEXT
-from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from playground.tools.context_request import (
     DECODE_TOKENS,
@@ -26,8 +25,8 @@ from playground.tools.context_request import (
     ContextRequest,
     check_context,
     model_context,
-    parse_lengths,
-    parse_measures,
+    never,
+    parse_request,
 )
 
 
@@ -47,46 +46,64 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def request_from_args(args: argparse.Namespace) -> ContextRequest:
-    request = ContextRequest(parse_measures(args.measure), parse_lengths(args.lengths), args.tokens, args.buckets)
-    if "quality" in request.measures and request.tokens < 2:
-        raise PlaygroundError(f"--tokens {request.tokens}: quality needs at least 2 tokens (one position to score)")
-    if request.buckets < 1:
-        raise PlaygroundError(f"--buckets {request.buckets}: give at least 1")
-    return request
+    return parse_request(args.measure, args.lengths, args.tokens, args.buckets)
 
 
 def run_context(spec: RunSpec, request: ContextRequest, text_file: str | None,
                 progress: Callable[[str], Any]) -> dict[str, Any]:
     """Refuse what can be refused before loading (the model's context from its config on disk, the text file),
     then load the model and measure; the command's JSON object."""
-    from playground import runner
     from playground.data.text_files import read_text_file
+
+    check_before_loading(spec, request)
+    source = str(text_file or DEFAULT_TEXT)
+    return measure_text(spec, request, read_text_file(source, "--text-file"), source, progress,
+                        where=f"--text-file {source!r}")
+
+
+def check_before_loading(spec: RunSpec, request: ContextRequest) -> None:
+    """What the configs on disk refuse: the backend's preflight, lengths past the model's context, a window the
+    text measured would never fill."""
+    from playground import runner
     from playground.models.catalog import saved_config
-    from playground.models.loaded import LOADED
-    from playground.tools.context_text import text_ids
+    from playground.tools.context_text import check_window
 
     runner.preflight(spec)
     check_context(request, spec.model, model_context(saved_config(spec.model)))
-    source = str(text_file or DEFAULT_TEXT)
-    text = read_text_file(source, "--text-file")
+    check_window(request, spec)
+
+
+def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str, progress: Callable[[str], Any],
+                 should_stop: Callable[[], bool] = never, where: str = "the text") -> dict[str, Any]:
+    """Load the model and measure `text` (`source` names it in the JSON, `where` in a refusal) under the one
+    generation slot, so that no run of the page or the API overlaps it; raises MeasureStopped once `should_stop`
+    says so (checked between tokens and between chunks)."""
+    from playground import runner
+    from playground.models.loaded import LOADED
+    from playground.tools.context_text import text_ids
+
     progress(f"loading {spec.model}")
     loaded, _ = LOADED.get(spec.model, runner.backend_for(spec.backend).source_weights(spec))
     check_context(request, spec.model, model_context(loaded.model.config.get_text_config(decoder=True).to_dict()))
-    ids, text_tokens = text_ids(loaded, text, request, spec, source)
+    ids, text_tokens = text_ids(loaded, text, request, spec, where)
     result: dict[str, Any] = {"model": spec.model, "backend": spec.backend, "cache": spec.cache,
                               "cache_knobs": {name: getattr(spec, name) for name in
                                               registry.cache_type(spec.cache).knobs},
                               "text": {"file": source, "tokens": text_tokens}}
-    if "speed" in request.measures:
-        from playground.tools.context_speed import measure_speed
+    if runner.GENERATION_LOCK.locked():
+        progress("waiting for the generation slot: another run is under way")
+    with runner.GENERATION_LOCK:
+        if "speed" in request.measures:
+            from playground.tools.context_speed import measure_speed
 
-        rows, basis = measure_speed(loaded, spec, ids, list(request.lengths), progress)
-        result.update(basis)
-        result["speed"] = rows
-    if "quality" in request.measures:
-        from playground.tools.context_quality import measure_quality
+            rows, basis = measure_speed(loaded, spec, ids, list(request.lengths), progress, should_stop)
+            result.update(basis)
+            result["speed"] = rows
+        if "quality" in request.measures:
+            from playground.tools.context_quality import measure_quality
 
-        result["quality"] = measure_quality(loaded, spec, ids[:request.tokens], progress, request.buckets)
+            result["quality"] = measure_quality(loaded, spec, ids[:request.tokens], progress, request.buckets,
+                                                should_stop=should_stop)
     return result
 
 

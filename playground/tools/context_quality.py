@@ -21,6 +21,7 @@ import torch
 from playground.models.loaded import LoadedModel
 from playground.runner import backend_for
 from playground.spec import RunSpec
+from playground.tools.context_request import MeasureStopped, never
 
 FULL_CACHE = "dynamic"  # the reference: every position kept in full precision
 BUCKETS = 8  # buckets of positions reported by default
@@ -81,8 +82,10 @@ def paired(first: Iterator[torch.Tensor], second: Iterator[torch.Tensor]) -> Ite
 
 
 def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress: Callable[[str], Any],
-                    buckets: int = BUCKETS, chunk: int = CHUNK) -> dict[str, Any]:
-    """Teacher-force the token `ids` through spec's cache and the full cache on spec's backend; the quality JSON."""
+                    buckets: int = BUCKETS, chunk: int = CHUNK, should_stop: Callable[[], bool] = never
+                    ) -> dict[str, Any]:
+    """Teacher-force the token `ids` through spec's cache and the full cache on spec's backend; the quality JSON.
+    Raises MeasureStopped when `should_stop` says so between pieces."""
     backend = backend_for(spec.backend)
     tokens = len(ids)
 
@@ -97,6 +100,8 @@ def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress
         pairs = paired(full, mine)
     positions, done = Positions(), 0
     for reference, rows in pairs:
+        if should_stop():
+            raise MeasureStopped(f"stopped after {done} of {tokens - 1} positions")
         targets = torch.tensor(ids[done + 1: done + 1 + len(rows)])
         positions.add(reference, rows, targets)
         done += len(rows)

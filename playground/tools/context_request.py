@@ -19,6 +19,15 @@ DEFAULT_BUCKETS = 8
 SPEC_KEYS = ("model", "backend", "cache", "weights", "devices")
 
 
+class MeasureStopped(Exception):  # noqa: N818 - a stop asked for, not a failure
+    """A measurement ended early because its caller asked it to stop (the page's Stop button)."""
+
+
+def never() -> bool:
+    """A `should_stop` that never stops (the command runs to the end)."""
+    return False
+
+
 def spec_keys() -> tuple[str, ...]:
     """The RunSpec keys the command reads: which model, backend and cache, and every registered cache's knobs."""
     knobs = (name for cache in registry.caches() for name in cache.knobs)
@@ -56,6 +65,16 @@ def parse_lengths(text: str) -> tuple[int, ...]:
         raise PlaygroundError(f"--lengths {text!r}: give context lengths in tokens, whole numbers above 0 separated "
                               "by commas (e.g. 512,1024,2048)")
     return lengths
+
+
+def parse_request(measures: str, lengths: str, tokens: int, buckets: int) -> ContextRequest:
+    """The request from the command's options (or the page's fields, in the same words)."""
+    request = ContextRequest(parse_measures(measures), parse_lengths(lengths), tokens, buckets)
+    if "quality" in request.measures and request.tokens < 2:
+        raise PlaygroundError(f"--tokens {request.tokens}: quality needs at least 2 tokens (one position to score)")
+    if request.buckets < 1:
+        raise PlaygroundError(f"--buckets {request.buckets}: give at least 1")
+    return request
 
 
 def model_context(config: Mapping[str, Any] | None) -> int | None:

@@ -22,7 +22,7 @@ from playground.models.loaded import LoadedModel
 from playground.runner import backend_for, check_cache_fits
 from playground.spec import RunSpec
 from playground.tools.bench import BandwidthProbe, rates
-from playground.tools.context_request import DECODE_TOKENS
+from playground.tools.context_request import DECODE_TOKENS, MeasureStopped, never
 
 
 def decode_spec(spec: RunSpec) -> RunSpec:
@@ -39,21 +39,26 @@ def sample_bandwidth() -> list[float]:
         probe.close()
 
 
-def _generate(loaded: LoadedModel, spec: RunSpec, prompt: list[int]) -> GenerationOutput:
-    return backend_for(spec.backend).generate(loaded, prompt, spec, lambda ids: None, lambda: False)
+def _generate(loaded: LoadedModel, spec: RunSpec, prompt: list[int], should_stop: Callable[[], bool]
+              ) -> GenerationOutput:
+    out = backend_for(spec.backend).generate(loaded, prompt, spec, lambda ids: None, should_stop)
+    if out.stopped:
+        raise MeasureStopped(f"stopped at {len(prompt)} tokens of context")
+    return out
 
 
 def measure_length(loaded: LoadedModel, spec: RunSpec, ids: list[int], length: int,
-                   progress: Callable[[str], Any]) -> tuple[dict[str, Any], GenerationOutput]:
+                   progress: Callable[[str], Any], should_stop: Callable[[], bool] = never
+                   ) -> tuple[dict[str, Any], GenerationOutput]:
     """One length's figures (bandwidth-free: the roofline is added once the bandwidth is known) and its run."""
     run = decode_spec(spec)
     prompt = ids[:length]
     check_cache_fits(loaded, run, length)  # refused up front where the cache would not fit the memory budget
     progress(f"speed: {length} tokens of context, untimed run (compiles on JAX)")
-    _generate(loaded, run, prompt)
+    _generate(loaded, run, prompt, should_stop)
     progress(f"speed: {length} tokens of context, timed run")
     with PeakRss() as rss:
-        out = _generate(loaded, run, prompt)
+        out = _generate(loaded, run, prompt, should_stop)
     decode, prefill_s = rates(out.start_time, out.token_times)
     assert prefill_s is not None  # min_new_tokens: the run produced its tokens
     row = {"context_tokens": length, "prefill_s": round(prefill_s, 4),
@@ -64,11 +69,12 @@ def measure_length(loaded: LoadedModel, spec: RunSpec, ids: list[int], length: i
 
 
 def measure_speed(loaded: LoadedModel, spec: RunSpec, ids: list[int], lengths: list[int],
-                  progress: Callable[[str], Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                  progress: Callable[[str], Any], should_stop: Callable[[], bool] = never
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The speed rows, one per length, and the figures their rooflines rest on (bandwidth, weight bytes)."""
     progress("speed: measuring read bandwidth (jitted sums over 1 GiB)")
     samples = sample_bandwidth()
-    measured = [measure_length(loaded, spec, ids, length, progress) for length in lengths]
+    measured = [measure_length(loaded, spec, ids, length, progress, should_stop) for length in lengths]
     samples += sample_bandwidth()
     bandwidth = statistics.median(samples)
     weight_bytes = next((out.weight_bytes for _, out in measured if out.weight_bytes), None) or loaded.weight_bytes

@@ -16,15 +16,22 @@ if TYPE_CHECKING:
 
 
 def text_ids(loaded: LoadedModel, text: str, request: ContextRequest, spec: RunSpec,
-             source: str) -> tuple[list[int], int]:
+             where: str) -> tuple[list[int], int]:
     """The first token ids of the text that the request reads and the text's length in tokens; refuses a text
-    too short for the request, or a window the text would never fill (it would measure the full cache again)."""
+    too short for the request (`where` names the text: "--text-file 'x.txt'", "the pasted text"), or a window
+    the text would never fill (it would measure the full cache again)."""
     ids = list(loaded.tokenizer(text).input_ids)
     longest = request.longest()
     if len(ids) < longest:
-        raise PlaygroundError(f"--text-file {source!r} is {len(ids)} tokens for {loaded.name}; the request reads "
-                              f"{longest} (--lengths, --tokens): give a longer text or ask for fewer tokens")
+        raise PlaygroundError(f"{where} is {len(ids)} tokens for {loaded.name}; the request reads {longest} (the "
+                              "longest length, or the quality tokens): give a longer text or ask for fewer tokens")
+    check_window(request, spec)
+    return ids[:longest], len(ids)
+
+
+def check_window(request: ContextRequest, spec: RunSpec) -> None:
+    """Refuse a window the text measured would never fill: it would measure the full cache again."""
+    longest = request.longest()
     if "window" in registry.cache_type(spec.cache).knobs and spec.window >= longest:
         raise PlaygroundError(f"window={spec.window} is not smaller than the {longest} tokens of text measured: the "
-                              "window would never fill and evict; lower --window or measure more tokens")
-    return ids[:longest], len(ids)
+                              "window would never fill and evict; lower the window or measure more tokens")

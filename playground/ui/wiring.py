@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
-from playground.ui import branch, lab_tab, stepping, sweep_tab, sweep_wiring, warmup
+from playground.ui import branch, context_running, context_tab, lab_tab, stepping, sweep_tab, sweep_wiring, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
 from playground.ui.columns import column_settings, notice_text, wire
@@ -351,6 +351,8 @@ def build_ui() -> tuple[gr.Blocks, Page]:
                 sweep = sweep_tab.build_sweep_tab()
             with gr.Tab("Sampler lab", id="lab", elem_id="lab-tab"):
                 lab = lab_tab.build_lab_tab()
+            with gr.Tab("Long context", id="context", elem_id="context-tab"):
+                context = context_tab.build_context_tab()
         show_chat = Handler(page.chat_visibility, tuple(page.chat_outputs()))
         _wire_layout(page, show_chat)
         restore = _wire_settings(page, show_chat)
@@ -358,6 +360,7 @@ def build_ui() -> tuple[gr.Blocks, Page]:
         stepping.wire_steps(page)
         sweep_wiring.wire(sweep)
         lab_tab.wire(lab)
+        context_running.wire(context)
         on_private(on_private(demo.load, restore).then, show_chat, page.mode)
         demo.load(None, None, None, js=SHORTCUT_JS)  # Ctrl/Cmd+Enter in the prompt presses Run
         demo.load(None, None, None, js=CLAMP_NOTE_JS)  # out-of-range numbers say what they became

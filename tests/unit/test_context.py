@@ -16,7 +16,7 @@ pytest.importorskip("jax")
 
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from playground.tools import context, context_speed  # noqa: E402
+from playground.tools import context, context_request, context_speed  # noqa: E402
 from playground.tools.context_quality import measure_quality  # noqa: E402
 from tests.helpers import allowed_tiny_model, tiny_llama, tiny_loaded  # noqa: E402
 
@@ -94,8 +94,8 @@ def test_speed_rows_keep_a_bounded_cache_flat(llama, backend, monkeypatch):
     assert rows["sink"][0]["kv_bytes"] == rows["sink"][1]["kv_bytes"] < long["kv_bytes"]
 
 
-def request(measures="speed,quality", lengths="64", tokens=100, buckets=4) -> context.ContextRequest:
-    return context.ContextRequest(context.parse_measures(measures), context.parse_lengths(lengths), tokens, buckets)
+def request(measures="speed,quality", lengths="64", tokens=100, buckets=4) -> context_request.ContextRequest:
+    return context_request.parse_request(measures, lengths, tokens, buckets)
 
 
 @pytest.mark.parametrize(("given", "fragment"), [
@@ -105,7 +105,7 @@ def request(measures="speed,quality", lengths="64", tokens=100, buckets=4) -> co
 ])
 def test_lengths_beyond_the_models_context_are_refused_naming_it(given, fragment):
     with pytest.raises(PlaygroundError) as refused:
-        context.check_context(request(**given), "tiny", 4096)
+        context_request.check_context(request(**given), "tiny", 4096)
     assert str(refused.value) == fragment
 
 
@@ -115,13 +115,13 @@ def test_lengths_beyond_the_models_context_are_refused_naming_it(given, fragment
 ])
 def test_unknown_measures_are_refused(text, fragment):
     with pytest.raises(PlaygroundError, match=fragment):
-        context.parse_measures(text)
+        context_request.parse_measures(text)
 
 
 @pytest.mark.parametrize("text", ["512,x", "0,512", ""])
 def test_bad_lengths_are_refused(text):
     with pytest.raises(PlaygroundError, match="give context lengths in tokens, whole numbers above 0"):
-        context.parse_lengths(text)
+        context_request.parse_lengths(text)
 
 
 @pytest.fixture()
@@ -136,7 +136,7 @@ def test_a_window_larger_than_the_text_measured_is_refused(saved, tmp_path):
     spec = RunSpec(model=saved, cache="sliding", window=300)
     with pytest.raises(PlaygroundError, match="window=300 is not smaller than the 200 tokens of text measured"):
         context.run_context(spec, request(measures="quality", tokens=200), str(text), lambda message: None)
-    with pytest.raises(PlaygroundError, match=r"is 480 tokens for .*; the request reads 600 \(--lengths, --tokens\)"):
+    with pytest.raises(PlaygroundError, match=r"--text-file .*text.txt' is 480 tokens for .*; the request reads 600 "):
         context.run_context(spec, request(measures="quality", tokens=600), str(text), lambda message: None)
 
 

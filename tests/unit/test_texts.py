@@ -16,8 +16,8 @@ def test_a_text_file_is_read_whole(tmp_path):
 
 @pytest.mark.parametrize(("content", "fragment"), [
     (None, "no such file"),
-    (b"", "is empty; give a file with some text"),
-    (b"  \n\t\n", "is empty; give a file with some text"),
+    (b"", "is empty; give some text"),
+    (b"  \n\t\n", "is empty; give some text"),
     (b"text\x00more", "holds NUL bytes (binary data)"),
     (b"\x89PNG\r\n\x1a\n\xff\xfe", "is not UTF-8 text (byte 0 cannot be decoded)"),
     (b"x" * 101, "has 101 characters; the limit is 100 (the test's limit)"),
