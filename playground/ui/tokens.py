@@ -73,10 +73,11 @@ def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
                 steps: Sequence[AssistRecord] | None = None, prefix: PrefixRecord | None = None,
-                vocab_size: int | None = None) -> str:
+                vocab_size: int | None = None, *, pickable: bool = True) -> str:
     """One span per token: background by `by`, title with the top alternatives, draft tokens underlined,
     (assisted) each step's rejected drafts struck through before the token that replaced them, and a branch's
-    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens.
+    forced prefix first. `data-pos` numbers the prefix and the tokens, for the sampling cut a click opens (a run's
+    tokens; not `pickable`: tokens that are not the last run's, whose cut the page cannot open).
 
     Focusable, so a tap (no hover on a phone) opens the alternatives: the page's CSS shows the title on focus.
     """
@@ -98,7 +99,8 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token, vocab_size), quote=True)
         text = _shown(token["text"])
-        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
+        position = f" data-pos='{offset + index}'" if pickable else ""
+        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0'{position} "
                      f"title=\"{title}\">{text}</span>{_breaks(token['text'])}")
     return "<div class='tokens'>" + "".join(spans) + "</div>" + summary_html(tokens)
 
