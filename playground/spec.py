@@ -96,6 +96,9 @@ class RunSpec:
     torch_compile: str = "off"
     # forced first tokens after the prompt (branching at a token): generation continues from the last of them
     prefix_ids: tuple[int, ...] = ()
+    # JAX: the programs sized for this many tokens after the prompt, prefix included (a step of a branch tree
+    # sized for the whole tree, so that no step compiles); 0: for this request alone
+    sized_new_tokens: int = 0
     # (name, value) of knobs registered beyond these fields (a plug-in's stage of the logits chain), sorted by
     # name; read as attributes (spec.name) and written flat in to_dict(), like any other key
     extra_knobs: tuple[tuple[str, Any], ...] = ()
@@ -252,6 +255,20 @@ def _check_prefix(ids: tuple[Any, ...]) -> None:
                                   "allowed: whole numbers from 0 to the model's vocabulary size - 1")
 
 
+def _check_sizing(spec: RunSpec) -> None:
+    """A tree's budget holds the step sized by it (its prefix and its new tokens); only the JAX path compiles
+    programs for a length."""
+    if not spec.sized_new_tokens:
+        return
+    if spec.backend != "jax":
+        raise PlaygroundError(f"sized_new_tokens={spec.sized_new_tokens} sizes the JAX path's programs; allowed "
+                              f"with backend {spec.backend}: 0")
+    low, cap = len(spec.prefix_ids) + spec.max_new_tokens, max_new_tokens_cap()
+    if not low <= spec.sized_new_tokens <= cap:
+        raise PlaygroundError(f"sized_new_tokens={spec.sized_new_tokens} is out of range; allowed: 0, or from {low} "
+                              f"(prefix_ids' {len(spec.prefix_ids)} tokens + max_new_tokens) to {cap}")
+
+
 def check_vocabulary(ids: tuple[int, ...], vocab_size: int, model: str, field: str = "prefix_ids") -> None:
     """Every forced (or biased) id must index the model's embedding table."""
     for position, value in enumerate(ids):
@@ -286,6 +303,7 @@ def _check_ranges(spec: RunSpec) -> None:
     for knob in registry.knobs():
         _check_knob(knob, getattr(spec, knob.name))
     _check_prefix(spec.prefix_ids)
+    _check_sizing(spec)
     chain.parse_order(spec.sampler_order)
     strategy, cache = registry.strategy(spec.strategy), registry.cache_type(spec.cache)
     if spec.assistant is not None and not spec.assistant.strip():

@@ -138,6 +138,10 @@ for _knob in (
     # high: the token cap; the cache's length and a beam's token columns follow it
     Knob(name="max_new_tokens", kind=int, default=64, low=1, shapes=True, sweep="mean_logprob"),
     Knob(name="min_new_tokens", kind=int, default=0, low=0),  # high: max_new_tokens
+    # step mode: every step of a branch tree on the programs of its first (high: the token cap)
+    Knob(name="sized_new_tokens", kind=int, default=0, low=0, shapes=True,
+         help="JAX: size the compiled programs for this many tokens after the prompt, prefix_ids included, so that "
+              "every step of a branch tree runs on its first step's programs; 0: sized for this request alone"),
     Knob(name="seed", kind=int, default=0, low=0, high=2**32 - 1),
     Knob(name="num_beams", kind=int, default=4, low=1, high=MAX_BEAMS, shapes=True, sweep="mean_logprob",
          group=BEAM, step=1, label="beams", help="beam search: the hypotheses kept at every step (2 or more)"),

@@ -2,9 +2,12 @@
 
 A step recomputes from the branch's tokens: the column's RunSpec with the path forced (`prefix_ids`) and as
 many new tokens as the step asks. Forced tokens count as output for every stage that reads the output, so a
-step equals the step of an uninterrupted run at that position (greedy token for token). Sampling draws step k
-with the seed plus k, so that stepping the same branch again draws the same token. A beam search keeps
-several hypotheses, so its step searches again from the prompt one token deeper and shows the beams.
+step equals the step of an uninterrupted run at that position (greedy token for token). A sampling column draws
+the token at position k as a run of its own seeded with the seed plus k: stepping the same node again draws the
+same token, Step 8 is eight Steps, and neither is the k-th draw of a whole run (that run's generator has drawn
+k times before it; replaying it would take each backend's generator state across runs). Run to the end is one
+run seeded with the seed plus its first position, so from the prompt it is the column's own run. A beam search
+keeps several hypotheses, so its step searches again from the prompt one token deeper and shows the beams.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ def searches_beams(spec: dict[str, Any]) -> bool:
     return registry.strategy(spec["strategy"]).rows_knob is not None
 
 
+def draws_each_token(spec: dict[str, Any]) -> bool:
+    """A sampling column (not a beam search): each token of a Step or Step 8 is a run of its own."""
+    return not searches_beams(spec) and registry.strategy(spec["strategy"]).samples(
+        bool(spec.get("assisted_sampling")))
+
+
 def step_spec(tree: StepTree, count: int) -> RunSpec | str:
     """The run that advances the tree's current node by up to `count` tokens, or why it cannot."""
     spec = tree.spec
@@ -31,7 +40,7 @@ def step_spec(tree: StepTree, count: int) -> RunSpec | str:
         if tree.last.get("ended") or depth >= most:
             return f"the search has ended ({depth} tokens; max_new_tokens is {most})"
         new = min(count, most - depth)
-        return RunSpec.from_dict({**spec, "max_new_tokens": depth + new, "repeats": 1,
+        return RunSpec.from_dict({**spec, **_sized(spec), "max_new_tokens": depth + new, "repeats": 1,
                                   "min_new_tokens": min(int(spec["min_new_tokens"]), depth + new)})
     if tree.current is not None and tree.nodes[tree.current].ended:
         return "the text ended here: pick another candidate, or resume another node"
@@ -39,10 +48,15 @@ def step_spec(tree: StepTree, count: int) -> RunSpec | str:
     if len(path) >= most:
         return f"this branch has max_new_tokens ({most}) tokens"
     new = min(count, most - len(path))
-    strategy = registry.strategy(spec["strategy"])
-    seed = int(spec["seed"]) + (len(path) if strategy.samples(bool(spec.get("assisted_sampling"))) else 0)
-    return RunSpec.from_dict({**spec, "prefix_ids": path, "max_new_tokens": new, "seed": seed, "repeats": 1,
-                              "min_new_tokens": min(int(spec["min_new_tokens"]), len(path) + new)})
+    seed = int(spec["seed"]) + (len(path) if draws_each_token(spec) else 0)
+    return RunSpec.from_dict({**spec, **_sized(spec), "prefix_ids": path, "max_new_tokens": new, "seed": seed,
+                              "repeats": 1, "min_new_tokens": min(int(spec["min_new_tokens"]), len(path) + new)})
+
+
+def _sized(spec: dict[str, Any]) -> dict[str, int]:
+    """On JAX, every step of the tree sized for the whole tree (the prompt and max_new_tokens after it), so that
+    it runs on the programs of the tree's first step whatever its node, depth and count."""
+    return {"sized_new_tokens": int(spec["max_new_tokens"])} if spec["backend"] == "jax" else {}
 
 
 def absorb(tree: StepTree, result: Result, asked: int) -> None:

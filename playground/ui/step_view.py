@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, cast
 
 import gradio as gr
 
-from playground.ui.step_runs import searches_beams
+from playground.result import TokenRecord
+from playground.ui.step_runs import draws_each_token, searches_beams
 from playground.ui.step_tree import StepTree
+from playground.ui.tokens import tokens_html
 
 # a click on a candidate or on a node reports its token id or node index (wiring reads it from the event)
 STEP_CLICK_JS = """
@@ -102,9 +104,41 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
         buttons.append("<div class='step-empty'>this strategy recorded no candidates for the token</div>")
     position = len(tree.path()) - 1
     head = f"<div class='step-head'>token {position}: candidates after the chain (a click forces one)</div>"
+    if draws_each_token(tree.spec):
+        head += (f"<div class='step-head'>sampled with seed {tree.spec['seed']} + {position}: a Step here draws "
+                 "the same token again, Step 8 draws as eight Steps; a whole run's draw here may differ</div>")
     ended = "<div class='step-note'>the text ended here</div>" if node.ended else ""
     return (warn + head + "<div class='step-cands'>" + "".join(buttons) + "</div>" + _cut_line(record, tree.spec)
             + _method_line(record) + _drafts_line(tree) + ended)
+
+
+def branch_records(tree: StepTree) -> list[TokenRecord]:
+    """The current branch's tokens as a run's records: a drawn token with its step's record; a picked one with
+    that record's figures for it (the same distribution, without what the method weighed for the token it took);
+    a typed one bare, as no step scored it."""
+    records: list[TokenRecord] = []
+    for i in tree.path():
+        node = tree.nodes[i]
+        record = node.record
+        if record is None:
+            records.append(TokenRecord(id=node.token, text=node.text, p=None, entropy=None, p_model=None,
+                                       entropy_model=None, top=None, draft=None))
+        elif record["id"] == node.token:
+            records.append(cast(TokenRecord, dict(record)))
+        else:
+            alt = next((a for a in record.get("alternatives") or [] if a["id"] == node.token), None)
+            figures = {key: alt.get(key) if alt else None for key in ("p", "p_model", "logprob", "logprob_model")}
+            records.append(cast(TokenRecord, {**record, "id": node.token, "text": node.text, **figures,
+                                              "draft": None, "contrastive": None, "dola": None}))
+    return records
+
+
+def strip_html(tree: StepTree, colour_by: str) -> str:
+    """The column's token view for the branch it stands on: its tokens coloured as a run's are. A click on one
+    does not open the sampling cut (the page's cut is the last run's); the candidates under it are the step's."""
+    note = ("<div class='step-head'>the branch's tokens (step mode): a token of the branch tree below resumes "
+            "there and shows its candidates</div>")
+    return note + tokens_html(branch_records(tree), colour_by, pickable=False)
 
 
 def branches_html(tree: StepTree | None) -> str:

@@ -18,23 +18,24 @@ from playground.ui.chat import MODES
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.live import LIVE_RUNS
 from playground.ui.page import Page
-from playground.ui.step_runs import absorb, searches_beams, step_spec
+from playground.ui.step_runs import absorb, draws_each_token, searches_beams, step_spec
 from playground.ui.step_tree import StepTree
-from playground.ui.step_view import branches_html, candidates_html
+from playground.ui.step_view import branches_html, candidates_html, strip_html
 
 Steps = dict[str, Any]  # the page's step state: {"prompt": str, "trees": {slot: StepTree}}
 TO_THE_END = 1 << 30  # "run to the end": as many tokens as the branch has left
 
 
-def _views(page: Page, slot: int, tree: StepTree | None, note: str = "") -> Updates:
-    """A column's candidates, branch tree and output text (the current branch, or the best beam)."""
+def _views(page: Page, slot: int, tree: StepTree | None, colour_by: str, note: str = "") -> Updates:
+    """A column's candidates, branch tree, output text and token view (the current branch, or the best beam)."""
     col = page.columns[slot]
     updates: Updates = {col.step_candidates: candidates_html(tree, note), col.branches: branches_html(tree)}
     beams = (tree.last.get("beams") or []) if tree is not None else []
     if beams:
         updates[col.output] = beams[0][0]
-    elif tree is not None and tree.current is not None:  # at the prompt, the last run's text stays
+    elif tree is not None and tree.current is not None:  # at the prompt, the last run's text and tokens stay
         updates[col.output] = tree.text()
+        updates[col.tokens] = strip_html(tree, colour_by)
     return updates
 
 
@@ -69,6 +70,22 @@ def _run_step(prompt: str, spec: RunSpec, stop: Any, progress: gr.Progress, slot
     raise RuntimeError("the step ended without a result")
 
 
+def _advance(tree: StepTree, prompt: str, count: int, stop: Any, progress: gr.Progress, slot: int) -> None:
+    """Up to `count` tokens from the tree's current node: one run, or a sampling column's Step 8 as eight Steps
+    (each token drawn as its own Step draws it). Refused (PlaygroundError) when not even the first can run."""
+    runs, each = (count, 1) if count != TO_THE_END and draws_each_token(tree.spec) else (1, count)
+    for done in range(runs):
+        spec = step_spec(tree, each)
+        if isinstance(spec, str):
+            if done:  # the branch filled up or its text ended: the tokens stepped so far stay
+                return
+            raise PlaygroundError(spec)
+        asked = spec.max_new_tokens - (int(tree.last.get("depth", 0)) if searches_beams(tree.spec) else 0)
+        absorb(tree, _run_step(prompt, spec, stop, progress, slot), asked)
+        if stop.is_set():
+            return
+
+
 def step_columns(page: Page, data: Inputs, count: int, request: gr.Request,
                  progress: gr.Progress) -> Iterator[Updates]:
     """Every visible column advanced by up to `count` tokens from its current node, one column after another."""
@@ -86,28 +103,25 @@ def step_columns(page: Page, data: Inputs, count: int, request: gr.Request,
         yield {page.step_status: f"⚠ **not stepped:** {exc}"}
         return
     trees = _trees(data[page.steps], prompt, specs)
+    colour_by = data[page.colour_by]
     stop = LIVE_RUNS.stop_flag(request.session_hash or "")
     stop.clear()
     notes: dict[int, str] = {}
     with LIVE_RUNS.working(request.session_hash or "", "a step"):
         for slot, tree in trees.items():
             yield {page.step_status: f"▶ stepping column {slot + 1}"}
-            spec = step_spec(tree, count)
             try:
-                if isinstance(spec, str):
-                    raise PlaygroundError(spec)
-                asked = spec.max_new_tokens - (int(tree.last.get("depth", 0)) if searches_beams(tree.spec) else 0)
-                absorb(tree, _run_step(prompt, spec, stop, progress, slot), asked)
+                _advance(tree, prompt, count, stop, progress, slot)
             except PlaygroundError as exc:
                 notes[slot] = f"⚠ {exc}"
-            yield _views(page, slot, tree, notes.get(slot, ""))
+            yield _views(page, slot, tree, colour_by, notes.get(slot, ""))
     done = len(trees) - len(notes)
     yield {page.steps: {"prompt": prompt, "trees": trees},
            page.step_status: f"✓ stepped {done} of {len(trees)} column(s)"
            + (f"; {'; '.join(f'column {s + 1}: {n}' for s, n in notes.items())}" if notes else "")}
 
 
-def pick(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
+def pick(page: Page, steps: Steps, colour_by: str, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
     """A candidate's click: that token forced at the current position (a sibling of the current node)."""
     refused = _busy(request, "not forked")
     if refused is not None:
@@ -121,12 +135,12 @@ def pick(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Req
     if alternative is None:
         return {}
     tree.fork(int(token), alternative["text"], alternative.get("logprob_model"))
-    return _views(page, slot, tree) | {page.steps: steps, page.step_status: (
+    return _views(page, slot, tree, colour_by) | {page.steps: steps, page.step_status: (
         f"✓ column {slot + 1}: forced {alternative['text']!r} at token {len(tree.path()) - 1}; Step continues "
         "from it")}
 
 
-def resume(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
+def resume(page: Page, steps: Steps, colour_by: str, slot: int, evt: gr.EventData, request: gr.Request) -> Updates:
     """A node's click in the branch tree: the column stands there; Step continues from it."""
     refused = _busy(request, "not resumed")
     if refused is not None:
@@ -136,7 +150,7 @@ def resume(page: Page, steps: Steps, slot: int, evt: gr.EventData, request: gr.R
     if tree is None or not isinstance(node, (int, float)) or not 0 <= int(node) < len(tree.nodes):
         return {}
     tree.resume(int(node))
-    return _views(page, slot, tree) | {page.steps: steps, page.step_status: (
+    return _views(page, slot, tree, colour_by) | {page.steps: steps, page.step_status: (
         f"✓ column {slot + 1}: resumed at token {len(tree.path()) - 1}")}
 
 
@@ -153,21 +167,23 @@ def force_text(page: Page, data: Inputs, request: gr.Request) -> Updates:
     except PlaygroundError as exc:
         return {page.step_status: f"⚠ **not forced:** {exc}"}
     trees = _trees(data[page.steps], prompt, specs)
+    colour_by = data[page.colour_by]
     updates: Updates = {}
     forced = 0
     for slot, tree in trees.items():
         if searches_beams(tree.spec):
-            updates |= _views(page, slot, tree, "beam search keeps several hypotheses: typed text is not forced here")
+            updates |= _views(page, slot, tree, colour_by,
+                              "beam search keeps several hypotheses: typed text is not forced here")
             continue
         try:
             pieces = runner.encode_text(RunSpec.from_dict(tree.spec), text)
         except PlaygroundError as exc:
-            updates |= _views(page, slot, tree, f"⚠ {exc}")
+            updates |= _views(page, slot, tree, colour_by, f"⚠ {exc}")
             continue
         for token, piece in pieces:
             tree.add(token, piece, "typed", None)
         forced += 1
-        updates |= _views(page, slot, tree)
+        updates |= _views(page, slot, tree, colour_by)
     return updates | {page.steps: {"prompt": prompt, "trees": trees}, page.step_text: "",
                       page.step_status: f"✓ forced {text!r} in {forced} column(s); Step continues after it"}
 
@@ -176,7 +192,7 @@ def wire_steps(page: Page) -> None:
     """Step, Step 8 and Run to the end in the queue (they run the model); clicks on candidates and nodes outside
     it (they only move through the tree)."""
     inputs = page.setting_inputs() | {page.steps, page.conversation}
-    views = [x for col in page.columns for x in (col.step_candidates, col.branches, col.output)]
+    views = [x for col in page.columns for x in (col.step_candidates, col.branches, col.output, col.tokens)]
     for button, count in ((page.step, 1), (page.step_8, 8), (page.run_to_end, TO_THE_END)):
         @writes(views, page.steps, page.step_status)
         def advance(data: Inputs, request: gr.Request, progress: gr.Progress = gr.Progress(),  # noqa: B008
@@ -191,13 +207,16 @@ def wire_steps(page: Page) -> None:
 
     on_private(page.force_text.click, typed, inputs | {page.step_text}, queue=True)
     for slot, col in enumerate(page.columns):
-        @writes(col.step_candidates, col.branches, col.output, page.steps, page.step_status)
-        def on_candidate(steps: Steps, evt: gr.EventData, request: gr.Request, slot: int = slot) -> Updates:
-            return pick(page, steps, slot, evt, request)
+        shown = (col.step_candidates, col.branches, col.output, col.tokens)
 
-        @writes(col.step_candidates, col.branches, col.output, page.steps, page.step_status)
-        def on_node(steps: Steps, evt: gr.EventData, request: gr.Request, slot: int = slot) -> Updates:
-            return resume(page, steps, slot, evt, request)
+        @writes(*shown, page.steps, page.step_status)
+        def on_candidate(steps: Steps, colour_by: str, evt: gr.EventData, request: gr.Request,
+                         slot: int = slot) -> Updates:
+            return pick(page, steps, colour_by, slot, evt, request)
 
-        on_private(col.step_candidates.click, on_candidate, page.steps)
-        on_private(col.branches.click, on_node, page.steps)
+        @writes(*shown, page.steps, page.step_status)
+        def on_node(steps: Steps, colour_by: str, evt: gr.EventData, request: gr.Request, slot: int = slot) -> Updates:
+            return resume(page, steps, colour_by, slot, evt, request)
+
+        on_private(col.step_candidates.click, on_candidate, [page.steps, page.colour_by])
+        on_private(col.branches.click, on_node, [page.steps, page.colour_by])

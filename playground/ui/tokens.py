@@ -70,11 +70,12 @@ def _forced_spans(prefix: PrefixRecord | None) -> list[str]:
 
 def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, diverge_at: int | None = None,
                 prefix: PrefixRecord | None = None, vocab_size: int | None = None,
-                view: StrategyView = NO_VIEW, result: Result | None = None) -> str:
+                view: StrategyView = NO_VIEW, result: Result | None = None, *, pickable: bool = True) -> str:
     """One span per token: background by `by`, title with the top alternatives, a branch's forced prefix first,
     and what the column's strategy's `view` draws of its own records (marks, tooltip lines, HTML before a token
     and a summary under them; `result` is the run they come from). `data-pos` numbers the prefix and the tokens,
-    for the sampling cut a click opens.
+    for the sampling cut a click opens (a run's tokens; not `pickable`: tokens that are not the last
+    run's, whose cut the page cannot open).
 
     Focusable, so a tap (no hover on a phone) opens the alternatives: the page's CSS shows the title on focus.
     """
@@ -94,7 +95,8 @@ def tokens_html(tokens: Sequence[TokenRecord] | None, by: str = DEFAULT_COLOUR, 
         style = f" style='background:hsl({hue:.0f},75%,82%)'" if hue is not None else ""
         title = html.escape(_tooltip(index, token, view, vocab_size), quote=True)
         text = shown(token["text"])
-        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0' data-pos='{offset + index}' "
+        position = f" data-pos='{offset + index}'" if pickable else ""
+        spans.append(f"<span class='{' '.join(classes)}'{style} tabindex='0'{position} "
                      f"title=\"{title}\">{text}</span>{_breaks(token['text'])}")
     return "<div class='tokens'>" + "".join(spans) + "</div>" + view.below_tokens(tokens or [])
 

@@ -1,5 +1,5 @@
-"""Step mode in a real browser: three steps give greedy's tokens, a click on a lower candidate forks the text, and
-the branch tree keeps both branches (SmolLM2 on PyTorch).
+"""Step mode in a real browser: three steps give greedy's tokens, a click on a lower candidate forks the text (and
+the column's token view with it), and the branch tree keeps both branches (SmolLM2 on PyTorch).
 
 Screenshots (light, dark and a 390 px wide phone) go to $PLAYGROUND_SHOTS when it is set.
 """
@@ -39,11 +39,16 @@ def test_three_steps_give_greedy_s_tokens_and_a_lower_candidate_forks_a_second_b
     assert "top_k: removed" in page.locator("#step-candidates-1").inner_text()
     _shoot(page, "step-light")
 
+    strip = page.locator("#tokens-0 span.tok")  # the token view shows the branch: its three tokens
+    assert strip.count() == 3 and "the branch's tokens" in page.locator("#tokens-0").inner_text()
+
     lower = page.locator("#step-candidates-0 button.cand:not(.chosen)").first
+    picked = lower.locator("b").inner_text()
     lower.click()
     page.wait_for_function("() => document.querySelectorAll('#branches-0 li').length === 2", timeout=30_000)
     forked = page.locator("#output-0 textarea").input_value()
     assert forked != greedy  # the text forks at the last token
+    assert strip.count() == 3 and strip.last.inner_text() == picked  # and so does the token view
     tree = page.locator("#branches-0").inner_text()
     assert "first branch" in tree and "forked at token 2" in tree
     # the first branch is kept: a click on its last token resumes there, and the output is greedy's again

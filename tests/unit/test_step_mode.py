@@ -1,9 +1,13 @@
 """Step mode: stepping a column recomputes from its branch's tokens, so three steps give greedy's first three
-tokens on both backends (on JAX, steps after the first compile nothing); a candidate forks, the branch tree keeps
-every branch and resumes any node; typed text is forced; beam search shows its beams, assisted decoding its
-drafts; a step pressed during a run is refused and the run goes on."""
+tokens on both backends (on JAX, sized for the tree, no step after the first compiles anything, across buckets
+and cache granules); a candidate forks, the branch tree keeps every branch and resumes any node, and the token
+view follows the branch; typed text is forced; a sampling column draws token k with the seed plus k (Step 8 is
+eight Steps); beam search shows its beams, assisted decoding its drafts; a step pressed during a run is refused
+and the run goes on."""
 
 from __future__ import annotations
+
+import html
 
 import pytest
 
@@ -13,12 +17,15 @@ from playground.ui import stepping
 from playground.ui.live import LIVE_RUNS
 from playground.ui.step_runs import absorb, step_spec
 from playground.ui.step_tree import StepTree
+from playground.ui.step_view import candidates_html
+from playground.ui.tokens import DEFAULT_COLOUR, ENTROPY_SCALE
 from tests.helpers import module_tiny_model
 from tests.unit.test_ui import page_data
 
 pytest.importorskip("torchax")
 
-PROMPT = "the lamp"  # 8 byte tokens: every step's prompt and prefix stay in one prefill bucket
+PROMPT = "the lamp"
+PROMPT_TOKENS = 8  # byte tokens
 SESSION = type("Request", (), {"session_hash": "step-session"})()
 
 
@@ -61,8 +68,33 @@ def test_three_steps_give_greedy_s_tokens_and_a_jax_step_compiles_nothing(local_
     assert tree.ids() == whole["token_ids"]
     # each step's record is the run's record at that position (the same distribution and cut)
     assert [round(tree.nodes[i].record["p"], 4) for i in tree.path()] == [round(t["p"], 4) for t in whole["tokens"]]
-    if backend == "jax":  # the prompt's bucket and the cache's length hold: the first step's programs serve all
+    if backend == "jax":  # sized for the tree: the first step's programs serve all
         assert [s["metrics"]["compile_s"] for s in steps[1:]] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_every_jax_step_of_a_tree_runs_on_its_first_step_s_programs(local_model, cache):
+    """Sized for the tree (the prompt and its max_new_tokens), a step compiles nothing after the tree's first,
+    wherever it stands: the branch crosses the prompt's buckets (16, 32, 64) and the cache's 64-position
+    granule, a single step follows Step 8 and a long run, and a forced candidate is stepped on; the tokens are
+    an uninterrupted greedy run's."""
+    tree = StepTree(_spec(local_model, "jax", cache=cache, max_new_tokens=70, min_new_tokens=70))
+    first = _step(tree)
+    programs = first["extra"]["compiled_programs"]
+    later = [_step(tree, 8), _step(tree), _step(tree, 47), _step(tree)]  # the branch: 9, 10, 57, 58 tokens
+    assert len(tree.ids()) == 58 and PROMPT_TOKENS + 58 > 64  # past buckets 16, 32, 64 and 64 positions
+    tree.resume(tree.path()[20])
+    record = tree.nodes[tree.current].record
+    lower = next(a for a in record["alternatives"] if a["id"] != tree.nodes[tree.current].token)
+    tree.fork(lower["id"], lower["text"], lower["logprob_model"])
+    later += [_step(tree), _step(tree, 8)]
+    tree.resume(tree.branches()[0].leaf)
+    later.append(_step(tree, 1 << 30))  # run to the end: the first branch's last 12 tokens
+    assert {r["extra"]["prefill_bucket"] for r in [first, *later]} == {128}  # the longest step's prompt: 8 + 69
+    assert [r["extra"]["compiled_programs"] for r in later] == [programs] * len(later)
+    assert all(r["metrics"]["compile_s"] == 0.0 for r in later)
+    whole = runner.run_to_result(PROMPT, RunSpec.from_dict({**tree.spec, "cache": cache}))
+    assert tree.ids() == whole["token_ids"]  # the first branch, run to its end
 
 
 def test_step_8_then_a_fork_at_a_lower_candidate_keeps_both_branches(local_model):
@@ -86,12 +118,33 @@ def test_step_8_then_a_fork_at_a_lower_candidate_keeps_both_branches(local_model
     assert len(tree.ids()) == 9 and tree.ids()[:8] == [tree.nodes[i].token for i in tree.path(branches[0].leaf)]
 
 
-def test_a_sampling_step_is_reproducible_and_a_beam_step_shows_the_beams(local_model):
-    sampled = [StepTree(_spec(local_model, strategy="sampling", seed=5)) for _ in range(2)]
-    for tree in sampled:
-        _step(tree)
-        _step(tree)
-    assert sampled[0].ids() == sampled[1].ids()
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_sampling_column_draws_each_token_as_its_own_step(page, local_model, backend):
+    """Token k of a sampling column is drawn with the seed plus k: stepping the same node again draws the same
+    token, and Step 8 gives what eight Steps give; Run to the end from the prompt is the column's own run."""
+    data = page_data(page, {page.prompt: PROMPT, page.steps: {}, page.visible: [True, False, False, False],
+                            page.seed: 5, **{page.columns[0].knobs[k]: v for k, v in {
+                                "model": local_model, "backend": backend, "strategy": "sampling", "top_k": 0,
+                                "cache": "static" if backend == "jax" else "dynamic", "max_new_tokens": 10}.items()}})
+
+    def press(steps: dict, count: int) -> StepTree:
+        updates = list(stepping.step_columns(page, {**data, page.steps: steps}, count, SESSION, no_progress))
+        return updates[-1][page.steps]["trees"][0]
+
+    eight = press({}, 8)
+    singles = {}
+    for _ in range(8):
+        singles = {"prompt": PROMPT, "trees": {0: press(singles, 1)}}
+    assert singles["trees"][0].ids() == eight.ids() and len(eight.ids()) == 8
+    assert "sampled with seed 5 + 7: a Step here draws the same token again" in candidates_html(eight)
+    eight.resume(eight.path()[3])  # token 4 again, from token 3: the same draw
+    again = press({"prompt": PROMPT, "trees": {0: eight}}, 1)
+    assert again.current == eight.path()[4] and len(again.nodes) == 8
+    whole = runner.run_to_result(PROMPT, RunSpec.from_dict({**eight.spec, "max_new_tokens": 10}))
+    assert press({}, stepping.TO_THE_END).ids() == whole["token_ids"]
+
+
+def test_a_beam_step_shows_the_beams(local_model):
     beams = StepTree(_spec(local_model, strategy="beam", num_beams=3, num_return_sequences=2))
     _step(beams)
     _step(beams)
@@ -115,17 +168,31 @@ def test_the_page_steps_forks_forces_typed_text_and_refuses_a_step_during_a_run(
     shown = next(u for u in updates if column.step_candidates in u)
     assert shown[column.step_candidates].count("data-token=") == 5 and "chosen" in shown[column.step_candidates]
     assert shown[column.output] == tree.text() and "data-node='0'" in shown[column.branches]
-    lower = tree.nodes[0].record["alternatives"][1]["id"]
-    forked = stepping.pick(page, steps, 0, type("Event", (), {"token": lower})(), SESSION)
-    assert forked[column.output] == tree.text() and tree.ids() == [lower]
+    # the token view follows the branch: its one token with the step's record (no cut of the last run to open)
+    drawn = tree.nodes[0].record
+    assert shown[column.tokens].count("<span class='tok") == 1 and "data-pos" not in shown[column.tokens]
+    assert f"as drawn: p={drawn['p']:.3f}, entropy={drawn['entropy']:.2f}" in shown[column.tokens]
+    lower = drawn["alternatives"][1]
+    forked = stepping.pick(page, steps, DEFAULT_COLOUR, 0, type("Event", (), {"token": lower["id"]})(), SESSION)
+    assert forked[column.output] == tree.text() and tree.ids() == [lower["id"]]
     assert forked[column.branches].count("<li") == 2  # the branch tree keeps both branches
+    # the picked token in the token view: its own p and p_model at that position, the step's entropy
+    assert f"#0 {lower['text']!r} (id {lower['id']})" in html.unescape(forked[column.tokens])
+    assert f"as drawn: p={lower['p']:.3f}, entropy={drawn['entropy']:.2f}" in forked[column.tokens]
+    assert f"model: p={lower['p_model']:.3f}" in forked[column.tokens]
     typed = stepping.force_text(page, {**data, page.steps: steps}, SESSION)
     assert typed[column.output].endswith(" zz") and [n.how for n in tree.nodes][-3:] == ["typed"] * 3
+    assert typed[column.tokens].count("<span class='tok") == 4 and typed[column.tokens].count("hsl(") == 1  # unscored
+    back = stepping.resume(page, steps, "model entropy", 0, type("Event", (), {"node": 0})(), SESSION)
+    assert back[column.tokens].count("<span class='tok") == 1  # resumed at the first branch's token, by model entropy
+    assert f"hsl({120 * (1 - min(drawn['entropy_model'] / ENTROPY_SCALE, 1)):.0f}," in back[column.tokens]
+    stepping.resume(page, steps, DEFAULT_COLOUR, 0, type("Event", (), {"node": len(tree.nodes) - 1})(), SESSION)
     with LIVE_RUNS.working(SESSION.session_hash, "a run"):
         refused = list(stepping.step_columns(page, {**data, page.steps: steps}, 1, SESSION, no_progress))
         with LIVE_RUNS.working(SESSION.session_hash, "a step"):
             pass  # a step that ended while the run goes on leaves the session busy with the run
-        fork = stepping.pick(page, steps, 0, type("Event", (), {"token": lower})(), SESSION)
+        fork = stepping.pick(page, steps, DEFAULT_COLOUR, 0, type("Event", (), {"token": lower["id"]})(),
+                             SESSION)
     assert fork == {page.step_status: "⚠ **not forked:** a run is under way; it goes on, and Step works once it "
                                       "ends (or after Stop)"}
     assert LIVE_RUNS.doing(SESSION.session_hash) is None
@@ -136,8 +203,6 @@ def test_the_page_steps_forks_forces_typed_text_and_refuses_a_step_during_a_run(
 
 @pytest.mark.parametrize("strategy", ["contrastive", "dola"])
 def test_contrastive_and_dola_steps_show_candidates_and_what_the_method_weighed(local_model, strategy):
-    from playground.ui.step_view import candidates_html
-
     tree = StepTree(_spec(local_model, strategy=strategy))
     _step(tree)
     _step(tree)

@@ -51,7 +51,7 @@ class BeamSearch:
              context: Context) -> tuple[CachePlan, list[Pending]]:
         # transformers' beam search stops at the generation config's EOS ids
         spec = self.spec
-        capacity = capacity_for(spec.max_new_tokens)
+        capacity = capacity_for(cache_plan.new_tokens(spec))
         # a constraint mask row per beam; beam sampling's filters keep one more token than there are end tokens,
         # as transformers' own list does
         keep = len(context.eos) + 1 if self.samples and context.eos else 1

@@ -55,7 +55,7 @@ class ContrastiveSearch(PlainDecoding):
              context: Context) -> tuple[CachePlan, list[Pending]]:
         self.choose_tokens(bucket, context)
         layer = int(engine.config.num_hidden_layers)  # hidden_states[N]: the final norm's output
-        capacity = history_capacity(bucket, self.spec.max_new_tokens)
+        capacity = history_capacity(bucket, cache_plan.new_tokens(self.spec))
         self.search = ContrastiveMode(self.mode, int(self.spec.top_k), capacity, self.eos, layer)
         # the loop counts the last token as not yet cached; here it is (4.52's look-ahead): a call of n steps
         # needs n + 1 positions by its count

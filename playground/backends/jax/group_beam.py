@@ -67,7 +67,7 @@ class GroupBeamSearch:
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
              context: Context) -> tuple[CachePlan, list[Pending]]:
         spec = self.spec
-        capacity = capacity_for(spec.max_new_tokens)
+        capacity = capacity_for(cache_plan.new_tokens(spec))
         context = context._replace(rows=spec.num_beams)  # a constraint mask row per beam
         built, self.chain_knobs = chain.build(spec, context, sampling=False,
                                               history=history_capacity(bucket, capacity))

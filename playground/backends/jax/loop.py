@@ -66,12 +66,13 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
 def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec,
              strategy: Strategy) -> Request:
     """The cache plan and every program this request runs on the model's engine, asked for (those not kept in
-    memory start compiling)."""
+    memory start compiling). A step of a branch tree (`sized_new_tokens`) is sized for the whole tree and asks for
+    the decode programs even when it takes one token, so that no later step of the tree compiles anything."""
     prompt_len = prompt.shape[1]
-    bucket = cache_plan.prefill_bucket(prompt_len)
+    bucket = cache_plan.request_bucket(spec, prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
     plan, own = strategy.bind(engine, prompt_len, bucket, Context(engine.vocab_size, eos, loaded.tokenizer))
-    programs = _programs(engine, bucket, plan.schedule(), strategy, decode=spec.max_new_tokens > 1)
+    programs = _programs(engine, bucket, plan.schedule(), strategy, decode=cache_plan.new_tokens(spec) > 1)
     programs.asked += own
     return Request(engine, reused, prompt, bucket, eos, plan, programs)
 

@@ -46,7 +46,7 @@ class PlainDecoding:
         """Fix the token choice's static mode and its knobs; a history the chain reads holds the prompt, every
         new token and `room` more (a verify pass's positions: each has a constraint mask row of its own)."""
         context = context._replace(rows=max(1, room))
-        history = history_capacity(bucket, self.spec.max_new_tokens + room)
+        history = history_capacity(bucket, cache_plan.new_tokens(self.spec) + room)
         self.mode, self.knob_values = sampling.mode_for(self.spec, context, samples=self.samples, history=history)
         self.eos = context.eos
         self.context = context

@@ -40,7 +40,8 @@ TOKENS_PER_TOKEN = 2
 
 def draft_capacity(spec: RunSpec, prompt_len: int) -> int:
     """The longest text the draft may read, in its own tokens, with room for one proposal after it."""
-    return cache_plan.prefill_bucket(TOKENS_PER_TOKEN * (prompt_len + spec.max_new_tokens) + MAX_DRAFTS + 1)
+    positions = cache_plan.sized_prompt(spec, prompt_len) + cache_plan.new_tokens(spec)
+    return cache_plan.prefill_bucket(TOKENS_PER_TOKEN * positions + MAX_DRAFTS + 1)
 
 
 def draft_plan(spec: RunSpec, config: Any, prompt_len: int) -> CachePlan:

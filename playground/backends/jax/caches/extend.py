@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground import registry
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan
 from playground.spec import RunSpec
@@ -23,7 +22,6 @@ def assisted_plan(spec: RunSpec, config: Any, prompt_len: int, width: int) -> Ca
     """The plain plan's layouts with room for one verify pass past max_new_tokens (a pass writes all its
     drafts before any is rejected), and spare ring slots for a pass of `width` tokens."""
     plain = cache_plan.plan_cache(spec, config, prompt_len, width)
-    total = spec.max_new_tokens + width
-    lengths = cache_plan.cache_lengths(registry.cache_type(spec.cache), prompt_len, total, width)
+    lengths = cache_plan.request_lengths(spec, prompt_len, width, room=width)
     return CachePlan(tuple(layer.with_room(width).resized(lengths[0]) for layer in plain.layers), tuple(lengths))
 

@@ -51,6 +51,37 @@ def static_length(prompt_len: int, max_new_tokens: int) -> int:
     return -(-(prompt_len + max_new_tokens) // STATIC_GRANULE) * STATIC_GRANULE
 
 
+def new_tokens(spec: RunSpec) -> int:
+    """The new tokens a request's programs are sized for: its max_new_tokens, or for a step of a branch tree
+    (`sized_new_tokens`) the tree's whole budget, which counts the step's forced prefix among them."""
+    if not spec.sized_new_tokens:
+        return spec.max_new_tokens
+    return max(spec.sized_new_tokens, len(spec.prefix_ids) + spec.max_new_tokens)
+
+
+def sized_prompt(spec: RunSpec, prompt_len: int) -> int:
+    """The prompt the sizes count from: the whole prompt, or for a tree's step the prompt before its forced
+    prefix (the budget holds the prefix), so that every step of one tree has the same sizes."""
+    return prompt_len - len(spec.prefix_ids) if spec.sized_new_tokens else prompt_len
+
+
+def request_bucket(spec: RunSpec, prompt_len: int) -> int:
+    """The request's prefill bucket: its prompt's, or for a tree's step the longest prompt one of the tree's
+    steps can have (the tree's prompt and all but the last of its tokens)."""
+    if not spec.sized_new_tokens:
+        return prefill_bucket(prompt_len)
+    return prefill_bucket(sized_prompt(spec, prompt_len) + new_tokens(spec) - 1)
+
+
+def request_lengths(spec: RunSpec, prompt_len: int, first_chunk: int, room: int = 0) -> list[int]:
+    """The cache lengths of `spec`'s request, with `room` positions past its last new token. A tree's step is
+    preallocated at the tree's length, whatever its cache type: a growing cache would start from a length that
+    holds its prompt and prefix, which changes along the branch (and with it every program)."""
+    if spec.sized_new_tokens:
+        return [static_length(sized_prompt(spec, prompt_len), new_tokens(spec) + room)]
+    return cache_lengths(registry.cache_type(spec.cache), prompt_len, spec.max_new_tokens + room, first_chunk)
+
+
 def growth_lengths(prompt_len: int, max_new_tokens: int, first_chunk: int) -> list[int]:
     """The lengths a growing cache steps through: from the smallest power of two (at least GROWTH_FLOOR) that
     holds the prompt and the first decode chunk, doubling, up to static_length()."""
@@ -102,7 +133,7 @@ def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) ->
     native = "sliding_attention" in layer_types
     check_cache(spec, config)  # the same refusals, in the same words, as the PyTorch path
     cache = registry.cache_type(spec.cache)
-    lengths = cache_lengths(cache, prompt_len, spec.max_new_tokens, first_chunk)
+    lengths = request_lengths(spec, prompt_len, first_chunk)
     shape = attention_shape(config)
     layers = tuple(
         RingLayout(shape.kv_heads, shape.head_dim, slots=min(int(config.sliding_window), lengths[0]),
