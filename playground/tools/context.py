@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from playground import registry
 from playground.data.text_files import DEFAULT_TEXT
 from playground.spec import RunSpec
+
+if TYPE_CHECKING:
+    from playground.tools.context_quality import References
 from playground.tools.context_request import (
     DECODE_TOKENS,
     DEFAULT_BUCKETS,
@@ -74,10 +77,12 @@ def check_before_loading(spec: RunSpec, request: ContextRequest) -> None:
 
 
 def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str, progress: Callable[[str], Any],
-                 should_stop: Callable[[], bool] = never, where: str = "the text") -> dict[str, Any]:
+                 should_stop: Callable[[], bool] = never, where: str = "the text",
+                 references: References | None = None) -> dict[str, Any]:
     """Load the model and measure `text` (`source` names it in the JSON, `where` in a refusal) under the one
     generation slot, so that no run of the page or the API overlaps it; raises MeasureStopped once `should_stop`
-    says so (checked between tokens and between chunks)."""
+    says so (checked between tokens and between chunks). `references` keeps the full cache's rows across calls that
+    measure several caches of one text (see context_quality.py)."""
     from playground import runner
     from playground.models.loaded import LOADED
     from playground.tools.context_text import text_ids
@@ -103,7 +108,7 @@ def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str,
             from playground.tools.context_quality import measure_quality
 
             result["quality"] = measure_quality(loaded, spec, ids[:request.tokens], progress, request.buckets,
-                                                should_stop=should_stop)
+                                                should_stop=should_stop, references=references)
     return result
 
 

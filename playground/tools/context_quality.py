@@ -26,6 +26,9 @@ from playground.tools.context_request import MeasureStopped, never
 FULL_CACHE = "dynamic"  # the reference: every position kept in full precision
 BUCKETS = 8  # buckets of positions reported by default
 CHUNK = 128  # positions per call through a cache: bounds the (chunk, vocabulary) log-probabilities held at once
+# the full cache's rows of log-probabilities for one model, backend and text, kept so that several caches measured
+# in one run (the page's tab) teacher-force the reference once rather than once per cache
+References = dict[tuple[Any, ...], list[torch.Tensor]]
 
 
 @dataclass
@@ -82,17 +85,21 @@ def paired(first: Iterator[torch.Tensor], second: Iterator[torch.Tensor]) -> Ite
 
 
 def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress: Callable[[str], Any],
-                    buckets: int = BUCKETS, chunk: int = CHUNK, should_stop: Callable[[], bool] = never
-                    ) -> dict[str, Any]:
+                    buckets: int = BUCKETS, chunk: int = CHUNK, should_stop: Callable[[], bool] = never,
+                    references: References | None = None) -> dict[str, Any]:
     """Teacher-force the token `ids` through spec's cache and the full cache on spec's backend; the quality JSON.
-    Raises MeasureStopped when `should_stop` says so between pieces."""
+    The full cache's rows come from `references` when an earlier call over the same model, backend and tokens left
+    them there (and are left there once read to the end). Raises MeasureStopped when `should_stop` says so between
+    pieces."""
     backend = backend_for(spec.backend)
     tokens = len(ids)
 
     def preparing(fraction: float, message: str) -> None:  # a compile, the quantized cache's kernels
         progress(message)
 
-    full = backend.logprobs_through_cache(loaded, spec.replace(cache=FULL_CACHE), ids, chunk, preparing)
+    full = _reference_rows(references, (spec.model, spec.backend, spec.weights, spec.devices, tuple(ids), chunk),
+                           lambda: backend.logprobs_through_cache(loaded, spec.replace(cache=FULL_CACHE), ids, chunk,
+                                                                  preparing))
     if spec.cache == FULL_CACHE:  # the cache under test is the reference: one pass serves both
         pairs: Iterator[tuple[torch.Tensor, torch.Tensor]] = ((rows, rows) for rows in full)
     else:
@@ -107,3 +114,19 @@ def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress
         done += len(rows)
         progress(f"quality: {done}/{tokens - 1} positions through the {spec.cache} and {FULL_CACHE} caches")
     return summarize(positions, tokens, buckets)
+
+
+def _reference_rows(references: References | None, key: tuple[Any, ...],
+                    compute: Callable[[], Iterator[torch.Tensor]]) -> Iterator[torch.Tensor]:
+    """The full cache's rows: those kept under `key`, or computed and kept once every row has been read."""
+    if references is None:
+        yield from compute()
+        return
+    if key in references:
+        yield from references[key]
+        return
+    rows: list[torch.Tensor] = []
+    for row in compute():
+        rows.append(row)
+        yield row
+    references[key] = rows  # only a reference read to the end is kept: a stopped pass leaves nothing half-done

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -33,6 +33,9 @@ from playground.ui.context_tab import (
 )
 from playground.ui.events import Handler, Inputs, Updates, on_private, writes
 from playground.ui.run import stop_flag
+
+if TYPE_CHECKING:
+    from playground.tools.context_quality import References
 
 TICK_S = 1.0  # while a piece of work says nothing new, the status line's seconds still move this often
 NOTHING_NOTE = "■ Stopped before any run finished: nothing to draw."
@@ -85,13 +88,15 @@ def _measure_all(plan: ContextPlan, events: queue.Queue[Event], stopped: Callabl
         def should_stop() -> bool:
             return stopped() or time.monotonic() > deadline[0]
 
+        references: References = {}  # the full cache's rows, read once per backend for every cache of the plan
         for index, spec in enumerate(plan.specs):
             def progress(message: str, index: int = index) -> None:
                 deadline[0] = time.monotonic() + max_request_seconds()
                 events.put(("progress", (index, message)))
 
             progress("starting")
-            result = measure_text(spec, plan.request, plan.text, plan.source, progress, should_stop, plan.where)
+            result = measure_text(spec, plan.request, plan.text, plan.source, progress, should_stop, plan.where,
+                                  references)
             events.put(("result", result))
             if stopped() and index + 1 < len(plan.specs):
                 events.put(("stopped", None))

@@ -159,3 +159,27 @@ def test_a_sliding_window_on_pytorch_reads_the_same_in_chunks_as_in_steps(llama,
     stepped = torch.cat(list(teacher_forced.logprobs_through_cache(llama, spec, torch.tensor([TEXT]), 48)))
     assert chunked.shape == stepped.shape == (160, 257)
     assert torch.allclose(chunked, stepped, atol=1e-4)
+
+
+def test_the_full_cache_is_read_once_per_backend_for_several_caches(llama, monkeypatch):
+    """A tab run over N caches teacher-forces the reference once per backend, and the figures stay the same."""
+    from playground.runner import backend_for
+
+    alone = {cache: quality(llama, "torch", cache, **({"window": WINDOW} if cache == "sliding" else {}))
+             for cache in ("static", "sliding", "dynamic")}
+    backend = type(backend_for("torch"))  # a fresh backend per call: count on the class
+    through = backend.logprobs_through_cache
+    passes: list[str] = []
+
+    def counted(self, loaded, spec, ids, chunk, preparing=None):
+        passes.append(spec.cache)
+        return through(self, loaded, spec, ids, chunk, preparing)
+
+    monkeypatch.setattr(backend, "logprobs_through_cache", counted)
+    references: dict = {}
+    shared = {cache: measure_quality(llama, RunSpec(model=NAME, backend="torch", cache=cache,
+                                                    **({"window": WINDOW} if cache == "sliding" else {})),
+                                     TEXT, lambda message: None, buckets=5, chunk=48, references=references)
+              for cache in ("static", "sliding", "dynamic")}
+    assert sorted(passes) == ["dynamic", "sliding", "static"]  # the reference once, and each other cache once
+    assert shared == alone
