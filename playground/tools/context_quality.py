@@ -22,7 +22,8 @@ from playground.models.loaded import LoadedModel
 from playground.runner import backend_for
 from playground.spec import RunSpec
 
-FULL_CACHE = "dynamic"  # the reference: every position kept in full precision
+FULL_CACHE = "dynamic"  # the reference: every position kept in full precision, stored in fp32
+FULL_STORE = "fp32"
 BUCKETS = 8  # buckets of positions reported by default
 CHUNK = 128  # positions per call through a cache: bounds the (chunk, vocabulary) log-probabilities held at once
 
@@ -89,8 +90,9 @@ def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress
     def preparing(fraction: float, message: str) -> None:  # a compile, the quantized cache's kernels
         progress(message)
 
-    full = backend.logprobs_through_cache(loaded, spec.replace(cache=FULL_CACHE), ids, chunk, preparing)
-    if spec.cache == FULL_CACHE:  # the cache under test is the reference: one pass serves both
+    reference = spec.replace(cache=FULL_CACHE, cache_dtype=FULL_STORE)
+    full = backend.logprobs_through_cache(loaded, reference, ids, chunk, preparing)
+    if spec == reference:  # the cache under test is the reference: one pass serves both
         pairs: Iterator[tuple[torch.Tensor, torch.Tensor]] = ((rows, rows) for rows in full)
     else:
         mine = backend.logprobs_through_cache(loaded, spec, ids, chunk, preparing)
