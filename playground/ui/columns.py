@@ -23,6 +23,7 @@ from playground.ui.card_groups import (
     constraint_knobs,
     guide_method_knobs,
     slider,
+    store_knob_states,
     strategy_knobs,
 )
 from playground.ui.cut import PICK_TOKEN_JS
@@ -52,7 +53,8 @@ OWN_GROUPS = {
     "diverse_knobs": ("num_beam_groups", "diversity_penalty"),
     "contrastive_knobs": ("penalty_alpha",),
     "dola_knobs": ("dola_layers",),
-    "bits_knobs": ("cache_bits", "residual_length"),
+    "bits_knobs": ("cache_bits", "residual_length", "cache_key_bits", "cache_value_bits"),
+    "dtype_knobs": ("cache_dtype",),
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
@@ -305,7 +307,8 @@ class ColumnControls:
                            values["assisted_sampling"])
         updates: Updates = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
-        for name, (usable, info) in stage_knob_states(values["strategy"]).items():
+        states = {**stage_knob_states(values["strategy"]), **store_knob_states(values["backend"], values["weights"])}
+        for name, (usable, info) in states.items():
             updates[self.knobs[name]] = gr.update(interactive=usable, info=info)
         return updates
 

@@ -150,3 +150,21 @@ def test_a_bf16_store_loses_little_and_the_backends_agree(llama, cache, knobs):
         assert on_torch["top1_vs_full"] > 0.97
     assert on_jax["ppl"] == pytest.approx(on_torch["ppl"], rel=1e-3)
     assert on_jax["kl_vs_full"] == pytest.approx(on_torch["kl_vs_full"], rel=0.2)
+
+
+# -- the page ----------------------------------------------------------------------------------------------------
+
+def test_the_card_shows_each_knob_with_its_cache_and_says_what_each_backend_takes():
+    from playground.ui.card_groups import store_knob_states
+    from playground.ui.columns import visibility
+
+    for cache in ("dynamic", "static", "sliding", "sink"):
+        shown = visibility("greedy", cache, "torch", "prompt lookup")
+        assert shown["dtype_knobs"] and not shown["bits_knobs"]
+    shown = visibility("greedy", "quantized", "jax", "prompt lookup")
+    assert shown["bits_knobs"] and not shown["dtype_knobs"]
+    usable, info = store_knob_states("torch", "bf16")["cache_dtype"]
+    assert not usable and "off with bf16 weights" in info
+    assert store_knob_states("jax", "fp32")["cache_dtype"][0]
+    assert "on torch 2 or 4 each" in store_knob_states("torch", "fp32")["cache_key_bits"][1]
+    assert "on jax 2, 4 or 8 each" in store_knob_states("jax", "fp32")["cache_value_bits"][1]
