@@ -6,6 +6,7 @@ from playground import registry
 from playground.errors import PlaygroundError
 
 MAX_VALUES = 12
+KnobValue = float | int | str  # a value a sweep sets: a number, or a name among a knob's choices
 
 
 def sweepable() -> tuple[str, ...]:
@@ -55,7 +56,7 @@ def categorical(knob: str) -> bool:
     return registry.knob(knob).kind is str
 
 
-def parse_values(knob: str, text: str) -> tuple[float | int | str, ...]:
+def parse_values(knob: str, text: str) -> tuple[KnobValue, ...]:
     """Comma-separated values of `knob`: whole numbers for the integer knobs, names among its choices for a knob
     of names."""
     knobs = sweepable()
@@ -67,7 +68,7 @@ def parse_values(knob: str, text: str) -> tuple[float | int | str, ...]:
     if not parts:
         example = ",".join(map(str, found.choices)) if categorical(knob) else "0.2,0.7,1.2"
         raise PlaygroundError(f"no values given for {knob}: write them separated by commas, e.g. {example}")
-    values: tuple[float | int | str, ...]
+    values: tuple[KnobValue, ...]
     if categorical(knob):
         unknown = [p for p in parts if p not in found.choices]
         if unknown:

@@ -90,9 +90,9 @@ def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress
     def preparing(fraction: float, message: str) -> None:  # a compile, the quantized cache's kernels
         progress(message)
 
-    reference = spec.replace(cache=FULL_CACHE, cache_dtype=FULL_STORE)
-    full = backend.logprobs_through_cache(loaded, reference, ids, chunk, preparing)
-    if spec == reference:  # the cache under test is the reference: one pass serves both
+    full_spec = spec.replace(cache=FULL_CACHE, cache_dtype=FULL_STORE)
+    full = backend.logprobs_through_cache(loaded, full_spec, ids, chunk, preparing)
+    if spec == full_spec:  # the cache under test is the reference: one pass serves both
         pairs: Iterator[tuple[torch.Tensor, torch.Tensor]] = ((rows, rows) for rows in full)
     else:
         mine = backend.logprobs_through_cache(loaded, spec, ids, chunk, preparing)

@@ -78,16 +78,16 @@ def shown(knob: str, strategy: str) -> list[bool]:
     return [measure.moves(knob, strategy) for measure in MEASURES]
 
 
-def value_text(value: float | int | str) -> str:
+def value_text(value: sweep_knobs.KnobValue) -> str:
     return value if isinstance(value, str) else f"{value:g}"
 
 
-def _axis_value(knob: str, value: float | int | str) -> float | str:
+def _axis_value(knob: str, value: sweep_knobs.KnobValue) -> float | str:
     """Where a value sits on its plots' x axis: a number, or a category for a knob of names."""
     return str(value) if sweep_knobs.categorical(knob) else float(value)
 
 
-def _rows_of(sweep: dict[str, Any], value: float | int) -> list[tuple[int, Row]]:
+def _rows_of(sweep: dict[str, Any], value: sweep_knobs.KnobValue) -> list[tuple[int, Row]]:
     return [(i, r) for i, r in enumerate(sweep["rows"]) if r["value"] == value]
 
 

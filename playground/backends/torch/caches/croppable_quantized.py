@@ -54,7 +54,8 @@ class CroppableQuantoLayer(QuantoQuantizedLayer):
         self.axis_key, self.axis_value = _Side(self.axis_key, "keys"), _Side(self.axis_value, "values")
         self.record_past = False  # set by generate's assisted path: flush only once crop() has removed rejects
 
-    def _quantize(self, tensor: torch.Tensor, axis: int) -> Any:
+    # transformers' base class declares _quantize(tensor); its QuantizedLayer, ours' parent, calls it with an axis
+    def _quantize(self, tensor: torch.Tensor, axis: int) -> Any:  # type: ignore[override]
         """transformers' quanto quantization, in the bits of the side `axis` names."""
         from optimum.quanto import quantize_weight
 

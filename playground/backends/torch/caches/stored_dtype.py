@@ -11,18 +11,20 @@ forward sees them so too, as the cache returns them from its store.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import torch
 from transformers import Cache
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_MADE: dict[tuple[type, str], type] = {}  # one class per layer class and dtype, made once
 
 
-@cache
-def stored_class(layer_class: type, dtype: str) -> type:
+def stored_class(layer_class: Any, dtype: str) -> type:
     """`layer_class` storing its keys and values as `dtype`, returning them in the dtype they came in."""
+    made = _MADE.get((layer_class, dtype))
+    if made is not None:
+        return made
     stored = DTYPES[dtype]
 
     def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
@@ -31,15 +33,18 @@ def stored_class(layer_class: type, dtype: str) -> type:
         return keys.to(key_states.dtype), values.to(value_states.dtype)
 
     # one base only: CPython lets an object change its class only to one of the same layout
-    return type(f"{dtype.capitalize()}{layer_class.__name__}", (layer_class,),
-                {"update": update, "stored_dtype": stored, "__doc__": f"{layer_class.__name__} stored as {dtype}"})
+    made = _MADE[layer_class, dtype] = type(
+        f"{dtype.capitalize()}{layer_class.__name__}", (layer_class,),
+        {"update": update, "stored_dtype": stored, "__doc__": f"{layer_class.__name__} stored as {dtype}"})
+    return made
 
 
 def stored_as(cache_object: Cache, dtype: str) -> Cache:
     """The fresh cache with every layer storing `dtype` ("float32": the cache as it is)."""
     if dtype == "float32":
         return cache_object
-    for layer in cache_object.layers:
+    layers: list[Any] = list(cache_object.layers)
+    for layer in layers:
         if layer.is_initialized:
             raise ValueError("stored_as: a cache's store dtype is chosen before its first update")
         layer.__class__ = stored_class(type(layer), dtype)
