@@ -103,14 +103,13 @@ def test_fewer_value_bits_lose_more_through_the_context_command(llama):
 def test_pytorch_packs_4_bit_keys_and_2_bit_values_and_agrees_with_jax(llama):
     """Both backends quantize 2 and 4 bits by quanto's rule (groups of 64, min-max, a float zero point), so the
     perplexity through them agrees; their 8 bits differ (fp8 per tensor against 8-bit groups), so 8 is left out."""
-    from playground.backends.torch.caches.factory import make_quantized_cache
+    from playground.backends.torch.caches.factory import kv_bytes, make_quantized_cache
 
     cache = make_quantized_cache(llama.model.config, 4, residual_length=16, value_bits=2)
     keys, values = torch.randn(1, KV_HEADS, 64, HEAD_DIM), torch.randn(1, KV_HEADS, 64, HEAD_DIM)
-    cache.update(keys, values, 0)
-    layer = cache.layers[0]
-    codes = {name: getattr(layer, name)._data.numel() for name in ("_quantized_keys", "_quantized_values")}
-    assert codes == {"_quantized_keys": 64 * HEAD_DIM * 4 // 8, "_quantized_values": 64 * HEAD_DIM * 2 // 8}
+    cache.update(keys, values, 0)  # 64 tokens into the first layer: quantized as they arrive
+    scale_and_shift = 64 * 2 * 4  # one group of 64 channels per token: an fp32 scale and shift
+    assert kv_bytes(cache) == (64 * HEAD_DIM * 4 // 8 + scale_and_shift) + (64 * HEAD_DIM * 2 // 8 + scale_and_shift)
     knobs = {"cache_key_bits": 4, "cache_value_bits": 2, "residual_length": 16}
     on_torch, on_jax = quality(llama, "torch", "quantized", **knobs), quality(llama, "jax", "quantized", **knobs)
     assert on_jax["ppl"] == pytest.approx(on_torch["ppl"], rel=0.01)
