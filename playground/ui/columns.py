@@ -51,14 +51,11 @@ OWN_GROUPS = {
     "beam_knobs": ("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
     "diverse_knobs": ("num_beam_groups", "diversity_penalty"),
-    "contrastive_knobs": ("penalty_alpha",),
-    "dola_knobs": ("dola_layers",),
+    "contrastive_knobs": ("penalty_alpha",), "dola_knobs": ("dola_layers",),
     "bits_knobs": ("cache_bits", "residual_length", "cache_key_bits", "cache_value_bits"),
     "dtype_knobs": ("cache_dtype",),
-    "window_box": ("window", "sink_tokens"),
-    "sink_tokens": ("sink_tokens",),
-    "devices": ("devices",),
-    "torch_compile": ("torch_compile",),
+    "window_box": ("window", "sink_tokens"), "sink_tokens": ("sink_tokens",),
+    "devices": ("devices",), "torch_compile": ("torch_compile",),
     "constraint_box": CONSTRAINT_KEYS,
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
@@ -383,9 +380,9 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
 def wire(col: ColumnControls) -> None:
     """Layout-only events (outside the queue): show the knobs that apply, relabel refused choices, flag problems."""
     inputs = set(col.knobs.values())
-    structural = ("backend", "strategy", "cache", "draft_source", "assisted_sampling")
-
-    limited = [col.knobs[name] for name in stage_knob_states("greedy")]  # disabled under some strategies
+    structural = ("backend", "strategy", "cache", "weights", "draft_source", "assisted_sampling")
+    # disabled under some strategies, or some weights (the bf16 store); the bits' notes follow the backend
+    limited = [col.knobs[name] for name in (*stage_knob_states("greedy"), *store_knob_states("torch", "fp32"))]
 
     @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"], col.knobs["weights"], limited)
     def restructure(data: Inputs) -> Updates:
