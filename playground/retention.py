@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from playground import registry
+from playground.registry.kv_store import kv_bits
 
 State = Literal["kept", "sink", "evicted", "quantized", "unwritten", "accepted", "rejected"]
 
@@ -48,6 +49,8 @@ class CacheSettings:
     window: int = 256  # sliding (imposed) and sink: keys held, sinks included for sink
     sink_tokens: int = 4
     cache_bits: int = 4
+    cache_key_bits: int = 0  # 0: cache_bits
+    cache_value_bits: int = 0
     residual_length: int = 128
     layer_types: tuple[str, ...] = ("full_attention",)
     model_window: int | None = None  # the model's own sliding window, when it has sliding layers
@@ -80,9 +83,9 @@ def _sink(total: int, n: int, sinks: int, window: int) -> tuple[State, ...]:
 
 
 def _quantized(total: int, n: int, prompt_tokens: int, settings: CacheSettings) -> tuple[State, ...]:
-    bits, residual = settings.cache_bits, settings.residual_length
+    residual = settings.residual_length
     ring = settings.backend == "jax"
-    full = 0 if bits == 8 else min(n, residual) if ring else (n - prompt_tokens) % residual
+    full = 0 if not kv_bits(settings).residual else min(n, residual) if ring else (n - prompt_tokens) % residual
     return tuple("unwritten" if i >= n else "kept" if i >= n - full else "quantized" for i in range(total))
 
 
@@ -127,7 +130,7 @@ def sink_rows(at: Written) -> list[CacheRow]:
 
 
 def quantized_rows(at: Written) -> list[CacheRow]:
-    what = _count(at.full, "global " if at.sliding else "") + f" ({at.settings.cache_bits}-bit)"
+    what = _count(at.full, "global " if at.sliding else "") + f" ({kv_bits(at.settings).label()})"
     return [*at.model_window_rows(), CacheRow(what, _quantized(at.total, at.n, at.prompt_tokens, at.settings))]
 
 
@@ -208,5 +211,6 @@ def settings_for(spec: dict[str, object], layer_types: Sequence[str], model_wind
 
     return CacheSettings(cache=str(spec.get("cache")), window=number("window", 256),
                          sink_tokens=number("sink_tokens", 4), cache_bits=number("cache_bits", 4),
+                         cache_key_bits=number("cache_key_bits", 0), cache_value_bits=number("cache_value_bits", 0),
                          residual_length=number("residual_length", 128), layer_types=tuple(layer_types),
                          model_window=model_window, backend=str(spec.get("backend", "torch")), spare=spare)

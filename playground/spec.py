@@ -86,7 +86,10 @@ class RunSpec:
     assisted_sampling: bool = False  # draw with the sampling knobs (speculative sampling) instead of greedily
     # cache knobs
     cache_bits: int = 4  # quantized cache: 2 or 4 (groups + full-precision residual), 8 (torch fp8, jax 8-bit groups)
+    cache_key_bits: int = 0  # quantized cache: the keys' own bits (0: cache_bits)
+    cache_value_bits: int = 0  # quantized cache: the values' own bits (0: cache_bits)
     residual_length: int = 128  # quantized cache: newest tokens kept in full precision before quantizing
+    cache_dtype: str = "fp32"  # dynamic, static, sliding, sink: the store's dtype ("bf16": half the bytes)
     window: int = 256  # sliding/sink: attention window in tokens
     sink_tokens: int = 4  # sink: first tokens kept forever (the "attention sinks")
     chat: bool | None = None  # None: apply the chat template when the model has one

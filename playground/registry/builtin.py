@@ -10,6 +10,7 @@ from playground.errors import PlaygroundError
 from playground.registry import builtin_chain  # noqa: F401  (registers the logits chain's stages)
 from playground.registry.builtin_knobs import CACHE_BITS, MAX_BEAMS
 from playground.registry.entries import CacheType, RunSpec, Strategy, lazy
+from playground.registry.kv_store import check_bits, check_store
 from playground.registry.records import RecordField, RunRecords, TokenRecords
 from playground.registry.store import caches, register_cache, register_strategy
 
@@ -46,6 +47,7 @@ def _check_dola_layers(spec: RunSpec) -> None:
 
 
 def _check_sinks(spec: RunSpec) -> None:
+    check_store(spec)
     if spec.sink_tokens >= spec.window:
         raise PlaygroundError(
             f"sink_tokens={spec.sink_tokens} must be smaller than window={spec.window} "
@@ -54,29 +56,31 @@ def _check_sinks(spec: RunSpec) -> None:
 
 register_cache(CacheType(
     name="dynamic", label="dynamic", help="grows with every token; keeps everything in full precision",
+    knobs=("cache_dtype",), validate=check_store,
     torch=lazy(_TORCH_CACHES, "dynamic_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring")))
 register_cache(CacheType(
     name="static", label="static",
     help="allocated once for the prompt and every new token; fixed shapes (what compilers want)",
+    knobs=("cache_dtype",), validate=check_store,
     torch=lazy(_TORCH_CACHES, "static_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring"), preallocated=True))
 register_cache(CacheType(
     name="quantized", label="quantized",
-    help="stores keys and values in 2, 4 or 8 bits, the newest tokens in full precision",
-    knobs=("cache_bits", "residual_length"),
+    help="stores keys and values in 2, 4 or 8 bits (each side its own), the newest tokens in full precision",
+    knobs=("cache_bits", "cache_key_bits", "cache_value_bits", "residual_length"), validate=check_bits,
     torch=lazy(_TORCH_CACHES, "quantized_cache"), jax=lazy(_JAX_LAYOUTS, "quantized"),
     torch_prepare=lazy("playground.backends.torch.caches.kernels", "prepare_quanto"),
     retention=lazy(_RETENTION, "quantized_rows")))
 register_cache(CacheType(
     name="sliding", label="sliding window",
     help="keeps only the last `window` tokens (the model's own window where it has sliding layers)",
-    knobs=("window",),
+    knobs=("window", "cache_dtype"), validate=check_store,
     torch=lazy(_TORCH_CACHES, "sliding_cache"), jax=lazy(_JAX_LAYOUTS, "sliding"),
     check_model=lazy(_REFUSALS, "check_sliding"),
     retention=lazy(_RETENTION, "sliding_rows")))
 register_cache(CacheType(
     name="sink", label="attention sinks",
     help="keeps the first `sink_tokens` tokens forever plus the most recent ones (StreamingLLM)",
-    knobs=("window", "sink_tokens"),
+    knobs=("window", "sink_tokens", "cache_dtype"),
     torch=lazy(_TORCH_CACHES, "sink_cache"), jax=lazy(_JAX_LAYOUTS, "sink"),
     check_model=lazy(_REFUSALS, "check_sink"),
     validate=_check_sinks,

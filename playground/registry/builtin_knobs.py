@@ -16,6 +16,10 @@ from playground.registry.store import register_knob
 
 MAX_BEAMS = 8
 CACHE_BITS = (2, 4, 8)
+# a side's own bits: 0 follows cache_bits
+SIDE_BITS = (0, *CACHE_BITS)
+# what the full-precision caches store keys and values as; attention computes in fp32 either way
+CACHE_DTYPES = ("fp32", "bf16")
 DRY_BREAKERS = '["\\n", ":", "\\"", "*"]'  # text-generation-webui's and llama.cpp's default sequence breakers
 # the PyTorch path's engines: eager ("off"), or generate's decode step compiled by torch.compile in one of its modes
 TORCH_COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -168,6 +172,16 @@ for _knob in (
     # the verify pass's width
     Knob(name="prompt_lookup", kind=int, default=0, low=0, high=64, shapes=True, sweep="tokens_per_pass"),
     Knob(name="cache_bits", kind=int, default=4, choices=CACHE_BITS, shapes=True, sweep="agreement"),
+    Knob(name="cache_key_bits", kind=int, default=0, choices=SIDE_BITS, shapes=True, sweep="agreement",
+         label="key bits (0 = cache bits)",
+         help="quantized cache: the keys' bits apart from the values' (0: cache_bits)"),
+    Knob(name="cache_value_bits", kind=int, default=0, choices=SIDE_BITS, shapes=True, sweep="agreement",
+         label="value bits (0 = cache bits)",
+         help="quantized cache: the values' bits apart from the keys' (0: cache_bits)"),
+    Knob(name="cache_dtype", kind=str, default="fp32", choices=CACHE_DTYPES, shapes=True, sweep="agreement",
+         label="cache store",
+         help="dynamic, static, sliding and sink caches: store keys and values in bfloat16 (half the bytes) or fp32; "
+              "attention computes in fp32 either way"),
     Knob(name="residual_length", kind=int, default=128, low=1, high=100_000, shapes=True, sweep="agreement"),
     Knob(name="window", kind=int, default=256, low=1, high=1_000_000, shapes=True, sweep="agreement"),
     Knob(name="sink_tokens", kind=int, default=4, low=0, high=1024, shapes=True, sweep="agreement"),

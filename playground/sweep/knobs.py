@@ -6,6 +6,7 @@ from playground import registry
 from playground.errors import PlaygroundError
 
 MAX_VALUES = 12
+KnobValue = float | int | str  # a value a sweep sets: a number, or a name among a knob's choices
 
 
 def sweepable() -> tuple[str, ...]:
@@ -50,20 +51,36 @@ def returns_several(strategy: str) -> bool:
     return "num_return_sequences" in registry.strategy(strategy).knobs
 
 
-def parse_values(knob: str, text: str) -> tuple[float | int, ...]:
-    """Comma-separated values of `knob`: whole numbers for the integer knobs."""
+def categorical(knob: str) -> bool:
+    """Whether the knob's values are names (a store's dtype), drawn as categories rather than on a number axis."""
+    return registry.knob(knob).kind is str
+
+
+def parse_values(knob: str, text: str) -> tuple[KnobValue, ...]:
+    """Comma-separated values of `knob`: whole numbers for the integer knobs, names among its choices for a knob
+    of names."""
     knobs = sweepable()
     if knob not in knobs:
         raise PlaygroundError(f"cannot sweep {knob!r}; the knobs are {', '.join(knobs)}")
-    integer = registry.knob(knob).kind is int
+    found = registry.knob(knob)
+    integer = found.kind is int
     parts = [part.strip() for part in str(text).split(",") if part.strip()]
     if not parts:
-        raise PlaygroundError(f"no values given for {knob}: write them separated by commas, e.g. 0.2,0.7,1.2")
-    try:
-        values = tuple(int(p) if integer else float(p) for p in parts)
-    except ValueError:
-        kind = "whole numbers" if integer else "numbers"
-        raise PlaygroundError(f"{knob} values must be {kind} separated by commas, got {text!r}") from None
+        example = ",".join(map(str, found.choices)) if categorical(knob) else "0.2,0.7,1.2"
+        raise PlaygroundError(f"no values given for {knob}: write them separated by commas, e.g. {example}")
+    values: tuple[KnobValue, ...]
+    if categorical(knob):
+        unknown = [p for p in parts if p not in found.choices]
+        if unknown:
+            raise PlaygroundError(f"{knob} values {', '.join(unknown)} are not among its choices: "
+                                  f"{', '.join(map(str, found.choices))}")
+        values = tuple(parts)
+    else:
+        try:
+            values = tuple(int(p) if integer else float(p) for p in parts)
+        except ValueError:
+            kind = "whole numbers" if integer else "numbers"
+            raise PlaygroundError(f"{knob} values must be {kind} separated by commas, got {text!r}") from None
     if len(values) > MAX_VALUES:
         raise PlaygroundError(f"{len(values)} values given; a sweep takes at most {MAX_VALUES}")
     if len(set(values)) != len(values):

@@ -24,7 +24,7 @@ from playground.events import DoneEvent
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.sweep import measures, prompt_sets
-from playground.sweep.knobs import parse_values
+from playground.sweep.knobs import KnobValue, parse_values
 
 MAX_SEEDS = 8
 MEASURES = ("distinct_1", "distinct_2", "repeat_4gram_rate", "mean_logprob", "agreement", "first_divergence",
@@ -53,13 +53,13 @@ class Sweep:
     strategy samples (one run per prompt otherwise: a deterministic run repeated shows nothing new)."""
 
     knob: str
-    values: tuple[float | int, ...]
+    values: tuple[KnobValue, ...]
     spec: RunSpec
     prompts: tuple[str, ...]
     seeds: int = 1
 
     @classmethod
-    def over(cls, knob: str, values: tuple[float | int, ...], base: dict[str, Any], prompts: tuple[str, ...],
+    def over(cls, knob: str, values: tuple[KnobValue, ...], base: dict[str, Any], prompts: tuple[str, ...],
              seeds: int = 1) -> Sweep:
         """The sweep of `knob` over `values` from the run settings `base`. The base spec holds the first value,
         so a knob the strategy needs (prompt_lookup) is never its refused default."""
@@ -196,7 +196,7 @@ def _median_spread(values: Sequence[float | int | None]) -> tuple[float | None, 
     return (statistics.median(present), max(present) - min(present)) if present else (None, None)
 
 
-def aggregates(values: Sequence[float | int], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def aggregates(values: Sequence[KnobValue], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per value that has rows: each measure's median and spread, the speed and memory medians, the seconds
     spent compiling, and the self-similarity of each prompt's seeds (median over prompts)."""
     out = []

@@ -23,7 +23,8 @@ from playground.runner import backend_for
 from playground.spec import RunSpec
 from playground.tools.context_request import MeasureStopped, never
 
-FULL_CACHE = "dynamic"  # the reference: every position kept in full precision
+FULL_CACHE = "dynamic"  # the reference: every position kept in full precision, stored in fp32
+FULL_STORE = "fp32"
 BUCKETS = 8  # buckets of positions reported by default
 CHUNK = 128  # positions per call through a cache: bounds the (chunk, vocabulary) log-probabilities held at once
 # the full cache's rows of log-probabilities for one model, backend and text, kept so that several caches measured
@@ -97,10 +98,10 @@ def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress
     def preparing(fraction: float, message: str) -> None:  # a compile, the quantized cache's kernels
         progress(message)
 
+    full_spec = spec.replace(cache=FULL_CACHE, cache_dtype=FULL_STORE)
     full = _reference_rows(references, (spec.model, spec.backend, spec.weights, spec.devices, tuple(ids), chunk),
-                           lambda: backend.logprobs_through_cache(loaded, spec.replace(cache=FULL_CACHE), ids, chunk,
-                                                                  preparing))
-    if spec.cache == FULL_CACHE:  # the cache under test is the reference: one pass serves both
+                           lambda: backend.logprobs_through_cache(loaded, full_spec, ids, chunk, preparing))
+    if spec == full_spec:  # the cache under test is the reference: one pass serves both
         pairs: Iterator[tuple[torch.Tensor, torch.Tensor]] = ((rows, rows) for rows in full)
     else:
         mine = backend.logprobs_through_cache(loaded, spec, ids, chunk, preparing)

@@ -82,6 +82,23 @@ GROUP_EXTRAS: dict[str, Callable[[int, dict[str, Any], ColumnValues], None]] = {
 NOTES = {"dola_layers": DOLA_NOTE}
 
 
+SIDE_BITS_NOTE = "torch: 2 or 4 each (quanto), or 8 for both (fp8) · jax: 2, 4 or 8 each · 0: as cache bits"
+SIDE_BITS_ON = {"torch": "0: as cache bits · on torch 2 or 4 each (quanto), or 8 for both (its fp8 layer)",
+                "jax": "0: as cache bits · on jax 2, 4 or 8 each (its own groups of 64)"}
+STORE_NOTE = "bf16: keys and values stored in bfloat16 (half the bytes), attention in fp32"
+
+
+def store_knob_states(backend: str, weights: str) -> dict[str, tuple[bool, str]]:
+    """(interactive, info) of the store's knobs: each side's bits as this backend's quantizer takes them, and the
+    bf16 store off on bf16 weights, with why (their keys and values are bf16 already)."""
+    bf16_weights = weights == "bf16"
+    store_info = STORE_NOTE + (" · off with bf16 weights: their keys and values are bf16 already" if bf16_weights
+                               else "")
+    sides = SIDE_BITS_ON.get(backend, SIDE_BITS_NOTE)
+    return {"cache_key_bits": (True, sides), "cache_value_bits": (True, sides), "cache_dtype": (not bf16_weights,
+                                                                                                store_info)}
+
+
 def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                 shown: Mapping[str, bool]) -> None:
     """Quantized, window and sink knobs, each shown only for its cache; devices only for JAX, torch.compile only
@@ -94,6 +111,15 @@ def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], value
             knobs["residual_length"] = gr.Number(values["residual_length"], precision=0, minimum=1,
                                                  label="full-precision residual (tokens)",
                                                  elem_id=f"residual_length-{index}")
+        with gr.Row():
+            for side in ("cache_key_bits", "cache_value_bits"):
+                knob = registry.knob(side)
+                knobs[side] = gr.Radio(list(knob.choices), value=values[side], label=knob.title,
+                                       elem_id=f"{side}-{index}", info=SIDE_BITS_NOTE)
+    with gr.Group(visible=shown["dtype_knobs"]) as groups["dtype_knobs"]:
+        store = registry.knob("cache_dtype")
+        knobs["cache_dtype"] = gr.Radio(list(store.choices), value=values["cache_dtype"], label=store.title,
+                                        elem_id=f"cache_dtype-{index}", info=STORE_NOTE)
     with gr.Row(visible=shown["window_box"]) as groups["window_box"]:
         knobs["window"] = gr.Number(values["window"], precision=0, minimum=1, label="window (tokens)",
                                     elem_id=f"window-{index}")

@@ -22,6 +22,7 @@ from playground.ui.card_groups import (
     cache_knobs,
     constraint_knobs,
     slider,
+    store_knob_states,
     strategy_knobs,
 )
 from playground.ui.cut import PICK_TOKEN_JS
@@ -47,7 +48,8 @@ CONSTRAINT_KEYS = ("constraint", "constraint_text")
 # Knob groups of the settings card drawn by their own code: a group is shown when the choice reads any of its knobs
 OWN_GROUPS = {
     "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
-    "bits_knobs": ("cache_bits", "residual_length"),
+    "bits_knobs": ("cache_bits", "residual_length", "cache_key_bits", "cache_value_bits"),
+    "dtype_knobs": ("cache_dtype",),
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
@@ -301,7 +303,8 @@ class ColumnControls:
                            values["assisted_sampling"])
         updates: Updates = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
-        for name, (usable, info) in stage_knob_states(values["strategy"]).items():
+        states = {**stage_knob_states(values["strategy"]), **store_knob_states(values["backend"], values["weights"])}
+        for name, (usable, info) in states.items():
             updates[self.knobs[name]] = gr.update(interactive=usable, info=info)
         return updates
 
@@ -375,9 +378,9 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
 def wire(col: ColumnControls) -> None:
     """Layout-only events (outside the queue): show the knobs that apply, relabel refused choices, flag problems."""
     inputs = set(col.knobs.values())
-    structural = ("backend", "strategy", "cache", "draft_source", "assisted_sampling")
-
-    limited = [col.knobs[name] for name in stage_knob_states("greedy")]  # disabled under some strategies
+    structural = ("backend", "strategy", "cache", "weights", "draft_source", "assisted_sampling")
+    # disabled under some strategies, or some weights (the bf16 store); the bits' notes follow the backend
+    limited = [col.knobs[name] for name in (*stage_knob_states("greedy"), *store_knob_states("torch", "fp32"))]
 
     @writes(col.groups.values(), col.notice, col.knobs["strategy"], col.knobs["cache"], col.knobs["weights"], limited)
     def restructure(data: Inputs) -> Updates:

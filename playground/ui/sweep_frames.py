@@ -78,11 +78,16 @@ def shown(knob: str, strategy: str) -> list[bool]:
     return [measure.moves(knob, strategy) for measure in MEASURES]
 
 
-def value_text(value: float | int) -> str:
-    return f"{value:g}"
+def value_text(value: sweep_knobs.KnobValue) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
 
 
-def _rows_of(sweep: dict[str, Any], value: float | int) -> list[tuple[int, Row]]:
+def _axis_value(knob: str, value: sweep_knobs.KnobValue) -> float | str:
+    """Where a value sits on its plots' x axis: a number, or a category for a knob of names."""
+    return str(value) if sweep_knobs.categorical(knob) else float(value)
+
+
+def _rows_of(sweep: dict[str, Any], value: sweep_knobs.KnobValue) -> list[tuple[int, Row]]:
     return [(i, r) for i, r in enumerate(sweep["rows"]) if r["value"] == value]
 
 
@@ -93,16 +98,18 @@ def measure_frame(sweep: dict[str, Any], measure: Measure) -> pd.DataFrame:
     first draws, so an empty plot must name all three series already.
     """
     knob = sweep["knob"]
-    rows: list[dict[str, Any]] = [{knob: float(sweep["values"][0]), "series": series, measure.title: math.nan}
+    rows: list[dict[str, Any]] = [{knob: _axis_value(knob, sweep["values"][0]), "series": series,
+                                   measure.title: math.nan}
                                   for series in SERIES]
     for value in sweep["values"]:
         present = [v for _, r in _rows_of(sweep, value) if (v := measure.read(r)) is not None]
         if not present:
             continue
         for series, y in zip(SERIES, (min(present), max(present), statistics.median(present)), strict=True):
-            rows.append({knob: float(value), "series": series, measure.title: y})
+            rows.append({knob: _axis_value(knob, value), "series": series, measure.title: y})
+    axis = "str" if sweep_knobs.categorical(knob) else "float64"
     return pd.DataFrame(rows, columns=[knob, "series", measure.title]).astype(
-        {knob: "float64", "series": "str", measure.title: "float64"})
+        {knob: axis, "series": "str", measure.title: "float64"})
 
 
 def quality_measure(knob: str) -> Measure:
@@ -182,11 +189,17 @@ def clicked_row(sweep: dict[str, Any] | None, plot: int, label: str) -> int | No
         return index if 0 <= index < len(sweep["rows"]) else None
     if not 0 <= plot < len(MEASURES) or sweep["knob"] not in fields:
         return None
-    try:
-        x = float(fields[sweep["knob"]].replace(",", ""))
-    except ValueError:
-        return None
-    value = min(sweep["values"], key=lambda v: abs(float(v) - x))
+    named = fields[sweep["knob"]]
+    if sweep_knobs.categorical(sweep["knob"]):
+        if named not in sweep["values"]:
+            return None
+        value = named
+    else:
+        try:
+            x = float(named.replace(",", ""))
+        except ValueError:
+            return None
+        value = min(sweep["values"], key=lambda v: abs(float(v) - x))
     measure = MEASURES[plot]
     mine = [(i, y) for i, r in _rows_of(sweep, value) if (y := measure.read(r)) is not None]
     if not mine:

@@ -19,6 +19,7 @@ import gradio as gr
 import pandas as pd
 
 from playground.errors import PlaygroundError
+from playground.sweep.knobs import categorical
 from playground.sweep.run import Sweep, aggregates, run_sweep, to_csv
 from playground.ui.events import Inputs, Updates
 from playground.ui.export import export_folder
@@ -58,7 +59,7 @@ def plot_setup(tab: SweepTab, sweep: dict[str, Any], strategy: str) -> Updates:
     # padded on both sides, below 0 too: Vega shifts a label that sits on the axis' end inward, and the first
     # value's "0.0" at the very start was drawn into the next tick's "0.2" ("0.00.2"); the margin is under a tick's
     # step, so no negative value gets a tick
-    values_axis = padded_limits(pd.Series([float(v) for v in sweep["values"]]))
+    values_axis = None if categorical(knob) else padded_limits(pd.Series([float(v) for v in sweep["values"]]))
     for plot, show in zip(tab.plots, shown(knob, strategy), strict=False):
         # the legend is set here, not when built: a plot first drawn in a hidden tab draws an empty legend, and a
         # changed legend makes Gradio draw the plot again (now visible)

@@ -20,7 +20,7 @@ from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
 from playground.spec import BACKENDS, RunSpec
 from playground.sweep import prompt_sets
-from playground.sweep.knobs import compile_note, parse_values, sweepable
+from playground.sweep.knobs import KnobValue, compile_note, parse_values, sweepable
 from playground.sweep.presets import SWEEP_PRESETS
 from playground.sweep.run import MAX_SEEDS, Sweep
 from playground.ui.events import Inputs, Updates
@@ -228,7 +228,7 @@ def choose_prompts(tab: SweepTab, chosen: str) -> Updates:
             tab.own_prompts: gr.update(visible=False)}
 
 
-def empty_sweep(knob: str, values: tuple[float | int, ...]) -> dict[str, Any]:
+def empty_sweep(knob: str, values: tuple[KnobValue, ...]) -> dict[str, Any]:
     """What the plots draw before a sweep's first row."""
     return {"knob": knob, "values": list(values), "rows": [], "aggregates": []}
 

@@ -34,6 +34,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--regex", "[0-9"], "constraint_text is not a valid regular expression"),
     (["--grammar", "/no/such/grammar.lark"], "--grammar: cannot read '/no/such/grammar.lark'"),
     (["--regex", "a", "--choices", "b"], "not allowed with argument"),
+    (["--cache", "quantized", "--cache-key-bits", "8", "--cache-value-bits", "2"],
+     "cache_key_bits=8 with cache_value_bits=2 cannot run on backend torch"),
+    (["--cache", "quantized", "--cache-value-bits", "3"], "cache_value_bits 3 is not one of: 0, 2, 4, 8"),
+    (["--cache-dtype", "bf16", "--weights", "bf16"], "with weights='bf16' they are bfloat16 already"),
 ])
 def test_bad_input_exits_2_with_one_error_line(args, fragment):
     done = cli("run", "--prompt", "hi", *args)

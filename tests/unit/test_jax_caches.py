@@ -191,7 +191,7 @@ def test_quantized_layers_on_a_model_with_its_own_window(gemma):
     out = jax_run(gemma, PROMPT, RunSpec(backend="jax", cache="quantized", cache_bits=8, max_new_tokens=NEW,
                                          min_new_tokens=NEW))[0]
     assert out.extra["cache_layers"] == {"ring(slots=8, window=8)": 2,
-                                         "quant(bits=8, store=128, residual=0, slots=0)": 1}
+                                         "quant(key_bits=8, value_bits=8, store=128, residual=0, slots=0)": 1}
 
 
 # -- sampling, compile once, stop ------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ def test_bad_values_are_refused_with_the_reason(knob, text, fragment):
 def test_the_knobs_that_can_move_the_kv_cache_and_the_strategies_that_can_move_tokens_per_pass():
     """Known before a sweep runs, from the registry: the page hides the plots a sweep cannot move."""
     assert {k for k in sweepable() if moves_kv_cache(k)} == {"window", "sink_tokens", "cache_bits",
+                                                             "cache_key_bits", "cache_value_bits", "cache_dtype",
                                                              "residual_length", "num_beams", "max_new_tokens"}
     assert not any(moves_kv_cache(k) for k in ("temperature", "top_p", "top_k", "min_p", "prompt_lookup"))
     assert moves_tokens_per_pass("assisted") and moves_tokens_per_pass("beam")

@@ -271,3 +271,20 @@ def test_the_page_guide_lists_every_sweep_preset():
     text = Path(__file__).parents[2].joinpath("docs", "page.md").read_text(encoding="utf-8")
     listed = text.split("- **Presets** fill the tab", 1)[1].split("\n- **", 1)[0]
     assert listed.count("\n  - ") == len(SWEEP_PRESETS)
+
+
+def test_a_sweep_of_the_cache_store_draws_its_names_as_categories_and_clicks_open_their_rows():
+    from playground.sweep.knobs import parse_values
+    from playground.ui.sweep_frames import clicked_row
+
+    assert parse_values("cache_dtype", "fp32, bf16") == ("fp32", "bf16")
+    with pytest.raises(PlaygroundError, match="cache_dtype values fp16 are not among its choices: fp32, bf16"):
+        parse_values("cache_dtype", "fp32,fp16")
+    named = {"knob": "cache_dtype", "values": ["fp32", "bf16"],
+             "rows": [{**row, "value": "fp32" if row["value"] == 16 else "bf16"} for row in SWEEP["rows"]]}
+    frame = measure_frame(named, MEASURES[AGREEMENT]).dropna()
+    medians = frame[frame["series"] == "median"]
+    assert dict(zip(medians["cache_dtype"], medians[MEASURES[AGREEMENT].title], strict=True)) == {
+        "fp32": pytest.approx(0.4), "bf16": 1.0}
+    assert set(scatter_frame(named)["cache_dtype"]) == {"fp32", "bf16"}
+    assert clicked_row(named, AGREEMENT, "cache_dtype: bf16; agreed prefix: 1; series: lowest") == 4

@@ -73,6 +73,18 @@ def write_row(array: jax.Array, row: jax.Array, slot: jax.Array) -> jax.Array:
     return jax.lax.dynamic_update_slice(array, row.astype(array.dtype), index)
 
 
+def stored(x: jax.Array, dtype: str) -> jax.Array:
+    """`x` as a store of `dtype` gives it back, in float32: a bf16 store rounds each key and value once, when it is
+    written, and attention computes in fp32 over what the store holds (the new token's own key included, as the
+    PyTorch cache returns it from its store)."""
+    return x if dtype == "float32" else x.astype(dtype).astype(jnp.float32)
+
+
+def read(array: jax.Array) -> jax.Array:
+    """A stored array as attention computes over it: float32."""
+    return array.astype(jnp.float32)
+
+
 def nbytes(layout: Layout, batch: int = 1) -> int:
     """Bytes of every array the layout stores."""
     total = 0

@@ -25,6 +25,7 @@ from playground.backends.jax.caches.ring import RingLayout
 from playground.backends.refusals import check_cache
 from playground.errors import PlaygroundError
 from playground.models.shapes import attention_shape
+from playground.registry.kv_store import store_dtype
 from playground.spec import RunSpec
 
 MIN_PREFILL_BUCKET = 16
@@ -135,9 +136,11 @@ def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) ->
     cache = registry.cache_type(spec.cache)
     lengths = request_lengths(spec, prompt_len, first_chunk)
     shape = attention_shape(config)
+    # the model's own sliding layers store what the cache's full-precision layers store, where it chooses a dtype
+    dtype = store_dtype(spec) if "cache_dtype" in cache.knobs else "float32"
     layers = tuple(
         RingLayout(shape.kv_heads, shape.head_dim, slots=min(int(config.sliding_window), lengths[0]),
-                   window=int(config.sliding_window)) if kind == "sliding_attention"
+                   window=int(config.sliding_window), dtype=dtype) if kind == "sliding_attention"
         else cache.jax(spec, config, native, lengths[0])
         for kind in layer_types)
     return CachePlan(layers, tuple(lengths))
@@ -166,7 +169,7 @@ def describe(layouts: Layouts) -> dict[str, int]:
     for layout in layouts:
         name = type(layout).__name__.removesuffix("Layout").lower()
         details = {k: v for k, v in vars(layout).items()
-                   if k not in ("heads", "head_dim", "inv_freq") and not (k == "spare" and v == 0)}
+                   if k not in ("heads", "head_dim", "inv_freq") and (k, v) not in (("spare", 0), ("dtype", "float32"))}
         key = f"{name}({', '.join(f'{k}={v}' for k, v in details.items())})"
         counts[key] = counts.get(key, 0) + 1
     return counts

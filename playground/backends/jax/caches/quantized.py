@@ -1,12 +1,13 @@
 """Quantized keys and values inside the jitted step: packed integers plus scales, dequantized in attention.
 
-The meaning of `cache_bits` is the PyTorch path's (transformers' QuantizedCache): with 2 or 4 bits, each
+The meaning of the bits is the PyTorch path's (transformers' QuantizedCache): with 2 or 4 bits, each
 group of QUANT_GROUP channels of one token's head is quantized asymmetrically (min and scale, as quanto's
 MaxOptimizer does) and packed 4 or 2 to a byte, and the newest `residual` tokens are also kept in full
 precision in a ring; attention reads them from the ring and everything older from the quantized store.
-With 8 bits, the same groups in one byte each (finer than the PyTorch path's fp8 per tensor) and, as there,
-no residual. Every token is quantized once, when written; no full-precision copy of the store is kept
-(each step dequantizes the store it reads, inside the jitted attention).
+With 8 bits, the same groups in one byte each (finer than the PyTorch path's fp8 per tensor) and, when keys and
+values both take 8, no residual, as there. Keys and values each have their own bits (`key_bits`, `value_bits`).
+Every token is quantized once, when written; no full-precision copy of the store is kept (each step dequantizes
+the store it reads, inside the jitted attention).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class QuantLayout:
 
     heads: int
     head_dim: int
-    bits: int
+    key_bits: int
+    value_bits: int
     store: int  # positions in the quantized store
     residual: int  # newest tokens also kept in full precision (0: none)
     slots: int  # ring slots now: min(residual + spare, store), none without a residual
@@ -83,12 +85,16 @@ class QuantLayout:
     def window(self) -> int | None:
         return None
 
+    def bits(self, kind: str) -> int:
+        """The bits of one side: "keys" or "values"."""
+        return self.key_bits if kind == "keys" else self.value_bits
+
     def leaves(self) -> LeafShapes:
         groups = self.head_dim // group_size(self.head_dim)
-        data = ((self.heads, self.store, self.head_dim * self.bits // 8), jnp.uint8)
         scale = ((self.heads, self.store, groups), jnp.float32)
         leaves: LeafShapes = {}
         for kind in ("keys", "values"):
+            data = ((self.heads, self.store, self.head_dim * self.bits(kind) // 8), jnp.uint8)
             leaves[f"{kind}_data"], leaves[f"{kind}_scale"], leaves[f"{kind}_zero"] = data, scale, scale
             if self.slots:
                 leaves[kind] = ((self.heads, self.slots, self.head_dim), jnp.float32)
@@ -102,11 +108,11 @@ class QuantLayout:
         return dataclasses.replace(self, spare=width - 1)
 
     def _quantized(self, x: jax.Array, kind: str) -> Arrays:
-        data, scale, zero = quantize(x, self.bits, group_size(self.head_dim))
+        data, scale, zero = quantize(x, self.bits(kind), group_size(self.head_dim))
         return {f"{kind}_data": data, f"{kind}_scale": scale, f"{kind}_zero": zero}
 
     def _read(self, arrays: Arrays, kind: str) -> jax.Array:
-        return dequantize(arrays[f"{kind}_data"], arrays[f"{kind}_scale"], arrays[f"{kind}_zero"], self.bits,
+        return dequantize(arrays[f"{kind}_data"], arrays[f"{kind}_scale"], arrays[f"{kind}_zero"], self.bits(kind),
                           group_size(self.head_dim))
 
     def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:

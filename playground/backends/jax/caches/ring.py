@@ -27,7 +27,7 @@ from playground.backends.jax.attention import (
     step_attention,
     write_ring_rows,
 )
-from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
+from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, read, stored, write_row
 
 
 def ring_slots(window: int | None, length: int, spare: int = 0) -> int:
@@ -43,17 +43,19 @@ def in_window(held: jax.Array, query: jax.Array, window: int | None) -> jax.Arra
 
 @dataclass(frozen=True)
 class RingLayout:
-    """keys and values (B, KV, slots, D) in full precision."""
+    """keys and values (B, KV, slots, D) in full precision: stored as `dtype` (float32 or bfloat16), read as
+    float32."""
 
     heads: int
     head_dim: int
     slots: int
     window: int | None = None  # each token sees itself and window - 1 before it; None: global
     spare: int = 0  # slots past the window: a verify pass of spare + 1 tokens overwrites none it needs back
+    dtype: str = "float32"  # the store's dtype (cache_dtype); attention reads it as float32
 
     def leaves(self) -> LeafShapes:
         shape = (self.heads, self.slots, self.head_dim)
-        return {"keys": (shape, jnp.float32), "values": (shape, jnp.float32)}
+        return {"keys": (shape, jnp.dtype(self.dtype)), "values": (shape, jnp.dtype(self.dtype))}
 
     def resized(self, length: int) -> RingLayout:
         return dataclasses.replace(self, slots=ring_slots(self.window, length, self.spare))
@@ -62,14 +64,17 @@ class RingLayout:
         return dataclasses.replace(self, spare=width - 1)
 
     def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:
-        arrays = {"keys": gather_ring(keys, length, self.slots), "values": gather_ring(values, length, self.slots)}
+        keys, values = stored(keys, self.dtype), stored(values, self.dtype)
+        arrays = {"keys": gather_ring(keys, length, self.slots).astype(self.dtype),
+                  "values": gather_ring(values, length, self.slots).astype(self.dtype)}
         return arrays, partial(prompt_attention, key=keys, value=values, window=self.window)
 
     def step(self, arrays: Arrays, key: jax.Array, value: jax.Array,
              position: jax.Array) -> tuple[Arrays, Attend]:
+        key, value = stored(key, self.dtype), stored(value, self.dtype)
         slot = jnp.mod(position, self.slots)
         held = ring_positions(self.slots, position)  # (slots,); the write slot holds `position` itself
-        seen = Segment(arrays["keys"], arrays["values"],
+        seen = Segment(read(arrays["keys"]), read(arrays["values"]),
                        (held >= 0) & (held < position) & in_window(held, position, self.window))
         written = {"keys": write_row(arrays["keys"], key, slot), "values": write_row(arrays["values"], value, slot)}
         return written, partial(step_attention, segments=[seen], new_key=key, new_value=value)
@@ -78,6 +83,7 @@ class RingLayout:
                position: jax.Array) -> tuple[Arrays, Attend]:
         """W tokens at once, each seeing the ring as plain decoding would have left it for its position. A
         rejected draft's slot reads as `slots` positions older than it is: out of every window, given spare."""
+        keys, values = stored(keys, self.dtype), stored(values, self.dtype)
         queries = block_positions(position, keys.shape[2])  # (W,)
         held = ring_positions(self.slots, position - 1)  # (slots,) before the write
         seen = (held >= 0) & (held < position) & in_window(held[None, :], queries[:, None], self.window)
@@ -85,5 +91,5 @@ class RingLayout:
         slots = jnp.mod(queries, self.slots)
         written = {"keys": write_ring_rows(arrays["keys"], keys, slots),
                    "values": write_ring_rows(arrays["values"], values, slots)}
-        segments = [Segment(arrays["keys"], arrays["values"], seen), Segment(keys, values, own)]
+        segments = [Segment(read(arrays["keys"]), read(arrays["values"]), seen), Segment(keys, values, own)]
         return written, partial(block_attention, segments=segments)

@@ -27,7 +27,7 @@ from playground.backends.jax.attention import (
     step_attention,
     write_ring_rows,
 )
-from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
+from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, read, stored, write_row
 
 
 def rotate_keys(keys: jax.Array, shift: jax.Array, inv_freq: tuple[float, ...]) -> jax.Array:
@@ -61,6 +61,7 @@ class SinkLayout:
     slots: int
     inv_freq: tuple[float, ...]  # the model's RoPE inverse frequencies (D/2,)
     spare: int = 0  # ring slots past the recent room: a verify pass of spare + 1 tokens overwrites none it needs
+    dtype: str = "float32"  # the store's dtype (cache_dtype); attention reads it as float32
 
     @property
     def recent(self) -> int:
@@ -74,9 +75,10 @@ class SinkLayout:
     def leaves(self) -> LeafShapes:
         ring = (self.heads, self.slots, self.head_dim)
         sink = (self.heads, self.sinks, self.head_dim)
-        leaves: LeafShapes = {"keys": (ring, jnp.float32), "values": (ring, jnp.float32)}
+        dtype = jnp.dtype(self.dtype)
+        leaves: LeafShapes = {"keys": (ring, dtype), "values": (ring, dtype)}
         if self.sinks:
-            leaves |= {"sink_keys": (sink, jnp.float32), "sink_values": (sink, jnp.float32)}
+            leaves |= {"sink_keys": (sink, dtype), "sink_values": (sink, dtype)}
         return leaves
 
     def resized(self, length: int) -> SinkLayout:
@@ -86,27 +88,31 @@ class SinkLayout:
         return dataclasses.replace(self, spare=width - 1)
 
     def prefill(self, keys: jax.Array, values: jax.Array, length: jax.Array) -> tuple[Arrays, Attend]:
+        keys, values = stored(keys, self.dtype), stored(values, self.dtype)
         arrays = {"keys": gather_ring(keys, length, self.slots, first=self.sinks),
                   "values": gather_ring(values, length, self.slots, first=self.sinks)}
         if self.sinks:
             first = jnp.clip(jnp.arange(self.sinks), 0, keys.shape[2] - 1)  # slots past the prompt stay masked
             arrays |= {"sink_keys": jnp.take(keys, first, axis=2), "sink_values": jnp.take(values, first, axis=2)}
+        arrays = {name: array.astype(self.dtype) for name, array in arrays.items()}
         # the prompt attends over all of itself, causally, as the PyTorch sink cache lets a long first chunk do
         return arrays, partial(prompt_attention, key=keys, value=values, window=None)
 
     def step(self, arrays: Arrays, key: jax.Array, value: jax.Array,
              position: jax.Array) -> tuple[Arrays, Attend]:
+        key, value = stored(key, self.dtype), stored(value, self.dtype)
         held = self.sinks + ring_positions(self.slots, position - self.sinks)  # (slots,)
         recent = (held >= self.sinks) & (held < position) & (held > position - self.recent)
-        seen = Segment(arrays["keys"], arrays["values"], recent)
+        seen = Segment(read(arrays["keys"]), read(arrays["values"]), recent)
         slot = jnp.mod(position - self.sinks, self.slots)  # a sink token's write here stays masked until reused
         written = {"keys": write_row(arrays["keys"], key, slot), "values": write_row(arrays["values"], value, slot)}
         if self.sinks:
             evicted = jnp.maximum(position + 1 - self.cache_window, 0)
-            moved = rotate_keys(arrays["sink_keys"], evicted, self.inv_freq)  # (B, KV, S, D)
+            # rotated in fp32 and stored again, as the PyTorch sink cache keeps its moved sinks
+            moved = stored(rotate_keys(read(arrays["sink_keys"]), evicted, self.inv_freq), self.dtype)  # (B, KV, S, D)
             # the sinks joined before the ring: one attention pass per query group instead of two
             seen = Segment(jnp.concatenate([moved, seen.keys], axis=2),
-                           jnp.concatenate([arrays["sink_values"], seen.values], axis=2),
+                           jnp.concatenate([read(arrays["sink_values"]), seen.values], axis=2),
                            jnp.concatenate([jnp.arange(self.sinks) < position, seen.allowed]))
             is_sink = position < self.sinks
             index = jnp.minimum(position, self.sinks - 1)
@@ -118,12 +124,13 @@ class SinkLayout:
                position: jax.Array) -> tuple[Arrays, Attend]:
         """W tokens at once, each seeing what plain decoding would show it: its own recent tokens, and the sinks
         rotated by its own eviction count (a key row per query)."""
+        keys, values = stored(keys, self.dtype), stored(values, self.dtype)
         width = keys.shape[2]
         queries = block_positions(position, width)  # (W,)
         evicted = jnp.maximum(queries + 1 - self.cache_window, 0)  # (W,)
         held = self.sinks + ring_positions(self.slots, position - 1 - self.sinks)  # (slots,) before the write
         recent = (held >= self.sinks) & (held < position) & (held[None, :] > queries[:, None] - self.recent)
-        segments = [Segment(arrays["keys"], arrays["values"], recent)]
+        segments = [Segment(read(arrays["keys"]), read(arrays["values"]), recent)]
         # the block's own tokens: recent ones as they are; one at a sink position is seen as a sink, rotated by the
         # query's eviction count, which is 0 for every query of a block narrower than the recent room + 1
         is_sink = queries < self.sinks  # (W,)
@@ -134,8 +141,9 @@ class SinkLayout:
         written = {name: write_ring_rows(arrays[name], rows, jnp.mod(queries - self.sinks, self.slots))
                    for name, rows in (("keys", keys), ("values", values))}
         if self.sinks:
-            moved = rotate_keys_per_query(arrays["sink_keys"], evicted, self.inv_freq)  # (B, KV, W, S, D)
-            segments.insert(0, Segment(moved, arrays["sink_values"], jnp.arange(self.sinks) < position))
+            moved = stored(rotate_keys_per_query(read(arrays["sink_keys"]), evicted, self.inv_freq),
+                           self.dtype)  # (B, KV, W, S, D)
+            segments.insert(0, Segment(moved, read(arrays["sink_values"]), jnp.arange(self.sinks) < position))
             index = jnp.where(is_sink, queries, self.sinks)  # past the end: dropped
             for name, rows in (("sink_keys", keys), ("sink_values", values)):
                 written[name] = arrays[name].at[:, :, index].set(rows.astype(arrays[name].dtype), mode="drop")

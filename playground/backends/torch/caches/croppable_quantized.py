@@ -23,14 +23,47 @@ import torch
 from transformers.cache_utils import Cache, Fp8QuantizedLayer, QuantoQuantizedLayer
 
 
+class _Side(int):
+    """A quantization axis that also names the side it quantizes. transformers' layer quantizes keys and values
+    through one `_quantize(tensor, axis)`, passing `axis_key` or `axis_value`: the axis is all that tells them
+    apart there, so each carries its side (and still compares equal to transformers' and quanto's axis 0)."""
+
+    side: str
+
+    def __new__(cls, axis: int, side: str) -> _Side:
+        made = super().__new__(cls, axis)
+        made.side = side
+        return made
+
+
 class CroppableQuantoLayer(QuantoQuantizedLayer):
-    """KIVI-style quanto layer (a full-precision residual of `residual_length` tokens) that can roll back."""
+    """KIVI-style quanto layer (a full-precision residual of `residual_length` tokens) that can roll back, its
+    keys in `nbits` and its values in `value_nbits` (2 or 4 each; transformers' layer takes one nbits for both)."""
 
     is_croppable = True
 
-    def __init__(self, nbits: int, residual_length: int) -> None:
+    def __init__(self, nbits: int, residual_length: int, value_nbits: int | None = None) -> None:
         super().__init__(nbits=nbits, residual_length=residual_length)
+        from optimum.quanto import qint2, qint4  # as transformers imports it: inside, after its own check
+
+        value_nbits = nbits if value_nbits is None else value_nbits
+        if value_nbits not in (2, 4):
+            raise ValueError(f"`value_nbits` for the `quanto` backend has to be one of [2, 4] but got {value_nbits}")
+        self.value_nbits = value_nbits
+        self.qtypes = {"keys": self.qtype, "values": qint4 if value_nbits == 4 else qint2}
+        self.axis_key, self.axis_value = _Side(self.axis_key, "keys"), _Side(self.axis_value, "values")
         self.record_past = False  # set by generate's assisted path: flush only once crop() has removed rejects
+
+    # transformers' base class declares _quantize(tensor); its QuantizedLayer, ours' parent, calls it with an axis
+    def _quantize(self, tensor: torch.Tensor, axis: int) -> Any:  # type: ignore[override]
+        """transformers' quanto quantization, in the bits of the side `axis` names."""
+        from optimum.quanto import quantize_weight
+
+        if not isinstance(axis, _Side):
+            raise TypeError(f"_quantize: axis {axis!r} does not say whether it quantizes keys or values")
+        qtype = self.qtypes[axis.side]
+        scale, zeropoint = self.optimizer(tensor, qtype, int(axis), self.q_group_size)
+        return quantize_weight(tensor, qtype, int(axis), scale, zeropoint, self.q_group_size)
 
     def activate_past_recording(self) -> None:
         self.record_past = True

@@ -14,6 +14,8 @@ from playground.backends.torch.caches.croppable_quantized import CroppableFp8Lay
 from playground.backends.torch.caches.croppable_static import CroppableStaticCache
 from playground.backends.torch.caches.sink import SinkCache
 from playground.backends.torch.caches.sliding import make_sliding_cache
+from playground.backends.torch.caches.stored_dtype import stored_as
+from playground.registry.kv_store import kv_bits, store_dtype
 from playground.spec import RunSpec
 
 # A static cache that torch.compile runs over is prompt + max_new_tokens rounded up to this many positions: its
@@ -38,7 +40,7 @@ def _text_config(model: Any) -> Any:
 
 
 def dynamic_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
-    return DynamicCache(config=_text_config(model))
+    return stored_as(DynamicCache(config=_text_config(model)), store_dtype(spec))
 
 
 def static_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
@@ -47,37 +49,44 @@ def static_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     prompt-lookup drafts may run up to `prompt_lookup` tokens past the end (a draft model's drafts stop at the
     end)."""
     if registry.strategy(spec.strategy).drafts:
-        return CroppableStaticCache(_text_config(model),
-                                    max_cache_len=prompt_tokens + spec.max_new_tokens + spec.prompt_lookup)
+        cache: Cache = CroppableStaticCache(_text_config(model),
+                                            max_cache_len=prompt_tokens + spec.max_new_tokens + spec.prompt_lookup)
+        return stored_as(cache, store_dtype(spec))
     length = prompt_tokens + spec.max_new_tokens
     if spec.torch_compile != "off":  # a shape of the compiled step: rounded up, so nearby requests share one
         length = compiled_length(prompt_tokens, spec.max_new_tokens)
-    return StaticCache(config=_text_config(model), max_cache_len=length)
+    return stored_as(StaticCache(config=_text_config(model), max_cache_len=length), store_dtype(spec))
 
 
 def sliding_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     """The model's own window where it has sliding layers (Gemma3: 512), spec.window imposed where it has none."""
-    return make_sliding_cache(model, spec.window)
+    return stored_as(make_sliding_cache(model, spec.window), store_dtype(spec))
 
 
 def sink_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
-    return SinkCache(_text_config(model), window_length=spec.window, num_sink_tokens=spec.sink_tokens)
+    cache = SinkCache(_text_config(model), window_length=spec.window, num_sink_tokens=spec.sink_tokens)
+    return stored_as(cache, store_dtype(spec))
 
 
 def quantized_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
-    return make_quantized_cache(_text_config(model), spec.cache_bits, spec.residual_length)
+    bits = kv_bits(spec)
+    return make_quantized_cache(_text_config(model), bits.keys, spec.residual_length, value_bits=bits.values)
 
 
-def make_quantized_cache(config: Any, bits: int, residual_length: int) -> Cache:
-    """2/4 bits: quanto, per-channel groups, newest `residual_length` tokens in full precision (KIVI);
-    8 bits: fp8, per tensor, appendable (no residual). Both are transformers' layers made croppable for assisted
-    decoding (croppable_quantized.py). transformers' QuantizedCache refuses models with sliding layers (Gemma3);
-    here the global layers are quantized and the sliding layers keep their bounded full-precision window, which
-    is what a dynamic cache would keep for them too."""
+def make_quantized_cache(config: Any, bits: int, residual_length: int, value_bits: int | None = None) -> Cache:
+    """2/4 bits: quanto, per-channel groups, newest `residual_length` tokens in full precision (KIVI), keys in
+    `bits` and values in `value_bits` (default: `bits`); 8 bits (both sides): fp8, per tensor, appendable (no
+    residual). Both are transformers' layers made croppable for assisted decoding (croppable_quantized.py).
+    transformers' QuantizedCache refuses models with sliding layers (Gemma3); here the global layers are
+    quantized and the sliding layers keep their bounded full-precision window, which is what a dynamic cache
+    would keep for them too."""
     layer_types, _ = get_layer_types_and_kwargs(config)
+    values = bits if value_bits is None else value_bits
 
     def quantized_layer() -> Any:
-        return CroppableFp8Layer() if bits == 8 else CroppableQuantoLayer(nbits=bits, residual_length=residual_length)
+        if bits == values == 8:
+            return CroppableFp8Layer()
+        return CroppableQuantoLayer(nbits=bits, residual_length=residual_length, value_nbits=values)
 
     layers = [quantized_layer() if kind == "full_attention" else DynamicSlidingWindowLayer(config.sliding_window)
               for kind in layer_types]

@@ -15,9 +15,9 @@ import time
 from playground import device
 from playground.backends.base import ReportProgress
 from playground.backends.slow_stages import announced_if_slow
+from playground.registry.kv_store import PACKED_BITS, kv_bits
 from playground.spec import RunSpec
 
-PACKED_BITS = (2, 4)  # quanto's packed layouts; 8 bits is fp8, which needs no extension
 # device kind -> quanto's extension that unpacks tensors there, and what the page calls it
 EXTENSIONS = {"cpu": ("quanto_cpp", "CPU"), "cuda": ("quanto_cuda", "CUDA")}
 
@@ -46,9 +46,10 @@ def build_kernels(kind: str, progress: ReportProgress | None = None) -> float:
 
 def prepare_quanto(spec: RunSpec, progress: ReportProgress | None = None) -> float:
     """The quantized cache's preparation (registry: torch_prepare): seconds spent building (or loading) quanto's
-    extension for this run's bits on this process's device; 0 for 8 bits. `progress` hears of it whenever it
-    takes a while: a first build, a rebuild, or a build directory another environment is using."""
-    if spec.cache_bits not in PACKED_BITS:
+    extension for this run's bits on this process's device; 0 for 8 bits on both sides (fp8: no extension).
+    `progress` hears of it whenever it takes a while: a first build, a rebuild, or a build directory another
+    environment is using."""
+    if not set(kv_bits(spec)) & set(PACKED_BITS):
         return 0.0
     return build_kernels(device.current().kind, progress)
 
