@@ -111,3 +111,19 @@ def test_staging_reuses_a_global_ring_long_enough_and_stages_the_rest():
     assert prefill.staging(global_ring, 64) is global_ring
     assert prefill.staging(RingLayout(1, 16, slots=32), 64) == RingLayout(1, 16, slots=64)
     assert prefill.staging(RingLayout(1, 16, slots=6, window=6), 64) == RingLayout(1, 16, slots=64, window=6)
+
+
+def test_the_memory_estimate_counts_a_chunks_attention_and_the_staged_prompt(llama):
+    from playground.backends.jax.backend import JaxBackend
+
+    heads, bucket = llama.model.config.num_attention_heads, 4096
+    whole_scores = 2 * heads * bucket * bucket * 4
+    static = JaxBackend().memory_needed(llama, RunSpec(backend="jax", cache="static", max_new_tokens=8), 4000, None)
+    chunk_scores = 2 * heads * 512 * (bucket + 512) * 4
+    assert "prefill's" in static.run.what  # a tiny model's cache is smaller than its prompt's attention
+    assert chunk_scores < static.run.bytes < whole_scores / 4
+    sink = JaxBackend().memory_needed(llama, RunSpec(backend="jax", cache="sink", window=64, max_new_tokens=8),
+                                      4000, None)
+    config = llama.model.config
+    staged = config.num_hidden_layers * 2 * config.num_key_value_heads * 64 * bucket * 4  # head size 64, fp32
+    assert sink.run.bytes >= staged + chunk_scores

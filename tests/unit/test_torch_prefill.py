@@ -64,3 +64,15 @@ def test_a_prompt_within_one_chunk_runs_whole():
     assert prefill.chunk_size(RunSpec(backend="torch", cache="static"), prefill.CHUNK_TOKENS) is None
     chunk = prefill.CHUNK_TOKENS
     assert prefill.chunk_size(RunSpec(backend="torch", cache="static"), chunk + 1) == chunk
+
+
+def test_the_memory_estimate_counts_the_prompts_attention_a_chunk_at_a_time(llama):
+    from playground.backends.torch.backend import TorchBackend
+
+    heads, prompt = llama.model.config.num_attention_heads, 4000
+    chunked = TorchBackend().memory_needed(llama, RunSpec(backend="torch", cache="static", max_new_tokens=8), prompt,
+                                           None).run
+    whole = TorchBackend().memory_needed(llama, RunSpec(backend="torch", cache="sink", window=64, max_new_tokens=8),
+                                         prompt, None).run
+    assert chunked.bytes >= 2 * heads * 512 * prompt * 4 and "prefill's" in chunked.what
+    assert whole.bytes >= 2 * heads * prompt * prompt * 4 > 4 * chunked.bytes

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from playground.backends.jax.caches import pytree
-from playground.backends.jax.caches.layout import Layout
+from playground.backends.jax.caches.layout import Layout, nbytes
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
 from playground.backends.jax.caches.ring import RingLayout
 
@@ -112,3 +112,16 @@ def _settled(staged: JaxCache, layouts: tuple[Layout, ...], length: jax.Array) -
             arrays, _ = layout.prefill(arrays["keys"], arrays["values"], length)
         layers.append(JaxLayer(layout, arrays, length))
     return JaxCache(layers)
+
+
+def working_bytes(layouts: tuple[Layout, ...], bucket: int, query_heads: int, batch: int = 1) -> int:
+    """Bytes the prefill holds beyond the cache it leaves: the staging rings (the layers that are not their own
+    staging layer), and one layer's attention scores and probabilities for a chunk over the bucket (the whole
+    bucket over itself when it runs whole)."""
+    chunk = chunk_tokens()
+    rows, columns = (bucket, bucket) if bucket <= chunk else (chunk, bucket + chunk)
+    scores = 2 * batch * query_heads * rows * columns * 4
+    if bucket <= chunk:
+        return scores
+    staged = sum(nbytes(staging(layout, bucket), batch) for layout in layouts if staging(layout, bucket) != layout)
+    return staged + scores

@@ -31,3 +31,10 @@ def chunk_size(spec: RunSpec, prompt_tokens: int) -> int | None:
     if prompt_tokens <= CHUNK_TOKENS or spec.cache not in EXACT_IN_CHUNKS or spec.torch_compile != "off":
         return None
     return CHUNK_TOKENS
+
+
+def working_bytes(spec: RunSpec, prompt_tokens: int, query_heads: int) -> int:
+    """One layer's attention scores and probabilities (fp32) over the prompt, a chunk's rows at a time where it
+    runs in chunks: what eager attention holds at its peak (sdpa holds less)."""
+    rows = chunk_size(spec, prompt_tokens) or prompt_tokens
+    return 2 * query_heads * rows * prompt_tokens * 4
