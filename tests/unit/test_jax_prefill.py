@@ -95,6 +95,8 @@ def _tokens(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatch) 
     ("gemma", {"cache": "sliding"}),
     ("llama", {"cache": "dynamic", "strategy": "contrastive", "top_k": 4, "penalty_alpha": 0.6}),
     ("llama", {"cache": "dynamic", "strategy": "dola", "dola_layers": "high"}),
+    ("llama", {"cache": "static", "strategy": "beam", "num_beams": 3}),
+    ("llama", {"cache": "sliding", "window": 6, "strategy": "assisted", "prompt_lookup": 3}),
 ])
 def test_a_prompt_longer_than_a_chunk_gives_the_tokens_of_the_whole_prompt(model, knobs, request, monkeypatch):
     loaded = request.getfixturevalue(model)
