@@ -19,7 +19,8 @@ from playground.backends.base import (
 )
 from playground.backends.jax.architectures import check_architecture
 from playground.backends.jax.program_cache import program_cache_bound
-from playground.models.shapes import check_head_split
+from playground.models.memory import gib
+from playground.models.shapes import attention_shape, check_head_split
 from playground.registry.builtin import DRAFT_CACHE
 
 if TYPE_CHECKING:
@@ -55,9 +56,10 @@ class JaxBackend:
         device count; both live as long as the model), and the cache's arrays as its plan allocates them:
         bounded layers at their bound, quantized arrays at their bytes, old and new arrays together while a
         growing cache doubles."""
+        from playground.backends.jax import prefill
         from playground.backends.jax.assisted import verify_widths
         from playground.backends.jax.caches.extend import assisted_plan
-        from playground.backends.jax.caches.plan import peak_bytes, plan_cache
+        from playground.backends.jax.caches.plan import peak_bytes, plan_bytes, plan_cache, prefill_bucket
         from playground.backends.jax.decoder import STEPS_PER_CALL
         from playground.backends.jax.engine import device_bytes
         from playground.backends.jax.universal import draft_plan
@@ -70,6 +72,10 @@ class JaxBackend:
             plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
         rows = strategy.peak_rows(spec)  # contrastive search: its top_k candidates' rows, during every step
         need, growing = peak_bytes(plan, rows)
+        first = plan.at(plan.lengths[0])  # the prefill fills the first layouts, holding its own arrays besides
+        heads = attention_shape(_text_config(loaded)).heads
+        working = prefill.working_bytes(first, prefill_bucket(prompt_tokens), heads)
+        need, growing = (plan_bytes(first) + working, False) if plan_bytes(first) + working > need else (need, growing)
         resident = [(loaded, _engine_weights(loaded, spec, spec.devices, device_bytes)),
                     (loaded, _engine_programs(spec.devices))]
         if draft is not None:  # the draft's engine is its own, on one device; its cache is preallocated
@@ -81,7 +87,8 @@ class JaxBackend:
             resident += [(draft, _engine_weights(draft, spec, 1, device_bytes)), (draft, _engine_programs(1))]
         kind = "beams" if strategy.peak_rows_knob is None else "rows"
         what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} {kind}" if rows > 1 else "") + (
-            " (old and new arrays while it grows)" if growing else "")
+            " (old and new arrays while it grows)" if growing else "") + (
+            f" and its prefill's {gib(working)} of working memory" if working > plan_bytes(first) else "")
         hint = f"lower {strategy.peak_rows_knob} or max_new_tokens" if strategy.peak_rows_knob else \
             "lower max_new_tokens"
         return MemoryNeed(Held(what, need, hint=hint), resident)

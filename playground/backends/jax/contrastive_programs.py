@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
-from playground.backends.jax import chain, sampling
+from playground.backends.jax import chain, prefill, sampling
 from playground.backends.jax.beam_programs import reorder
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
@@ -109,14 +109,15 @@ def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *
              layer: int) -> tuple[tuple[jax.Array, jax.Array], JaxCache]:
     """The prompt padded on the right into a new cache: the logits at its last real position (1, V) and the
     final hidden state at every position (1, bucket, H), the first context."""
-    positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]
-    cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
-    logits, (hidden,), _, cache = engine.forward_layers(weights, cache, ids, positions, (length - 1)[None],
-                                                        hidden=(layer,))
-    out = (logits[:, -1].astype(jnp.float32), hidden.astype(jnp.float32))
+    def step(cache: JaxCache, chunk: jax.Array, positions: jax.Array, keep: jax.Array) -> tuple:
+        logits, (hidden,), _, cache = engine.forward_layers(weights, cache, chunk, positions, keep, hidden=(layer,))
+        return logits[:, -1].astype(jnp.float32), hidden.astype(jnp.float32), cache
+
+    logits, hidden, cache = prefill.prefill(step, ids, length, layouts, engine.constrain)  # in chunks: prefill.py
+    out = (logits, hidden)
     if engine.mesh is not None:
         out = jax.lax.with_sharding_constraint(out, engine.replicated())
-    return out, engine.constrain(cache)
+    return out, cache
 
 
 def _start(engine: Engine, prefilled: tuple[jax.Array, jax.Array], ids: jax.Array, length: jax.Array,
@@ -229,7 +230,7 @@ def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -
         jax.block_until_ready(compiled(engine.weights, engine.put(np.zeros((1, bucket), np.int32)),
                                        engine.put(np.int32(1))))
 
-    return engine.program(("contrastive-prefill", bucket, layouts, layer), lower, warm)
+    return engine.program(("contrastive-prefill", bucket, prefill.chunk_tokens(), layouts, layer), lower, warm)
 
 
 def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: ContrastiveMode) -> Pending:

@@ -24,8 +24,7 @@ from jax.stages import Lowered
 
 from playground.backends.base import GenerationOutput
 from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
-from playground.backends.jax import sampling
-from playground.backends.jax.caches import pytree
+from playground.backends.jax import prefill, sampling
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache
 from playground.backends.jax.chain import Context, pushed, start_history
@@ -90,10 +89,12 @@ def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *
              layers: tuple[int, ...]) -> tuple[tuple[jax.Array, jax.Array], JaxCache]:
     """The padded prompt into a new cache; ((final logits (B, V), candidates' logits (L, B, V)) at the last real
     position, cache)."""
-    positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]
-    cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
-    logits, _, heads, cache = engine.forward_layers(weights, cache, ids, positions, (length - 1)[None], heads=layers)
-    return (logits[:, -1], jnp.stack([h[:, -1] for h in heads])), engine.constrain(cache)
+    def step(cache: JaxCache, chunk: jax.Array, positions: jax.Array, keep: jax.Array) -> tuple:
+        logits, _, heads, cache = engine.forward_layers(weights, cache, chunk, positions, keep, heads=layers)
+        return (logits[:, -1], jnp.stack([h[:, -1] for h in heads])), (), cache
+
+    outputs, _, cache = prefill.prefill(step, ids, length, layouts, engine.constrain)  # in chunks: prefill.py
+    return outputs, cache
 
 
 def _start(engine: Engine, outputs: tuple[jax.Array, jax.Array], ids: jax.Array, length: jax.Array,
@@ -157,7 +158,7 @@ class DolaDecoding(PlainDecoding):
             fn = jax.jit(partial(_prefill, engine, layouts=layouts, layers=self.layers))
             return fn.lower(engine.weights, shape((1, bucket), jnp.int32), shape((), jnp.int32))
 
-        return engine.program(("dola-prefill", bucket, layouts, self.layers), lower)
+        return engine.program(("dola-prefill", bucket, prefill.chunk_tokens(), layouts, self.layers), lower)
 
     def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         def lower() -> Lowered:

@@ -33,7 +33,7 @@ from torchax import interop
 from transformers import PreTrainedModel
 
 from playground import device
-from playground.backends.jax import compiling, disk_cache, layer_outputs, sampling, tensor_parallel, traced
+from playground.backends.jax import compiling, disk_cache, layer_outputs, prefill, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
@@ -192,13 +192,14 @@ class Engine:
                  layouts: Layouts) -> tuple[jax.Array, JaxCache]:
         """Prompt padded on the right to its bucket, into a new cache; returns the logits at the last real
         position. Decoding continues at the true length, overwriting what the padding left."""
-        positions = jnp.arange(ids.shape[1], dtype=jnp.int32)[None, :]  # (1, P)
-        cache = pytree.empty_cache(layouts, length.astype(jnp.int32))
-        logits, cache = self.forward(weights, cache, ids, positions, (length - 1)[None])
-        logits = logits[:, -1]  # (B, V)
+        def step(cache: JaxCache, chunk: jax.Array, positions: jax.Array, keep: jax.Array) -> tuple:
+            logits, cache = self.forward(weights, cache, chunk, positions, keep)
+            return logits[:, -1], (), cache  # (B, V)
+
+        logits, _, cache = prefill.prefill(step, ids, length, layouts, self.constrain)  # in chunks: prefill.py
         if self.mesh is not None:
             logits = jax.lax.with_sharding_constraint(logits, self.replicated())
-        return logits, self.constrain(cache)
+        return logits, cache
 
     def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
                knobs: Knobs, cache: JaxCache, *, mode: SamplingMode,
@@ -298,7 +299,7 @@ class Engine:
             jax.block_until_ready(compiled(self.weights, self.put(np.zeros((batch, bucket), np.int32)),
                                            self.put(np.int32(1))))
 
-        return self.program(("prefill", batch, bucket, layouts), lower, warm)
+        return self.program(("prefill", batch, bucket, prefill.chunk_tokens(), layouts), lower, warm)
 
     def start_program(self, bucket: int, layouts: Layouts, mode: SamplingMode, eos: tuple[int, ...],
                       batch: int = 1) -> Pending:

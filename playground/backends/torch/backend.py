@@ -17,9 +17,10 @@ from playground.backends.base import (
     ReportProgress,
     ShouldStop,
 )
-from playground.backends.torch import compiled
+from playground.backends.torch import compiled, prefill
 from playground.errors import PlaygroundError
 from playground.models import memory
+from playground.models.shapes import attention_shape
 
 if TYPE_CHECKING:
     import torch
@@ -55,9 +56,12 @@ class TorchBackend:
         strategy = registry.strategy(spec.strategy)
         sequences = strategy.peak_rows(spec)
         need = memory.kv_bytes_estimate(loaded.model.config, total, sequences)
+        working = prefill.working_bytes(spec, prompt_tokens, attention_shape(loaded.model.config).heads) * sequences
+        need += working
         if draft is not None:
             need += memory.kv_bytes_estimate(draft.model.config, total)
-        held = Held(f"the KV cache for {total} tokens x {sequences} sequence(s)", need)
+        held = Held(f"the KV cache for {total} tokens x {sequences} sequence(s)" + (
+            f" and its prefill's {memory.gib(working)} of working memory" if working > need - working else ""), need)
         if strategy.peak_rows_knob:  # the rows are its candidates: fewer of them is the first thing to try
             held = Held(held.what, need, f"lower {strategy.peak_rows_knob} or max_new_tokens, pick smaller weights")
         return MemoryNeed(held)

@@ -10,6 +10,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
+from playground.backends.torch import prefill
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import generation_config
@@ -45,6 +46,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     prompt_len = input_ids.shape[1]
     plugin = plug_in(spec)
     config = generation_config(spec, loaded.model, plugin)
+    config.prefill_chunk_size = prefill.chunk_size(spec, prompt_len)  # a long prompt in chunks, where exact
     cache = make_cache(spec, loaded.model, prompt_len)
     call = Call(loaded=loaded, spec=spec, cache=cache, streamer=TimingStreamer(emit) if plugin.streams else None,
                 probe=TokenProbe() if plugin.probes else None, draft=draft, preview=preview)
