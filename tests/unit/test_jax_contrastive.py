@@ -145,8 +145,9 @@ def test_the_memory_budget_counts_the_top_k_candidates_rows():
     from playground.backends.jax.backend import JaxBackend
 
     loaded, backend = tiny_loaded("tiny"), JaxBackend()
-    greedy = backend.memory_needed(loaded, RunSpec(backend="jax", max_new_tokens=32), 16, None).run
-    wide = backend.memory_needed(loaded, RunSpec(strategy="contrastive", backend="jax", top_k=8, max_new_tokens=32),
+    # long enough that the cache outweighs the prefill's working memory, which the candidates do not multiply
+    greedy = backend.memory_needed(loaded, RunSpec(backend="jax", max_new_tokens=256), 16, None).run
+    wide = backend.memory_needed(loaded, RunSpec(strategy="contrastive", backend="jax", top_k=8, max_new_tokens=256),
                                  16, None).run
     assert wide.bytes == 8 * greedy.bytes and "x 8 rows" in wide.what and "lower top_k" in wide.hint
 
