@@ -27,15 +27,31 @@ Result = dict[str, Any]
 
 
 def series_name(spec: dict[str, Any]) -> str:
-    """A run's name in the legends and tables: its cache, the knobs the cache reads, its backend."""
+    """A run's name in the tables, the status line and the plots' tooltips: its cache, the knobs the cache reads,
+    its backend."""
     knobs = ", ".join(f"{name} {value}" for name, value in spec["cache_knobs"].items())
     return f"{spec['cache']}{f' ({knobs})' if knobs else ''} · {spec['backend']}"
 
 
+def legend_name(spec: dict[str, Any]) -> str:
+    """A run's series in the plots and their legends: its cache and backend, which a plan holds once each. Short,
+    since Vega cuts a legend label at 160 px ("sink (window 32, sink_tokens 4) · tor…" lost its backend)."""
+    return f"{spec['cache']} · {spec['backend']}"
+
+
+def _planned(specs: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"cache": s.cache, "backend": s.backend,
+             "cache_knobs": {k: getattr(s, k) for k in registry.cache_type(s.cache).knobs}} for s in specs]
+
+
 def planned_series(specs: Sequence[Any]) -> list[str]:
-    """The series a plan will draw (RunSpecs), in order, named as their results will be."""
-    return [series_name({"cache": s.cache, "backend": s.backend,
-                         "cache_knobs": {k: getattr(s, k) for k in registry.cache_type(s.cache).knobs}}) for s in specs]
+    """The runs a plan will measure (RunSpecs), in order, named as their results will be."""
+    return [series_name(spec) for spec in _planned(specs)]
+
+
+def planned_legend(specs: Sequence[Any]) -> list[str]:
+    """The series a plan will draw, in order, as their results' rows will name them."""
+    return [legend_name(spec) for spec in _planned(specs)]
 
 
 def lighter(colour: str, share: float = 0.55) -> str:
@@ -62,7 +78,12 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
 def _placeholders(series: Sequence[str], x: str, y: str) -> list[dict[str, Any]]:
     """A point without a height per series (not drawn): a plot fixes its colour domain when it first draws, so
     every frame names every series the run will draw."""
-    return [{"series": name, x: 0.0, y: math.nan} for name in series]
+    return [{"series": name, "run": "", x: 0.0, y: math.nan} for name in series]
+
+
+def _schema(x: str, y: str) -> dict[str, str]:
+    """A plot's columns: the series (its colour and legend entry), the run's full name (its tooltip), x and y."""
+    return {"series": "str", "run": "str", x: "float64", y: "float64"}
 
 
 def speed_frame(results: Sequence[Result], series: Sequence[str]) -> pd.DataFrame:
@@ -70,22 +91,22 @@ def speed_frame(results: Sequence[Result], series: Sequence[str]) -> pd.DataFram
     names = [n for name in series for n in (name, f"{name} {ROOFLINE}")]
     rows = _placeholders(names, CONTEXT, SPEED)
     for result in results:
-        name = series_name(result)
+        name, run = legend_name(result), series_name(result)
         for row in result.get("speed", []):
-            rows.append({"series": name, CONTEXT: float(row["context_tokens"]),
+            rows.append({"series": name, "run": run, CONTEXT: float(row["context_tokens"]),
                          SPEED: math.nan if row["decode_tokens_per_s"] is None else row["decode_tokens_per_s"]})
-            rows.append({"series": f"{name} {ROOFLINE}", CONTEXT: float(row["context_tokens"]),
-                         SPEED: row["roofline_tokens_per_s"]})
-    return _frame(rows, {"series": "str", CONTEXT: "float64", SPEED: "float64"})
+            rows.append({"series": f"{name} {ROOFLINE}", "run": f"{run} {ROOFLINE}",
+                         CONTEXT: float(row["context_tokens"]), SPEED: row["roofline_tokens_per_s"]})
+    return _frame(rows, _schema(CONTEXT, SPEED))
 
 
 def memory_frame(results: Sequence[Result], series: Sequence[str]) -> pd.DataFrame:
     """KV bytes (MiB) at the end of each length's run, against the context length."""
     rows = _placeholders(series, CONTEXT, MEMORY)
     for result in results:
-        rows += [{"series": series_name(result), CONTEXT: float(row["context_tokens"]),
+        rows += [{"series": legend_name(result), "run": series_name(result), CONTEXT: float(row["context_tokens"]),
                   MEMORY: row["kv_bytes"] / MIB} for row in result.get("speed", [])]
-    return _frame(rows, {"series": "str", CONTEXT: "float64", MEMORY: "float64"})
+    return _frame(rows, _schema(CONTEXT, MEMORY))
 
 
 def _midpoint(bucket: dict[str, Any]) -> float:
@@ -98,9 +119,9 @@ def quality_frame(results: Sequence[Result], series: Sequence[str], key: str, ti
     rows = _placeholders(series, POSITION, title)
     for result in results:
         if "quality" in result:
-            rows += [{"series": series_name(result), POSITION: _midpoint(bucket), title: bucket[key]}
-                     for bucket in result["quality"]["buckets"]]
-    return _frame(rows, {"series": "str", POSITION: "float64", title: "float64"})
+            rows += [{"series": legend_name(result), "run": series_name(result), POSITION: _midpoint(bucket),
+                      title: bucket[key]} for bucket in result["quality"]["buckets"]]
+    return _frame(rows, _schema(POSITION, title))
 
 
 def frames(results: Sequence[Result], series: Sequence[str]) -> dict[str, pd.DataFrame]:

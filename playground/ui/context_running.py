@@ -2,8 +2,10 @@
 the context command's own functions (which hold the one generation slot while they measure), the plots and tables
 redrawn as each run finishes, progress while it works, and Stop.
 
-The plots are set up once before the first run (every series named, with its colour), then get only data: Gradio
-redraws a plot whose legend or colours change, and data sent during that redraw is lost (ui/plots.step_axes).
+The plots are set up once before the first run (every series named, with its colour and its legend entry), then
+get only data: Gradio redraws a plot whose legend or colours change, and data sent during that redraw is lost
+(ui/plots.step_axes). Gradio's line plot lists a legend's entries only when it is given them (`colors_in_legend`):
+without them Vega draws the legend's title alone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from playground.errors import PlaygroundError
 from playground.limits import max_request_seconds
 from playground.tools.context import measure_text
 from playground.tools.context_request import MeasureStopped
-from playground.ui.context_frames import ROOFLINE, colours, frames, planned_series, quality_table, speed_table
+from playground.ui.context_frames import (
+    ROOFLINE,
+    colours,
+    frames,
+    planned_legend,
+    planned_series,
+    quality_table,
+    speed_table,
+)
 from playground.ui.context_tab import (
     EMPTY_NOTE,
     ContextPlan,
@@ -45,7 +55,7 @@ Event = tuple[str, Any]
 PLOT_KEYS = ("speed", "memory", "kl", "top1")  # tab.plots() in order
 
 
-def _legends(series: list[str]) -> dict[str, list[str]]:
+def _drawn_series(series: list[str]) -> dict[str, list[str]]:
     """Each plot's series: the speed plot's include each run's roofline."""
     names = list(colours(series))
     return {key: [n for n in names if key == "speed" or not n.endswith(f" {ROOFLINE}")] for key in PLOT_KEYS}
@@ -56,14 +66,18 @@ def _span(low: float, high: float) -> list[float]:
 
 
 def plot_setup(tab: ContextTab, plan: ContextPlan, series: list[str]) -> Updates:
-    """Before the first run: every series the plan draws with its colour (the legend lists the colour map), no
-    data yet, and the x axes over what the plan measures (the lengths; positions 1 to the quality tokens), so
-    that no axis starts at 0."""
-    empty, mapping, legends = frames([], series), colours(series), _legends(series)
+    """Before the first run: every series the plan draws with its colour, each run in the legends, no data yet,
+    and the x axes over what the plan measures (the lengths; positions 1 to the quality tokens), so that no axis
+    starts at 0.
+
+    A legend lists the runs only: Vega lays its entries in one row that a plot cuts at its right edge, and the
+    speed plot's label says its rooflines are the lighter lines."""
+    empty, mapping, drawn = frames([], series), colours(series), _drawn_series(series)
     lengths, positions = _span(min(plan.request.lengths), max(plan.request.lengths)), _span(1, plan.request.tokens)
     updates: Updates = {}
     for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True):
-        updates[plot] = gr.update(value=empty[key], color_map={n: mapping[n] for n in legends[key]},
+        updates[plot] = gr.update(value=empty[key], color_map={n: mapping[n] for n in drawn[key]},
+                                  colors_in_legend=list(series),
                                   x_lim=lengths if key in ("speed", "memory") else positions)
     return updates
 
@@ -119,21 +133,22 @@ def run_context_tab(tab: ContextTab, data: Inputs, request: gr.Request, progress
     flag = stop_flag(request)
     flag.clear()
     events: queue.Queue[Event] = queue.Queue()
-    series = planned_series(plan.specs)
+    series, legend = planned_series(plan.specs), planned_legend(plan.specs)
     yield {tab.run: gr.update(interactive=False), tab.stop: gr.update(interactive=True), tab.state: [],
            tab.status: f"◔ starting: {len(plan.specs)} runs ({', '.join(series)})",
-           **plot_setup(tab, plan, series),
+           **plot_setup(tab, plan, legend),
            **_results_shown(tab, False, "◔ The plots appear when the first run finishes.")}
     threading.Thread(target=_measure_all, args=(plan, events, flag.is_set), name="context-page", daemon=True).start()
     try:
-        yield from _follow(tab, plan, series, events, progress)
+        yield from _follow(tab, series, legend, events, progress)
     finally:
         flag.set()  # a tab closed mid-run closes this generator: the measurement stops at its next token or chunk
 
 
-def _follow(tab: ContextTab, plan: ContextPlan, series: list[str], events: queue.Queue[Event],
+def _follow(tab: ContextTab, series: list[str], legend: list[str], events: queue.Queue[Event],
             progress: gr.Progress) -> Iterator[Updates]:
-    """The worker's reports as page updates, until it ends."""
+    """The worker's reports as page updates (`series` names the runs in the status line, `legend` in the plots),
+    until it ends."""
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     index, message, since = 0, "starting", started
@@ -150,7 +165,7 @@ def _follow(tab: ContextTab, plan: ContextPlan, series: list[str], events: queue
             yield {tab.status: _progress_text(series, index, message, since, started)}
         elif kind == "result":
             results.append(payload)
-            yield {**data_updates(tab, results, series), **_results_shown(tab, True), tab.state: list(results)}
+            yield {**data_updates(tab, results, legend), **_results_shown(tab, True), tab.state: list(results)}
         else:
             yield _finish(tab, kind, payload, results, len(series), time.monotonic() - started)
             return

@@ -218,12 +218,12 @@ def _plots() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.LinePlot]:
 
     frames = empty_frames()
     common: dict[str, Any] = {"color": "series", "height": 280, "min_width": 300, "tooltip": "all"}
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_classes=["context-plots"]):  # ui.style: legends drawn whole
         speed = gr.LinePlot(frames["speed"], x="context (tokens)", y=SPEED, label="decode speed (tokens/s) and "
                             "each run's roofline (light)", elem_id="context-speed-plot", **common)
         memory = gr.LinePlot(frames["memory"], x="context (tokens)", y=MEMORY, label="KV cache at the end of the run "
                              "(MiB)", elem_id="context-memory-plot", **common)
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_classes=["context-plots"]):  # ui.style: legends drawn whole
         kl = gr.LinePlot(frames["kl"], x=POSITION, y=KL, label="KL(full ‖ cache) per bucket of positions (nats)",
                          elem_id="context-kl-plot", **common)
         top1 = gr.LinePlot(frames["top1"], x=POSITION, y=TOP1, label="top-1 agreement with the full cache per "

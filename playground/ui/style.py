@@ -99,10 +99,10 @@ CSS = """
 .vega-embed svg .mark-text text { fill: var(--body-text-color); }
 .vega-embed svg .role-axis-grid line, .vega-embed svg .role-axis-tick line,
 .vega-embed svg .role-frame > g > path.background { stroke: var(--border-color-primary); }
-/* a sweep plot's label takes room inside the block's fixed height: the chart fills what is left, so its legend
-   is drawn whole instead of cut off at the block's bottom edge */
-#sweep-plots .block { display: flex; flex-direction: column; }
-#sweep-plots .vega-embed { flex: 1 1 0; min-height: 0; height: auto; }
+/* a sweep or long-context plot's label takes room inside the block's fixed height: the chart fills what is left,
+   so its legend is drawn whole instead of cut off at the block's bottom edge */
+#sweep-plots .block, .context-plots .block { display: flex; flex-direction: column; }
+#sweep-plots .vega-embed, .context-plots .vega-embed { flex: 1 1 0; min-height: 0; height: auto; }
 .clamp-note { font-size: 0.82em; color: #b45309; padding: 2px 0 0; }
 .dark .clamp-note { color: #fbbf24; }
 /* the selected tab's label takes the primary colour, 4.3:1 on the dark page: a lighter shade of it */

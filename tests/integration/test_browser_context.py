@@ -33,6 +33,16 @@ def _marks(page, plot: str) -> int:
                                      "marks => marks.length")
 
 
+def _legend(page, plot: str) -> list[str]:
+    """The entries of a plot's legend that show: Vega drew them (a label past its width ends in "…") inside the
+    plot's block, which cuts off whatever lies below its bottom edge."""
+    return page.eval_on_selector(f"#{plot}", """block => {
+        const bottom = block.getBoundingClientRect().bottom;
+        return [...block.querySelectorAll('svg .role-legend-label text')]
+            .filter(label => label.getBoundingClientRect().bottom <= bottom).map(label => label.textContent);
+    }""")
+
+
 def _fill(page, elem_id: str, value: str) -> None:
     box = page.locator(f"#{elem_id} input, #{elem_id} textarea").first
     box.fill(value)
@@ -101,6 +111,8 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
     assert not page.locator("#context-empty").is_visible()
     for plot in PLOTS:
         assert page.locator(f"#{plot}").is_visible() and _marks(page, plot) > 0, plot
+    for plot in PLOTS:  # each legend names each run by its cache and backend
+        assert _legend(page, plot) == ["static · torch", "sink · torch"], plot
     # the speed table: a line per run and length, with units in its headers
     speed_rows = page.locator("#context-speed-table [role=row]").count()
     assert speed_rows >= 1 + 2 * 2

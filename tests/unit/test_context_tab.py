@@ -30,6 +30,7 @@ from playground.ui.context_frames import (
     TOP1,
     colours,
     frames,
+    legend_name,
     lighter,
     quality_table,
     series_name,
@@ -58,11 +59,20 @@ def _result(cache: str, backend: str, knobs: dict[str, Any], kv: list[int], kl: 
 
 STATIC = _result("static", "jax", {}, [16 * MIB, 32 * MIB], [0.0, 0.0])
 SINK = _result("sink", "torch", {"window": 64, "sink_tokens": 4}, [4 * MIB, 4 * MIB], [0.0, 0.25])
-SERIES = [series_name(STATIC), series_name(SINK)]
+SERIES = [legend_name(STATIC), legend_name(SINK)]
 
 
 def test_a_run_is_named_by_its_cache_its_knobs_and_its_backend():
-    assert SERIES == ["static · jax", "sink (window 64, sink_tokens 4) · torch"]
+    assert [series_name(STATIC), series_name(SINK)] == ["static · jax", "sink (window 64, sink_tokens 4) · torch"]
+
+
+def test_the_plots_name_a_run_by_its_cache_and_backend_and_their_tooltips_by_its_knobs_too():
+    """A legend label past 160 px is cut ("sink (window 32, sink_tokens 4) · tor…"): the series is short."""
+    assert SERIES == ["static · jax", "sink · torch"]
+    for key, plot in frames([STATIC, SINK], SERIES).items():
+        drawn = plot.dropna()
+        runs = set(zip(drawn["series"], drawn["run"], strict=True))
+        assert {(SERIES[1], "sink (window 64, sink_tokens 4) · torch"), (SERIES[0], "static · jax")} <= runs, key
 
 
 def test_speed_is_drawn_against_the_context_with_each_runs_roofline_beside_it():
@@ -105,7 +115,7 @@ def test_the_tables_give_the_numbers_with_units():
         "static · jax", 512, 16.0, 50.0)
     quality = quality_table([STATIC, SINK])
     assert tuple(quality.columns) == QUALITY_COLUMNS
-    sink = quality[quality["run"] == SERIES[1]]
+    sink = quality[quality["run"] == series_name(SINK)]
     assert list(sink["positions"]) == ["1-64", "65-128", "all 128"]
     assert list(sink["KL(full ‖ cache) (nats)"]) == [0.0, 0.25, 0.125] and list(sink["top-1 agreement (%)"]) == [
         100.0, 75.0, 87.5]
@@ -219,11 +229,15 @@ def test_the_tab_measures_each_cache_draws_it_as_it_finishes_and_keeps_to_its_ou
     assert {c for u in updates for c in u} <= set(outputs)
     start, final = updates[0], updates[-1]
     assert start[tab.results]["visible"] is False and start[tab.run]["interactive"] is False
-    series = ["static · torch", "sliding (window 32) · torch"]
+    series = ["static · torch", "sliding · torch"]
     assert start[tab.speed_plot]["x_lim"] == [32, 64] and start[tab.kl_plot]["x_lim"] == [1, 96]  # not from 0
-    assert list(start[tab.speed_plot]["color_map"]) == [series[0], f"{series[0]} {ROOFLINE}", series[1],
-                                                         f"{series[1]} {ROOFLINE}"]
-    assert list(start[tab.kl_plot]["color_map"]) == series
+    # Gradio's line plot lists legend entries only when given them: without colors_in_legend the legend was empty
+    with_rooflines = [series[0], f"{series[0]} {ROOFLINE}", series[1], f"{series[1]} {ROOFLINE}"]
+    assert list(start[tab.speed_plot]["color_map"]) == with_rooflines
+    assert set(start[tab.speed_plot]["value"]["series"]) == set(with_rooflines)  # the colour domain
+    for plot in (tab.memory_plot, tab.kl_plot, tab.top1_plot):
+        assert list(start[plot]["color_map"]) == series and set(start[plot]["value"]["series"]) == set(series)
+    assert all(start[plot]["colors_in_legend"] == series for plot in tab.plots())  # the runs, no rooflines
     progress = [u[tab.status] for u in updates if tab.status in u and u[tab.status].startswith("◔ run")]
     assert any("run 2 of 2, **sliding (window 32) · torch**: speed: 64 tokens of context" in p for p in progress)
     drawn = [u for u in updates if tab.state in u and u[tab.state]]
