@@ -153,7 +153,7 @@ register_strategy(Strategy(
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
     validate=_check_groups, torch=lazy(f"{_TORCH}.diverse_beam", "DiverseBeam"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.group_beam", "group_beam")))
+    jax=lazy("playground.backends.jax.diverse_beam", "diverse_beam")))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",
