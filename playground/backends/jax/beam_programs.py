@@ -15,7 +15,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from playground.backends.jax import beam_search, chain
 from playground.backends.jax.beam_search import BeamArgs, BeamMode, Hypotheses, StepRecord
@@ -73,6 +72,8 @@ def finished(state: BeamState) -> jax.Array:
 
 def beam_kernel(engine: Engine, bucket: int, mode: BeamMode) -> Kernel[BeamState]:
     """The search's programs: K rows from the start on."""
-    args = BeamArgs(np.float32(0), np.bool_(False), np.int32(0), chain.arg_specs(mode.chain))
+    shape = engine.shape_struct
+    args = BeamArgs(shape((), jnp.float32), shape((), jnp.bool_), shape((), jnp.int32),
+                    abstract(engine, chain.arg_specs(mode.chain)))
     return Kernel(engine, "beam", mode, bucket, partial(start, engine.vocab_size, mode), partial(step, engine, mode),
-                  partial(beam_search.empty_records, mode=mode), finished, abstract(engine, args), rows=mode.beams)
+                  partial(beam_search.empty_records, mode=mode), finished, args, rows=mode.beams)

@@ -16,7 +16,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from playground.backends.jax import chain, diverse_beam_search
 from playground.backends.jax.beam_programs import reorder
@@ -66,7 +65,8 @@ def finished(state: DiverseBeamState) -> jax.Array:
 
 def diverse_beam_kernel(engine: Engine, bucket: int, mode: DiverseBeamMode) -> Kernel[DiverseBeamState]:
     """The search's programs: K rows from the start on."""
-    args = DiverseBeamArgs(np.float32(0), np.bool_(False), np.float32(0), chain.arg_specs(mode.chain))
+    f32 = engine.shape_struct((), jnp.float32)
+    args = DiverseBeamArgs(f32, engine.shape_struct((), jnp.bool_), f32, abstract(engine, chain.arg_specs(mode.chain)))
     return Kernel(engine, "diverse-beam", mode, bucket, partial(start, engine.vocab_size, mode),
                   partial(step, engine, mode), partial(diverse_beam_search.empty_records, mode=mode), finished,
-                  abstract(engine, args), rows=mode.beams)
+                  args, rows=mode.beams)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -86,7 +86,7 @@ def propose_program(kernel: Kernel[DecodeState], layouts: Layouts, steps: int) -
     """The compiled proposal of up to steps - 1 drafts over a draft model's cache layouts: count + 1 steps of the
     kernel's loop (count < steps), returning the state after them, the drafts (1, steps - 1) and, when sampling,
     the distributions they were drawn from (1, steps - 1, V)."""
-    engine, (mode, _) = kernel.engine, kernel.mode
+    engine, (mode, _) = kernel.engine, cast(tuple[SamplingMode, tuple[int, ...]], kernel.mode)
     call = chunked(engine, partial(draft_step, engine, mode), _never, partial(_proposals, engine, mode), steps)
 
     def propose(weights: dict, state: DecodeState[jax.Array], count: jax.Array,

@@ -10,7 +10,7 @@ next pass overwrites them (caches/extend.py).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +58,7 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
 
 def verify_program(kernel: Kernel[DecodeState], layouts: Layouts, width: int, with_q: bool) -> Pending:
     """The compiled verify pass over plain decoding's state (its kernel's) for these layouts and draft width."""
-    engine, (mode, eos) = kernel.engine, kernel.mode
+    engine, (mode, eos) = kernel.engine, cast(tuple[SamplingMode, tuple[int, ...]], kernel.mode)
 
     def inputs() -> tuple[Any, ...]:
         q = engine.shape_struct((1, width - 1, engine.vocab_size), jnp.float32) if with_q else None
