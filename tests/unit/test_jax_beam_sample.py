@@ -1,4 +1,4 @@
-"""Beam sampling on the JAX path (backends/jax/beam.py with BeamMode.samples): its continuations are drawn without
+"""Beam sampling on the JAX path (jax/strategies/beam.py, BeamMode.samples): its continuations are drawn without
 replacement from the softmax of the cumulative scores (Gumbel top-k, as torch.multinomial draws), seeded; with a
 temperature that leaves no choice it is beam search on both backends; its filters keep one more token than there
 are end tokens, as transformers' warpers do with min_tokens_to_keep."""
@@ -19,9 +19,10 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
-from playground.backends.jax import beam_search, chain
-from playground.backends.jax.beam_search import BeamArgs, BeamMode
-from playground.backends.jax.chain import Context, start_history
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Context, start_history
+from playground.backends.jax.strategies import beam_search
+from playground.backends.jax.strategies.beam_search import BeamArgs, BeamMode
 from playground.spec import RunSpec
 from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run
 

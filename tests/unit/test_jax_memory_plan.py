@@ -9,9 +9,9 @@ jax = pytest.importorskip("jax")
 from playground import registry  # noqa: E402
 from playground.backends.jax.backend import JaxBackend  # noqa: E402
 from playground.backends.jax.caches import plan as cache_plan  # noqa: E402
-from playground.backends.jax.chain import Context  # noqa: E402
+from playground.backends.jax.chain.chain import Context  # noqa: E402
 from playground.backends.jax.decoder import plugin_for  # noqa: E402
-from playground.backends.jax.engine import engine_for  # noqa: E402
+from playground.backends.jax.engine.engine import engine_for  # noqa: E402
 from playground.backends.jax.strategy import STEPS_PER_CALL  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import tiny_loaded  # noqa: E402

@@ -1,4 +1,4 @@
-"""JAX logits stages (playground/backends/jax/stage_math.py) against transformers' processors and the references
+"""JAX logits stages (playground/backends/jax/chain/stage_math.py) against transformers' processors and the references
 they follow (llama.cpp's top-nσ and XTC, text-generation-webui's DRY): small hand-made rows and random ones."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from transformers.generation.logits_process import (  # noqa: E402
     TypicalLogitsWarper,
 )
 
-from playground.backends.jax import stage_math  # noqa: E402
+from playground.backends.jax.chain import stage_math  # noqa: E402
 
 B, V = 2, 50
 

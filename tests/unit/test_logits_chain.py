@@ -16,8 +16,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from playground import registry  # noqa: E402
-from playground.backends.jax import token_choice  # noqa: E402
-from playground.backends.jax.chain import Context, History, pushed, start_history  # noqa: E402
+from playground.backends.jax.chain import token_choice  # noqa: E402
+from playground.backends.jax.chain.chain import Context, History, pushed, start_history  # noqa: E402
 from playground.backends.torch.chain import TorchContext, processors  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402

@@ -16,9 +16,9 @@ jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
 
-from playground.backends.jax import stage_math  # noqa: E402
-from playground.backends.jax.chain import Context, settle, start_history  # noqa: E402
-from playground.backends.jax.token_choice import mode_for, processed  # noqa: E402
+from playground.backends.jax.chain import stage_math  # noqa: E402
+from playground.backends.jax.chain.chain import Context, settle, start_history  # noqa: E402
+from playground.backends.jax.chain.token_choice import mode_for, processed  # noqa: E402
 from playground.backends.torch.carrying import AdaptivePLogitsWarper, MirostatV2LogitsWarper  # noqa: E402
 from playground.backends.torch.samplers import (  # noqa: E402
     DynamicTemperatureLogitsWarper,

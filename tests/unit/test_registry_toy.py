@@ -73,7 +73,7 @@ def _forced_first_plugin(spec, draft):
 
     import jax.numpy as jnp
 
-    from playground.backends.jax.plain import PlainDecoding
+    from playground.backends.jax.strategies.plain import PlainDecoding
 
     class ForcedFirst(PlainDecoding):
         def started(self, request, state, first):

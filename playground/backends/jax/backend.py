@@ -16,8 +16,8 @@ from playground.backends.base import (
     ReportProgress,
     ShouldStop,
 )
-from playground.backends.jax.architectures import check_architecture
-from playground.backends.jax.program_cache import program_cache_bound
+from playground.backends.jax.engine.program_cache import program_cache_bound
+from playground.backends.jax.model.architectures import check_architecture
 from playground.models.shapes import check_head_split
 
 if TYPE_CHECKING:
@@ -53,10 +53,10 @@ class JaxBackend:
         device count; both live as long as the model), and the cache's arrays as its plan allocates them:
         bounded layers at their bound, quantized arrays at their bytes, old and new arrays together while a
         growing cache doubles."""
-        from playground.backends.jax.assisted import AssistedDecoding
         from playground.backends.jax.caches.plan import peak_bytes
         from playground.backends.jax.decoder import plugin_for
-        from playground.backends.jax.engine import device_bytes
+        from playground.backends.jax.engine.engine import device_bytes
+        from playground.backends.jax.strategies.assisted import AssistedDecoding
 
         total = prompt_tokens + spec.max_new_tokens
         strategy = registry.strategy(spec.strategy)
@@ -94,7 +94,7 @@ class JaxBackend:
     def logprobs_through_cache(self, loaded: LoadedModel, spec: RunSpec, text_ids: list[int], chunk: int,
                                progress: ReportProgress | None = None) -> Iterator[torch.Tensor]:
         from playground.backends.jax.decoder import announce_once
-        from playground.backends.jax.engine import compile_notices
+        from playground.backends.jax.engine.engine import compile_notices
         from playground.backends.jax.teacher_forced import logprobs_through_cache
 
         check_architecture(loaded.model.config)
@@ -105,7 +105,7 @@ class JaxBackend:
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         from playground.backends.jax.decoder import announce_once, generate
-        from playground.backends.jax.engine import compile_notices
+        from playground.backends.jax.engine.engine import compile_notices
 
         check_architecture(loaded.model.config)
         with compile_notices(announce_once(progress)):

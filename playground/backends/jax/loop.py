@@ -19,12 +19,12 @@ import jax
 import numpy as np
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
-from playground.backends.jax import compiling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.engine import Engine, engine_for
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine import compiling
+from playground.backends.jax.engine.engine import Engine, engine_for
 from playground.backends.jax.programs import Programs
 from playground.backends.jax.strategy import (
     STEPS_PER_CALL,

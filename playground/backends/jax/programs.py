@@ -7,12 +7,12 @@ from collections.abc import Callable, Hashable
 import jax
 import numpy as np
 
-from playground.backends.jax import compiling
 from playground.backends.jax.caches.plan import Layouts
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.plain_programs import DecodeState
-from playground.backends.jax.token_choice import ChainArgs, StepInfo
+from playground.backends.jax.chain.token_choice import ChainArgs, StepInfo
+from playground.backends.jax.engine import compiling
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.strategies.plain_programs import DecodeState
 from playground.spec import RunSpec
 
 

@@ -17,10 +17,10 @@ import numpy as np
 
 from playground.backends.base import PreviewTokens
 from playground.backends.jax.caches.plan import CachePlan, Layouts
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel
 from playground.backends.jax.programs import Programs
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec

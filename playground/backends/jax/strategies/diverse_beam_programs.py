@@ -17,13 +17,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import chain, diverse_beam_search
-from playground.backends.jax.beam_programs import reorder
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import start_history
-from playground.backends.jax.diverse_beam_search import DiverseBeamArgs, DiverseBeamMode, GroupHyps, GroupRecord
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel, abstract
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import start_history
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
+from playground.backends.jax.strategies import diverse_beam_search
+from playground.backends.jax.strategies.beam_programs import reorder
+from playground.backends.jax.strategies.diverse_beam_search import (
+    DiverseBeamArgs,
+    DiverseBeamMode,
+    GroupHyps,
+    GroupRecord,
+)
 
 
 @dataclasses.dataclass(frozen=True)

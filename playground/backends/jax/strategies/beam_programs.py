@@ -16,12 +16,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import beam_search, chain
-from playground.backends.jax.beam_search import BeamArgs, BeamMode, Hypotheses, StepRecord
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
-from playground.backends.jax.chain import start_history
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel, abstract
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import start_history
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
+from playground.backends.jax.strategies import beam_search
+from playground.backends.jax.strategies.beam_search import BeamArgs, BeamMode, Hypotheses, StepRecord
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,9 @@ from typing import Generic, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import chain
-from playground.backends.jax.chain import Chain, History, Leaf, gathered, pushed
-from playground.backends.jax.token_choice import ChainArgs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, History, Leaf, gathered, pushed
+from playground.backends.jax.chain.token_choice import ChainArgs
 
 # transformers' "very large negative" score: it masks hypotheses out of a top-k without -inf arithmetic
 NEG = -1.0e9

@@ -11,12 +11,12 @@ from typing import Generic, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import token_choice
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import History, Leaf, pushed, start_history
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel, abstract
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import History, Leaf, pushed, start_history
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from playground.backends.jax.chain import Chain, Context
-from playground.backends.jax.token_choice import ChainArgs
+from playground.backends.jax.chain.chain import Chain, Context
+from playground.backends.jax.chain.token_choice import ChainArgs
 from playground.constraints.matching import Replay, allowed_tokens, replay, root_matcher, take
 from playground.spec import RunSpec
 

@@ -18,16 +18,16 @@ import numpy as np
 
 from playground.backends.base import eos_ids
 from playground.backends.group_tree import DiverseBeamStep, group_tree
-from playground.backends.jax.beam import RowSearch
-from playground.backends.jax.beam_search import capacity_for
 from playground.backends.jax.caches.plan import CachePlan
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.diverse_beam_hypotheses import finalize
-from playground.backends.jax.diverse_beam_programs import DiverseBeamState, diverse_beam_kernel
-from playground.backends.jax.diverse_beam_search import DiverseBeamArgs, DiverseBeamMode
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel
+from playground.backends.jax.strategies.beam import RowSearch
+from playground.backends.jax.strategies.beam_search import capacity_for
+from playground.backends.jax.strategies.diverse_beam_hypotheses import finalize
+from playground.backends.jax.strategies.diverse_beam_programs import DiverseBeamState, diverse_beam_kernel
+from playground.backends.jax.strategies.diverse_beam_search import DiverseBeamArgs, DiverseBeamMode
 from playground.backends.jax.strategy import Advance, Request, Run
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from playground.backends.jax import stage_math
-from playground.backends.jax.chain import Candidates, Context, Needs, View
+from playground.backends.jax.chain import stage_math
+from playground.backends.jax.chain.chain import Candidates, Context, Needs, View
 from playground.registry.chain import parse_breakers, parse_logit_bias
 from playground.spec import RunSpec
 

@@ -14,18 +14,18 @@ import jax
 import numpy as np
 
 from playground.backends.beam_nodes import BeamNode, BeamTree
-from playground.backends.jax import chain
-from playground.backends.jax.beam_programs import BeamState, beam_kernel
-from playground.backends.jax.beam_search import BeamArgs, BeamMode, capacity_for
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan
-from playground.backends.jax.chain import Chain, Context, history_capacity
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel
-from playground.backends.jax.masks import RowMatchers, mask_stage
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, Context, history_capacity
+from playground.backends.jax.chain.masks import RowMatchers, mask_stage
+from playground.backends.jax.chain.token_choice import ChainArgs
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel
+from playground.backends.jax.strategies.beam_programs import BeamState, beam_kernel
+from playground.backends.jax.strategies.beam_search import BeamArgs, BeamMode, capacity_for
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
-from playground.backends.jax.token_choice import ChainArgs
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from playground.backends.base import TokenInfo
-from playground.backends.jax import contrastive_programs as programs
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
-from playground.backends.jax.chain import Context, history_capacity
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.contrastive_programs import ContrastiveArgs, ContrastiveMode
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.plain import PlainDecoding
+from playground.backends.jax.chain.chain import Context, history_capacity
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.strategies import contrastive_programs as programs
+from playground.backends.jax.strategies.contrastive_programs import ContrastiveArgs, ContrastiveMode
+from playground.backends.jax.strategies.plain import PlainDecoding
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec

@@ -22,16 +22,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
-from playground.backends.jax import token_choice
-from playground.backends.jax.beam_programs import reorder
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import History, pushed, start_history
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel, abstract
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import History, pushed, start_history
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
+from playground.backends.jax.strategies.beam_programs import reorder
 
 
 @dataclasses.dataclass(frozen=True)

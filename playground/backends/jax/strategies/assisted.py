@@ -22,17 +22,17 @@ from playground import registry
 from playground.backends.base import AssistStep, same_vocabulary
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, drafter_plan, next_draft_count
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.lookup import lookup
-from playground.backends.jax.masks import draft_rows, with_rows
-from playground.backends.jax.plain import PlainDecoding
-from playground.backends.jax.plain_programs import Chunk, plain_kernel
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.chain.masks import draft_rows, with_rows
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.strategies.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, drafter_plan, next_draft_count
+from playground.backends.jax.strategies.lookup import lookup
+from playground.backends.jax.strategies.plain import PlainDecoding
+from playground.backends.jax.strategies.plain_programs import Chunk, plain_kernel
+from playground.backends.jax.strategies.universal import UniversalDrafter, draft_plan
+from playground.backends.jax.strategies.verify import verify_program
 from playground.backends.jax.strategy import Advance, Request, Run
-from playground.backends.jax.universal import UniversalDrafter, draft_plan
-from playground.backends.jax.verify import verify_program
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 

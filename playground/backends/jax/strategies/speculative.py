@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import token_choice
-from playground.backends.jax.chain import Candidates, History, for_row, pushed
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Candidates, History, for_row, pushed
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
 
 
 class Verdict(NamedTuple):

@@ -5,18 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from playground import registry
-from playground.backends.jax import token_choice
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan
-from playground.backends.jax.chain import Context, history_capacity
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel
-from playground.backends.jax.masks import mask_stage, with_rows
-from playground.backends.jax.plain_programs import plain_kernel
-from playground.backends.jax.records import Streamed
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context, history_capacity
+from playground.backends.jax.chain.masks import mask_stage, with_rows
+from playground.backends.jax.chain.records import Streamed
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel
+from playground.backends.jax.strategies.plain_programs import plain_kernel
 from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode
 from playground.constraints.matching import Replay, allowed_tokens, replay, root_matcher, take
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 
 from playground import registry
-from playground.backends.jax import chain
-from playground.backends.jax.beam_search import NEG
-from playground.backends.jax.chain import Chain, History, Leaf, gathered, pushed
-from playground.backends.jax.token_choice import ChainArgs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, History, Leaf, gathered, pushed
+from playground.backends.jax.chain.token_choice import ChainArgs
+from playground.backends.jax.strategies.beam_search import NEG
 
 STAMP_NONE = 2**31 - 1  # an empty slot's insertion stamp: later than any real one
 

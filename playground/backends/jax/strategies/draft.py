@@ -22,18 +22,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from playground import device
-from playground.backends.jax import token_choice
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine, engine_for
-from playground.backends.jax.kernel import Kernel, chunked
-from playground.backends.jax.plain_programs import DecodeState, plain_kernel
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine, engine_for
+from playground.backends.jax.engine.kernel import Kernel, chunked
 from playground.backends.jax.programs import Programs, run_prompt
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode
-from playground.backends.jax.verify import rolled_back
+from playground.backends.jax.strategies.plain_programs import DecodeState, plain_kernel
+from playground.backends.jax.strategies.verify import rolled_back
 from playground.models.loaded import LoadedModel
 from playground.registry.builtin import DRAFT_CACHE
 from playground.spec import RunSpec

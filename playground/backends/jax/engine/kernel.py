@@ -27,8 +27,8 @@ from jax.stages import Lowered
 
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
 
 State = TypeVar("State")
 StartFn = Callable[..., tuple[Any, Any]]  # (prefilled, ids, length, key, args, cache) -> (state, record)

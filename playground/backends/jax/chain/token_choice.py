@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from playground.backends.base import TOP_ALTERNATIVES
-from playground.backends.jax import chain
-from playground.backends.jax.chain import Chain, Context, History, Needs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, Context, History, Needs
 from playground.spec import RunSpec
 
 

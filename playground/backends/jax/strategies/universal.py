@@ -20,17 +20,17 @@ from typing import Any
 import numpy as np
 
 from playground.backends.base import eos_ids
-from playground.backends.jax import token_choice
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.draft import MAX_DRAFTS, propose_program
-from playground.backends.jax.engine import engine_for
-from playground.backends.jax.plain_programs import plain_kernel
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import engine_for
 from playground.backends.jax.programs import Programs, run_prompt
+from playground.backends.jax.strategies.draft import MAX_DRAFTS, propose_program
+from playground.backends.jax.strategies.plain_programs import plain_kernel
 from playground.models.loaded import LoadedModel
 from playground.registry.builtin import DRAFT_CACHE
 from playground.spec import RunSpec

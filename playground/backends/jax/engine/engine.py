@@ -31,12 +31,13 @@ from torchax import interop
 from transformers import PreTrainedModel
 
 from playground import device
-from playground.backends.jax import compiling, disk_cache, layer_outputs, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
+from playground.backends.jax.engine import compiling, disk_cache, tensor_parallel
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.program_cache import ProgramCache, program_cache_bound
+from playground.backends.jax.model import layer_outputs, traced
 
 # Debug options per compiled program (they are part of its cache key): the device's (device.py)
 COMPILER_OPTIONS: CompilerOptions = dict(device.current().xla_options)

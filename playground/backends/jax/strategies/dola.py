@@ -22,18 +22,18 @@ import jax.numpy as jnp
 from jax.stages import Lowered
 
 from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
-from playground.backends.jax import token_choice
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import Context, pushed, start_history
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel, abstract
-from playground.backends.jax.plain import PlainDecoding
-from playground.backends.jax.plain_programs import DecodeState, ended, finished
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context, pushed, start_history
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
+from playground.backends.jax.strategies.plain import PlainDecoding
+from playground.backends.jax.strategies.plain_programs import DecodeState, ended, finished
 from playground.backends.jax.strategy import Advance, Request, Run
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode, StepInfo
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 

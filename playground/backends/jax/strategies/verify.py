@@ -15,16 +15,17 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import speculative, token_choice
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
-from playground.backends.jax.chain import pushed
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.kernel import Kernel, pinned
-from playground.backends.jax.plain_programs import DecodeState
-from playground.backends.jax.speculative import Verdict
-from playground.backends.jax.token_choice import ChainArgs, SamplingMode
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import pushed
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, pinned
+from playground.backends.jax.strategies import speculative
+from playground.backends.jax.strategies.plain_programs import DecodeState
+from playground.backends.jax.strategies.speculative import Verdict
 
 
 def rolled_back(cache: JaxCache, position: jax.Array) -> JaxCache:
