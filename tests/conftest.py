@@ -77,13 +77,13 @@ def _programs_dropped_after_each_file() -> Iterator[None]:
     A worker keeps the bundled models loaded from file to file, and each engine kept every program it
     compiled: each is three memory mappings per kernel, and a worker that ran the bundled models' JAX files one
     after another went past the 75% of `vm.max_map_count` at which the program cache drops programs to stay
-    clear of it (playground/backends/jax/mappings.py), so a later test's repeated request compiled again and
+    clear of it (playground/backends/jax/engine/mappings.py), so a later test's repeated request compiled again and
     failed its "compiles nothing" assertion. Few programs are shared between files; the unit tests' tiny
     programs come back from the compile store (tests/shared_compiles.py)."""
     yield
-    if "playground.backends.jax.engine" not in sys.modules:
+    if "playground.backends.jax.engine.engine" not in sys.modules:
         return  # nothing ran on JAX in this process yet
-    from playground.backends.jax.engine import drop_programs
+    from playground.backends.jax.engine.engine import drop_programs
     from playground.models.loaded import LOADED
 
     drop_programs([loaded.model for loaded in LOADED.snapshot()])
@@ -105,7 +105,7 @@ def tiny_programs_compile_at_o0(monkeypatch: pytest.MonkeyPatch) -> None:
     bundled models' tests compile as users' processes do.
     """
     try:
-        from playground.backends.jax import engine
+        from playground.backends.jax.engine import engine
     except ImportError:  # no JAX: nothing compiles
         return
     for name, value in TINY_PROGRAM_OPTIONS.items():

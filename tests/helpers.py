@@ -29,7 +29,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-backg
 
 def tiny_programs_at_o0() -> None:
     """For a script's process: its tiny models' programs compile at LLVM -O0, as the unit tests' do."""
-    from playground.backends.jax import engine
+    from playground.backends.jax.engine import engine
 
     engine.COMPILER_OPTIONS.update(TINY_PROGRAM_OPTIONS)
 

@@ -21,8 +21,8 @@ import jax
 import pytest
 from jax.stages import Compiled, CompilerOptions, Lowered
 
-from playground.backends.jax import program_cache
-from playground.backends.jax.mappings import mappings_in_use
+from playground.backends.jax.engine import program_cache
+from playground.backends.jax.engine.mappings import mappings_in_use
 
 COMPILE = Lowered.compile  # JAX's own, for a test that needs its executable not kept
 _PROGRAM_BYTES = program_cache.program_bytes
@@ -32,7 +32,7 @@ _PROGRAM_BYTES = program_cache.program_bytes
 # raised the peak RSS of a run of tests/unit/test_jax_caches.py and test_jax_assisted.py by 105 MiB.
 KEPT = 1024
 # ... and past this many memory mappings held by them. A kept executable holds its kernels' mappings (about
-# three per kernel, playground/backends/jax/mappings.py) after the tests that made it are gone, and Linux allows
+# three per kernel, playground/backends/jax/engine/mappings.py) after the tests that made it are gone, and Linux allows
 # a process 65,530: past them the next compile kills it. A CI worker died so, with the bundled models' engines
 # beside the store (a worker of the full suite holds up to 36,400 mappings without it), and a worker of the fast
 # lane held 19,400 with 99 executables kept. The bundled models' engines drop programs past 75% of the limit

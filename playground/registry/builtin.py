@@ -141,24 +141,24 @@ def _check_draft_source(spec: RunSpec) -> None:
 
 register_strategy(Strategy(
     name="greedy", label="greedy", help="the most likely token at every step", plain=True,
-    jax=lazy("playground.backends.jax.plain", "single_token")))
+    jax=lazy("playground.backends.jax.strategies.plain", "single_token")))
 register_strategy(Strategy(
     name="sampling", label="sampling",
     help="draws each token from the distribution the logits chain leaves (temperature, top-k, top-p, ...)",
-    sampling="always", plain=True, jax=lazy("playground.backends.jax.plain", "single_token")))
+    sampling="always", plain=True, jax=lazy("playground.backends.jax.strategies.plain", "single_token")))
 register_strategy(Strategy(
     name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     picks="the num_beams most likely hypotheses are kept",
     validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"),
-    jax=lazy("playground.backends.jax.beam", "beam"), rows_knob="num_beams",
+    jax=lazy("playground.backends.jax.strategies.beam", "beam"), rows_knob="num_beams",
     run_records=(BEAM_TREE,), view=BEAM_VIEW))
 register_strategy(Strategy(
     name="assisted", label="assisted",
     help="drafts several tokens (a small model or n-grams from the prompt) and verifies them in one pass",
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, torch=lazy(f"{_TORCH}.assist_steps", "Assisted"),
-    jax=lazy("playground.backends.jax.assisted", "assisted"), drafts=True,
+    jax=lazy("playground.backends.jax.strategies.assisted", "assisted"), drafts=True,
     token_records=(TokenRecords(key="draft", build=lazy(_RECORDS, "draft_flags"), fields=(
         RecordField(name="draft", kind="bool",
                     meaning="an accepted draft token (true) or the main model's own token (false)"),)),),
@@ -182,7 +182,7 @@ register_strategy(Strategy(
     sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.beam", "beam_sample"), run_records=(BEAM_TREE,), view=BEAM_VIEW))
+    jax=lazy("playground.backends.jax.strategies.beam", "beam_sample"), run_records=(BEAM_TREE,), view=BEAM_VIEW))
 
 register_strategy(Strategy(
     name="diverse_beam", label="diverse beam search",
@@ -192,7 +192,8 @@ register_strategy(Strategy(
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
     validate=_check_groups, torch=lazy(f"{_TORCH}.diverse_beam", "DiverseBeam"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.group_beam", "group_beam"), run_records=(BEAM_TREE,), view=BEAM_VIEW))
+    jax=lazy("playground.backends.jax.strategies.diverse_beam", "diverse_beam"), run_records=(BEAM_TREE,),
+    view=BEAM_VIEW))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",
@@ -201,7 +202,7 @@ register_strategy(Strategy(
     picks="of the top_k most likely, the best on (1 - α)·p - α·(greatest similarity to the text) is taken",
     knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch=lazy(f"{_TORCH}.contrastive", "plug_in"),
     torch_caches=("dynamic",),
-    jax=lazy("playground.backends.jax.contrastive", "contrastive"), peak_rows_knob="top_k",
+    jax=lazy("playground.backends.jax.strategies.contrastive", "contrastive"), peak_rows_knob="top_k",
     torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
                      "step, which the dynamic cache selects in place",
     check_model=lazy(_REFUSALS, "check_contrastive"),
@@ -223,7 +224,7 @@ register_strategy(Strategy(
     picks="the most likely token under the contrast (the chain acts on the final layer's log-probabilities minus "
           "the premature layer's) is taken",
     knobs=("dola_layers",), validate=_check_dola_layers, torch=lazy(f"{_TORCH}.dola", "plug_in"),
-    jax=lazy("playground.backends.jax.dola", "dola"),
+    jax=lazy("playground.backends.jax.strategies.dola", "dola"),
     check_model=lazy(_REFUSALS, "check_dola"),
     token_records=(TokenRecords(key="dola", build=lazy(_RECORDS, "dola_contrasts"), fields=(
         RecordField(name="layer", kind="int", meaning="the premature layer contrasted with the final one"),

@@ -20,7 +20,7 @@ from playground.registry.entries import Processor, RunSpec, lazy
 from playground.registry.store import register_processor
 
 _TORCH = "playground.backends.torch.chain"
-_JAX = "playground.backends.jax.stages"
+_JAX = "playground.backends.jax.chain.stages"
 
 
 def _stage(name: str, label: str, help: str, knobs: tuple[str, ...], active: Callable[[RunSpec], bool], *,

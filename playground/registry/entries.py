@@ -103,8 +103,8 @@ class Processor:
     active: Callable[[RunSpec], bool]
     # (spec, playground.backends.torch.chain.TorchContext) -> a transformers LogitsProcessor
     torch: Callable[[RunSpec, Any], Any]
-    # () -> the JAX stage (playground.backends.jax.chain.JaxStage): its compile key, traced arguments, jnp function;
-    # None: the JAX path has none yet (the stage's `validate` refuses it there, saying why)
+    # () -> the JAX stage (playground.backends.jax.chain.chain.JaxStage): its compile key, traced arguments,
+    # jnp function; None: the JAX path has none yet (the stage's `validate` refuses it there, saying why)
     jax: Callable[[], Any] | None = None
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None

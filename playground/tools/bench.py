@@ -165,7 +165,7 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
               progress: Callable[[str], Any] = print, guide: bool = True) -> dict[str, Any]:
     """Run every configuration in this process and return the bench JSON object (see docs/benchmarks.md);
     `guide=False` leaves out the guide's other methods (bench_guide.py)."""
-    from playground.backends.jax import disk_cache
+    from playground.backends.jax.engine import disk_cache
 
     disk_cache.enable()
     progress(f"loading {model}")

@@ -110,7 +110,7 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run_cache_suite(model: str = "smollm2-135m", max_new_tokens: int = 1024,
                     progress: Callable[[str], Any] = print, rounds: int | None = None) -> dict[str, Any]:
     """Every cache on both backends in this process; returns the suite's JSON object."""
-    from playground.backends.jax import disk_cache
+    from playground.backends.jax.engine import disk_cache
 
     disk_cache.enable()
     start_load = os.getloadavg()

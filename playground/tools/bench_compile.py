@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from playground import registry
-from playground.backends.jax import engine as jax_engine
+from playground.backends.jax.engine import engine as jax_engine
 from playground.errors import PlaygroundError
 from playground.models.loaded import LOADED
 from playground.runner import run_to_result

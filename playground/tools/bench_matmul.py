@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from playground.backends.jax.int8 import quantize_rows
+from playground.backends.jax.engine.int8 import quantize_rows
 
 HEAD = (49152, 576)  # SmolLM2-135M's tied embedding: the largest matrix a step reads
 BLOCKS = (256, 1024, 4096)  # rows of int8 weights converted at a time

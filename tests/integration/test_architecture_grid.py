@@ -7,7 +7,7 @@ import functools
 
 import pytest
 
-from playground.backends.jax.architectures import VERIFIED, model_type
+from playground.backends.jax.model.architectures import VERIFIED, model_type
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from tests.architecture_grid import GRID, PROMPT, build

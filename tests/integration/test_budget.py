@@ -4,7 +4,7 @@ fits honestly, or is refused before it allocates; it is never admitted and then 
 import pytest
 
 from playground import runner
-from playground.backends.jax.engine import engine_for
+from playground.backends.jax.engine.engine import engine_for
 from playground.errors import PlaygroundError
 from playground.models import loaded, memory
 from playground.spec import RunSpec

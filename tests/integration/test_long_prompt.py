@@ -1,5 +1,5 @@
 """A prompt as long as SmolLM2's context through the JAX static cache: the chunked prefill
-(backends/jax/prefill.py) keeps the peak memory near the weights and the cache, not the prompt's square.
+(backends/jax/engine/prefill.py) keeps the peak memory near the weights and the cache, not the prompt's square.
 Read as the context command reads it: an untimed run first (it compiles the programs), then the peak RSS of
 the second run, against the process's RSS before the JAX path ran at all."""
 

@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from playground.backends.jax import decoder as jax_decoder
-from playground.backends.jax import engine as jax_engine
 from playground.backends.jax.backend import JaxBackend
+from playground.backends.jax.engine import engine as jax_engine
 from playground.spec import RunSpec
 from tests.helpers import (
     new_device_bytes,

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from playground.backends.jax import decoder as jax_decoder
-from playground.backends.jax import engine as jax_engine
+from playground.backends.jax.engine import engine as jax_engine
 from playground.spec import RunSpec
 from tests.helpers import tiny_llama, tiny_loaded
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from playground.backends.jax import loop
-from playground.backends.jax.architectures import KNOWN_REASONS, VERIFIED, check_architecture, model_type
+from playground.backends.jax.model.architectures import KNOWN_REASONS, VERIFIED, check_architecture, model_type
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from tests.architecture_grid import GRID, PROMPT, build

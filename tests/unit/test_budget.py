@@ -19,8 +19,8 @@ from tests.helpers import (
 )
 
 jax = pytest.importorskip("jax")
-from playground.backends.jax import engine as jax_engine  # noqa: E402
-from playground.backends.jax.program_cache import program_cache_bound  # noqa: E402
+from playground.backends.jax.engine import engine as jax_engine  # noqa: E402
+from playground.backends.jax.engine.program_cache import program_cache_bound  # noqa: E402
 
 
 def misaligned(model):

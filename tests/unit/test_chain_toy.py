@@ -26,7 +26,7 @@ pytest.importorskip("jax")
 class ToyBanJax:
     """The JAX side: the banned id's logit becomes -inf wherever it is among the candidates."""
 
-    from playground.backends.jax.chain import Needs
+    from playground.backends.jax.chain.chain import Needs
 
     needs = Needs()
     random = False

@@ -13,8 +13,8 @@ pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
 from playground import generation_slot  # noqa: E402
-from playground.backends.jax import compiling  # noqa: E402
-from playground.backends.jax.engine import Engine  # noqa: E402
+from playground.backends.jax.engine import compiling  # noqa: E402
+from playground.backends.jax.engine.engine import Engine  # noqa: E402
 from playground.generation_slot import LEFT_RUNNING  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import jax_run, tiny_llama, tiny_loaded  # noqa: E402

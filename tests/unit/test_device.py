@@ -107,7 +107,7 @@ def test_on_a_cpu_the_refusals_give_the_reason_and_no_one_machines_figures():
 
 
 def test_the_jax_engine_compiles_with_the_devices_options():
-    from playground.backends.jax import engine
+    from playground.backends.jax.engine import engine
 
     for name, value in device.current().xla_options.items():
         assert engine.COMPILER_OPTIONS[name] == value

@@ -196,7 +196,7 @@ def test_diverse_beam_search_runs_on_every_cache_and_a_full_one_gives_the_dynami
 def test_diverse_beam_search_is_refused_where_it_cannot_run_with_the_reason():
     with pytest.raises(PlaygroundError, match="num_beam_groups=3 must divide num_beams=4"):
         RunSpec(strategy="diverse_beam", num_beams=4, num_beam_groups=3)
-    assert RunSpec(strategy="diverse_beam", backend="jax").backend == "jax"  # its JAX plug-in: group_beam.py
+    assert RunSpec(strategy="diverse_beam", backend="jax").backend == "jax"  # its JAX plug-in: diverse_beam.py
     with pytest.raises(PlaygroundError, match="diversity_penalty"):
         RunSpec(strategy="diverse_beam", diversity_penalty=0.0)
 

@@ -13,8 +13,8 @@ import torch
 pytest.importorskip("torchax")
 jax = pytest.importorskip("jax")
 
-from playground.backends.jax import lookup as lookup_module  # noqa: E402
 from playground.backends.jax.backend import JaxBackend  # noqa: E402
+from playground.backends.jax.strategies import lookup as lookup_module  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import bench_with, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
@@ -211,7 +211,7 @@ def test_speculative_sampling_draws_from_the_main_distribution(one_hot):
     import jax.numpy as jnp
     import numpy as np
 
-    from playground.backends.jax import speculative
+    from playground.backends.jax.strategies import speculative
 
     p = jnp.array([0.5, 0.3, 0.15, 0.05])
     q = jnp.array([0.1, 0.2, 0.3, 0.4])
@@ -309,7 +309,7 @@ def test_a_draft_model_over_a_bounded_or_quantized_cache_gives_plain_greedy_toke
 
 
 def test_the_draft_count_follows_transformers_schedule():
-    from playground.backends.jax.draft import MAX_DRAFTS, next_draft_count
+    from playground.backends.jax.strategies.draft import MAX_DRAFTS, next_draft_count
 
     assert next_draft_count(4, 4) == 6 and next_draft_count(4, 2) == 3 and next_draft_count(1, 0) == 1
     assert next_draft_count(MAX_DRAFTS, MAX_DRAFTS) == MAX_DRAFTS

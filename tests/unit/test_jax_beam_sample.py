@@ -1,4 +1,4 @@
-"""Beam sampling on the JAX path (backends/jax/beam.py with BeamMode.samples): its continuations are drawn without
+"""Beam sampling on the JAX path (jax/strategies/beam.py, BeamMode.samples): its continuations are drawn without
 replacement from the softmax of the cumulative scores (Gumbel top-k, as torch.multinomial draws), seeded; with a
 temperature that leaves no choice it is beam search on both backends; its filters keep one more token than there
 are end tokens, as transformers' warpers do with min_tokens_to_keep."""
@@ -19,9 +19,10 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
-from playground.backends.jax import beam_search, chain
-from playground.backends.jax.beam_search import BeamKnobs, BeamMode
-from playground.backends.jax.chain import Context, start_history
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Context, start_history
+from playground.backends.jax.strategies import beam_search
+from playground.backends.jax.strategies.beam_search import BeamArgs, BeamMode
 from playground.spec import RunSpec
 from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run
 
@@ -59,12 +60,12 @@ def test_the_continuations_are_drawn_from_the_cumulative_scores_softmax():
     spec = RunSpec(strategy="beam_sample", num_beams=2, temperature=1.0)
     built, args = chain.build(spec, Context(vocab, (), None, rows=2, keep=1), sampling=True)
     mode = BeamMode(2, 64, (), built, samples=True)
-    knobs = BeamKnobs(jnp.float32(1.0), jnp.bool_(False), jnp.int32(16), jax.tree.map(jnp.asarray, args))
+    search_args = BeamArgs(jnp.float32(1.0), jnp.bool_(False), jnp.int32(16), jax.tree.map(jnp.asarray, args))
     hyps = beam_search.initial(start_history(jnp.zeros((1, 4), jnp.int32), jnp.int32(4), built.needs, vocab), mode)
     logits = jnp.broadcast_to(logits, (2, vocab))
 
     def first_drawn(key: jax.Array) -> jax.Array:
-        return beam_search.step(logits, hyps, mode, knobs, key)[3].tokens[0]
+        return beam_search.step(logits, hyps, mode, search_args, key)[3].tokens[0]
 
     draws = np.asarray(jax.jit(jax.vmap(first_drawn))(jax.random.split(jax.random.PRNGKey(0), 4000)))
     expected = np.asarray(jax.nn.softmax(logits[0]))
@@ -72,7 +73,7 @@ def test_the_continuations_are_drawn_from_the_cumulative_scores_softmax():
     assert np.all(np.abs(frequency - expected) <= 4 * np.sqrt(expected * (1 - expected) / len(draws)) + 1e-3)
 
 
-@pytest.mark.parametrize(("knobs", "warper"), [
+@pytest.mark.parametrize(("args", "warper"), [
     ({"top_k": 1}, TopKLogitsWarper(1, min_tokens_to_keep=2)),
     ({"top_p": 0.05}, TopPLogitsWarper(0.05, min_tokens_to_keep=2)),
     ({"min_p": 0.99}, MinPLogitsWarper(0.99, min_tokens_to_keep=2)),
@@ -80,10 +81,10 @@ def test_the_continuations_are_drawn_from_the_cumulative_scores_softmax():
     ({"epsilon_cutoff": 0.09}, EpsilonLogitsWarper(0.09, min_tokens_to_keep=2)),
     ({"eta_cutoff": 0.09}, EtaLogitsWarper(0.09, min_tokens_to_keep=2)),
 ])
-def test_the_filters_keep_min_tokens_to_keep_as_transformers_warpers(knobs, warper):
+def test_the_filters_keep_min_tokens_to_keep_as_transformers_warpers(args, warper):
     vocab = 40
     rows = (np.random.default_rng(3).standard_normal((3, vocab)) * 3).astype(np.float32)
-    spec = RunSpec.from_dict({"strategy": "sampling", "temperature": 1.0, **knobs})
+    spec = RunSpec.from_dict({"strategy": "sampling", "temperature": 1.0, **args})
     built, args = chain.build(spec, Context(vocab, (), None, keep=2), sampling=True)
     history = start_history(jnp.zeros((3, 4), jnp.int32), jnp.int32(4), built.needs, vocab)
     applied = chain.apply(jnp.asarray(rows), history, jnp.int32(0), None, built, jax.tree.map(jnp.asarray, args))
@@ -98,9 +99,9 @@ def test_the_filters_keep_min_tokens_to_keep_as_transformers_warpers(knobs, warp
 def test_a_temperature_that_leaves_no_choice_gives_pytorchs_beams_on_every_cache(tiny, cache):
     """Sliding and sink windows of 8 over 5 + 20 positions: more than 3 windows. The best beam is PyTorch's; the
     others may differ where two continuations' scores lie within the last digits (x 1000 at this temperature)."""
-    knobs = {"quantized": {"cache_bits": 8}, "sliding": {"window": 8}, "sink": {"window": 8, "sink_tokens": 2}}
+    args = {"quantized": {"cache_bits": 8}, "sliding": {"window": 8}, "sink": {"window": 8, "sink_tokens": 2}}
     spec = RunSpec.from_dict({"strategy": "beam_sample", "temperature": 1e-3, "cache": cache, **BEAMS,
-                              "max_new_tokens": 20, **knobs.get(cache, {})})
+                              "max_new_tokens": 20, **args.get(cache, {})})
     on_jax, _ = jax_run(tiny, IDS, spec)
     on_torch, _ = torch_run(tiny, IDS, spec.replace(backend="torch"))
     if cache != "quantized":  # the two quantized stores round differently

@@ -1,4 +1,4 @@
-"""Contrastive search on the JAX path (playground/backends/jax/contrastive.py): transformers 4.52.4's tokens
+"""Contrastive search on the JAX path (playground/backends/jax/strategies/contrastive.py): transformers 4.52.4's tokens
 (tests/references/guide_methods.json) on every tiny reference model, the PyTorch path's tokens and per-token
 candidate records, every cache, a growing cache, a constraint, a stop, and nothing compiled twice."""
 

@@ -226,7 +226,7 @@ def test_moving_the_weights_counts_in_neither_ttft_nor_the_run_time(monkeypatch)
     the time to a first token nor the generation's wall time. A slow move must show in neither."""
     import time
 
-    from playground.backends.jax import engine as jax_engine
+    from playground.backends.jax.engine import engine as jax_engine
     from playground.result import build_metrics
 
     move = jax_engine.traced.jax_weights
@@ -244,7 +244,7 @@ def test_moving_the_weights_counts_in_neither_ttft_nor_the_run_time(monkeypatch)
 
 
 def test_engine_is_reused_and_freed_with_its_model():
-    from playground.backends.jax import engine as jax_engine
+    from playground.backends.jax.engine import engine as jax_engine
 
     loaded = tiny_loaded("tiny-llama-evict", tiny_llama(seed=2))
     first, _ = jax_run(loaded, PROMPT, spec(max_new_tokens=3, min_new_tokens=3))

@@ -1,4 +1,4 @@
-"""Diverse (group) beam search on the JAX path (playground/backends/jax/group_beam*.py): transformers 4.52.4's
+"""Diverse (group) beam search on the JAX path (playground/backends/jax/diverse_beam*.py): transformers 4.52.4's
 sequences and sequences_scores on the recorded tiny models (tests/references/guide_methods.json), the PyTorch
 port's search and tree by group under other settings, and every cache.
 

@@ -1,5 +1,5 @@
-"""DoLa on the JAX path (playground/backends/jax/dola.py) gives transformers 4.52.4's tokens and premature layers
-(tests/references/guide_methods.json), the PyTorch path's tokens and per-token records, on every cache."""
+"""DoLa on the JAX path (playground/backends/jax/strategies/dola.py) gives transformers 4.52.4's tokens and premature
+layers (tests/references/guide_methods.json), the PyTorch path's tokens and per-token records, on every cache."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from torch import nn
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from playground.backends.jax import engine as jax_engine  # noqa: E402
-from playground.backends.jax import int8, int8_store  # noqa: E402
+from playground.backends.jax.engine import engine as jax_engine  # noqa: E402
+from playground.backends.jax.engine import int8, int8_store  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     allowed_tiny_model,

@@ -11,7 +11,7 @@ import torch
 
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches import pytree
-from playground.backends.jax.engine import Engine
+from playground.backends.jax.engine.engine import Engine
 from playground.spec import RunSpec
 from tests.helpers import tiny_llama
 

@@ -1,4 +1,4 @@
-"""The JAX prefill in chunks (backends/jax/prefill.py) gives what the whole-prompt forward gives, on every cache.
+"""The JAX prefill in chunks (backends/jax/engine/prefill.py) gives what the whole-prompt forward gives, on every cache.
 
 A chunk of 8 tokens against a 40-token prompt (a 64-token bucket: five chunks run, the sixth and later are the
 bucket's padding and never run) crosses a sliding window of 6 (narrower than a chunk) and of 16, a sink cache's
@@ -16,9 +16,9 @@ pytest.importorskip("jax")
 
 import jax  # noqa: E402
 
-from playground.backends.jax import prefill  # noqa: E402
 from playground.backends.jax.caches import plan as cache_plan  # noqa: E402
-from playground.backends.jax.engine import engine_for  # noqa: E402
+from playground.backends.jax.engine import prefill  # noqa: E402
+from playground.backends.jax.engine.engine import engine_for  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
 

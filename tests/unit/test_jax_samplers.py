@@ -1,4 +1,4 @@
-"""JAX logits stages (playground/backends/jax/samplers.py) against transformers' processors and the references
+"""JAX logits stages (playground/backends/jax/chain/stage_math.py) against transformers' processors and the references
 they follow (llama.cpp's top-nσ and XTC, text-generation-webui's DRY): small hand-made rows and random ones."""
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from transformers.generation.logits_process import (  # noqa: E402
     TypicalLogitsWarper,
 )
 
-from playground.backends.jax import samplers  # noqa: E402
+from playground.backends.jax.chain import stage_math  # noqa: E402
 
 B, V = 2, 50
 
 # jitted as the decoder uses them (one compile per shape, where eager mode compiles every op of every call)
 typical, epsilon, eta, top_n_sigma, xtc = (jax.jit(fn) for fn in (
-    samplers.typical, samplers.epsilon, samplers.eta, samplers.top_n_sigma, samplers.xtc))
-dry_penalties = jax.jit(samplers.dry_penalties, static_argnames="vocab_size")
-banned_ngrams = jax.jit(samplers.banned_ngrams, static_argnames=("n", "vocab_size"))
+    stage_math.typical, stage_math.epsilon, stage_math.eta, stage_math.top_n_sigma, stage_math.xtc))
+dry_penalties = jax.jit(stage_math.dry_penalties, static_argnames="vocab_size")
+banned_ngrams = jax.jit(stage_math.banned_ngrams, static_argnames=("n", "vocab_size"))
 
 
 def random_rows(seed: int, scale: float, holes: bool) -> np.ndarray:
@@ -259,16 +259,16 @@ def test_stages_trace_once_for_any_scalar_values() -> None:
     ids = jnp.asarray(np.random.default_rng(0).integers(0, 5, (2, 24)), jnp.int32)
     breakers = jnp.zeros(5, bool).at[0].set(True)
     calls = {
-        "typical": (samplers.typical, (), lambda s: (rows, jnp.float32(0.5 + s / 4))),
-        "epsilon": (samplers.epsilon, (), lambda s: (rows, jnp.float32(0.01 * (1 + s)))),
-        "eta": (samplers.eta, (), lambda s: (rows, jnp.float32(0.01 * (1 + s)))),
-        "top_n_sigma": (samplers.top_n_sigma, (), lambda s: (rows, jnp.float32(1 + s))),
-        "xtc": (samplers.xtc, (), lambda s: (rows, jnp.float32(0.05 + s / 10), jnp.float32(1 - s / 2),
+        "typical": (stage_math.typical, (), lambda s: (rows, jnp.float32(0.5 + s / 4))),
+        "epsilon": (stage_math.epsilon, (), lambda s: (rows, jnp.float32(0.01 * (1 + s)))),
+        "eta": (stage_math.eta, (), lambda s: (rows, jnp.float32(0.01 * (1 + s)))),
+        "top_n_sigma": (stage_math.top_n_sigma, (), lambda s: (rows, jnp.float32(1 + s))),
+        "xtc": (stage_math.xtc, (), lambda s: (rows, jnp.float32(0.05 + s / 10), jnp.float32(1 - s / 2),
                                               jax.random.key(s))),
-        "dry_penalties": (samplers.dry_penalties, ("vocab_size",),
+        "dry_penalties": (stage_math.dry_penalties, ("vocab_size",),
                           lambda s: (ids, jnp.int32(20 + s), breakers, jnp.float32(0.8 + s), jnp.float32(1.75 + s),
                                      jnp.int32(2 + s))),
-        "banned_ngrams": (samplers.banned_ngrams, ("n", "vocab_size"), lambda s: (ids, jnp.int32(20 + s))),
+        "banned_ngrams": (stage_math.banned_ngrams, ("n", "vocab_size"), lambda s: (ids, jnp.int32(20 + s))),
     }
     statics = {"vocab_size": 5, "n": 2}
     for name, (fn, static, args) in calls.items():

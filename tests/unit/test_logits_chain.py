@@ -16,8 +16,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from playground import registry  # noqa: E402
-from playground.backends.jax import sampling  # noqa: E402
-from playground.backends.jax.chain import Context, History, pushed, start_history  # noqa: E402
+from playground.backends.jax.chain import token_choice  # noqa: E402
+from playground.backends.jax.chain.chain import Context, History, pushed, start_history  # noqa: E402
 from playground.backends.torch.chain import TorchContext, processors  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
@@ -32,7 +32,7 @@ EOS = (VOCAB - 1,)
 PROMPT_LENGTH = 5  # HISTORY's prompt; the 3 tokens after it were generated
 
 
-def jax_history(mode: sampling.SamplingMode) -> History:
+def jax_history(mode: token_choice.SamplingMode) -> History:
     prompt = jnp.asarray(HISTORY[:, :PROMPT_LENGTH])
     history = start_history(prompt, jnp.int32(PROMPT_LENGTH), mode.needs, VOCAB)
     return pushed(history, jnp.asarray(HISTORY[:, PROMPT_LENGTH:]), mode.needs)
@@ -40,10 +40,10 @@ def jax_history(mode: sampling.SamplingMode) -> History:
 
 def jax_final(spec: RunSpec, key: jax.Array | None = None) -> np.ndarray:
     """The distribution (V,) a JAX step draws the next token from, after HISTORY."""
-    mode, knobs = sampling.mode_for(spec, Context(VOCAB, EOS, None), samples=True, history=64)
+    mode, knobs = token_choice.mode_for(spec, Context(VOCAB, EOS, None), samples=True, history=64)
     history = jax_history(mode)
     chain_key = key if mode.chain.random else None
-    out = sampling.processed(jnp.asarray(ROW), history, jnp.int32(3), chain_key, mode, jax.device_put(knobs))
+    out = token_choice.processed(jnp.asarray(ROW), history, jnp.int32(3), chain_key, mode, jax.device_put(knobs))
     return np.asarray(out.final[0])
 
 
@@ -191,11 +191,11 @@ def test_dry_penalises_the_continuation_of_a_repeat_and_not_a_sequence_breaker()
 @pytest.mark.parametrize("stage", ["top_p", "typical_p", "top_n_sigma", "xtc", "dry"])
 def test_jax_draws_follow_the_distribution_the_chain_leaves(stage):
     spec = RunSpec(strategy="sampling", temperature=1.5, **STAGES[stage])
-    mode, knobs = sampling.mode_for(spec, Context(VOCAB, EOS, None), samples=True, history=64)
+    mode, knobs = token_choice.mode_for(spec, Context(VOCAB, EOS, None), samples=True, history=64)
     history, knobs = jax_history(mode), jax.device_put(knobs)
 
     def draw(key: jax.Array) -> jax.Array:
-        token, _, info, _ = sampling.select(jnp.asarray(ROW), key, jnp.int32(3), history, mode, knobs)
+        token, _, info, _ = token_choice.select(jnp.asarray(ROW), key, jnp.int32(3), history, mode, knobs)
         return token[0]
 
     draws = 20_000

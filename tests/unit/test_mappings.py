@@ -6,9 +6,9 @@ from functools import partial
 import pytest
 import torch
 
-from playground.backends.jax import program_cache
-from playground.backends.jax.mappings import mapping_limit, mappings_crowded, mappings_in_use
-from playground.backends.jax.program_cache import ProgramCache
+from playground.backends.jax.engine import program_cache
+from playground.backends.jax.engine.mappings import mapping_limit, mappings_crowded, mappings_in_use
+from playground.backends.jax.engine.program_cache import ProgramCache
 from playground.spec import RunSpec
 from tests import shared_compiles
 from tests.helpers import jax_run, tiny_llama, tiny_loaded

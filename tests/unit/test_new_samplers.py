@@ -1,5 +1,5 @@
 """The samplers that arrived after ours (top-a, p-less, dynamic temperature, mirostat v2, adaptive-p) on both
-backends, against references written here from their sources' definitions (docs/samplers.md names them):
+backends, against references written here from their sources' definitions (docs/stage_math.md names them):
 text-generation-webui's TopALogitsWarper, the p-less authors' p_less_decode / p_less_norm_decode, llama.cpp's
 llama_sampler_temp_ext_apply, llama_sampler_mirostat_v2_apply and llama_sampler_adaptive_p_apply / _accept. The
 references work as their sources do, on a candidate list sorted by probability with removed entries left out."""
@@ -16,9 +16,9 @@ jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
 
-from playground.backends.jax import samplers  # noqa: E402
-from playground.backends.jax.chain import Context, settle, start_history  # noqa: E402
-from playground.backends.jax.sampling import mode_for, processed  # noqa: E402
+from playground.backends.jax.chain import stage_math  # noqa: E402
+from playground.backends.jax.chain.chain import Context, settle, start_history  # noqa: E402
+from playground.backends.jax.chain.token_choice import mode_for, processed  # noqa: E402
 from playground.backends.torch.carrying import AdaptivePLogitsWarper, MirostatV2LogitsWarper  # noqa: E402
 from playground.backends.torch.samplers import (  # noqa: E402
     DynamicTemperatureLogitsWarper,
@@ -137,7 +137,7 @@ def torch_out(processor, rows: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("a", [0.05, 0.2, 0.6, 1.0])
 def test_top_a_keeps_what_text_generation_webui_keeps(a):
     for rows in CASES:
-        ours = np.asarray(jax.jit(samplers.top_a)(jnp.asarray(rows), jnp.float32(a)))
+        ours = np.asarray(jax.jit(stage_math.top_a)(jnp.asarray(rows), jnp.float32(a)))
         theirs = torch_out(TopALogitsWarper(a), rows)
         for row, jax_row, torch_row in zip(rows, ours, theirs, strict=True):
             assert kept_ids(jax_row) == kept_ids(torch_row) == reference_top_a(row, a)
@@ -147,7 +147,7 @@ def test_top_a_keeps_what_text_generation_webui_keeps(a):
 @pytest.mark.parametrize("mode", [1, 2])
 def test_p_less_keeps_what_the_authors_code_keeps(mode):
     for rows in CASES:
-        ours = np.asarray(jax.jit(samplers.p_less)(jnp.asarray(rows), jnp.int32(mode)))
+        ours = np.asarray(jax.jit(stage_math.p_less)(jnp.asarray(rows), jnp.int32(mode)))
         theirs = torch_out(PLessLogitsWarper(mode), rows)
         for row, jax_row, torch_row in zip(rows, ours, theirs, strict=True):
             assert kept_ids(jax_row) == kept_ids(torch_row) == reference_p_less(row, mode == 2)
@@ -158,7 +158,7 @@ def test_p_less_keeps_what_the_authors_code_keeps(mode):
 def test_dynamic_temperature_scales_as_llama_cpp(temp, delta, exponent):
     for rows in CASES:
         args = (jnp.float32(temp), jnp.float32(delta), jnp.float32(exponent))
-        ours = np.asarray(jax.jit(samplers.dynamic_temperature)(jnp.asarray(rows), *args))
+        ours = np.asarray(jax.jit(stage_math.dynamic_temperature)(jnp.asarray(rows), *args))
         theirs = torch_out(DynamicTemperatureLogitsWarper(temp, delta, exponent), rows)
         for row, jax_row, torch_row in zip(rows, ours, theirs, strict=True):
             expected = reference_dynatemp(row, temp, delta, exponent)
@@ -169,11 +169,11 @@ def test_dynamic_temperature_scales_as_llama_cpp(temp, delta, exponent):
 def test_dynamic_temperature_leaves_a_single_candidate_alone_and_follows_the_entropy():
     single = np.full((1, 6), -np.inf, np.float32)
     single[0, 2] = 3.0
-    np.testing.assert_array_equal(np.asarray(samplers.dynamic_temperature(jnp.asarray(single), 1.0, 0.5, 1.0)),
+    np.testing.assert_array_equal(np.asarray(stage_math.dynamic_temperature(jnp.asarray(single), 1.0, 0.5, 1.0)),
                                   single)
     flat, peaked = np.zeros((1, 8), np.float32), np.array([[6.0] + [0.0] * 7], np.float32)
-    hot = samplers.entropy_temperature(jnp.asarray(flat), 1.0, 0.5, 1.0)
-    cool = samplers.entropy_temperature(jnp.asarray(peaked), 1.0, 0.5, 1.0)
+    hot = stage_math.entropy_temperature(jnp.asarray(flat), 1.0, 0.5, 1.0)
+    cool = stage_math.entropy_temperature(jnp.asarray(peaked), 1.0, 0.5, 1.0)
     assert float(hot[0, 0]) == pytest.approx(1.5) and 0.5 < float(cool[0, 0]) < 1.0
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from playground.backends.jax.program_cache import ProgramCache, program_bytes, program_cache_bound
+from playground.backends.jax.engine.program_cache import ProgramCache, program_bytes, program_cache_bound
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from tests.helpers import jax_run, run_script, tiny_llama, tiny_loaded

@@ -73,14 +73,13 @@ def _forced_first_plugin(spec, draft):
 
     import jax.numpy as jnp
 
-    from playground.backends.jax.plain import PlainDecoding
+    from playground.backends.jax.strategies.plain import PlainDecoding
 
     class ForcedFirst(PlainDecoding):
-        def start(self, request, logits, ids, true_len, knobs, cache):
-            state, (_, info, count) = super().start(request, logits, ids, true_len, knobs, cache)
+        def started(self, request, state, first):
             forced = jnp.full_like(state.token, FORCED)  # (B,): the next step writes it and continues from it
             state = dataclasses.replace(state, token=forced, done=jnp.zeros_like(state.done))
-            return state, (forced, info, count)
+            return state, first._replace(tokens=forced)
 
     return ForcedFirst(spec, samples=False)
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from playground.backends.jax import program_cache
-from playground.backends.jax.mappings import mapping_limit
+from playground.backends.jax.engine import program_cache
+from playground.backends.jax.engine.mappings import mapping_limit
 from tests.shared_compiles import SharedCompiles
 
 

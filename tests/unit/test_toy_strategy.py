@@ -57,13 +57,13 @@ def _torch_plugin(spec: RunSpec) -> Any:
 
 
 def _jax_plugin(spec: RunSpec, draft: Any) -> Any:
-    from playground.backends.jax.plain import PlainDecoding
+    from playground.backends.jax.strategies.plain import PlainDecoding
 
-    class MarginJax(PlainDecoding):  # the greedy plug-in; its record added to the output's token records
-        def output(self, request: Any, run: Any, start: float) -> Any:
-            out = super().output(request, run, start)
-            add_margins(self.spec, out.token_info, out.extra)
-            return out
+    class MarginJax(PlainDecoding):  # the greedy plug-in; its record added to what its output holds
+        def outcome(self, request: Any, run: Any) -> dict[str, Any]:
+            fields = super().outcome(request, run)
+            add_margins(self.spec, fields["token_info"], fields.setdefault("extra", {}))
+            return fields
 
     return MarginJax(spec, samples=False)
 

@@ -15,13 +15,11 @@ from playground.backends.base import (
     PreviewTokens,
     ReportProgress,
     ShouldStop,
-    same_vocabulary,
 )
-from playground.backends.jax.architectures import check_architecture
-from playground.backends.jax.program_cache import program_cache_bound
+from playground.backends.jax.engine.program_cache import program_cache_bound
+from playground.backends.jax.model.architectures import check_architecture
 from playground.models.memory import gib
 from playground.models.shapes import attention_shape, check_head_split
-from playground.registry.builtin import DRAFT_CACHE
 
 if TYPE_CHECKING:
     import torch
@@ -56,20 +54,17 @@ class JaxBackend:
         device count; both live as long as the model), and the cache's arrays as its plan allocates them:
         bounded layers at their bound, quantized arrays at their bytes, old and new arrays together while a
         growing cache doubles."""
-        from playground.backends.jax import prefill
-        from playground.backends.jax.assisted import verify_widths
-        from playground.backends.jax.caches.extend import assisted_plan
-        from playground.backends.jax.caches.plan import peak_bytes, plan_bytes, plan_cache, prefill_bucket
-        from playground.backends.jax.decoder import STEPS_PER_CALL
-        from playground.backends.jax.engine import device_bytes
-        from playground.backends.jax.universal import draft_plan
+        from playground.backends.jax.caches.plan import peak_bytes, plan_bytes, prefill_bucket
+        from playground.backends.jax.decoder import plugin_for
+        from playground.backends.jax.engine import prefill
+        from playground.backends.jax.engine.engine import device_bytes
+        from playground.backends.jax.strategies.assisted import AssistedDecoding
 
         total = prompt_tokens + spec.max_new_tokens
         strategy = registry.strategy(spec.strategy)
-        if strategy.drafts:  # room for the last verify pass, and spare ring slots
-            plan = assisted_plan(spec, _text_config(loaded), prompt_tokens, max(verify_widths(spec)))
-        else:
-            plan = plan_cache(spec, _text_config(loaded), prompt_tokens, STEPS_PER_CALL)
+        # the plan the strategy's plug-in decodes over (assisted decoding's: room for the last verify pass)
+        plugin = plugin_for(spec, draft)
+        plan = plugin.plan(_text_config(loaded), prompt_tokens)
         rows = strategy.peak_rows(spec)  # contrastive search: its top_k candidates' rows, during every step
         need, growing = peak_bytes(plan, rows)
         first = plan.at(plan.lengths[0])  # the prefill fills the first layouts, holding its own arrays besides
@@ -79,11 +74,9 @@ class JaxBackend:
         resident = [(loaded, _engine_weights(loaded, spec, spec.devices, device_bytes)),
                     (loaded, _engine_programs(spec.devices))]
         if draft is not None:  # the draft's engine is its own, on one device; its cache is preallocated
-            if same_vocabulary(loaded.tokenizer, draft.tokenizer):
-                need += peak_bytes(plan_cache(spec.replace(cache=DRAFT_CACHE), _text_config(draft), prompt_tokens,
-                                              STEPS_PER_CALL))[0]
-            else:  # another tokenizer: room for the whole text in the draft's own tokens (universal.py)
-                need += peak_bytes(draft_plan(spec, _text_config(draft), prompt_tokens))[0]
+            assert isinstance(plugin, AssistedDecoding), "a draft model comes with assisted decoding only"
+            vocab = int(loaded.model.get_output_embeddings().weight.shape[0])
+            need += peak_bytes(plugin.draft_plan(loaded.tokenizer, vocab, prompt_tokens))[0]
             resident += [(draft, _engine_weights(draft, spec, 1, device_bytes)), (draft, _engine_programs(1))]
         kind = "beams" if strategy.peak_rows_knob is None else "rows"
         what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} {kind}" if rows > 1 else "") + (
@@ -108,7 +101,7 @@ class JaxBackend:
     def logprobs_through_cache(self, loaded: LoadedModel, spec: RunSpec, text_ids: list[int], chunk: int,
                                progress: ReportProgress | None = None) -> Iterator[torch.Tensor]:
         from playground.backends.jax.decoder import announce_once
-        from playground.backends.jax.engine import compile_notices
+        from playground.backends.jax.engine.engine import compile_notices
         from playground.backends.jax.teacher_forced import logprobs_through_cache
 
         check_architecture(loaded.model.config)
@@ -119,7 +112,7 @@ class JaxBackend:
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
                  progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
         from playground.backends.jax.decoder import announce_once, generate
-        from playground.backends.jax.engine import compile_notices
+        from playground.backends.jax.engine.engine import compile_notices
 
         check_architecture(loaded.model.config)
         with compile_notices(announce_once(progress)):

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from playground import registry
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ReportProgress, ShouldStop
 from playground.backends.jax import loop
-from playground.backends.jax.strategy import STEPS_PER_CALL
+from playground.backends.jax.strategy import STEPS_PER_CALL, Strategy
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
-__all__ = ["COMPILING", "STEPS_PER_CALL", "announce_once", "generate"]
+__all__ = ["COMPILING", "STEPS_PER_CALL", "announce_once", "generate", "plugin_for"]
 
 
 COMPILING = "compiling the JAX programs for this prompt length (first time only, usually 5-60 s; cached afterwards)"
@@ -34,8 +34,12 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
              preview: PreviewTokens | None = None) -> GenerationOutput:
     """One request of `spec` (already validated: RunSpec refuses what this path cannot run), streaming through
     `emit`; no compile announcements (JaxBackend.generate adds them)."""
+    return loop.generate(loaded, prompt_ids, spec, emit, should_stop, plugin_for(spec, draft), preview, draft)
+
+
+def plugin_for(spec: RunSpec, draft: LoadedModel | None = None) -> Strategy:
+    """A request's plug-in, from the strategy's registry entry."""
     make_plugin = registry.strategy(spec.strategy).jax
     if make_plugin is None:  # RunSpec refuses such a spec before it gets here
         raise ValueError(f"strategy {spec.strategy!r} has no JAX plug-in")
-    plugin = make_plugin(spec, draft)
-    return loop.generate(loaded, prompt_ids, spec, emit, should_stop, plugin, preview, draft)
+    return make_plugin(spec, draft)

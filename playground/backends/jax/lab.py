@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from playground.backends.jax import chain
-from playground.backends.jax.chain import Context, Needs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Context, Needs
 from playground.spec import RunSpec
 
 

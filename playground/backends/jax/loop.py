@@ -19,14 +19,23 @@ import jax
 import numpy as np
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
-from playground.backends.jax import compiling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.engine import Engine, engine_for
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine import compiling
+from playground.backends.jax.engine.engine import Engine, engine_for
 from playground.backends.jax.programs import Programs
-from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, OwnPrefill, Request, Run, Strategy
+from playground.backends.jax.strategy import (
+    STEPS_PER_CALL,
+    Advance,
+    OwnPrefill,
+    OwnStep,
+    Request,
+    Restarts,
+    Run,
+    Strategy,
+)
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -51,11 +60,11 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
         if not request.programs.wait(should_stop, start):
             return _stopped_compiling(request, start)
     request.preview = preview
-    run, first = _prefill(request, strategy)
+    run, first = _prefill(request, strategy, spec.seed)
     if strategy.streams:
         emit(first.tokens)
     _decode(request, run, strategy, spec, emit, should_stop)
-    out = strategy.output(request, run, start)
+    out = _output(request, run, strategy, start)
     if engine.precision != "fp32":  # the run read the engine's own copy, not the torch model's
         out.weight_bytes = sum(e.weight_bytes for e in [engine, *drafts])
     if not strategy.streams:
@@ -80,19 +89,23 @@ def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarr
 def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: Strategy, decode: bool) -> Programs:
     """The step programs of every layouts the cache may step through, then prefill (the plug-in's own, if it reads
     more of the prompt than its last logits) and start, then the growth steps between layouts (no steps when the
-    prompt's own token is the only one wanted). The step programs are asked for first: they are the largest, and
-    the first asked is the first to compile (compiling.py)."""
-    programs = Programs()
-    for layouts in schedule if decode else []:
-        for key, pending in strategy.step_programs(engine, layouts).items():
-            programs.steps[key] = programs.add(pending)
+    prompt's own token is the only one wanted, unless the first token is a step's). The step programs are asked
+    for first: they are the largest, and the first asked is the first to compile (compiling.py)."""
+    programs, kernel = Programs(), strategy.kernel
+    stepped = schedule if decode else schedule[:1] if strategy.first_token_steps else []
+    for layouts in stepped:
+        if isinstance(strategy, OwnStep):
+            for key, pending in strategy.step_programs(engine, layouts).items():
+                programs.steps[key] = programs.add(pending)
+        else:
+            programs.steps[layouts] = programs.add(kernel.step_program(layouts, STEPS_PER_CALL))
     if isinstance(strategy, OwnPrefill):
         programs.prefill = programs.add(strategy.prefill_program(engine, bucket, schedule[0]))
     else:
         programs.prefill = programs.add(engine.prefill_program(bucket, schedule[0], 1))
-    programs.start = programs.add(strategy.start_program(engine, bucket, schedule[0]))
+    programs.start = programs.add(kernel.start_program(schedule[0]))
     for old, new in zip(schedule, schedule[1:], strict=False) if decode else []:
-        programs.growers[new] = programs.add(strategy.grow_program(engine, old, new))
+        programs.growers[new] = programs.add(kernel.grow_program(old, new))
     return programs
 
 
@@ -104,19 +117,25 @@ def _stopped_compiling(request: Request, start: float) -> GenerationOutput:
                             extra={"stopped_while_compiling": True, **engine_extra(request)})
 
 
-def _prefill(request: Request, strategy: Strategy) -> tuple[Run, Advance]:
+def _prefill(request: Request, strategy: Strategy, seed: int) -> tuple[Run, Advance]:
     """The prompt padded on the right to its bucket into a new cache, and the strategy's first step from its
-    logits, brought to the host."""
+    logits (or, where the start only sets the state up, its first step program's call of one step), brought to
+    the host."""
     engine, prompt = request.engine, request.prompt
     padded = np.zeros((prompt.shape[0], request.bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
-    knobs = strategy.knobs(engine)
-    logits, cache = request.programs.prefill(engine.weights, ids, true_len)  # (B, V)
-    state, fetch = strategy.start(request, logits, ids, true_len, knobs, cache)
+    args = strategy.args(engine)
+    prefilled, cache = request.programs.prefill(engine.weights, ids, true_len)  # (B, V), or the plug-in's own
+    key = engine.put(jax.random.PRNGKey(seed))
+    state, record = request.programs.start(prefilled, ids, true_len, key, args, cache)
+    if isinstance(strategy, Restarts):
+        state, record = strategy.started(request, state, record)
     length = request.plan.lengths[0]
-    run = Run(state=state, knobs=knobs, length=length, layouts=request.plan.at(length))
-    return run, _read(request, run, strategy, fetch)
+    run = Run(state=state, args=args, length=length, layouts=request.plan.at(length))
+    if strategy.first_token_steps:
+        return run, _read(request, run, strategy, _call(request, run, strategy, 1))
+    return run, _read(request, run, strategy, (record, 1, strategy.kernel.finished(state)))
 
 
 def _decode(request: Request, run: Run, strategy: Strategy, spec: RunSpec, emit: EmitTokens,
@@ -129,11 +148,22 @@ def _decode(request: Request, run: Run, strategy: Strategy, spec: RunSpec, emit:
             if not limit:
                 return
         _grow_to_fit(request, run, strategy.width(request, run, limit))
-        fetch = strategy.step(request, run, limit)
+        fetch = _call(request, run, strategy, limit)
         run.calls += 1
         advance = _read(request, run, strategy, fetch)
         if strategy.streams:
             emit(advance.tokens)
+
+
+def _call(request: Request, run: Run, strategy: Strategy, limit: int) -> Any:
+    """One device call: the plug-in's own, or up to `limit` steps of its kernel's step program (one while the
+    host sends a constraint's masks after each); returns (records, count, finished) on the device."""
+    if isinstance(strategy, OwnStep):
+        return strategy.step(request, run, limit)
+    program = request.programs.steps[run.layouts]
+    steps = 1 if strategy.host_masks else limit
+    run.state, records, count = program(request.engine.weights, run.state, request.scalar(steps), run.args)
+    return records, count, strategy.kernel.finished(run.state)
 
 
 def _read(request: Request, run: Run, strategy: Strategy, fetch: Any) -> Advance:
@@ -157,6 +187,22 @@ def _grow_to_fit(request: Request, run: Run, width: int) -> None:
         if layouts != run.layouts:
             run.state = request.programs.growers[layouts](run.state)
             run.layouts = layouts
+
+
+def _output(request: Request, run: Run, strategy: Strategy, start: float) -> GenerationOutput:
+    """The backends' common output: the strategy's outcome, with the timing, cache, compile and engine figures
+    every strategy reports alike."""
+    fields = strategy.outcome(request, run)
+    extra = {**cache_extra(request, run), "cache_layers": cache_plan.describe(run.layouts)}
+    if not isinstance(strategy, OwnStep):
+        extra.update(steps_per_call=1 if strategy.host_masks else STEPS_PER_CALL, decode_calls=run.calls)
+    extra.update(fields.pop("extra", {}))
+    extra.update(engine_extra(request))
+    if strategy.host_masks:
+        extra["logits_width"] = request.engine.vocab_size
+    return GenerationOutput(start_time=start, kv_cache_bytes=cache_bytes(run.state.cache),
+                            compile_s=request.programs.compile_s, stopped=run.stopped, kv_trace=run.kv_trace,
+                            extra=extra, **fields)
 
 
 def cache_extra(request: Request, run: Run) -> dict[str, Any]:

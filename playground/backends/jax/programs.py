@@ -7,11 +7,12 @@ from collections.abc import Callable, Hashable
 import jax
 import numpy as np
 
-from playground.backends.jax import compiling
 from playground.backends.jax.caches.plan import Layouts
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import DecodeState, Engine
-from playground.backends.jax.sampling import Knobs, StepInfo
+from playground.backends.jax.chain.token_choice import ChainArgs, StepInfo
+from playground.backends.jax.engine import compiling
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.strategies.plain_programs import DecodeState
 from playground.spec import RunSpec
 
 
@@ -41,15 +42,15 @@ class Programs:
 
 
 def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, spec: RunSpec,
-               knob_values: Knobs) -> tuple[DecodeState[jax.Array], Knobs, int, StepInfo]:
+               arg_values: ChainArgs) -> tuple[DecodeState[jax.Array], ChainArgs, int, StepInfo]:
     """The prompt (B, T) padded on the right to `bucket` (causal masking keeps the padding out of the real
-    tokens) into a new cache; returns the decode state, the chain's knobs (`knob_values`, host) on the device,
+    tokens) into a new cache; returns the decode state, the chain's args (`arg_values`, host) on the device,
     and the first new token and its StepInfo on the host."""
     padded = np.zeros((prompt.shape[0], bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
-    knobs = engine.put(knob_values)
+    args = engine.put(arg_values)
     logits, cache = programs.prefill(engine.weights, ids, true_len)  # (B, V)
-    state, info = programs.start(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), knobs, cache)
-    first, info = jax.device_get((state.token, info))
-    return state, knobs, int(first[0]), info
+    state, first = programs.start(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), args, cache)
+    first = jax.device_get(first)
+    return state, args, int(first.tokens[0]), first.info

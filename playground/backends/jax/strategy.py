@@ -1,8 +1,9 @@
 """The contract between the shared JAX request loop (loop.py) and a decoding strategy's plug-in.
 
 The loop owns what every strategy does alike: the engine, the cache plan, fetching programs, the prompt, growing
-the cache, the chunked device calls, stopping and streaming. A plug-in brings only its programs (start, step,
-grow) and how it reads one call's results on the host.
+the cache, the chunked device calls, stopping, streaming and the output's common fields. A plug-in brings its
+cache plan, its kernel (its device state's start and step functions: kernel.py makes the programs) and how it
+reads one call's results on the host.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import numpy as np
 
-from playground.backends.base import GenerationOutput, PreviewTokens
+from playground.backends.base import PreviewTokens
 from playground.backends.jax.caches.plan import CachePlan, Layouts
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel
 from playground.backends.jax.programs import Programs
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -52,7 +54,7 @@ class Run:
     """A request's decoding so far: the device state the next call continues from, and the loop's counts."""
 
     state: Any  # the plug-in's device state (DecodeState, BeamState)
-    knobs: Any  # the plug-in's traced knobs, on the device
+    args: Any  # the plug-in's traced args, on the device
     length: int  # the cache's length now
     layouts: Layouts  # the cache's layouts at that length
     produced: int = 0  # new tokens (beam: search steps) so far
@@ -72,56 +74,72 @@ class Advance:
 
 
 class Strategy(Protocol):
-    """A decoding strategy's part of a JAX request: its programs and how it reads their results."""
+    """A decoding strategy's part of a JAX request: its cache plan, its kernel (kernel.py: the start, step and
+    growth programs) and how it reads their results. The loop runs the calls, and builds the output's common
+    fields around `outcome()`."""
 
     streams: bool  # tokens go to `emit` chunk by chunk; else the best sequence once, when the run ends
+    kernel: Kernel[Any]  # set by bind()
+    # the first token comes from a call of the step program (the start only sets the state up)
+    first_token_steps: bool
+
+    def plan(self, config: Any, prompt_len: int) -> CachePlan:
+        """The cache this strategy decodes over: what bind() takes and the memory estimate counts."""
+        ...
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
              context: Context) -> tuple[CachePlan, list[Pending]]:
         """Fix the request's static mode (the logits chain's, from `context`: the vocabulary, EOS ids and
-        tokenizer); returns the cache plan to decode over and the plug-in's own programs (a draft model's), which
-        the request waits for with the rest."""
+        tokenizer) and its kernel; returns the cache plan to decode over (plan()'s) and the plug-in's own
+        programs (a draft model's), which the request waits for with the rest."""
         ...
 
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
-        """The program that takes the prefill's logits to the first token (or beam step) and the device state."""
+    @property
+    def host_masks(self) -> bool:
+        """A constraint's masks come from the host after every token: one step per call."""
         ...
 
-    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
-        """The call programs over one cache layouts, keyed as step() looks them up in Programs.steps."""
-        ...
-
-    def grow_program(self, engine: Engine, old: Layouts, new: Layouts) -> Pending:
-        """The program copying the device state from the `old` cache layouts into the larger `new` ones."""
-        ...
-
-    def knobs(self, engine: Engine) -> Any:
-        """The traced knobs on the device."""
-        ...
-
-    def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array, knobs: Any,
-              cache: Any) -> tuple[Any, Any]:
-        """Runs the start program; returns the device state and the arrays read() needs on the host."""
+    def args(self, engine: Engine) -> Any:
+        """The traced arguments on the device."""
         ...
 
     def width(self, request: Request, run: Run, limit: int) -> int:
         """Cache positions the next call may write (the loop grows the cache to fit them first)."""
         ...
 
-    def step(self, request: Request, run: Run, limit: int) -> Any:
-        """One call of up to `limit` tokens (or steps): sets run.state; returns the arrays read() needs."""
-        ...
-
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
-        """A call's results, on the host since `now`, into the plug-in's records."""
+        """A call's (records, count, finished) on the host since `now`, into the plug-in's records."""
         ...
 
     def stop(self, request: Request, run: Run) -> int:
         """After should_stop(): how many steps still run (0 ends now; beam search takes one more)."""
         ...
 
-    def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
-        """The backends' common output, with this strategy's figures."""
+    def outcome(self, request: Request, run: Run) -> dict[str, Any]:
+        """This strategy's GenerationOutput fields (sequences, records, forward passes, ...), `extra` its own
+        figures; the loop adds the timing, cache, compile and engine ones."""
+        ...
+
+
+@runtime_checkable
+class Restarts(Protocol):
+    """A plug-in that changes the state its start program left (the toy strategy of the tests forces its first
+    token): `started` takes the state and the first step's record and returns them as the run goes on."""
+
+    def started(self, request: Request, state: Any, record: Any) -> tuple[Any, Any]:
+        ...
+
+
+@runtime_checkable
+class OwnStep(Protocol):
+    """A plug-in whose calls are not its kernel's chunked steps (assisted decoding's verify passes)."""
+
+    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
+        """The call programs over one cache layouts, keyed as step() looks them up in Programs.steps."""
+        ...
+
+    def step(self, request: Request, run: Run, limit: int) -> Any:
+        """One call: sets run.state; returns the arrays read() needs."""
         ...
 
 

@@ -27,7 +27,7 @@ from transformers import PreTrainedModel
 
 from playground.backends.jax.caches.plan import plan_cache, prefill_bucket
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.engine import Engine, engine_for
+from playground.backends.jax.engine.engine import Engine, engine_for
 from playground.models.loaded import LoadedModel
 
 _SCANS: weakref.WeakKeyDictionary[Engine, Any] = weakref.WeakKeyDictionary()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from playground.spec import RunSpec
 
-# the JAX prefill's chunk (backends/jax/prefill.py), so the two backends split a prompt alike
+# the JAX prefill's chunk (backends/jax/engine/prefill.py), so the two backends split a prompt alike
 CHUNK_TOKENS = 512
 EXACT_IN_CHUNKS = frozenset({"dynamic", "static", "sliding"})
 

@@ -20,7 +20,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax.attention import (
+from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
+from playground.backends.jax.model.attention import (
     Segment,
     block_attention,
     block_positions,
@@ -30,7 +31,6 @@ from playground.backends.jax.attention import (
     step_attention,
     write_ring_rows,
 )
-from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, write_row
 
 QUANT_GROUP = 64  # channels per scale, as transformers' q_group_size
 

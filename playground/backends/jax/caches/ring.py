@@ -17,7 +17,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax.attention import (
+from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, read, stored, write_row
+from playground.backends.jax.model.attention import (
     Segment,
     block_attention,
     block_positions,
@@ -27,7 +28,6 @@ from playground.backends.jax.attention import (
     step_attention,
     write_ring_rows,
 )
-from playground.backends.jax.caches.layout import Arrays, Attend, LeafShapes, read, stored, write_row
 
 
 def ring_slots(window: int | None, length: int, spare: int = 0) -> int:

@@ -16,9 +16,9 @@ from typing import Generic, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import chain
-from playground.backends.jax.chain import Chain, History, Leaf, gathered, pushed
-from playground.backends.jax.sampling import Knobs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, History, Leaf, gathered, pushed
+from playground.backends.jax.chain.token_choice import ChainArgs
 
 # transformers' "very large negative" score: it masks hypotheses out of a top-k without -inf arithmetic
 NEG = -1.0e9
@@ -46,13 +46,13 @@ def capacity_for(max_new_tokens: int) -> int:
     return -(-max_new_tokens // CAPACITY_GRANULE) * CAPACITY_GRANULE
 
 
-class BeamKnobs(NamedTuple, Generic[Leaf]):
+class BeamArgs(NamedTuple, Generic[Leaf]):
     """The traced half: values that never recompile."""
 
     length_penalty: Leaf  # () f32
     early_stopping: Leaf  # () bool
     last: Leaf  # () i32: the step count at which every candidate stops (max_new_tokens; sooner after a stop)
-    chain: Knobs  # the chain's arguments
+    chain: ChainArgs  # the chain's arguments
 
 
 class Hypotheses(NamedTuple, Generic[Leaf]):
@@ -92,17 +92,17 @@ def initial(history: History[jax.Array], mode: BeamMode) -> Hypotheses[jax.Array
         history=gathered(history, jnp.zeros((k,), jnp.int32)), produced=jnp.int32(0), done=jnp.bool_(False))
 
 
-def log_probs(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array],
+def log_probs(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, args: BeamArgs[jax.Array],
               key: jax.Array | None = None) -> jax.Array:
     """(K, V) log-softmax of the logits, then the chain's processors (and warpers, when it samples), as
     transformers' beam search applies its list to log-probabilities (a repetition penalty multiplies them: they
     are negative). `key` is the chain's own, for a stage that draws."""
     scores = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    applied = chain.apply(scores, hyps.history, hyps.produced, key, mode.chain, knobs.chain)
+    applied = chain.apply(scores, hyps.history, hyps.produced, key, mode.chain, args.chain)
     return chain.in_vocab(applied.cands, scores.shape[-1], -jnp.inf)
 
 
-def _top_continuations(scores: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array],
+def _top_continuations(scores: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, args: BeamArgs[jax.Array],
                        draw: jax.Array | None) -> tuple[StepRecord, jax.Array]:
     """_get_top_k_continuations: the C best (beam, token) pairs by cumulative score, or C drawn without replacement
     from the softmax of the cumulative scores when sampling (`draw`: the step's key; Gumbel top-k draws as
@@ -117,19 +117,19 @@ def _top_continuations(scores: jax.Array, hyps: Hypotheses[jax.Array], mode: Bea
         top_scores = total[index]
     parents, tokens = (index // vocab).astype(jnp.int32), (index % vocab).astype(jnp.int32)
     sequences = hyps.running[parents].at[:, hyps.produced].set(tokens)  # (C, capacity)
-    hits = jnp.isin(tokens, jnp.asarray(mode.eos or (-1,))) | (hyps.produced + 1 >= knobs.last)
+    hits = jnp.isin(tokens, jnp.asarray(mode.eos or (-1,))) | (hyps.produced + 1 >= args.last)
     record = StepRecord(parents, tokens, top_scores, hits, jnp.zeros((mode.beams,), jnp.int32))
     return record, sequences
 
 
 def _update_finished(hyps: Hypotheses[jax.Array], record: StepRecord, sequences: jax.Array, mode: BeamMode,
-                     knobs: BeamKnobs[jax.Array]) -> tuple[jax.Array, ...]:
+                     args: BeamArgs[jax.Array]) -> tuple[jax.Array, ...]:
     """_update_finished_beams: the top K candidates that just stopped, length-penalized, merged with the finished
     slots; the best K stay (finished, scores, lengths, is_finished)."""
     length = hyps.produced + 1
     just = record.finished & (jnp.arange(mode.candidates) < mode.beams)
-    scores = record.scores / length.astype(jnp.float32) ** knobs.length_penalty
-    full = jnp.all(hyps.is_finished) & knobs.early_stopping
+    scores = record.scores / length.astype(jnp.float32) ** args.length_penalty
+    full = jnp.all(hyps.is_finished) & args.early_stopping
     scores = scores + full * NEG + (~hyps.improvable) * NEG + (~just) * NEG
     merged_scores = jnp.concatenate([hyps.finished_scores, scores])
     best = jax.lax.top_k(merged_scores, mode.beams)[1]
@@ -139,16 +139,16 @@ def _update_finished(hyps: Hypotheses[jax.Array], record: StepRecord, sequences:
 
 
 def _still_improvable(hyps: Hypotheses[jax.Array], running_scores: jax.Array, finished_scores: jax.Array,
-                      is_finished: jax.Array, knobs: BeamKnobs[jax.Array]) -> jax.Array:
+                      is_finished: jax.Array, args: BeamArgs[jax.Array]) -> jax.Array:
     """_check_early_stop_heuristic (early_stopping True or False): can the best running beam, at its current
     length, still beat the worst finished one?"""
     length = (hyps.produced + 1).astype(jnp.float32)
-    best_running = running_scores[0] / length ** knobs.length_penalty
+    best_running = running_scores[0] / length ** args.length_penalty
     worst_finished = jnp.where(is_finished, jnp.min(finished_scores), NEG)
     return hyps.improvable & jnp.any(best_running > worst_finished)
 
 
-def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: BeamKnobs[jax.Array],
+def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, args: BeamArgs[jax.Array],
          key: jax.Array) -> tuple[Hypotheses[jax.Array], jax.Array, jax.Array, StepRecord, jax.Array]:
     """One beam-search step for the running beams' logits (K, V). Returns the new hypotheses, the parent of each
     new running beam (K,) (the cache rows to gather), their last tokens (K,), the step's record and the key to
@@ -158,16 +158,16 @@ def step(logits: jax.Array, hyps: Hypotheses[jax.Array], mode: BeamMode, knobs: 
         key, chain_key = jax.random.split(key)
     if mode.samples:
         key, draw = jax.random.split(key)
-    record, sequences = _top_continuations(log_probs(logits, hyps, mode, knobs, chain_key), hyps, mode, knobs, draw)
+    record, sequences = _top_continuations(log_probs(logits, hyps, mode, args, chain_key), hyps, mode, args, draw)
     # _get_running_beams_for_next_iteration: the best K candidates that did not stop
     masked = record.scores + record.finished * NEG
     kept = jax.lax.top_k(masked, mode.beams)[1].astype(jnp.int32)
     parents, tokens = record.parents[kept], record.tokens[kept]
-    finished, finished_scores, lengths, is_finished = _update_finished(hyps, record, sequences, mode, knobs)
-    improvable = _still_improvable(hyps, masked[kept], finished_scores, is_finished, knobs)
+    finished, finished_scores, lengths, is_finished = _update_finished(hyps, record, sequences, mode, args)
+    improvable = _still_improvable(hyps, masked[kept], finished_scores, is_finished, args)
     history = pushed(gathered(hyps.history, parents), tokens, mode.chain.needs)
     # _beam_search_has_unfinished_sequences
-    open_beam = ~(jnp.all(is_finished) & knobs.early_stopping)
+    open_beam = ~(jnp.all(is_finished) & args.early_stopping)
     go_on = improvable & open_beam & ~jnp.all(record.finished)
     new = Hypotheses(sequences[kept], masked[kept], finished, finished_scores, lengths, is_finished, improvable,
                      history, hyps.produced + 1, ~go_on)

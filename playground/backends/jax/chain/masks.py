@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from playground.backends.jax.chain import Chain, Context
-from playground.backends.jax.sampling import Knobs
+from playground.backends.jax.chain.chain import Chain, Context
+from playground.backends.jax.chain.token_choice import ChainArgs
 from playground.constraints.matching import Replay, allowed_tokens, replay, root_matcher, take
 from playground.spec import RunSpec
 
@@ -24,12 +24,12 @@ def mask_stage(chain_: Chain) -> int:
     return names.index("constraint") if "constraint" in names else -1
 
 
-def with_rows(knobs: Knobs, stage: int, rows: Sequence[np.ndarray]) -> Knobs:
+def with_rows(args: ChainArgs, stage: int, rows: Sequence[np.ndarray]) -> ChainArgs:
     """The chain's host arguments with the constraint's mask replaced by `rows` (each (V,) bool), the last one
     repeated to the stage's height (rows past the real ones are never read)."""
-    height = knobs[stage][0].shape[0]
+    height = args[stage][0].shape[0]
     stacked = np.stack([*rows, *[rows[-1]] * (height - len(rows))][:height])  # (height, V)
-    return (*knobs[:stage], (stacked,), *knobs[stage + 1:])
+    return (*args[:stage], (stacked,), *args[stage + 1:])
 
 
 def draft_rows(matcher: Any, drafts: Sequence[int], vocab_size: int,
@@ -76,9 +76,9 @@ class RowMatchers:
         self.matchers: list[Any] = [root] * context.rows
         self.masks: list[np.ndarray] = [allowed_tokens(root, context.vocab_size)] * context.rows
 
-    def knobs(self, knobs: Knobs) -> Knobs:
+    def args(self, args: ChainArgs) -> ChainArgs:
         """The chain's host arguments with these rows' masks."""
-        return with_rows(knobs, self.stage, self.masks)
+        return with_rows(args, self.stage, self.masks)
 
     def follow(self, parents: Sequence[int], tokens: Sequence[int], live: Sequence[int] | None = None) -> None:
         """After a step: row r continues row parents[r] with tokens[r], for each row in `live` (default: all); a row

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from playground.backends.jax.mappings import mappings_crowded
+from playground.backends.jax.engine.mappings import mappings_crowded
 from playground.models.memory import parse_size
 
 # sized for a 16 GB Space: the two bundled models and their engines take ~4 GiB, and a request's programs

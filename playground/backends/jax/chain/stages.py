@@ -1,7 +1,7 @@
 """The built-in stages of the logits chain on JAX (their registry entries name these classes).
 
 Each matches its PyTorch twin (playground/backends/torch/chain.py): transformers' own processor where one
-exists, our own where none does; docs/samplers.md gives each definition and its source.
+exists, our own where none does; docs/stage_math.md gives each definition and its source.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from playground.backends.jax import samplers
-from playground.backends.jax.chain import Candidates, Context, Needs, View
+from playground.backends.jax.chain import stage_math
+from playground.backends.jax.chain.chain import Candidates, Context, Needs, View
 from playground.registry.chain import parse_breakers, parse_logit_bias
 from playground.spec import RunSpec
 
@@ -121,7 +121,7 @@ class NoRepeatNGram(Stage):
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         n, vocab = static
-        banned = samplers.banned_ngrams(view.history.ids, view.history.length, n, vocab)  # (B, V)
+        banned = stage_math.banned_ngrams(view.history.ids, view.history.length, n, vocab)  # (B, V)
         return _removed(cands, view.table(cands, banned))
 
 
@@ -155,7 +155,7 @@ class Dry(Stage):
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         multiplier, base, allowed, breakers = args
-        penalties = samplers.dry_penalties(view.history.ids, view.history.length, breakers, multiplier, base,
+        penalties = stage_math.dry_penalties(view.history.ids, view.history.length, breakers, multiplier, base,
                                            allowed, static)  # (B, V)
         return cands._replace(values=cands.values - view.table(cands, penalties))
 
@@ -189,7 +189,7 @@ class Temperature(Stage):
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         (temperature,) = args
         scaled = cands.values / jnp.where(temperature > 0, temperature, 1.0)
-        return cands._replace(values=jnp.where(temperature > 0, scaled, samplers.keep_best(cands.values)))
+        return cands._replace(values=jnp.where(temperature > 0, scaled, stage_math.keep_best(cands.values)))
 
 
 class TopK(Stage):
@@ -243,7 +243,7 @@ class MinP(Stage):
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         probs = jax.nn.softmax(cands.values, axis=-1)
         remove = probs < args[0] * probs.max(axis=-1, keepdims=True)
-        return _removed(cands, samplers.protected(remove, cands.values, static or 1))
+        return _removed(cands, stage_math.protected(remove, cands.values, static or 1))
 
 
 class Xtc(Stage):
@@ -257,11 +257,11 @@ class Xtc(Stage):
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         assert view.key is not None, "the chain hands a random stage its key"
         threshold, probability = args
-        return cands._replace(values=samplers.xtc(cands.values, threshold, probability, view.key))
+        return cands._replace(values=stage_math.xtc(cands.values, threshold, probability, view.key))
 
 
 class _Filter(Stage):
-    """A filter of samplers.py whose one traced value is a knob of the same role; `keeps`: it takes
+    """A filter of stage_math.py whose one traced value is a knob of the same role; `keeps`: it takes
     min_tokens_to_keep, as its transformers warper does."""
 
     def __init__(self, knob: str, function: Callable[..., jax.Array], keeps: bool = False) -> None:
@@ -279,10 +279,10 @@ class _Filter(Stage):
         return cands._replace(values=self.function(cands.values, args[0]))
 
 
-TopNSigma = partial(_Filter, "top_n_sigma", samplers.top_n_sigma)  # llama.cpp's top-nσ
-TypicalP = partial(_Filter, "typical_p", samplers.typical, True)  # TypicalLogitsWarper
-EpsilonCutoff = partial(_Filter, "epsilon_cutoff", samplers.epsilon, True)  # EpsilonLogitsWarper
-EtaCutoff = partial(_Filter, "eta_cutoff", samplers.eta, True)  # EtaLogitsWarper
+TopNSigma = partial(_Filter, "top_n_sigma", stage_math.top_n_sigma)  # llama.cpp's top-nσ
+TypicalP = partial(_Filter, "typical_p", stage_math.typical, True)  # TypicalLogitsWarper
+EpsilonCutoff = partial(_Filter, "epsilon_cutoff", stage_math.epsilon, True)  # EpsilonLogitsWarper
+EtaCutoff = partial(_Filter, "eta_cutoff", stage_math.eta, True)  # EtaLogitsWarper
 
 
 class TopA(Stage):
@@ -295,7 +295,7 @@ class TopA(Stage):
         return (F32(spec.top_a),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
-        return cands._replace(values=samplers.top_a(cands.values, args[0], static or 1))
+        return cands._replace(values=stage_math.top_a(cands.values, args[0], static or 1))
 
 
 class PLess(Stage):
@@ -305,7 +305,7 @@ class PLess(Stage):
         return (I32(spec.p_less),)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
-        return cands._replace(values=samplers.p_less(cands.values, args[0]))
+        return cands._replace(values=stage_math.p_less(cands.values, args[0]))
 
 
 class DynamicTemperature(Stage):
@@ -315,7 +315,7 @@ class DynamicTemperature(Stage):
         return F32(spec.temperature), F32(spec.dynatemp_range), F32(spec.dynatemp_exponent)
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
-        return cands._replace(values=samplers.dynamic_temperature(cands.values, *args))
+        return cands._replace(values=stage_math.dynamic_temperature(cands.values, *args))
 
 
 class MirostatV2(Stage):
@@ -332,7 +332,7 @@ class MirostatV2(Stage):
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         assert view.carry is not None, "the chain hands a carrying stage its state"
-        return cands._replace(values=samplers.mirostat_cut(cands.values, view.carry))
+        return cands._replace(values=stage_math.mirostat_cut(cands.values, view.carry))
 
     def observed(self, before: Candidates, after: Candidates) -> Candidates:
         return after._replace(values=jax.nn.softmax(after.values, axis=-1))
@@ -359,8 +359,8 @@ class AdaptiveP(Stage):
 
     def apply(self, cands: Candidates, view: View, static: Any, args: tuple[jax.Array, ...]) -> Candidates:
         assert view.carry is not None, "the chain hands a carrying stage its state"
-        adapted = samplers.adaptive_target(args[0], view.carry)  # (B, 1)
-        return cands._replace(values=samplers.adaptive_p(cands.values, adapted))
+        adapted = stage_math.adaptive_target(args[0], view.carry)  # (B, 1)
+        return cands._replace(values=stage_math.adaptive_p(cands.values, adapted))
 
     def observed(self, before: Candidates, after: Candidates) -> Candidates:
         return before._replace(values=jax.nn.softmax(before.values, axis=-1))

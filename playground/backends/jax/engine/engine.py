@@ -10,7 +10,6 @@ torch model: when the model LRU drops a model, its device weights and programs g
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import weakref
@@ -18,9 +17,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,41 +31,16 @@ from torchax import interop
 from transformers import PreTrainedModel
 
 from playground import device
-from playground.backends.jax import compiling, disk_cache, layer_outputs, prefill, sampling, tensor_parallel, traced
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import History, Leaf, history_shapes, pushed, start_history
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.program_cache import ProgramCache, program_cache_bound
-from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo, knob_specs
+from playground.backends.jax.engine import compiling, disk_cache, prefill, tensor_parallel
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.program_cache import ProgramCache, program_cache_bound
+from playground.backends.jax.model import layer_outputs, traced
 
 # Debug options per compiled program (they are part of its cache key): the device's (device.py)
 COMPILER_OPTIONS: CompilerOptions = dict(device.current().xla_options)
-
-
-@dataclass(frozen=True)
-class DecodeState(Generic[Leaf]):
-    """Everything a decode call carries over to the next (all device arrays; shape structs when lowering)."""
-
-    cache: JaxCache
-    token: Leaf  # (B,) last token, not yet in the cache
-    position: Leaf  # () its position
-    key: Leaf  # PRNG key
-    history: History[Leaf]  # the text so far, as far as the logits chain reads it
-    done: Leaf  # () bool: an EOS was produced
-    produced: Leaf  # () tokens generated so far
-
-
-jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "position", "key", "history", "done",
-                                                           "produced"], meta_fields=[])
-
-
-class Chunk(NamedTuple):
-    """One decode call's output, a row per step: the tokens and their StepInfo."""
-
-    tokens: jax.Array  # (steps,) int32, -1 past the last step run
-    info: StepInfo  # fields with a leading (steps,) axis
 
 
 def _nothing() -> None:
@@ -89,7 +62,8 @@ def compile_notices(notify: Callable[[], None]) -> Iterator[None]:
 
 
 class Engine:
-    """Device weights, the traced twin and the compiled prefill/decode programs of one model."""
+    """Device weights, the traced twin and the compiled programs of one model (every strategy builds its own
+    start, step and growth programs through kernel.py; the prompt's prefill program is the engine's)."""
 
     def __init__(self, model: PreTrainedModel, devices: int, weights: str = "fp32") -> None:
         start = time.perf_counter()
@@ -114,7 +88,7 @@ class Engine:
 
     # -- shardings -------------------------------------------------------------------------------------------
     def replicated(self) -> NamedSharding | None:
-        """The layout of small arrays (tokens, counters, knobs): whole on every device of the mesh."""
+        """The layout of small arrays (tokens, counters, args): whole on every device of the mesh."""
         return NamedSharding(self.mesh, PartitionSpec()) if self.mesh is not None else None
 
     def _cache_sharding(self) -> NamedSharding | None:
@@ -144,18 +118,6 @@ class Engine:
             layer.arrays = {name: jax.lax.with_sharding_constraint(a, split) for name, a in layer.arrays.items()}
             layer.cumulative_length = jax.lax.with_sharding_constraint(layer.cumulative_length, replicated)
         return cache
-
-    def pin(self, state: DecodeState[jax.Array]) -> DecodeState[jax.Array]:
-        """The state's small arrays replicated and the cache split, call after call."""
-        if self.mesh is None:
-            return state
-        small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, self.replicated()),
-                             (state.token, state.position, state.key, state.history, state.done, state.produced))
-        return DecodeState(self.constrain(state.cache), *small)
-
-    def knob_specs(self, mode: SamplingMode) -> Knobs:
-        """Abstract chain arguments for lowering, laid out as put() lays out the real ones."""
-        return jax.tree.map(lambda s: self.shape_struct(s.shape, s.dtype), knob_specs(mode))
 
     # -- traced functions (pure JAX outside, the HF model inside) ---------------------------------------------
     def forward(self, weights: dict, cache: JaxCache, ids: jax.Array, positions: jax.Array,
@@ -200,47 +162,6 @@ class Engine:
         if self.mesh is not None:
             logits = jax.lax.with_sharding_constraint(logits, self.replicated())
         return logits, cache
-
-    def _start(self, logits: jax.Array, ids: jax.Array, length: jax.Array, key: jax.Array,
-               knobs: Knobs, cache: JaxCache, *, mode: SamplingMode,
-               eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], StepInfo]:
-        """The first new token from the prefill logits, the state decoding carries from there, and the token's
-        probability, entropy and alternatives."""
-        history = start_history(ids, length, mode.needs, self.vocab_size)
-        produced = jnp.int32(0)
-        token, key, info, carry = sampling.select(logits, key, produced, history, mode, knobs)
-        history = pushed(history, token, mode.needs, carry)
-        done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
-        return self.pin(DecodeState(cache, token, length.astype(jnp.int32), key, history, done, produced + 1)), info
-
-    def _decode(self, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs, *,
-                steps: int, mode: SamplingMode,
-                eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Chunk, jax.Array]:
-        """Up to `limit` (<= steps) tokens in one call; stops early at EOS. Returns (state, chunk, count): the
-        chunk's first `count` rows are this call's tokens (of the first sequence) and what was known of each."""
-        eos_ids = jnp.asarray(eos or (-1,))
-
-        def cond(carry: tuple) -> jax.Array:
-            i, state, _ = carry
-            return (i < limit) & ~state.done
-
-        def body(carry: tuple) -> tuple:
-            i, s, out = carry
-            logits, cache = self.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-            token, key, info, settled = sampling.select(logits[:, -1], s.key, s.produced, s.history, mode, knobs)
-            out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info))
-            s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs, settled),
-                            jnp.isin(token, eos_ids).any(), s.produced + 1)
-            return i + 1, self.pin(s), out
-
-        out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.chain.stages),
-                                                                         len(mode.needs.carry)))
-        count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, out))
-        return state, out, count
-
-    def _grow(self, state: DecodeState[jax.Array], *, layouts: Layouts) -> DecodeState[jax.Array]:
-        """The same state over a larger cache: the arrays padded with empty slots at the end."""
-        return self.pin(dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
 
     # -- compile registry --------------------------------------------------------------------------------------
     def program(self, key: tuple, lower: Callable[[], Lowered], warm: Callable[[Any], None] | None = None) -> Pending:
@@ -300,42 +221,6 @@ class Engine:
                                            self.put(np.int32(1))))
 
         return self.program(("prefill", batch, bucket, prefill.chunk_tokens(), layouts), lower, warm)
-
-    def start_program(self, bucket: int, layouts: Layouts, mode: SamplingMode, eos: tuple[int, ...],
-                      batch: int = 1) -> Pending:
-        shape = self.shape_struct
-
-        def lower() -> Lowered:
-            fn = jax.jit(partial(self._start, mode=mode, eos=eos), donate_argnames=("cache",))
-            return fn.lower(shape((batch, self.vocab_size), jnp.float32), shape((batch, bucket), jnp.int32),
-                            shape((), jnp.int32), shape((2,), jnp.uint32), self.knob_specs(mode),
-                            self.abstract_cache(layouts, batch))
-
-        return self.program(("start", batch, bucket, layouts, mode, eos), lower)
-
-    def abstract_state(self, layouts: Layouts, mode: SamplingMode, batch: int) -> DecodeState[jax.ShapeDtypeStruct]:
-        """Shape structs of a DecodeState over `layouts`, laid out as the programs leave it (for lowering)."""
-        history = jax.tree.map(lambda s: self.shape_struct(s.shape, s.dtype),
-                               history_shapes(mode.needs, batch, self.vocab_size))
-        return DecodeState(self.abstract_cache(layouts, batch), self.shape_struct((batch,), jnp.int32),
-                           self.shape_struct((), jnp.int32), self.shape_struct((2,), jnp.uint32), history,
-                           self.shape_struct((), jnp.bool_), self.shape_struct((), jnp.int32))
-
-    def grow_program(self, old: Layouts, new: Layouts, mode: SamplingMode, batch: int = 1) -> Pending:
-        def lower() -> Lowered:
-            fn = jax.jit(partial(self._grow, layouts=new))  # new, larger buffers: nothing to donate
-            return fn.lower(self.abstract_state(old, mode, batch))
-
-        return self.program(("grow", batch, old, new, mode.needs), lower)
-
-    def decode_program(self, layouts: Layouts, steps: int, mode: SamplingMode, eos: tuple[int, ...],
-                       batch: int = 1) -> Pending:
-        def lower() -> Lowered:
-            fn = jax.jit(partial(self._decode, steps=steps, mode=mode, eos=eos), donate_argnames=("state",))
-            state = self.abstract_state(layouts, mode, batch)
-            return fn.lower(self.weights, state, self.shape_struct((), jnp.int32), self.knob_specs(mode))
-
-        return self.program(("decode", batch, layouts, steps, mode, eos), lower)
 
 
 def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") -> int:

@@ -19,22 +19,20 @@ import jax
 import numpy as np
 
 from playground import registry
-from playground.backends.base import AssistStep, GenerationOutput, same_vocabulary
+from playground.backends.base import AssistStep, same_vocabulary
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
-from playground.backends.jax.caches.pytree import JaxCache, cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, next_draft_count
-from playground.backends.jax.engine import DecodeState, Engine
-from playground.backends.jax.lookup import lookup
-from playground.backends.jax.loop import cache_extra, engine_extra
-from playground.backends.jax.masks import draft_rows, with_rows
-from playground.backends.jax.plain import PlainDecoding
-from playground.backends.jax.sampling import Knobs, StepInfo
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.chain.masks import draft_rows, with_rows
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.strategies.draft import FIRST_DRAFTS, MAX_DRAFTS, Drafter, drafter_plan, next_draft_count
+from playground.backends.jax.strategies.lookup import lookup
+from playground.backends.jax.strategies.plain import PlainDecoding
+from playground.backends.jax.strategies.plain_programs import Chunk, plain_kernel
+from playground.backends.jax.strategies.universal import UniversalDrafter, draft_plan
+from playground.backends.jax.strategies.verify import verify_program
 from playground.backends.jax.strategy import Advance, Request, Run
-from playground.backends.jax.universal import UniversalDrafter
-from playground.backends.jax.verify import verify_program
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -74,26 +72,38 @@ class AssistedDecoding(PlainDecoding):
         """Greedy, or the chain's sampling stages when the run samples (speculative sampling); the draft model's
         engine and programs (the request waits for them with its own)."""
         self.choose_tokens(bucket, context, room=max(self.widths))
-        plan = assisted_plan(self.spec, engine.config, prompt_len, max(self.widths))
+        self.kernel = plain_kernel(engine, bucket, self.mode, self.eos)
+        plan = self.plan(engine.config, prompt_len)
         if self.draft is None:
             return plan, []
-        width = int(self.draft.model.get_output_embeddings().weight.shape[0])
-        if not same_vocabulary(context.tokenizer, self.draft.tokenizer) or width != context.vocab_size:
+        if self._universal(context.tokenizer, context.vocab_size):
             self.universal = UniversalDrafter(self.draft, self.spec, context.tokenizer, prompt_len)
             return plan, self.universal.asked
         self.drafter = Drafter(self.draft, self.spec, prompt_len, bucket, context, samples=not self.mode.greedy)
         return plan, self.drafter.programs.asked
 
+    def plan(self, config: Any, prompt_len: int) -> CachePlan:
+        """Room for the last verify pass, and spare ring slots."""
+        return assisted_plan(self.spec, config, prompt_len, max(self.widths))
+
+    def draft_plan(self, main_tokenizer: Any, main_vocab: int, prompt_len: int) -> CachePlan:
+        """The draft model's preallocated cache: for a draft of the main model's vocabulary, or of another
+        tokenizer (room for the whole text in its own tokens)."""
+        assert self.draft is not None, "only with a draft model"
+        config = self.draft.model.config.get_text_config(decoder=True)
+        if self._universal(main_tokenizer, main_vocab):
+            return draft_plan(self.spec, config, prompt_len)
+        return drafter_plan(self.spec, config, prompt_len)
+
+    def _universal(self, main_tokenizer: Any, main_vocab: int) -> bool:
+        """The draft's tokens are not the main model's: it drafts through text (universal.py)."""
+        assert self.draft is not None, "only with a draft model"
+        width = int(self.draft.model.get_output_embeddings().weight.shape[0])
+        return not same_vocabulary(main_tokenizer, self.draft.tokenizer) or width != main_vocab
+
     def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
         with_q = self.drafter is not None and not self.mode.greedy
-        return {(layouts, width): verify_program(engine, layouts, width, self.mode, self.eos, with_q)
-                for width in self.widths}
-
-    def start(self, request: Request, logits: jax.Array, ids: jax.Array, true_len: jax.Array,
-              knobs: Knobs, cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
-        """Plain decoding's first token, read as a pass that kept it and no drafts."""
-        state, info = self.first_token(request, logits, ids, true_len, knobs, cache)
-        return state, (state.token, 1, 0, info)
+        return {(layouts, width): verify_program(self.kernel, layouts, width, with_q) for width in self.widths}
 
     def width(self, request: Request, run: Run, limit: int) -> int:
         """The next pass's drafts, kept for step(); never more than the tokens still wanted after the main
@@ -120,8 +130,8 @@ class AssistedDecoding(PlainDecoding):
         drafts, count, probs = self.pending
         proposed = np.asarray(drafts)[0, :count].tolist()
         rows, kept = draft_rows(self.matcher, proposed, self.context.vocab_size, request.eos)
-        self.knob_values = with_rows(self.knob_values, self.mask_stage, rows)
-        run.knobs = request.engine.put(self.knob_values)
+        self.arg_values = with_rows(self.arg_values, self.mask_stage, rows)
+        run.args = request.engine.put(self.arg_values)
         self.pending = (drafts, kept, probs)
 
     def _looked_up(self, request: Request, room: int) -> tuple[jax.Array, int, None]:
@@ -140,19 +150,22 @@ class AssistedDecoding(PlainDecoding):
         padded[0, : len(found)] = found
         return request.engine.put(padded), len(found), None
 
-    def step(self, request: Request, run: Run, limit: int) -> tuple[jax.Array, jax.Array, jax.Array, StepInfo]:
+    def step(self, request: Request, run: Run, limit: int) -> tuple[Chunk, jax.Array, jax.Array]:
         assert self.pending is not None, "width() drafts first"
         drafts, drafted, probs = self.pending  # (1, width - 1) drafts, how many are real, (1, width - 1, V) or None
         verify = request.programs.steps[run.layouts, drafts.shape[1] + 1]
         run.state, verdict = verify(request.engine.weights, run.state, drafts, request.scalar(drafted), probs,
-                                    run.knobs)
+                                    run.args)
         if self.drafter is not None:
             self.drafter.follow(run.state)
-        return verdict.tokens, verdict.kept_count, verdict.accepted, verdict.info
+        return Chunk(verdict.tokens, verdict.info), verdict.kept_count, verdict.accepted
 
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
-        tokens, kept, accepted, info = fetched  # (W,) tokens, -1 past `kept`; drafts among them; (W, ...) rows
-        count, accepted = int(kept), int(accepted)
+        """A pass's kept tokens (W,) (-1 past `kept`) and their records; before the first pass, the start's token:
+        a pass that kept it and no drafts (its third field says whether it ended the run, not drafts taken)."""
+        records, kept, accepted = fetched
+        tokens, info = records
+        count, accepted = int(kept), int(accepted) if self.pending is not None else 0
         chunk = [int(t) for t in tokens[:count]]
         drafted = self.pending[1] if self.pending is not None else 0  # none before the first pass
         # the prefill's token is a pass without drafts, so step i's tokens start where the steps before it end
@@ -171,23 +184,19 @@ class AssistedDecoding(PlainDecoding):
     def stop(self, request: Request, run: Run) -> int:
         return 0
 
-    def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
-        """The backends' common output with the draft counts, and this path's figures in `extra`."""
-        return GenerationOutput(
-            acceptance_rate=self.accepted / self.drafted if self.drafted else None,
-            forward_passes=1 + run.calls,  # the prefill gave the first token, each verify pass the rest
-            draft_flags=self.draft_flags, assisted_steps=self.steps,
-            sequences=[self.stream.tokens], token_info=self.stream.info, token_times=self.stream.times,
-            start_time=start, compile_s=request.programs.compile_s, stopped=run.stopped,
-            kv_cache_bytes=cache_bytes(run.state.cache), kv_trace=run.kv_trace,
-            extra={**cache_extra(request, run), "verify_widths": list(self.widths), "verify_passes": run.calls,
-                   "draft_tokens_proposed": self.drafted, "draft_tokens_accepted": self.accepted,
-                   "draft_lookup_s": round(self.lookup_s + (self.universal.draft_s if self.universal else 0.0), 4),
-                   "draft_kv_cache_bytes": self._draft_cache_bytes(), "universal": self.universal is not None,
-                   **engine_extra(request), **self._constraint_extra()},
-            constraint_replay=self._replay(),
-        )
-
+    def outcome(self, request: Request, run: Run) -> dict[str, Any]:
+        """The streamed tokens with the draft counts, and this path's figures in `extra`."""
+        return {
+            "acceptance_rate": self.accepted / self.drafted if self.drafted else None,
+            "forward_passes": 1 + run.calls,  # the prefill gave the first token, each verify pass the rest
+            "draft_flags": self.draft_flags, "assisted_steps": self.steps,
+            "sequences": [self.stream.tokens], "token_info": self.stream.info, "token_times": self.stream.times,
+            "constraint_replay": self._replay(),
+            "extra": {"verify_widths": list(self.widths), "verify_passes": run.calls,
+                      "draft_tokens_proposed": self.drafted, "draft_tokens_accepted": self.accepted,
+                      "draft_lookup_s": round(self.lookup_s + (self.universal.draft_s if self.universal else 0.0),
+                                              4),
+                      "draft_kv_cache_bytes": self._draft_cache_bytes(), "universal": self.universal is not None}}
 
     def _draft_cache_bytes(self) -> int | None:
         if self.universal is not None:

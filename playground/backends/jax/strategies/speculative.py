@@ -1,7 +1,7 @@
 """Which drafted tokens the main model keeps, inside jit: greedy matching, or speculative sampling.
 
 The main model's logits for the last token and every draft arrive at once (W rows). Each row goes through the
-logits chain as sampling.select would take it had the drafts before it been accepted (the penalties see them,
+logits chain as token_choice.select would take it had the drafts before it been accepted (the penalties see them,
 min_new_tokens counts them), so the kept tokens are those plain decoding would give. Greedy keeps the drafts
 that equal the main model's argmax, then adds the main model's own token. Sampling is the standard rule
 (Leviathan et al., 2023; Chen et al., 2023): draft d with draft probability q(d) is kept with probability
@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from playground.backends.jax import sampling
-from playground.backends.jax.chain import Candidates, History, for_row, pushed
-from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Candidates, History, for_row, pushed
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
 
 
 class Verdict(NamedTuple):
@@ -31,7 +31,7 @@ class Verdict(NamedTuple):
 
 
 def rows(logits: jax.Array, drafts: jax.Array, history: History[jax.Array], produced: jax.Array,
-         key: jax.Array | None, mode: SamplingMode, knobs: Knobs) -> sampling.Processed:
+         key: jax.Array | None, mode: SamplingMode, args: ChainArgs) -> token_choice.Processed:
     """logits (B, W, V), drafts (B, W - 1) -> each row through the chain, stacked (W, B, ...): row i sees the
     drafts before it in its history, counts them as produced and reads its own row of a per-row stage's arguments
     (the constraint's mask after those drafts). `key` is the chain's own (None: no stage draws)."""
@@ -41,8 +41,8 @@ def rows(logits: jax.Array, drafts: jax.Array, history: History[jax.Array], prod
 
     def body(history: History[jax.Array], row: tuple[jax.Array, ...]) -> tuple[History[jax.Array], Any]:
         row_logits, draft, index, row_key = row
-        out = sampling.processed(row_logits, history, produced + index, row_key if key is not None else None,
-                                 mode, for_row(mode.chain, knobs, index))
+        out = token_choice.processed(row_logits, history, produced + index, row_key if key is not None else None,
+                                 mode, for_row(mode.chain, args, index))
         return pushed(history, draft, mode.needs), out
 
     xs = (logits.transpose(1, 0, 2), padded.T, jnp.arange(width, dtype=jnp.int32), keys)
@@ -85,13 +85,13 @@ def sample(final: jax.Array, drafts: jax.Array, count: jax.Array, q: jax.Array |
     return jnp.where(jnp.arange(width) == kept, drawn, tokens), kept, key
 
 
-def verdict(tokens: jax.Array, kept: jax.Array, rows_out: sampling.Processed, eos_ids: tuple[int, ...]) -> Verdict:
+def verdict(tokens: jax.Array, kept: jax.Array, rows_out: token_choice.Processed, eos_ids: tuple[int, ...]) -> Verdict:
     """The kept tokens cut after a first EOS, and their StepInfo rows (under each row's own distributions)."""
     width = tokens.shape[0]
     index = jnp.arange(width)
     stop = jnp.isin(tokens, jnp.asarray(eos_ids or (-1,))) & (index <= kept)
     count = jnp.where(stop.any(), jnp.argmax(stop) + 1, kept + 1).astype(jnp.int32)
-    info = jax.vmap(sampling.token_info)(rows_out.model, rows_out.final, tokens[:, None], rows_out.top,
+    info = jax.vmap(token_choice.token_info)(rows_out.model, rows_out.final, tokens[:, None], rows_out.top,
                                          rows_out.applied)  # rows (W, 1, ...)
     info = StepInfo(*(field[:, 0] for field in info))
     return Verdict(jnp.where(index < count, tokens, -1), count, jnp.minimum(kept, count), info)

@@ -20,16 +20,17 @@ from typing import Any
 import numpy as np
 
 from playground.backends.base import eos_ids
-from playground.backends.jax import sampling
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.draft import MAX_DRAFTS, propose_program
-from playground.backends.jax.engine import engine_for
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import engine_for
 from playground.backends.jax.programs import Programs, run_prompt
+from playground.backends.jax.strategies.draft import MAX_DRAFTS, propose_program
+from playground.backends.jax.strategies.plain_programs import plain_kernel
 from playground.models.loaded import LoadedModel
 from playground.registry.builtin import DRAFT_CACHE
 from playground.spec import RunSpec
@@ -59,7 +60,7 @@ class UniversalDrafter:
         self.spec = spec.replace(seed=(spec.seed + 1) % 2**32)  # its own random stream (it proposes greedily)
         # the main model's chain without what reads the text so far, greedy: the verify pass applies the rest
         context = Context(self.engine.vocab_size, (), draft.tokenizer)
-        self.mode, self.knob_values = sampling.mode_for(spec, context, samples=False, keep_history=False)
+        self.mode, self.arg_values = token_choice.mode_for(spec, context, samples=False, keep_history=False)
         plan = draft_plan(spec, self.engine.config, prompt_len)
         self.layouts = plan.at(plan.lengths[0])  # preallocated for the longest text: its programs are few
         self.capacity = draft_capacity(spec, prompt_len)
@@ -69,7 +70,8 @@ class UniversalDrafter:
         while bucket <= self.capacity:
             self._bucket(bucket)
             bucket *= 2
-        self.propose = propose_program(self.engine, self.layouts, MAX_DRAFTS + 1, self.mode)
+        kernel = plain_kernel(self.engine, cache_plan.MIN_PREFILL_BUCKET, self.mode, ())  # its state's shapes
+        self.propose = propose_program(kernel, self.layouts, MAX_DRAFTS + 1)
         self.asked.append(self.propose)
         self.draft_s = 0.0  # host time spent drafting (the draft's prefill and proposal included)
         self.last_cache_bytes = 0
@@ -79,7 +81,7 @@ class UniversalDrafter:
         if bucket not in self.buckets:
             programs = Programs()
             programs.prefill = programs.add(self.engine.prefill_program(bucket, self.layouts))
-            programs.start = programs.add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
+            programs.start = programs.add(plain_kernel(self.engine, bucket, self.mode, ()).start_program(self.layouts))
             self.asked += programs.asked
             self.buckets[bucket] = programs
         return self.buckets[bucket]
@@ -92,11 +94,11 @@ class UniversalDrafter:
         if not count or not ids or len(ids) + count + 1 > self.capacity:  # nothing to read, or past its room
             return []
         bucket = cache_plan.prefill_bucket(len(ids))
-        state, knobs, first, _ = run_prompt(self.engine, self._bucket(bucket), np.asarray([ids], np.int32), bucket,
-                                            self.spec, self.knob_values)
+        state, args, first, _ = run_prompt(self.engine, self._bucket(bucket), np.asarray([ids], np.int32), bucket,
+                                            self.spec, self.arg_values)
         proposed = [first]
         if count > 1 and first not in self.ends:
-            state, tokens, _ = self.propose(self.engine.weights, state, self.engine.put(np.int32(count - 1)), knobs)
+            state, tokens, _ = self.propose(self.engine.weights, state, self.engine.put(np.int32(count - 1)), args)
             proposed += [int(t) for t in np.asarray(tokens)[0, : count - 1]]
         self.last_cache_bytes = cache_bytes(state.cache)
         ended = next((i for i, t in enumerate(proposed) if t in self.ends), len(proposed))

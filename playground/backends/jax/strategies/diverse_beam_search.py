@@ -8,7 +8,7 @@ as 4.52 placed it before the other processors), the chain runs on the group's ro
 are added and its max(2, 1 + EOS ids) x S best continuations go through 4.52's `BeamSearchScorer.process`: an EOS
 among the best S becomes a finished hypothesis (its length counts the EOS), the first S others continue. The
 finished hypotheses are 4.52's `BeamHypotheses`, S slots per group kept in insertion order (a stamp each), so
-that the host's `finalize` (group_beam.py) pools and ranks them as 4.52 did. A group that is done runs on the
+that the host's `finalize` (diverse_beam.py) pools and ranks them as 4.52 did. A group that is done runs on the
 pad token at score 0, as 4.52's did; the search is over when every group is.
 
 These are not the vectorised `_beam_search` semantics (beam_search.py): the length limit finishes nothing here
@@ -24,16 +24,16 @@ import jax
 import jax.numpy as jnp
 
 from playground import registry
-from playground.backends.jax import chain
-from playground.backends.jax.beam_search import NEG
-from playground.backends.jax.chain import Chain, History, Leaf, gathered, pushed
-from playground.backends.jax.sampling import Knobs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, History, Leaf, gathered, pushed
+from playground.backends.jax.chain.token_choice import ChainArgs
+from playground.backends.jax.strategies.beam_search import NEG
 
 STAMP_NONE = 2**31 - 1  # an empty slot's insertion stamp: later than any real one
 
 
 @dataclass(frozen=True)
-class GroupMode:
+class DiverseBeamMode:
     """The static half of a group beam search (shapes and branches): it keys compiled programs."""
 
     beams: int  # K rows: every group's beams
@@ -54,13 +54,13 @@ class GroupMode:
         return max(2, 1 + len(self.eos)) * self.size
 
 
-class GroupKnobs(NamedTuple, Generic[Leaf]):
+class DiverseBeamArgs(NamedTuple, Generic[Leaf]):
     """The traced half: values that never recompile."""
 
     length_penalty: Leaf  # () f32
     early_stopping: Leaf  # () bool
     diversity: Leaf  # () f32 diversity_penalty
-    chain: Knobs
+    chain: ChainArgs
 
 
 class GroupHyps(NamedTuple, Generic[Leaf]):
@@ -117,7 +117,7 @@ class _Group(NamedTuple):
     row_args: tuple[tuple[jax.Array, ...], ...]  # the per-row stages' arguments, the group's rows
 
 
-def initial(history: History[jax.Array], mode: GroupMode) -> GroupHyps[jax.Array]:
+def initial(history: History[jax.Array], mode: DiverseBeamMode) -> GroupHyps[jax.Array]:
     """Before the first step: one live beam per group (its others at NEG, so that a group does not pick the same
     token S times), nothing finished. `history` (one row) is the prompt's."""
     k, cols = mode.beams, mode.capacity
@@ -155,12 +155,12 @@ def _add(slots: _Slots, take: jax.Array, score: jax.Array, tokens: jax.Array, le
     return new, stamp + accept.astype(jnp.int32)
 
 
-def _is_done(slots: _Slots, best: jax.Array, length: jax.Array, knobs: GroupKnobs[jax.Array]) -> jax.Array:
+def _is_done(slots: _Slots, best: jax.Array, length: jax.Array, args: DiverseBeamArgs[jax.Array]) -> jax.Array:
     """BeamHypotheses.is_done: S finished, and early stopping, or no running beam at this length (the best
     candidate's score) can beat the worst finished one."""
     full = slots.held.sum() >= slots.held.shape[0]
     worst = jnp.min(jnp.where(slots.held, slots.scores, jnp.inf))
-    return full & (knobs.early_stopping | (worst >= best / length ** knobs.length_penalty))
+    return full & (args.early_stopping | (worst >= best / length ** args.length_penalty))
 
 
 def _top_of_rows(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -173,21 +173,21 @@ def _top_of_rows(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     return top, (pick // k) * scores.shape[-1] + row_index.reshape(-1)[pick]
 
 
-def _group_step(carry: tuple[jax.Array, jax.Array], group: _Group, *, hyps: GroupHyps[jax.Array], mode: GroupMode,
-                knobs: GroupKnobs[jax.Array], shared: tuple[tuple[jax.Array, ...], ...]) -> tuple[tuple, tuple]:
+def _group_step(carry: tuple[jax.Array, jax.Array], group: _Group, *, hyps: GroupHyps[jax.Array], mode: DiverseBeamMode,
+                args: DiverseBeamArgs[jax.Array], shared: tuple[tuple[jax.Array, ...], ...]) -> tuple[tuple, tuple]:
     """One group's part of a step: the Hamming penalty, the chain, the group's best continuations through
     4.52's `process`, its finished hypotheses and whether it is done. `carry` counts, per token, the earlier
     groups' rows that chose it at this step, and holds the next insertion stamp."""
     taken, stamp = carry
     size, vocab, length = mode.size, group.log_probs.shape[-1], hyps.produced + 1
-    penalty = knobs.diversity * taken  # (V,) what each token costs this group
+    penalty = args.diversity * taken  # (V,) what each token costs this group
     # diverse beam search never samples, so no stage of its chain carries a state of its own
     history = History(group.ids, hyps.history.length, group.seen, group.counts,
                       jnp.zeros((group.ids.shape[0], 0), jnp.float32))
-    args, rows = [], iter(group.row_args)
+    values, rows = [], iter(group.row_args)
     for own, stage_args in zip(_per_row(mode.chain), shared, strict=True):
-        args.append(next(rows) if own else stage_args)
-    applied = chain.apply(group.log_probs - penalty, history, hyps.produced, None, mode.chain, tuple(args))
+        values.append(next(rows) if own else stage_args)
+    applied = chain.apply(group.log_probs - penalty, history, hyps.produced, None, mode.chain, tuple(values))
     processed = chain.in_vocab(applied.cands, vocab, -jnp.inf)
     top, index = _top_of_rows(processed + group.scores[:, None], mode.candidates)
     parents, tokens = (index // vocab).astype(jnp.int32), (index % vocab).astype(jnp.int32)
@@ -195,10 +195,10 @@ def _group_step(carry: tuple[jax.Array, jax.Array], group: _Group, *, hyps: Grou
     is_eos = jnp.isin(tokens, jnp.asarray(mode.eos or (-1,)))
     finishing = is_eos & (rank < size) & ~group.done
     kept = jax.lax.top_k(jnp.where(is_eos, -(mode.candidates + rank), -rank).astype(jnp.float32), size)[1]
-    slots, penalized = group.slots, length.astype(jnp.float32) ** knobs.length_penalty
+    slots, penalized = group.slots, length.astype(jnp.float32) ** args.length_penalty
     for r in range(size):  # 4.52 adds them best first, one at a time: each add may change the worst
         slots, stamp = _add(slots, finishing[r], top[r] / penalized, group.running[parents[r]], length, stamp)
-    done = group.done | _is_done(slots, top[0], length.astype(jnp.float32), knobs)
+    done = group.done | _is_done(slots, top[0], length.astype(jnp.float32), args)
     new_tokens = jnp.where(group.done, mode.pad, tokens[kept])
     new_parents = jnp.where(group.done, 0, parents[kept])
     new_scores = jnp.where(group.done, 0.0, top[kept])
@@ -209,8 +209,8 @@ def _group_step(carry: tuple[jax.Array, jax.Array], group: _Group, *, hyps: Grou
                                                     done, record)
 
 
-def _split(hyps: GroupHyps[jax.Array], log_probs: jax.Array, mode: GroupMode,
-           knobs: GroupKnobs[jax.Array]) -> tuple[_Group, tuple[tuple[jax.Array, ...], ...]]:
+def _split(hyps: GroupHyps[jax.Array], log_probs: jax.Array, mode: DiverseBeamMode,
+           args: DiverseBeamArgs[jax.Array]) -> tuple[_Group, tuple[tuple[jax.Array, ...], ...]]:
     """The state cut into groups (leading axis G) for the scan, and the chain arguments all groups share."""
     g, s = mode.groups, mode.size
 
@@ -218,8 +218,8 @@ def _split(hyps: GroupHyps[jax.Array], log_probs: jax.Array, mode: GroupMode,
         return a.reshape(g, s, *a.shape[1:])
 
     per_row = _per_row(mode.chain)
-    row_args = tuple(tuple(cut(a) for a in stage) for own, stage in zip(per_row, knobs.chain, strict=True) if own)
-    shared = tuple(() if own else stage for own, stage in zip(per_row, knobs.chain, strict=True))
+    row_args = tuple(tuple(cut(a) for a in stage) for own, stage in zip(per_row, args.chain, strict=True) if own)
+    shared = tuple(() if own else stage for own, stage in zip(per_row, args.chain, strict=True))
     slots = _Slots(cut(hyps.finished), cut(hyps.finished_scores), cut(hyps.finished_lengths), cut(hyps.held),
                    cut(hyps.stamps))
     history = hyps.history
@@ -228,15 +228,15 @@ def _split(hyps: GroupHyps[jax.Array], log_probs: jax.Array, mode: GroupMode,
     return groups, shared
 
 
-def step(logits: jax.Array, hyps: GroupHyps[jax.Array], mode: GroupMode,
-         knobs: GroupKnobs[jax.Array]) -> tuple[GroupHyps[jax.Array], jax.Array, jax.Array, GroupRecord]:
+def step(logits: jax.Array, hyps: GroupHyps[jax.Array], mode: DiverseBeamMode,
+         args: DiverseBeamArgs[jax.Array]) -> tuple[GroupHyps[jax.Array], jax.Array, jax.Array, GroupRecord]:
     """One group beam step for the rows' logits (K, V): the new hypotheses, each row's parent row (K,) (the
     cache rows to gather), its new token (K,), and the step's record."""
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    groups, shared = _split(hyps, log_probs, mode, knobs)
+    groups, shared = _split(hyps, log_probs, mode, args)
 
     def body(carry: tuple, group: _Group) -> tuple[tuple, tuple]:
-        return _group_step(carry, group, hyps=hyps, mode=mode, knobs=knobs, shared=shared)
+        return _group_step(carry, group, hyps=hyps, mode=mode, args=args, shared=shared)
 
     start = (jnp.zeros((logits.shape[-1],), jnp.float32), hyps.stamp)
     (_, stamp), out = jax.lax.scan(body, start, groups)
@@ -254,7 +254,7 @@ def step(logits: jax.Array, hyps: GroupHyps[jax.Array], mode: GroupMode,
     return new, parents, tokens, record
 
 
-def empty_records(steps: int, mode: GroupMode) -> GroupRecord:
+def empty_records(steps: int, mode: DiverseBeamMode) -> GroupRecord:
     """Rows for `steps` steps, filled as a decode call runs them."""
     g, c, s = mode.groups, mode.candidates, mode.size
     return GroupRecord(jnp.zeros((steps, g), bool), jnp.zeros((steps, g, c), jnp.int32),

@@ -22,15 +22,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.stages import Lowered
 
-from playground.backends.jax import chain, prefill, sampling
-from playground.backends.jax.beam_programs import reorder
-from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import History, pushed, start_history
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import Engine
-from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import History, pushed, start_history
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.engine import prefill
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
+from playground.backends.jax.strategies.beam_programs import reorder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +45,11 @@ class ContrastiveMode:
     layer: int  # transformers' hidden_states index of the final norm's output (num_hidden_layers)
 
 
-class ContrastiveKnobs(NamedTuple):
+class ContrastiveArgs(NamedTuple):
     """The traced half: the chain's arguments and the score's weights, each a float32 made on the host from the
     double alpha, as torch multiplies a float32 tensor by a Python float (a new alpha compiles nothing)."""
 
-    chain: Knobs
+    chain: ChainArgs
     keep: Any  # () float32(1 - alpha): the probability's weight
     alpha: Any  # () float32(alpha): the degeneration penalty's weight
 
@@ -94,17 +95,6 @@ def _unit(states: jax.Array) -> jax.Array:
     return states / jnp.linalg.norm(states, axis=-1, keepdims=True)
 
 
-def _pin(engine: Engine, state: ContrastiveState) -> ContrastiveState:
-    """On a mesh: the cache split by KV heads, everything else replicated, call after call."""
-    if engine.mesh is None:
-        return state
-    replicated = engine.replicated()
-    small = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated),
-                         (state.logits, state.context, state.position, state.key, state.history, state.done,
-                          state.produced))
-    return ContrastiveState(engine.constrain(state.cache), *small)
-
-
 def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *, layouts: Layouts,
              layer: int) -> tuple[tuple[jax.Array, jax.Array], JaxCache]:
     """The prompt padded on the right into a new cache: the logits at its last real position (1, V) and the
@@ -120,36 +110,37 @@ def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *
     return out, cache
 
 
-def _start(engine: Engine, prefilled: tuple[jax.Array, jax.Array], ids: jax.Array, length: jax.Array,
-           key: jax.Array, cache: JaxCache, *, mode: ContrastiveMode) -> ContrastiveState:
+def start(vocab_size: int, mode: ContrastiveMode, prefilled: tuple[jax.Array, jax.Array], ids: jax.Array,
+          length: jax.Array, key: jax.Array, args: ContrastiveArgs, cache: JaxCache) -> tuple[ContrastiveState, None]:
     """The state before the first step: the prompt's unit hidden states as the context (its padding zeroed and
-    masked), its last logits to pick the first candidates from. No token yet: the first call chooses it."""
+    masked), its last logits to pick the first candidates from. No token yet (no record): the first call chooses
+    it."""
     logits, hidden = prefilled
     bucket = hidden.shape[1]
     valid = (jnp.arange(bucket) < length)[:, None]
     context = jnp.zeros((mode.capacity, hidden.shape[-1]), jnp.float32)
     context = context.at[:bucket].set(jnp.where(valid, _unit(hidden[0]), 0.0))
-    history = start_history(ids, length, mode.tokens.needs, engine.vocab_size)
+    history = start_history(ids, length, mode.tokens.needs, vocab_size)
     state = ContrastiveState(cache, logits, context, length.astype(jnp.int32), key, history, jnp.bool_(False),
                              jnp.int32(0))
-    return _pin(engine, state)
+    return state, None
 
 
 def _weigh(context: jax.Array, valid: jax.Array, candidates: jax.Array, probs: jax.Array,
-           knobs: ContrastiveKnobs) -> tuple[jax.Array, jax.Array]:
+           args: ContrastiveArgs) -> tuple[jax.Array, jax.Array]:
     """`_ranking_fast`: each candidate's (k, H unit) greatest cosine similarity to the valid context rows, and
     its score. Full float32 products (no reduced-precision passes on an accelerator): a near tie decides."""
     cosine = jnp.einsum("kh,ch->kc", candidates, context, precision=jax.lax.Precision.HIGHEST)
     cosine = jnp.where(valid[None, :], cosine, jnp.finfo(cosine.dtype).min)  # padding never counts as similar
     penalty = cosine.max(axis=-1)
-    return penalty, knobs.keep * probs - knobs.alpha * penalty
+    return penalty, args.keep * probs - args.alpha * penalty
 
 
-def _step(engine: Engine, weights: dict, s: ContrastiveState, knobs: ContrastiveKnobs,
-          mode: ContrastiveMode) -> tuple[ContrastiveState, jax.Array, StepInfo, Weighed]:
+def step(engine: Engine, mode: ContrastiveMode, weights: dict, s: ContrastiveState,
+         args: ContrastiveArgs) -> tuple[ContrastiveState, Chunk]:
     """One token: the processors, softmax and top_k; the k candidates' forward; the best score's row kept."""
-    key, chain_key = sampling.split_for_chain(s.key, mode.tokens)
-    out = sampling.processed(s.logits, s.history, s.produced, chain_key, mode.tokens, knobs.chain)
+    key, chain_key = token_choice.split_for_chain(s.key, mode.tokens)
+    out = token_choice.processed(s.logits, s.history, s.produced, chain_key, mode.tokens, args.chain)
     probs, ids = jax.lax.top_k(out.final[0], mode.k)  # softmax of the processed logits, as 4.52
     ids = ids.astype(jnp.int32)
     rows = reorder(s.cache, jnp.zeros((mode.k,), jnp.int32))  # the context's cache, once per candidate
@@ -158,66 +149,39 @@ def _step(engine: Engine, weights: dict, s: ContrastiveState, knobs: Contrastive
                                                        hidden=(mode.layer,))
     candidates = _unit(hidden[:, -1].astype(jnp.float32))  # (k, H)
     valid = jnp.arange(mode.capacity) < s.position
-    penalties, scores = _weigh(s.context, valid, candidates, probs, knobs)
+    penalties, scores = _weigh(s.context, valid, candidates, probs, args)
     chosen = jnp.argmax(scores).astype(jnp.int32)
     token = ids[chosen][None]  # (1,)
-    info = sampling.token_info(out.model, out.final, token, out.top, out.applied)
+    info = token_choice.token_info(out.model, out.final, token, out.top, out.applied)
     context = jax.lax.dynamic_update_slice(s.context, candidates[chosen][None], (s.position, jnp.int32(0)))
     state = ContrastiveState(reorder(rows, chosen[None]), logits[chosen, -1][None].astype(jnp.float32), context,
                              s.position + 1, key, pushed(s.history, token, mode.tokens.needs),
                              jnp.isin(token, jnp.asarray(mode.eos or (-1,))).any(), s.produced + 1)
-    return _pin(engine, state), token, info, Weighed(ids, probs, penalties, scores, chosen)
+    return state, Chunk(token[0], jax.tree.map(lambda a: a[0], info), Weighed(ids, probs, penalties, scores, chosen))
 
 
-def _empty_chunk(steps: int, mode: ContrastiveMode) -> Chunk:
+def empty(mode: ContrastiveMode, steps: int) -> Chunk:
     k = mode.k
     weighed = Weighed(jnp.zeros((steps, k), jnp.int32), jnp.zeros((steps, k)), jnp.zeros((steps, k)),
                       jnp.zeros((steps, k)), jnp.zeros((steps,), jnp.int32))
-    return Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, len(mode.tokens.chain.stages)),
+    return Chunk(jnp.full((steps,), -1, jnp.int32), token_choice.empty_info(steps, len(mode.tokens.chain.stages)),
                  weighed)
 
 
-def _decode(engine: Engine, weights: dict, state: ContrastiveState, limit: jax.Array, knobs: ContrastiveKnobs, *,
-            steps: int, mode: ContrastiveMode) -> tuple[ContrastiveState, Chunk, jax.Array]:
-    """Up to `limit` (<= steps) tokens in one call, ending early at EOS; the chunk's first `count` rows are
-    this call's."""
-
-    def cond(carry: tuple) -> jax.Array:
-        i, s, _ = carry
-        return (i < limit) & ~s.done
-
-    def body(carry: tuple) -> tuple:
-        i, s, out = carry
-        s, token, info, weighed = _step(engine, weights, s, knobs, mode)
-        row = Chunk(token[0], jax.tree.map(lambda a: a[0], info), weighed)
-        out = jax.tree.map(lambda rows, value: rows.at[i].set(value), out, row)
-        return i + 1, s, out
-
-    count, state, out = jax.lax.while_loop(cond, body, (jnp.int32(0), state, _empty_chunk(steps, mode)))
-    return state, out, count
+def finished(state: ContrastiveState) -> jax.Array:
+    return state.done
 
 
-def _grow(engine: Engine, state: ContrastiveState, *, layouts: Layouts) -> ContrastiveState:
-    """The same search over a larger cache (empty slots appended); the context buffer is already full size."""
-    return _pin(engine, dataclasses.replace(state, cache=pytree.grown(state.cache, layouts)))
-
-
-def knob_specs(engine: Engine, mode: ContrastiveMode) -> ContrastiveKnobs:
-    """Abstract knobs for lowering, laid out as put() lays out the real ones."""
-    return ContrastiveKnobs(engine.knob_specs(mode.tokens), engine.shape_struct((), jnp.float32),
-                            engine.shape_struct((), jnp.float32))
-
-
-def _abstract_state(engine: Engine, layouts: Layouts, mode: ContrastiveMode) -> ContrastiveState:
-    """Shape structs of a ContrastiveState, laid out as the programs leave it."""
-    shape = engine.shape_struct
-    history = jax.tree.map(lambda s: shape(s.shape, s.dtype),
-                           chain.history_shapes(mode.tokens.needs, 1, engine.vocab_size))
-    hidden = int(engine.config.hidden_size)
-    return ContrastiveState(engine.abstract_cache(layouts, 1), shape((1, engine.vocab_size), jnp.float32),
-                            shape((mode.capacity, hidden), jnp.float32), shape((), jnp.int32),
-                            shape((2,), jnp.uint32), history, shape((), jnp.bool_),
-                            shape((), jnp.int32))
+def contrastive_kernel(engine: Engine, bucket: int, mode: ContrastiveMode) -> Kernel[ContrastiveState]:
+    """The search's programs. Its start reads only the context's capacity and the chain's history of the mode
+    (a new top_k compiles no start), and so does growth (the context buffer is already full size)."""
+    shape, hidden = engine.shape_struct, int(engine.config.hidden_size)
+    args = ContrastiveArgs(token_choice.arg_specs(mode.tokens), np.float32(0), np.float32(0))
+    prefilled = (shape((1, engine.vocab_size), jnp.float32), shape((1, bucket, hidden), jnp.float32))
+    return Kernel(engine, "contrastive", mode, bucket, partial(start, engine.vocab_size, mode),
+                  partial(step, engine, mode), partial(empty, mode), finished, abstract(engine, args),
+                  prefilled=prefilled, start_key=(mode.capacity, mode.tokens.needs),
+                  shapes=(mode.capacity, mode.tokens.needs))
 
 
 def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -> Pending:
@@ -231,34 +195,3 @@ def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -
                                        engine.put(np.int32(1))))
 
     return engine.program(("contrastive-prefill", bucket, prefill.chunk_tokens(), layouts, layer), lower, warm)
-
-
-def start_program(engine: Engine, bucket: int, layouts: Layouts, mode: ContrastiveMode) -> Pending:
-    shape = engine.shape_struct
-
-    def lower() -> Lowered:
-        fn = jax.jit(partial(_start, engine, mode=mode), donate_argnames=("cache",))
-        hidden = int(engine.config.hidden_size)
-        prefilled = (shape((1, engine.vocab_size), jnp.float32), shape((1, bucket, hidden), jnp.float32))
-        return fn.lower(prefilled, shape((1, bucket), jnp.int32), shape((), jnp.int32),
-                        shape((2,), jnp.uint32), engine.abstract_cache(layouts, 1))
-
-    # it reads only the context's capacity and the chain's history of the mode: a new top_k compiles no start
-    return engine.program(("contrastive-start", bucket, layouts, mode.capacity, mode.tokens.needs), lower)
-
-
-def decode_program(engine: Engine, layouts: Layouts, steps: int, mode: ContrastiveMode) -> Pending:
-    def lower() -> Lowered:
-        fn = jax.jit(partial(_decode, engine, steps=steps, mode=mode), donate_argnames=("state",))
-        return fn.lower(engine.weights, _abstract_state(engine, layouts, mode), engine.shape_struct((), jnp.int32),
-                        knob_specs(engine, mode))
-
-    return engine.program(("contrastive-decode", layouts, steps, mode), lower)
-
-
-def grow_program(engine: Engine, old: Layouts, new: Layouts, mode: ContrastiveMode) -> Pending:
-    def lower() -> Lowered:
-        fn = jax.jit(partial(_grow, engine, layouts=new))  # new, larger buffers: nothing to donate
-        return fn.lower(_abstract_state(engine, old, mode))
-
-    return engine.program(("contrastive-grow", old, new, mode.tokens.needs, mode.capacity), lower)

@@ -15,24 +15,25 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.stages import Lowered
 
 from playground import device
-from playground.backends.jax import sampling
 from playground.backends.jax.caches.extend import assisted_plan
-from playground.backends.jax.caches.plan import Layouts
+from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
-from playground.backends.jax.chain import Context
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import DecodeState, Engine, engine_for
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine, engine_for
+from playground.backends.jax.engine.kernel import Kernel, chunked
 from playground.backends.jax.programs import Programs, run_prompt
-from playground.backends.jax.sampling import Knobs, SamplingMode
-from playground.backends.jax.verify import rolled_back
+from playground.backends.jax.strategies.plain_programs import DecodeState, plain_kernel
+from playground.backends.jax.strategies.verify import rolled_back
 from playground.models.loaded import LoadedModel
 from playground.registry.builtin import DRAFT_CACHE
 from playground.spec import RunSpec
@@ -41,43 +42,62 @@ FIRST_DRAFTS = 20  # transformers' num_assistant_tokens: where the schedule star
 MAX_DRAFTS = 16  # the verify pass's width - 1 (a static shape): the schedule stops here
 
 
+def drafter_plan(spec: RunSpec, config: Any, prompt_len: int) -> CachePlan:
+    """A draft model's cache, preallocated: it never grows, so its programs are one of each."""
+    return assisted_plan(spec.replace(cache=DRAFT_CACHE), config, prompt_len, MAX_DRAFTS + 1)
+
+
 def next_draft_count(count: int, kept: int) -> int:
     """transformers' "heuristic" schedule: two more after a pass that kept every draft, one fewer otherwise."""
     return min(MAX_DRAFTS, count + 2) if kept == count else max(1, count - 1)
 
 
-def propose(engine: Engine, weights: dict, state: DecodeState[jax.Array], count: jax.Array, knobs: Knobs,
-            *, steps: int, mode: SamplingMode) -> tuple[DecodeState[jax.Array], jax.Array, jax.Array | None]:
-    """count + 1 draft steps (count < steps): the state after them, the drafts (1, steps - 1) and, when sampling,
+class Proposed(NamedTuple):
+    """A draft step's record: its token and, when sampling, the distribution it was drawn from."""
+
+    token: jax.Array  # ()
+    probs: jax.Array  # (V,) when sampling, else (1,) unused
+
+
+def draft_step(engine: Engine, mode: SamplingMode, weights: dict, s: DecodeState[jax.Array],
+               args: ChainArgs) -> tuple[DecodeState[jax.Array], Proposed]:
+    """One draft token through the chain (the history stays the prompt's: the draft's chain reads none of it)."""
+    logits, cache = engine.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
+    key, chain_key = token_choice.split_for_chain(s.key, mode)
+    out = token_choice.processed(logits[:, -1], s.history, s.produced, chain_key, mode, args)
+    if mode.greedy:
+        token, probs = token_choice.pick(out.applied.cands, True, key), jnp.zeros((1,), jnp.float32)
+    else:
+        key, draw = jax.random.split(key)
+        token, probs = token_choice.pick(out.applied.cands, False, draw), out.final[0]
+    return DecodeState(cache, token, s.position + 1, key, s.history, s.done, s.produced + 1), Proposed(token[0], probs)
+
+
+def _proposals(engine: Engine, mode: SamplingMode, steps: int) -> Proposed:
+    return Proposed(jnp.zeros((steps,), jnp.int32), jnp.zeros((steps, 1 if mode.greedy else engine.vocab_size)))
+
+
+def _never(state: DecodeState[jax.Array]) -> jax.Array:
+    """A proposal runs its count of steps: an end token among the drafts is the verify pass's to judge."""
+    return jnp.bool_(False)
+
+
+def propose_program(kernel: Kernel[DecodeState], layouts: Layouts, steps: int) -> Pending:
+    """The compiled proposal of up to steps - 1 drafts over a draft model's cache layouts: count + 1 steps of the
+    kernel's loop (count < steps), returning the state after them, the drafts (1, steps - 1) and, when sampling,
     the distributions they were drawn from (1, steps - 1, V)."""
-    def body(carry: tuple) -> tuple:
-        i, s, tokens, probs = carry
-        logits, cache = engine.forward(weights, s.cache, s.token[:, None], s.position[None, None], 1)
-        key, chain_key = sampling.split_for_chain(s.key, mode)
-        out = sampling.processed(logits[:, -1], s.history, s.produced, chain_key, mode, knobs)
-        if mode.greedy:
-            token = sampling.pick(out.applied.cands, True, key)
-        else:
-            key, draw = jax.random.split(key)
-            token = sampling.pick(out.applied.cands, False, draw)
-            probs = probs.at[i].set(out.final[0])
-        s = DecodeState(cache, token, s.position + 1, key, s.history, s.done, s.produced + 1)
-        return i + 1, engine.pin(s), tokens.at[i].set(token[0]), probs
+    engine, (mode, _) = kernel.engine, cast(tuple[SamplingMode, tuple[int, ...]], kernel.mode)
+    call = chunked(engine, partial(draft_step, engine, mode), _never, partial(_proposals, engine, mode), steps)
 
-    probs = jnp.zeros((steps, 1 if mode.greedy else engine.vocab_size), jnp.float32)
-    start = (jnp.int32(0), state, jnp.zeros((steps,), jnp.int32), probs)
-    _, state, tokens, probs = jax.lax.while_loop(lambda c: c[0] <= count, body, start)
-    return state, tokens[None, : steps - 1], None if mode.greedy else probs[None, : steps - 1]
+    def propose(weights: dict, state: DecodeState[jax.Array], count: jax.Array,
+                args: ChainArgs) -> tuple[DecodeState[jax.Array], jax.Array, jax.Array | None]:
+        state, out, _ = call(weights, state, count + 1, args)
+        return state, out.token[None, : steps - 1], None if mode.greedy else out.probs[None, : steps - 1]
 
+    def inputs() -> tuple[Any, ...]:
+        return engine.weights, kernel.abstract_state(layouts), engine.shape_struct((), jnp.int32), kernel.args
 
-def propose_program(engine: Engine, layouts: Layouts, steps: int, mode: SamplingMode) -> Pending:
-    """The compiled proposal of up to steps - 1 drafts over a draft model's cache layouts."""
-    def lower() -> Lowered:
-        fn = jax.jit(partial(propose, engine, steps=steps, mode=mode), donate_argnames=("state",))
-        return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.shape_struct((), jnp.int32),
-                        engine.knob_specs(mode))
-
-    return engine.program(("propose", layouts, steps, mode), lower)
+    return kernel.program(("propose", layouts, steps, mode), propose, inputs, ("state",))
 
 
 def _local(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
@@ -92,26 +112,25 @@ class Drafter:
                  samples: bool) -> None:
         self.engine, _ = engine_for(draft.model, 1, spec.weights)
         width = MAX_DRAFTS + 1
-        # preallocated: the draft's cache never grows, so its programs are one of each
-        plan = assisted_plan(spec.replace(cache=DRAFT_CACHE), self.engine.config, prompt_len, width)
+        plan = drafter_plan(spec, self.engine.config, prompt_len)
         self.layouts: Layouts = plan.at(plan.lengths[0])
         # the main model's chain without what reads the text so far, and without the end-of-text ban: any
         # proposal is verified, and speculative sampling needs only the distribution each draft was drawn from
         context = Context(self.engine.vocab_size, (), draft.tokenizer)
-        self.mode, self.knob_values = sampling.mode_for(spec, context, samples=samples, keep_history=False)
+        self.mode, self.arg_values = token_choice.mode_for(spec, context, samples=samples, keep_history=False)
+        self.kernel = plain_kernel(self.engine, bucket, self.mode, ())
         self.programs = Programs()
         self.programs.prefill = self.programs.add(self.engine.prefill_program(bucket, self.layouts))
-        self.programs.start = self.programs.add(self.engine.start_program(bucket, self.layouts, self.mode, ()))
-        self.propose = self.programs.add(propose_program(self.engine, self.layouts, width, self.mode))
+        self.programs.start = self.programs.add(self.kernel.start_program(self.layouts))
+        self.propose = self.programs.add(propose_program(self.kernel, self.layouts, width))
         self.catch_up = self.programs.add(self._catch_up_program())
         self.state: Any = None  # DecodeState once started
-        self.knobs: Knobs | None = None
+        self.args: ChainArgs | None = None
         self.counts: dict[int, jax.Array] = {}
 
 
     def _catch_up_program(self) -> Pending:
-        engine = self.engine
-        shape = engine.shape_struct
+        shape = self.engine.shape_struct
 
         def catch_up(state: DecodeState[jax.Array], token: jax.Array, position: jax.Array,
                      produced: jax.Array) -> DecodeState[jax.Array]:
@@ -119,25 +138,23 @@ class Drafter:
             return dataclasses.replace(state, cache=rolled_back(state.cache, position), token=token,
                                        position=position, produced=produced)
 
-        def lower() -> Lowered:
+        def inputs() -> tuple[Any, ...]:
             i32 = shape((), jnp.int32)
-            fn = jax.jit(catch_up, donate_argnames=("state",))
-            return fn.lower(engine.abstract_state(self.layouts, self.mode, 1), shape((1,), jnp.int32), i32,
-                            i32)
+            return self.kernel.abstract_state(self.layouts), shape((1,), jnp.int32), i32, i32
 
-        return engine.program(("catch_up", self.layouts, self.mode.needs), lower)
+        return self.kernel.program(("catch_up", self.layouts, self.mode.needs), catch_up, inputs, ("state",))
 
     def start(self, prompt: np.ndarray, bucket: int, spec: RunSpec, first: DecodeState[jax.Array]) -> None:
         """The prompt into the draft's cache; its next input is the main model's first token."""
         seeded = spec.replace(seed=(spec.seed + 1) % 2**32)  # its own random stream
-        state, self.knobs, _, _ = run_prompt(self.engine, self.programs, prompt, bucket, seeded, self.knob_values)
+        state, self.args, _, _ = run_prompt(self.engine, self.programs, prompt, bucket, seeded, self.arg_values)
         self.state = self.catch_up(state, *_local((first.token, first.position)), state.produced)
 
     def drafts(self, count: int) -> tuple[jax.Array, jax.Array | None]:
         """`count` drafts (1, MAX_DRAFTS) on the device, and their distributions when sampling."""
         if count not in self.counts:
             self.counts[count] = self.engine.put(np.int32(count))
-        self.state, tokens, probs = self.propose(self.engine.weights, self.state, self.counts[count], self.knobs)
+        self.state, tokens, probs = self.propose(self.engine.weights, self.state, self.counts[count], self.args)
         return tokens, probs
 
     def follow(self, main: DecodeState[jax.Array]) -> None:

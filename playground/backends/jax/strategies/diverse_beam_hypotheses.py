@@ -1,6 +1,6 @@
 """The end of a JAX diverse beam search on the host: 4.52's `BeamSearchScorer.finalize` over the device's groups.
 
-The device keeps each group's finished hypotheses (group_beam_search.py) with the order they were added in;
+The device keeps each group's finished hypotheses (diverse_beam_search.py) with the order they were added in;
 here, as 4.52 did, the running beams of every group that is not done join their group's hypotheses (by the
 same `BeamHypotheses.add`, in Python floats as 4.52 computed them), all groups' are pooled, and the best
 `count` returned, best score first (not by group). A returned sequence shorter than the longest one plus one

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from playground.backends.jax.int8 import quantize_rows
+from playground.backends.jax.engine.int8 import quantize_rows
 from playground.models.paths import cache_root
 
 FORMAT = "int8-rows-v1"  # change when quantize_rows changes: old files are then never read

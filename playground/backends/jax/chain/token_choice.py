@@ -1,7 +1,7 @@
 """Next-token selection inside jit: greedy or sampling, after the run's logits chain (chain.py).
 
 What changes shapes or branches (greedy or not, which stages run, top-k's k) is a static `SamplingMode` and
-part of the compile key; the values (temperature, thresholds, penalties) are traced `Knobs`, so changing them
+part of the compile key; the values (temperature, thresholds, penalties) are traced `ChainArgs`, so changing them
 never recompiles. Random keys are threaded through every step, so a seed reproduces its tokens exactly.
 """
 
@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from playground.backends.base import TOP_ALTERNATIVES
-from playground.backends.jax import chain
-from playground.backends.jax.chain import Chain, Context, History, Needs
+from playground.backends.jax.chain import chain
+from playground.backends.jax.chain.chain import Chain, Context, History, Needs
 from playground.spec import RunSpec
 
 
@@ -33,18 +33,18 @@ class SamplingMode:
 
 
 # The traced half: each stage's arguments, in chain order.
-Knobs = tuple
+ChainArgs = tuple
 
 
 def mode_for(spec: RunSpec, context: Context, *, samples: bool, history: int = 0,
-             keep_history: bool = True) -> tuple[SamplingMode, Knobs]:
-    """The static mode of `spec` and its traced knobs (on the host); the strategy's plug-in says whether it
+             keep_history: bool = True) -> tuple[SamplingMode, ChainArgs]:
+    """The static mode of `spec` and its traced args (on the host); the strategy's plug-in says whether it
     samples at all, and how many tokens a history must hold should a stage read it."""
     built, args = chain.build(spec, context, sampling=samples, history=history, keep_history=keep_history)
     return SamplingMode(greedy=not samples, chain=built), args
 
 
-def knob_specs(mode: SamplingMode) -> Knobs:
+def arg_specs(mode: SamplingMode) -> ChainArgs:
     return chain.arg_specs(mode.chain)
 
 
@@ -101,7 +101,7 @@ class Processed(NamedTuple):
 
 
 def processed(logits: jax.Array, history: History[jax.Array], produced: jax.Array, key: jax.Array | None,
-              mode: SamplingMode, knobs: Knobs, model_logits: jax.Array | None = None) -> Processed:
+              mode: SamplingMode, args: ChainArgs, model_logits: jax.Array | None = None) -> Processed:
     """logits (B, V) through the chain; `key` is the chain's own (None when no stage draws). `model_logits`: the
     model's own logits where a strategy's stage made `logits` of them (DoLa's contrast), recorded as the first
     stage; the model's probabilities and top alternatives are then the own logits'."""
@@ -109,7 +109,7 @@ def processed(logits: jax.Array, history: History[jax.Array], produced: jax.Arra
     own = logits if model_logits is None else model_logits.astype(jnp.float32)
     model = jax.nn.softmax(own, axis=-1)
     top = jax.lax.top_k(model, TOP_ALTERNATIVES)[1].astype(jnp.int32)
-    applied = chain.apply(logits, history, produced, key, mode.chain, knobs, watch=top)
+    applied = chain.apply(logits, history, produced, key, mode.chain, args, watch=top)
     if model_logits is not None:
         applied = chain.preceded(applied, own, logits, top)
     final = chain.in_vocab(applied.cands._replace(values=jax.nn.softmax(applied.cands.values, axis=-1)),
@@ -134,7 +134,7 @@ def pick(cands: chain.Candidates, greedy: bool, key: jax.Array) -> jax.Array:
 
 
 def select(logits: jax.Array, key: jax.Array, produced: jax.Array, history: History[jax.Array],
-           mode: SamplingMode, knobs: Knobs, model_logits: jax.Array | None = None
+           mode: SamplingMode, args: ChainArgs, model_logits: jax.Array | None = None
            ) -> tuple[jax.Array, jax.Array, StepInfo, jax.Array]:
     """The next token (B,) int32 for logits (B, V), the key for the next step, the token's StepInfo, and the
     carrying stages' state after it (B, C), for the history (`chain.pushed`).
@@ -143,11 +143,11 @@ def select(logits: jax.Array, key: jax.Array, produced: jax.Array, history: Hist
     `processed`.
     """
     key, chain_key = split_for_chain(key, mode)
-    out = processed(logits, history, produced, chain_key, mode, knobs, model_logits)
+    out = processed(logits, history, produced, chain_key, mode, args, model_logits)
     if mode.greedy:
         token = pick(out.applied.cands, True, key)
     else:
         key, draw = jax.random.split(key)
         token = pick(out.applied.cands, False, draw)
-    carry = chain.settle(mode.chain, knobs, out.applied, token)
+    carry = chain.settle(mode.chain, args, out.applied, token)
     return token, key, token_info(out.model, out.final, token, out.top, out.applied), carry

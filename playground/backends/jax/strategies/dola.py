@@ -13,26 +13,27 @@ contrast as a stage of its own ahead of the chain (what it removed and the mass 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 from functools import partial
 from types import SimpleNamespace
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.stages import Lowered
 
-from playground.backends.base import GenerationOutput
 from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
-from playground.backends.jax import prefill, sampling
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.chain import Context, pushed, start_history
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import DecodeState, Engine
-from playground.backends.jax.plain import PlainDecoding
-from playground.backends.jax.sampling import Knobs, SamplingMode, StepInfo
-from playground.backends.jax.strategy import STEPS_PER_CALL, Advance, Request, Run
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import Context, pushed, start_history
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.engine import prefill
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, abstract
+from playground.backends.jax.strategies.plain import PlainDecoding
+from playground.backends.jax.strategies.plain_programs import DecodeState, ended, finished
+from playground.backends.jax.strategy import Advance, Request, Run
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -71,15 +72,15 @@ def contrasted(final: jax.Array, base: jax.Array) -> jax.Array:
 
 
 def choose(final: jax.Array, premature: jax.Array, key: jax.Array, produced: jax.Array, history: Any,
-           mode: SamplingMode, knobs: Knobs) -> tuple[jax.Array, jax.Array, StepInfo, Contrast]:
+           mode: SamplingMode, args: ChainArgs) -> tuple[jax.Array, jax.Array, StepInfo, Contrast]:
     """final (B, V) and the candidates' logits (L, B, V) -> the token, the key, its StepInfo and the contrast."""
     final, premature = final.astype(jnp.float32), premature.astype(jnp.float32)
     js = js_divergences(final, premature)  # (L, B)
     chosen = jnp.argmax(js.mean(axis=-1)).astype(jnp.int32)  # one layer for the batch, as 4.52
     # the final layer's logits are the model's own: the contrast is recorded as a stage ahead of the chain;
     # DoLa never samples, so no stage of its chain carries a state to settle
-    token, key, info, _ = sampling.select(contrasted(final, premature[chosen]), key, produced, history, mode,
-                                          knobs, model_logits=final)
+    token, key, info, _ = token_choice.select(contrasted(final, premature[chosen]), key, produced, history, mode,
+                                          args, model_logits=final)
     batch = final.shape[0]
     record = Contrast(jnp.full((batch,), chosen), js.T, jnp.argmax(final, axis=-1).astype(jnp.int32))
     return token, key, info, record
@@ -97,48 +98,56 @@ def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *
     return outputs, cache
 
 
-def _start(engine: Engine, outputs: tuple[jax.Array, jax.Array], ids: jax.Array, length: jax.Array,
-           key: jax.Array, knobs: Knobs, cache: JaxCache, *, mode: SamplingMode,
-           eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], tuple[StepInfo, Contrast]]:
-    history = start_history(ids, length, mode.needs, engine.vocab_size)
-    token, key, info, record = choose(*outputs, key, jnp.int32(0), history, mode, knobs)
-    done = jnp.isin(token, jnp.asarray(eos or (-1,))).any()
-    state = DecodeState(cache, token, length.astype(jnp.int32), key, pushed(history, token, mode.needs), done,
-                        jnp.int32(1))
-    return engine.pin(state), (info, record)
-
-
 class Chunk(NamedTuple):
-    tokens: jax.Array  # (steps,) -1 past the count
-    info: StepInfo  # (steps, ...)
-    contrast: Contrast  # (steps, ...)
+    """A step's record (a chunk's, with a leading (steps,) axis): plain decoding's, and the contrast."""
+
+    tokens: jax.Array
+    info: StepInfo
+    contrast: Contrast
 
 
-def _decode(engine: Engine, weights: dict, state: DecodeState[jax.Array], limit: jax.Array, knobs: Knobs, *,
-            steps: int, mode: SamplingMode, eos: tuple[int, ...],
-            layers: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Chunk, jax.Array]:
-    """Up to `limit` DoLa steps in one call, ending at EOS (engine._decode's loop with the layers read)."""
-    eos_ids = jnp.asarray(eos or (-1,))
+def start(vocab_size: int, mode: SamplingMode, eos: tuple[int, ...], outputs: tuple[jax.Array, jax.Array],
+          ids: jax.Array, length: jax.Array, key: jax.Array, args: ChainArgs,
+          cache: JaxCache) -> tuple[DecodeState[jax.Array], Chunk]:
+    history = start_history(ids, length, mode.needs, vocab_size)
+    token, key, info, record = choose(*outputs, key, jnp.int32(0), history, mode, args)
+    state = DecodeState(cache, token, length.astype(jnp.int32), key, pushed(history, token, mode.needs),
+                        ended(token, eos), jnp.int32(1))
+    return state, Chunk(token, info, record)
 
-    def body(carry: tuple) -> tuple:
-        i, s, out = carry
-        logits, _, heads, cache = engine.forward_layers(weights, s.cache, s.token[:, None], s.position[None, None],
-                                                        1, heads=layers)
-        premature = jnp.stack([h[:, -1] for h in heads])
-        token, key, info, record = choose(logits[:, -1], premature, s.key, s.produced, s.history, mode, knobs)
-        out = jax.tree.map(lambda rows, row: rows.at[i].set(row[0]), out, Chunk(token, info, record))
-        s = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs),
-                        jnp.isin(token, eos_ids).any(), s.produced + 1)
-        return i + 1, engine.pin(s), out
 
-    empty = Contrast(jnp.zeros((steps,), jnp.int32), jnp.zeros((steps, len(layers))), jnp.zeros((steps,), jnp.int32))
-    out = Chunk(jnp.full((steps,), -1, jnp.int32), sampling.empty_info(steps, 1 + len(mode.chain.stages)), empty)
-    count, state, out = jax.lax.while_loop(lambda c: (c[0] < limit) & ~c[1].done, body, (jnp.int32(0), state, out))
-    return state, out, count
+def step(engine: Engine, mode: SamplingMode, eos: tuple[int, ...], layers: tuple[int, ...], weights: dict,
+         s: DecodeState[jax.Array], args: ChainArgs) -> tuple[DecodeState[jax.Array], Chunk]:
+    """One DoLa step: plain decoding's, with the candidate layers read through the head."""
+    logits, _, heads, cache = engine.forward_layers(weights, s.cache, s.token[:, None], s.position[None, None], 1,
+                                                    heads=layers)
+    premature = jnp.stack([h[:, -1] for h in heads])
+    token, key, info, record = choose(logits[:, -1], premature, s.key, s.produced, s.history, mode, args)
+    state = DecodeState(cache, token, s.position + 1, key, pushed(s.history, token, mode.needs), ended(token, eos),
+                        s.produced + 1)
+    return state, jax.tree.map(lambda a: a[0], Chunk(token, info, record))
+
+
+def empty(mode: SamplingMode, layers: tuple[int, ...], steps: int) -> Chunk:
+    contrast = Contrast(jnp.zeros((steps,), jnp.int32), jnp.zeros((steps, len(layers))),
+                        jnp.zeros((steps,), jnp.int32))
+    return Chunk(jnp.full((steps,), -1, jnp.int32), token_choice.empty_info(steps, 1 + len(mode.chain.stages)),
+                 contrast)
+
+
+def dola_kernel(engine: Engine, bucket: int, mode: SamplingMode, eos: tuple[int, ...],
+                layers: tuple[int, ...]) -> Kernel[DecodeState]:
+    """DoLa's programs: plain decoding's state, the layers read at every step."""
+    vocab = engine.vocab_size
+    prefilled = (engine.shape_struct((1, vocab), jnp.float32), engine.shape_struct((len(layers), 1, vocab),
+                                                                                  jnp.float32))
+    return Kernel(engine, "dola", (mode, eos, layers), bucket, partial(start, vocab, mode, eos),
+                  partial(step, engine, mode, eos, layers), partial(empty, mode, layers), finished,
+                  abstract(engine, token_choice.arg_specs(mode)), prefilled=prefilled, shapes=mode.needs)
 
 
 class DolaDecoding(PlainDecoding):
-    """Plain decoding's knobs, stream, constraint and output, with DoLa's programs and records."""
+    """Plain decoding's args, stream, constraint and output, with DoLa's programs and records."""
 
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec, samples=False)
@@ -149,7 +158,9 @@ class DolaDecoding(PlainDecoding):
              context: Context) -> tuple[CachePlan, list[Pending]]:
         config = SimpleNamespace(config=engine.config)
         self.layers = tuple(candidate_layers(config, requested(self.spec.dola_layers)))
-        return super().bind(engine, prompt_len, bucket, context)
+        plan, own = super().bind(engine, prompt_len, bucket, context)
+        self.kernel = dola_kernel(engine, bucket, self.mode, self.eos, self.layers)
+        return plan, own
 
     def prefill_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
         shape = engine.shape_struct
@@ -160,43 +171,9 @@ class DolaDecoding(PlainDecoding):
 
         return engine.program(("dola-prefill", bucket, prefill.chunk_tokens(), layouts, self.layers), lower)
 
-    def start_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
-        def lower() -> Lowered:
-            fn = jax.jit(partial(_start, engine, mode=self.mode, eos=self.eos), donate_argnames=("cache",))
-            outputs = (engine.shape_struct((1, engine.vocab_size), jnp.float32),
-                       engine.shape_struct((len(self.layers), 1, engine.vocab_size), jnp.float32))
-            return fn.lower(outputs, engine.shape_struct((1, bucket), jnp.int32), engine.shape_struct((), jnp.int32),
-                            engine.shape_struct((2,), jnp.uint32), engine.knob_specs(self.mode),
-                            engine.abstract_cache(layouts, 1))
-
-        return engine.program(("dola-start", bucket, layouts, self.mode, self.eos, self.layers), lower)
-
-    def step_programs(self, engine: Engine, layouts: Layouts) -> dict[Hashable, Pending]:
-        mode, eos, layers = self.mode, self.eos, self.layers
-
-        def lower() -> Lowered:
-            fn = jax.jit(partial(_decode, engine, steps=STEPS_PER_CALL, mode=mode, eos=eos, layers=layers),
-                         donate_argnames=("state",))
-            return fn.lower(engine.weights, engine.abstract_state(layouts, mode, 1), engine.shape_struct((), jnp.int32),
-                            engine.knob_specs(mode))
-
-        return {layouts: engine.program(("dola-decode", layouts, STEPS_PER_CALL, mode, eos, layers), lower)}
-
-    def start(self, request: Request, logits: Any, ids: jax.Array, true_len: jax.Array, knobs: Knobs,
-              cache: JaxCache) -> tuple[DecodeState[jax.Array], Any]:
-        state, outputs = self.first_token(request, logits, ids, true_len, knobs, cache)
-        info, record = cast(tuple[StepInfo, Contrast], outputs)  # this plug-in's start program returns both
-        return state, (state.token, info, record, 1)
-
-    def step(self, request: Request, run: Run, limit: int) -> Any:
-        decode = request.programs.steps[run.layouts]
-        limit = 1 if self.matcher is not None else limit
-        run.state, out, count = decode(request.engine.weights, run.state, request.scalar(limit), run.knobs)
-        return out.tokens, out.info, out.contrast, count
-
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
-        tokens, info, record, count = fetched
-        advance = super().read(request, run, (tokens, info, count), now)
+        advance = super().read(request, run, fetched, now)
+        record = fetched[0].contrast
         for row, known in enumerate(self.stream.info[len(self.stream.info) - advance.count:]):
             known["dola"] = {"layer": self.layers[int(record.chosen[row])], "layers": list(self.layers),
                              "js": [float(v) for v in record.js[row]], "final_top": int(record.final_top[row])}
@@ -205,10 +182,8 @@ class DolaDecoding(PlainDecoding):
     def stage_names(self) -> tuple[str, ...]:
         return (CONTRAST_STAGE, *super().stage_names())
 
-    def output(self, request: Request, run: Run, start: float) -> GenerationOutput:
-        out = super().output(request, run, start)
-        out.extra["dola_layers"] = list(self.layers)
-        return out
+    def outcome(self, request: Request, run: Run) -> dict[str, Any]:
+        return {**super().outcome(request, run), "extra": {"dola_layers": list(self.layers)}}
 
 
 def dola(spec: RunSpec, draft: LoadedModel | None = None) -> DolaDecoding:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from playground.backends.base import TokenInfo
-from playground.backends.jax.sampling import StepInfo
+from playground.backends.jax.chain.token_choice import StepInfo
 
 
 def token_records(info: StepInfo, count: int, stages: tuple[str, ...],

@@ -10,19 +10,22 @@ next pass overwrites them (caches/extend.py).
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
-from jax.stages import Lowered
 
-from playground.backends.jax import sampling, speculative
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
-from playground.backends.jax.chain import pushed
-from playground.backends.jax.compiling import Pending
-from playground.backends.jax.engine import DecodeState, Engine
-from playground.backends.jax.sampling import Knobs, SamplingMode
-from playground.backends.jax.speculative import Verdict
+from playground.backends.jax.chain import token_choice
+from playground.backends.jax.chain.chain import pushed
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode
+from playground.backends.jax.engine.compiling import Pending
+from playground.backends.jax.engine.engine import Engine
+from playground.backends.jax.engine.kernel import Kernel, pinned
+from playground.backends.jax.strategies import speculative
+from playground.backends.jax.strategies.plain_programs import DecodeState
+from playground.backends.jax.strategies.speculative import Verdict
 
 
 def rolled_back(cache: JaxCache, position: jax.Array) -> JaxCache:
@@ -31,7 +34,7 @@ def rolled_back(cache: JaxCache, position: jax.Array) -> JaxCache:
 
 
 def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts: jax.Array, count: jax.Array,
-           q: jax.Array | None, knobs: Knobs, *, mode: SamplingMode,
+           q: jax.Array | None, args: ChainArgs, *, mode: SamplingMode,
            eos: tuple[int, ...]) -> tuple[DecodeState[jax.Array], Verdict]:
     """drafts (B, W - 1) of which `count` are real; q (B, W - 1, V) the draft model's distributions (None: the
     drafts came from prompt lookup). Returns the state after the kept tokens and the verdict."""
@@ -39,8 +42,8 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
     ids = jnp.concatenate([state.token[:, None], drafts], axis=1)  # (B, W)
     positions = (state.position + jnp.arange(width, dtype=jnp.int32))[None, :]  # (1, W)
     logits, cache = engine.forward(weights, state.cache, ids, positions, 0)  # (B, W, V)
-    key, chain_key = sampling.split_for_chain(state.key, mode)
-    rows = speculative.rows(logits, drafts, state.history, state.produced, chain_key, mode, knobs)
+    key, chain_key = token_choice.split_for_chain(state.key, mode)
+    rows = speculative.rows(logits, drafts, state.history, state.produced, chain_key, mode, args)
     if mode.greedy:
         tokens, kept = speculative.greedy(rows.applied.cands, drafts, count)
     else:
@@ -51,17 +54,17 @@ def verify(engine: Engine, weights: dict, state: DecodeState[jax.Array], drafts:
     history = pushed(state.history, out.tokens[None, :], mode.needs)
     new = DecodeState(rolled_back(cache, position), last, position, key, history,
                       jnp.isin(last, jnp.asarray(eos or (-1,))).any(), state.produced + out.kept_count)
-    return engine.pin(new), out
+    return pinned(engine, new), out
 
 
-def verify_program(engine: Engine, layouts: Layouts, width: int, mode: SamplingMode, eos: tuple[int, ...],
-                   with_q: bool, batch: int = 1) -> Pending:
-    """The compiled verify pass for these layouts and draft width (cached in the engine's registry)."""
-    def lower() -> Lowered:
-        fn = jax.jit(partial(verify, engine, mode=mode, eos=eos), donate_argnames=("state",))
-        q = engine.shape_struct((batch, width - 1, engine.vocab_size), jnp.float32) if with_q else None
-        return fn.lower(engine.weights, engine.abstract_state(layouts, mode, batch),
-                        engine.shape_struct((batch, width - 1), jnp.int32), engine.shape_struct((), jnp.int32), q,
-                        engine.knob_specs(mode))
+def verify_program(kernel: Kernel[DecodeState], layouts: Layouts, width: int, with_q: bool) -> Pending:
+    """The compiled verify pass over plain decoding's state (its kernel's) for these layouts and draft width."""
+    engine, (mode, eos) = kernel.engine, cast(tuple[SamplingMode, tuple[int, ...]], kernel.mode)
 
-    return engine.program(("verify", batch, layouts, width, mode, eos, with_q), lower)
+    def inputs() -> tuple[Any, ...]:
+        q = engine.shape_struct((1, width - 1, engine.vocab_size), jnp.float32) if with_q else None
+        return (engine.weights, kernel.abstract_state(layouts), engine.shape_struct((1, width - 1), jnp.int32),
+                engine.shape_struct((), jnp.int32), q, kernel.args)
+
+    return kernel.program(("verify", layouts, width, mode, eos, with_q), partial(verify, engine, mode=mode, eos=eos),
+                          inputs, ("state",))

@@ -23,10 +23,10 @@ from torch import nn
 from torchax import interop
 from transformers import AttentionInterface, PreTrainedModel
 
-from playground.backends.jax import int8, int8_store
-from playground.backends.jax.attention import prompt_attention
 from playground.backends.jax.caches.pytree import PENDING
-from playground.backends.jax.int8 import Int8Linear
+from playground.backends.jax.engine import int8, int8_store
+from playground.backends.jax.engine.int8 import Int8Linear
+from playground.backends.jax.model.attention import prompt_attention
 
 ATTENTION = "playground_jax"
 FUSE_GROUPS = (("qkv_fused", ("q_proj", "k_proj", "v_proj")), ("gate_up_fused", ("gate_proj", "up_proj")))

@@ -1,0 +1,1 @@
+"""The traced model: the twin, our attention, the architectures the JAX path runs, layer outputs."""
