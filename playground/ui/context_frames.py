@@ -26,10 +26,16 @@ SERIES_PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777", "#0891b2", "#ca8a0
 Result = dict[str, Any]
 
 
+# a cache knob at one of these values changes nothing (the fp32 store; key and value bits as cache_bits): a name
+# leaves it out, as "static (cache_dtype fp32)" would only repeat what every static cache is
+UNCHANGED = {"cache_dtype": "fp32", "cache_key_bits": 0, "cache_value_bits": 0}
+
+
 def series_name(spec: dict[str, Any]) -> str:
-    """A run's name in the tables, the status line and the plots' tooltips: its cache, the knobs the cache reads,
-    its backend."""
-    knobs = ", ".join(f"{name} {value}" for name, value in spec["cache_knobs"].items())
+    """A run's name in the tables, the status line and the plots' tooltips: its cache, the knobs the cache reads
+    (but those that change nothing), its backend."""
+    knobs = ", ".join(f"{name} {value}" for name, value in spec["cache_knobs"].items()
+                      if name not in UNCHANGED or UNCHANGED[name] != value)
     return f"{spec['cache']}{f' ({knobs})' if knobs else ''} · {spec['backend']}"
 
 

@@ -306,9 +306,8 @@ def _long_document() -> ContextPreset:
               f"flat; but a plain window collapses once the text's first tokens leave it (KL jumps after position "
               f"{LONG_DOCUMENT_WINDOW}, top-1 agreement falls), while 4 attention sinks beside the same window keep "
               f"it close to the full cache (StreamingLLM's finding). 4-bit quantized holds about a quarter of the "
-              f"bytes and loses little. Its first run took 29 minutes on a 2-core CPU that six engineers' test "
-              f"suites shared (load average 25-30), JAX compiles included; a later run reuses the compiled "
-              f"programs from the compile cache."))
+              f"bytes and loses little. It takes about 7 minutes on a 2-core CPU, JAX compiles included; a later "
+              f"run reuses the compiled programs from the compile cache."))
 
 
 CONTEXT_PRESETS: dict[str, ContextPreset] = {
