@@ -43,6 +43,7 @@ from playground.ui.context_tab import (
 )
 from playground.ui.events import Handler, Inputs, Updates, on_private, writes
 from playground.ui.run import stop_flag
+from playground.ui.tab_parts import wire_run_and_stop
 
 if TYPE_CHECKING:
     from playground.tools.context_quality import References
@@ -215,16 +216,5 @@ def wire(tab: ContextTab) -> None:
     outputs = (tab.run, tab.stop, tab.status, tab.state, tab.empty_note, tab.results, tab.speed_table,
                tab.quality_table, *tab.plots())
 
-    @writes(outputs)
-    def run_context_on_page(data: Inputs, request: gr.Request,
-                            progress: gr.Progress = gr.Progress()) -> Iterator[Updates]:  # noqa: B008 - Gradio idiom
-        yield from run_context_tab(tab, data, request, progress)
-
-    on_private(tab.run.click, run_context_on_page, set(tab.inputs()), queue=True, show_progress_on=[tab.status])
-
-    @writes(tab.status)
-    def stop_context(request: gr.Request) -> Updates:
-        stop_flag(request).set()
-        return {tab.status: "■ Stopping after the current token or chunk; the finished runs stay…"}
-
-    on_private(tab.stop.click, stop_context)
+    wire_run_and_stop("context", tab.run, tab.stop, tab.status, tab.inputs(), outputs, partial(run_context_tab, tab),
+                      "■ Stopping after the current token or chunk; the finished runs stay…")

@@ -29,6 +29,7 @@ from playground.tools.context_request import (
 from playground.ui.events import Inputs, Updates
 from playground.ui.knob_widgets import knob_widget
 from playground.ui.presets import CONTEXT_PRESETS, ContextPreset
+from playground.ui.tab_parts import preset_buttons
 
 HAMLET, PASTED, UPLOADED = "the shipped Hamlet (public domain)", "pasted text", "an uploaded file"
 FIRST_PRESET = next(iter(CONTEXT_PRESETS.values()))
@@ -150,10 +151,7 @@ def build_context_tab() -> ContextTab:
                 "and KV memory at each context length (each run's roofline beside its speed), and, teacher-forced "
                 "through the cache, how far its next-token distribution strays from the full cache's along the text "
                 "(`python -m playground context` measures the same).")
-    with gr.Row(elem_id="context-presets"):
-        presets = {name: gr.Button(name, size="sm", elem_id=f"context-preset-{i}")
-                   for i, name in enumerate(CONTEXT_PRESETS)}
-    preset_note = gr.Markdown("", elem_id="context-preset-note")
+    presets, preset_note = preset_buttons("context", CONTEXT_PRESETS)
     with gr.Row(equal_height=False):
         with gr.Column(min_width=280):
             model = gr.Dropdown(model_choices(), value=preset.model, label="model", allow_custom_value=True,

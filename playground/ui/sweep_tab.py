@@ -36,6 +36,7 @@ from playground.ui.sweep_frames import (
     row_label,
     scatter_frame,
 )
+from playground.ui.tab_parts import preset_buttons
 from playground.ui.tokens import tokens_html
 
 OWN_PROMPTS = "my own prompts (one per line)"
@@ -128,10 +129,7 @@ def build_sweep_tab() -> SweepTab:
                 "samples), and see speed, memory and text-quality measures as curves: each value's median, with "
                 "its lowest and highest row in grey. Every run is compared with a greedy, fp32, dynamic-cache "
                 "reference on the same prompt. Click a point to read that run's text.")
-    with gr.Row(elem_id="sweep-presets"):
-        presets = {name: gr.Button(name, size="sm", elem_id=f"sweep-preset-{i}")
-                   for i, name in enumerate(SWEEP_PRESETS)}
-    preset_note = gr.Markdown("", elem_id="sweep-preset-note")
+    presets, preset_note = preset_buttons("sweep", SWEEP_PRESETS)
     with gr.Row():
         with gr.Column(min_width=260):
             knob = gr.Dropdown(list(sweepable()), value=preset.knob, label="knob", elem_id="sweep-knob")

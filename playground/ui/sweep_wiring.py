@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import gradio as gr
 
-from playground.ui.events import Handler, Inputs, Updates, on_private, writes
-from playground.ui.run import stop_flag
+from playground.ui.events import Handler, Updates, on_private, writes
 from playground.ui.sweep_running import run_sweep_tab
 from playground.ui.sweep_tab import (
     SweepTab,
@@ -19,6 +17,7 @@ from playground.ui.sweep_tab import (
     click_point,
     compile_note_for,
 )
+from playground.ui.tab_parts import wire_run_and_stop
 
 
 def wire(tab: SweepTab) -> None:
@@ -42,19 +41,8 @@ def wire(tab: SweepTab) -> None:
     outputs = (tab.run, tab.stop, tab.status, tab.row_choice, tab.tokens, tab.state, tab.download_json,
                tab.download_csv, tab.compile_note, tab.empty_note, tab.results, tab.table, *tab.plots)
 
-    @writes(outputs)
-    def run_sweep_on_page(data: Inputs, request: gr.Request,
-            progress: gr.Progress = gr.Progress()) -> Iterator[Updates]:  # noqa: B008 - Gradio idiom
-        yield from run_sweep_tab(tab, data, request, progress)
-
-    on_private(tab.run.click, run_sweep_on_page, set(tab.inputs()), queue=True, show_progress_on=[tab.status])
-
-    @writes(tab.status)
-    def stop_sweep(request: gr.Request) -> Updates:
-        stop_flag(request).set()
-        return {tab.status: "■ Stopping after the current token; the finished rows stay…"}
-
-    on_private(tab.stop.click, stop_sweep)
+    wire_run_and_stop("sweep", tab.run, tab.stop, tab.status, tab.inputs(), outputs, partial(run_sweep_tab, tab),
+                      "■ Stopping after the current token; the finished rows stay…")
 
     @writes(tab.row_choice, tab.tokens)
     def pick_sweep_row(kept: dict[str, Any] | None, label: str | None) -> Updates:
