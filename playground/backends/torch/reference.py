@@ -34,11 +34,13 @@ class Judgement:
 
 def logprobs_along(model: Any, prompt_ids: torch.Tensor, new_ids: list[int]) -> torch.Tensor:
     """Log-probabilities (N, V) of the distribution each new token came from, in one forward pass over prompt +
-    output (no cache: full attention)."""
+    output (no cache: full attention). Only the last N + 1 positions go through the head: the prompt's other rows
+    of (T, V) logits would cost 8.5 GB and most of the time for an 8k-token prompt on Gemma-3's 262k vocabulary."""
     ids = torch.cat([prompt_ids, torch.tensor([new_ids], dtype=prompt_ids.dtype)], dim=1).to(model.device)  # (1, T+N)
+    keep = len(new_ids) + 1
     with torch.inference_mode():
-        out = model(ids, attention_mask=torch.ones_like(ids))
-    return torch.log_softmax(out.logits[0, prompt_ids.shape[1] - 1: -1].float(), dim=-1).cpu()  # judged on the host
+        out = model(ids, attention_mask=torch.ones_like(ids), logits_to_keep=keep)
+    return torch.log_softmax(out.logits[0, -keep:-1].float(), dim=-1).cpu()  # judged on the host
 
 
 def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
