@@ -131,8 +131,9 @@ def test_a_pasted_dropped_or_autofilled_constraint_updates_the_card_and_the_run_
     page.emulate_media(color_scheme="light")
 
     linked, _ = _open(browser, page.url)  # the address followed the paste
+    # a fresh page's load and its state's restore: 10 s was too short beside the full suite's other browser tests
     linked.wait_for_function(f"() => document.querySelector('#constraint_text-0 textarea')?.value === {SCHEMA!r}",
-                             timeout=10_000)
+                             timeout=30_000)
     assert linked.locator("#notice-0").inner_text().strip() == ""
     linked.close()
 

@@ -128,7 +128,8 @@ def test_context_prints_the_quality_json(tmp_path):
                    "--buckets", "2", "--cache", "sliding", "--window", "8", "--json", env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
-    assert result["text"]["tokens"] == 212 and result["cache_knobs"] == {"window": 8} and "speed" not in result
+    assert result["text"]["tokens"] == 212 and result["cache_knobs"] == {"window": 8, "cache_dtype": "fp32"}
+    assert "speed" not in result
     quality = result["quality"]
     assert quality["tokens"] == 40 and [(b["start"], b["end"]) for b in quality["buckets"]] == [(1, 21), (21, 40)]
     assert "quality: 39/39 positions" in done.stderr  # progress goes to stderr

@@ -17,6 +17,7 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -169,13 +170,20 @@ def toy_page(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_toy_strategy_view_on_the_page_in_chromium(toy_page, tmp_path):
+def test_toy_strategy_view_on_the_page_in_chromium(toy_page):
+    url, model = toy_page
+    # on a thread of its own: Playwright's sync API refuses a thread where an asyncio loop runs, as one may be left
+    # running in this worker's main thread by a test of another file
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(_drive_the_page, url, model).result()
+
+
+def _drive_the_page(url: str, model: str) -> None:
     import os
     from pathlib import Path
 
     from playwright import sync_api
 
-    url, model = toy_page
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
