@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from playground.backends.torch.backend import TorchBackend
 from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
-from playground.generation_slot import LEFT_RUNNING, GenerationSlot
+from playground.generation_slot import LEFT_RUNNING, GenerationSlot, Holder
 from playground.limits import max_prompt_chars, max_prompt_tokens, max_request_seconds, prompt_tokens_refusal
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
@@ -187,8 +188,9 @@ class _Job:
     """One run: a worker thread that loads and generates, and the queue of what it reports, in order."""
 
     def __init__(self, prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None,
-                 history: History | None, judged: bool = True, system: str = "") -> None:
+                 history: History | None, judged: bool = True, system: str = "", holder: Holder | None = None) -> None:
         self.prompt, self.spec, self.history, self.judged, self.system = prompt, spec, history, judged, system
+        self.holder = holder or Holder()
         self.reports: queue.Queue[object] = queue.Queue()
         self.cancelled = threading.Event()
         self._external_stop = should_stop
@@ -204,6 +206,21 @@ class _Job:
 
     def _progress(self, fraction: float, message: str) -> None:
         self.reports.put(ProgressEvent(fraction, message))
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        """Hold the generation slot; while it waits, progress says for what and for about how long, and once it has
+        waited, that the slot is free."""
+        waited = []
+
+        def waiting(words: str) -> None:
+            waited.append(words)
+            self._progress(0.0, words)
+
+        with GENERATION_LOCK.hold(self.holder, waiting):
+            if waited:
+                self._progress(1.0, "the generation slot is free: running")
+            yield
 
     def _check_config(self, config: Any) -> None:
         """The refusals that need the model's config, made before its weights load (both backends): the cache's,
@@ -247,7 +264,7 @@ class _Job:
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             preview = (lambda ids: self.reports.put(_Hypothesis(ids))) if index == 0 else None
-            with GENERATION_LOCK:
+            with self._slot():
                 before, began = cpu_sample(), time.monotonic()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
                                           progress=self._progress, preview=preview)
@@ -273,7 +290,7 @@ class _Job:
         if loaded.model.weights != "fp32":
             keep = [loaded.model] + ([loaded.draft] if loaded.draft is not None else [])
             reference, _ = LOADED.get(self.spec.model, "fp32", self._progress, keep=keep)
-        with GENERATION_LOCK:
+        with self._slot():
             verdict = judge(reference.model, input_ids, new_ids)
             kl = None
             if self.spec.weights != "fp32" and verdict.log_probs is not None:
@@ -333,17 +350,19 @@ class _Job:
 
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
-        history: History | None = None, judged: bool = True, system: str = "") -> Generator[Event, None, None]:
+        history: History | None = None, judged: bool = True, system: str = "",
+        holder: Holder | None = None) -> Generator[Event, None, None]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
     `judged=False` skips reading the output with the full-precision model (a step of step mode: one more
-    forward over the whole text for a figure no step shows).
+    forward over the whole text for a figure no step shows). `holder` names the run to those who wait for the
+    generation slot meanwhile (a sweep's runs are long work: short requests go between them).
 
     What can be refused without loading anything is refused first (the prompt, see `preflight`). Closing the
     iterator early (a client that went away) stops the generation at its next step.
     """
     check_prompt(prompt)
     preflight(spec)
-    job = _Job(prompt, spec, should_stop, history, judged, system)
+    job = _Job(prompt, spec, should_stop, history, judged, system, holder)
     job.start()
     try:
         yield from job.events()

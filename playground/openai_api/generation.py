@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from playground import runner
 from playground.events import DoneEvent, TextEvent
+from playground.generation_slot import API_OWNER, Holder
 from playground.openai_api import stops
 from playground.openai_api.request import RECORDED_TOP, ApiRequest
 from playground.openai_api.scoring import ScoredPrompt, score_prompt
@@ -19,6 +20,7 @@ from playground.spec import RunSpec
 SEEDS = 2**32  # RunSpec's seeds: 0 to 2**32 - 1
 # JSON has no -inf: a probability the Result records as 0 (below its 5 decimals) reads as this, as vLLM writes it
 LOG_ZERO = -9999.0
+API_WORK = {"completion": "an API completion", "chat": "an API chat completion"}  # as a waiting page names them
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,8 @@ class _Streamed:
     def run(self, request: ApiRequest, spec: RunSpec, prompt: str, index: int,
             should_stop: Callable[[], bool]) -> Iterator[Delta]:
         history = list(request.history) or None
-        with closing(runner.run(prompt, spec, lambda: self.cut or should_stop(), history,
-                                system=request.system)) as events:
+        with closing(runner.run(prompt, spec, lambda: self.cut or should_stop(), history, system=request.system,
+                                holder=Holder(API_WORK[request.kind], owner=API_OWNER))) as events:
             for event in events:
                 if isinstance(event, TextEvent):
                     found = stops.scan(event.text, request.stop)

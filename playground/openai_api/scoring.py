@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from playground import runner
+from playground.generation_slot import API_OWNER, Holder
 from playground.models import memory
 from playground.models.loaded import LOADED
 from playground.spec import RunSpec
@@ -40,7 +41,7 @@ def score_prompt(prompt: str, spec: RunSpec, top: int, history: runner.History |
     ids = runner.with_prefix(loaded, prompt_ids, tuple(continuation))
     vocab = loaded.model.config.get_text_config(decoder=True).vocab_size
     memory.check_fits("scoring the prompt", 2 * CHUNK * vocab * FLOAT_BYTES, LOADED.resident_bytes())
-    with runner.GENERATION_LOCK:
+    with runner.GENERATION_LOCK.hold(Holder("an API request's prompt scoring", owner=API_OWNER)):
         scores = prompt_logprobs(loaded.model, ids, top)
     tokenizer = loaded.tokenizer
     id_list = [int(i) for i in ids]

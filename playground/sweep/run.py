@@ -21,6 +21,7 @@ from typing import Any
 from playground import limits, registry, runner
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent
+from playground.generation_slot import Holder
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.sweep import measures, prompt_sets
@@ -131,9 +132,9 @@ def sweep_from_json(prompts: str, text: str) -> Sweep:
     return Sweep.over(knob, values, spec, found, seeds)
 
 
-def _one_run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool]) -> Result | None:
+def _one_run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool], holder: Holder) -> Result | None:
     """A finished run's Result; None when a stop cut it short."""
-    for event in runner.run(prompt, spec, should_stop):
+    for event in runner.run(prompt, spec, should_stop, holder=holder):
         if isinstance(event, DoneEvent):
             return None if event.result["stopped"] else event.result
     raise RuntimeError("run ended without a result")
@@ -152,9 +153,11 @@ def _row_measures(result: Result, reference: Result) -> dict[str, float | int | 
 
 def run_sweep(sweep: Sweep, should_stop: Callable[[], bool] = lambda: False,
               progress: Progress = lambda done, total, what: None,
-              row_done: RowDone = lambda row, result: None) -> dict[str, Any]:
+              row_done: RowDone = lambda row, result: None, holder: Holder | None = None) -> dict[str, Any]:
     """The sweep's JSON object: a row per (value, prompt, seed) that finished, and per-value aggregates;
-    `row_done` sees each row as it finishes (the page draws the curves as they grow)."""
+    `row_done` sees each row as it finishes (the page draws the curves as they grow). Its runs hold the generation
+    slot as pieces of long work (`holder` names it to those who wait): a short request goes between two of them."""
+    holder = holder or Holder("a sweep", yields=True)
     specs = sweep.checked_specs()
     seeds = sweep.seed_list()
     total = len(sweep.prompts) * (1 + len(specs) * len(seeds))
@@ -171,7 +174,7 @@ def run_sweep(sweep: Sweep, should_stop: Callable[[], bool] = lambda: False,
         what = ("reference (greedy, fp32, dynamic)" if value_index is None
                 else f"{sweep.knob}={sweep.values[value_index]}, seed {seed}")
         progress(done, total, f"prompt {prompt_index + 1} of {len(sweep.prompts)}: {what}")
-        result = _one_run(sweep.prompts[prompt_index], spec, should_stop)
+        result = _one_run(sweep.prompts[prompt_index], spec, should_stop, holder)
         if result is None:
             stopped = True
             break

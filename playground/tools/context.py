@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from playground import registry
 from playground.data.text_files import DEFAULT_TEXT
+from playground.generation_slot import Holder
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -78,11 +79,13 @@ def check_before_loading(spec: RunSpec, request: ContextRequest) -> None:
 
 def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str, progress: Callable[[str], Any],
                  should_stop: Callable[[], bool] = never, where: str = "the text",
-                 references: References | None = None) -> dict[str, Any]:
+                 references: References | None = None, holder: Holder | None = None) -> dict[str, Any]:
     """Load the model and measure `text` (`source` names it in the JSON, `where` in a refusal) under the one
-    generation slot, so that no run of the page or the API overlaps it; raises MeasureStopped once `should_stop`
-    says so (checked between tokens and between chunks). `references` keeps the full cache's rows across calls that
-    measure several caches of one text (see context_quality.py)."""
+    generation slot, a piece at a time (a run, a chunk of positions), so that no run of the page or the API overlaps
+    it and none waits for more than a piece; `holder` names the measurement to those who wait (long work, held a
+    piece at a time). Raises MeasureStopped once `should_stop` says so (checked between tokens and between chunks).
+    `references` keeps the full cache's rows across calls that measure several caches of one text (see
+    context_quality.py)."""
     from playground import runner
     from playground.models.loaded import LOADED
     from playground.tools.context_text import text_ids
@@ -95,20 +98,18 @@ def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str,
                               "cache_knobs": {name: getattr(spec, name) for name in
                                               registry.cache_type(spec.cache).knobs},
                               "text": {"file": source, "tokens": text_tokens}}
-    if runner.GENERATION_LOCK.locked():
-        progress("waiting for the generation slot: another run is under way")
-    with runner.GENERATION_LOCK:
-        if "speed" in request.measures:
-            from playground.tools.context_speed import measure_speed
+    holder = holder or Holder("a context measure", yields=True)
+    if "speed" in request.measures:
+        from playground.tools.context_speed import measure_speed
 
-            rows, basis = measure_speed(loaded, spec, ids, list(request.lengths), progress, should_stop)
-            result.update(basis)
-            result["speed"] = rows
-        if "quality" in request.measures:
-            from playground.tools.context_quality import measure_quality
+        rows, basis = measure_speed(loaded, spec, ids, list(request.lengths), progress, should_stop, holder)
+        result.update(basis)
+        result["speed"] = rows
+    if "quality" in request.measures:
+        from playground.tools.context_quality import measure_quality
 
-            result["quality"] = measure_quality(loaded, spec, ids[:request.tokens], progress, request.buckets,
-                                                should_stop=should_stop, references=references)
+        result["quality"] = measure_quality(loaded, spec, ids[:request.tokens], progress, request.buckets,
+                                            should_stop=should_stop, references=references, holder=holder)
     return result
 
 

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from playground.generation_slot import Holder, held_pieces
 from playground.models.loaded import LoadedModel
-from playground.runner import backend_for
+from playground.runner import GENERATION_LOCK, backend_for
 from playground.spec import RunSpec
 from playground.tools.context_request import MeasureStopped, never
 
@@ -87,24 +88,31 @@ def paired(first: Iterator[torch.Tensor], second: Iterator[torch.Tensor]) -> Ite
 
 def measure_quality(loaded: LoadedModel, spec: RunSpec, ids: list[int], progress: Callable[[str], Any],
                     buckets: int = BUCKETS, chunk: int = CHUNK, should_stop: Callable[[], bool] = never,
-                    references: References | None = None) -> dict[str, Any]:
+                    references: References | None = None, holder: Holder | None = None) -> dict[str, Any]:
     """Teacher-force the token `ids` through spec's cache and the full cache on spec's backend; the quality JSON.
     The full cache's rows come from `references` when an earlier call over the same model, backend and tokens left
     them there (and are left there once read to the end). Raises MeasureStopped when `should_stop` says so between
-    pieces."""
+    pieces. Each chunk of either pass holds the generation slot as a piece of `holder`'s work, so a short request
+    waits at most one chunk."""
     backend = backend_for(spec.backend)
+    holder = holder or Holder("a context measure", yields=True)
+
+    def chunks(rows: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
+        return held_pieces(rows, GENERATION_LOCK, holder, progress)
+
     tokens = len(ids)
 
     def preparing(fraction: float, message: str) -> None:  # a compile, the quantized cache's kernels
         progress(message)
 
     full_spec = spec.replace(cache=FULL_CACHE, cache_dtype=FULL_STORE)
-    full = _reference_rows(references, (spec.model, spec.backend, spec.weights, spec.devices, tuple(ids), chunk),
-                           lambda: backend.logprobs_through_cache(loaded, full_spec, ids, chunk, preparing))
+    full = chunks(_reference_rows(references, (spec.model, spec.backend, spec.weights, spec.devices, tuple(ids),
+                                               chunk),
+                                  lambda: backend.logprobs_through_cache(loaded, full_spec, ids, chunk, preparing)))
     if spec == full_spec:  # the cache under test is the reference: one pass serves both
         pairs: Iterator[tuple[torch.Tensor, torch.Tensor]] = ((rows, rows) for rows in full)
     else:
-        mine = backend.logprobs_through_cache(loaded, spec, ids, chunk, preparing)
+        mine = chunks(backend.logprobs_through_cache(loaded, spec, ids, chunk, preparing))
         pairs = paired(full, mine)
     positions, done = Positions(), 0
     for reference, rows in pairs:

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from playground.backends.base import GenerationOutput
+from playground.generation_slot import Holder
 from playground.metrics import PeakRss
 from playground.models.loaded import LoadedModel
-from playground.runner import backend_for, check_cache_fits
+from playground.runner import GENERATION_LOCK, backend_for, check_cache_fits
 from playground.spec import RunSpec
 from playground.tools.bench import BandwidthProbe, rates
 from playground.tools.context_request import DECODE_TOKENS, MeasureStopped, never
@@ -41,6 +42,7 @@ def sample_bandwidth() -> list[float]:
 
 def _generate(loaded: LoadedModel, spec: RunSpec, prompt: list[int], should_stop: Callable[[], bool]
               ) -> GenerationOutput:
+    """One run, inside the piece of the generation slot its caller holds."""
     out = backend_for(spec.backend).generate(loaded, prompt, spec, lambda ids: None, should_stop)
     if out.stopped:
         raise MeasureStopped(f"stopped at {len(prompt)} tokens of context")
@@ -48,16 +50,19 @@ def _generate(loaded: LoadedModel, spec: RunSpec, prompt: list[int], should_stop
 
 
 def measure_length(loaded: LoadedModel, spec: RunSpec, ids: list[int], length: int,
-                   progress: Callable[[str], Any], should_stop: Callable[[], bool] = never
-                   ) -> tuple[dict[str, Any], GenerationOutput]:
-    """One length's figures (bandwidth-free: the roofline is added once the bandwidth is known) and its run."""
+                   progress: Callable[[str], Any], should_stop: Callable[[], bool] = never,
+                   holder: Holder | None = None) -> tuple[dict[str, Any], GenerationOutput]:
+    """One length's figures (bandwidth-free: the roofline is added once the bandwidth is known) and its run. Each
+    of its two runs holds the generation slot as a piece of `holder`'s work: a short request may go between them."""
+    holder = holder or Holder("a context measure", yields=True)
     run = decode_spec(spec)
     prompt = ids[:length]
     check_cache_fits(loaded, run, length)  # refused up front where the cache would not fit the memory budget
     progress(f"speed: {length} tokens of context, untimed run (compiles on JAX)")
-    _generate(loaded, run, prompt, should_stop)
+    with GENERATION_LOCK.hold(holder, progress):
+        _generate(loaded, run, prompt, should_stop)
     progress(f"speed: {length} tokens of context, timed run")
-    with PeakRss() as rss:
+    with GENERATION_LOCK.hold(holder, progress), PeakRss() as rss:
         out = _generate(loaded, run, prompt, should_stop)
     decode, prefill_s = rates(out.start_time, out.token_times)
     assert prefill_s is not None  # min_new_tokens: the run produced its tokens
@@ -69,13 +74,17 @@ def measure_length(loaded: LoadedModel, spec: RunSpec, ids: list[int], length: i
 
 
 def measure_speed(loaded: LoadedModel, spec: RunSpec, ids: list[int], lengths: list[int],
-                  progress: Callable[[str], Any], should_stop: Callable[[], bool] = never
-                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The speed rows, one per length, and the figures their rooflines rest on (bandwidth, weight bytes)."""
+                  progress: Callable[[str], Any], should_stop: Callable[[], bool] = never,
+                  holder: Holder | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The speed rows, one per length, and the figures their rooflines rest on (bandwidth, weight bytes). Each
+    bandwidth probe and each run holds the generation slot as a piece of `holder`'s work."""
+    holder = holder or Holder("a context measure", yields=True)
     progress("speed: measuring read bandwidth (jitted sums over 1 GiB)")
-    samples = sample_bandwidth()
-    measured = [measure_length(loaded, spec, ids, length, progress, should_stop) for length in lengths]
-    samples += sample_bandwidth()
+    with GENERATION_LOCK.hold(holder, progress):
+        samples = sample_bandwidth()
+    measured = [measure_length(loaded, spec, ids, length, progress, should_stop, holder) for length in lengths]
+    with GENERATION_LOCK.hold(holder, progress):
+        samples += sample_bandwidth()
     bandwidth = statistics.median(samples)
     weight_bytes = next((out.weight_bytes for _, out in measured if out.weight_bytes), None) or loaded.weight_bytes
     rows = [{**row, "roofline_tokens_per_s": round(bandwidth * 1e9 / (weight_bytes + row["kv_bytes"]), 2)}

@@ -1,6 +1,6 @@
 """Running the Context tab's measurements: a worker thread that measures each cache on each backend in turn through
-the context command's own functions (which hold the one generation slot while they measure), the plots and tables
-redrawn as each run finishes, progress while it works, and Stop.
+the context command's own functions (which hold the one generation slot a piece at a time while they measure), the
+plots and tables redrawn as each run finishes, progress while it works, and Stop.
 
 The plots are set up once before the first run (every series named, with its colour and its legend entry), then
 get only data: Gradio redraws a plot whose legend or colours change, and data sent during that redraw is lost
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from playground.errors import PlaygroundError
+from playground.generation_slot import Holder
 from playground.limits import max_request_seconds
 from playground.tools.context import measure_text
 from playground.tools.context_request import MeasureStopped
@@ -94,8 +95,12 @@ def _results_shown(tab: ContextTab, shown: bool, note: str = EMPTY_NOTE) -> Upda
     return {tab.results: gr.update(visible=shown), tab.empty_note: gr.update(value=note, visible=not shown)}
 
 
-def _measure_all(plan: ContextPlan, events: queue.Queue[Event], stopped: Callable[[], bool]) -> None:
-    """The worker: each spec in turn; every report goes to `events`, the last one says how it ended."""
+def _measure_all(plan: ContextPlan, events: queue.Queue[Event], stopped: Callable[[], bool],
+                 session: str = "") -> None:
+    """The worker: each spec in turn; every report goes to `events`, the last one says how it ended. It holds the
+    generation slot a piece at a time, as long work named for the tab (`session`: the tab's), so that a Step or a
+    run in another tab, or an API request, waits at most one piece."""
+    holder = Holder("a Long context run", owner=session, yields=True)
     try:
         # each piece of a measurement (a load, a length's run, a chunk of positions) gets a run's time limit
         deadline = [time.monotonic() + max_request_seconds()]
@@ -111,7 +116,7 @@ def _measure_all(plan: ContextPlan, events: queue.Queue[Event], stopped: Callabl
 
             progress("starting")
             result = measure_text(spec, plan.request, plan.text, plan.source, progress, should_stop, plan.where,
-                                  references)
+                                  references, holder=holder)
             events.put(("result", result))
             if stopped() and index + 1 < len(plan.specs):
                 events.put(("stopped", None))
@@ -139,7 +144,8 @@ def run_context_tab(tab: ContextTab, data: Inputs, request: gr.Request, progress
            tab.status: f"◔ starting: {len(plan.specs)} runs ({', '.join(series)})",
            **plot_setup(tab, plan, legend),
            **_results_shown(tab, False, "◔ The plots appear when the first run finishes.")}
-    threading.Thread(target=_measure_all, args=(plan, events, flag.is_set), name="context-page", daemon=True).start()
+    threading.Thread(target=_measure_all, args=(plan, events, flag.is_set, request.session_hash or ""),
+                     name="context-page", daemon=True).start()
     try:
         yield from _follow(tab, series, legend, events, progress)
     finally:

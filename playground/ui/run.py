@@ -15,6 +15,7 @@ from playground import runner
 from playground.decode_costs import against_alone
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
+from playground.generation_slot import Holder
 from playground.metrics import busy_note
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
@@ -156,6 +157,7 @@ class _Run:
     specs: dict[int, dict[str, Any]] = field(default_factory=dict)  # slot -> its RunSpec as given (a branch run)
     prefix_text: str = ""  # a branch run: the forced tokens' text, which each output starts with
     note: str = ""  # said after the summary (what a branch run forced)
+    session: str = ""  # the tab's session: whoever waits for the generation slot meanwhile is told it is this tab
 
     @property
     def repeats(self) -> int:
@@ -227,7 +229,8 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     yield {run.page.status: _waiting_status(run.active, slot), col.notice: running}
     last_sent = 0.0
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
-                            history=history(run.conversation, i) if run.chat else None):
+                            history=history(run.conversation, i) if run.chat else None,
+                            holder=Holder("a Compare run", owner=run.session)):
         if isinstance(event, ProgressEvent):
             fraction, desc, mark = progress_shown(event, run.stop.is_set())
             progress(fraction, desc=f"column {i + 1}: {desc}")
@@ -296,7 +299,7 @@ def run_all(page: Page, data: Inputs, request: gr.Request, progress: gr.Progress
     values = page.read(data)
     settings, active = values.settings(), values.active
     run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
-               empty_outcome(settings, active), values.colour_by, flag)
+               empty_outcome(settings, active), values.colour_by, flag, session=request.session_hash or "")
     with LIVE_RUNS.working(request.session_hash or "", "a run"):
         yield from run_rounds(run, progress)
 
@@ -314,7 +317,7 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
     fresh: Outcome = {"settings": settings, "results": [None] * len(outcome["results"]),
                       "labels": list(outcome["labels"]), "positions": list(outcome["positions"])}
     run = _Run(page, settings, active, [], fresh, colour_by, flag, refused=dict(refused), specs=specs,
-               prefix_text=prefix_text, note=note)
+               prefix_text=prefix_text, note=note, session=request.session_hash or "")
     with LIVE_RUNS.working(request.session_hash or "", "a run"):
         yield from run_rounds(run, progress)
 

@@ -19,6 +19,7 @@ import gradio as gr
 import pandas as pd
 
 from playground.errors import PlaygroundError
+from playground.generation_slot import Holder
 from playground.sweep.knobs import categorical
 from playground.sweep.run import Sweep, aggregates, run_sweep, to_csv
 from playground.ui.events import Inputs, Updates
@@ -135,7 +136,8 @@ def run_sweep_tab(tab: SweepTab, data: Inputs, request: gr.Request, progress: gr
     def work() -> None:
         try:
             events.put(("done", run_sweep(sweep, flag.is_set, lambda d, t, w: events.put(("progress", (d, t, w))),
-                                          lambda row, result: events.put(("row", (row, result["tokens"]))))))
+                                          lambda row, result: events.put(("row", (row, result["tokens"]))),
+                                          Holder("a sweep", owner=request.session_hash or "", yields=True))))
         except BaseException as exc:  # handed to the request's thread, which reports it
             events.put(("error", exc))
 
