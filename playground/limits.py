@@ -75,3 +75,10 @@ def queue_size() -> int:
     """Requests that may wait for the generation slot (the page's queue and the OpenAI API's, together)."""
     return int(_setting("PLAYGROUND_QUEUE_SIZE", "32", int, "how many requests may wait for the generation slot",
                         zero=True))
+
+
+def api_max_wait_seconds() -> float:
+    """How long an OpenAI-style request may be expected to wait for the generation slot before it is refused with
+    429 and Retry-After (0: whenever the slot is busy), so that a client is never left hanging behind long work."""
+    return float(_setting("PLAYGROUND_API_MAX_WAIT_SECONDS", "60", float,
+                          "how long an API request may wait for the generation slot, in seconds", zero=True))

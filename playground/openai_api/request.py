@@ -61,6 +61,7 @@ def parse(body: Any, kind: Kind) -> ApiRequest:
         raise bad_value(f"unknown field(s) {', '.join(unknown)}; allowed: the OpenAI fields "
                         f"{', '.join(FIELDS[kind])}, the extensions {', '.join(EXTENSIONS)}, and every RunSpec key",
                         unknown[0])
+    _check_number_types(body)
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise bad_value(f"model must be a model name such as smollm2-135m, got {model!r}", "model")
@@ -115,13 +116,51 @@ def param_of(message: str) -> str | None:
     return name if name in fields else None
 
 
+# OpenAI's numeric fields that RunSpec reads: a value of another type is refused as a type error, before RunSpec
+# checks its range
+NUMBER_FIELDS = {"temperature": "a number", "top_p": "a number", "presence_penalty": "a number",
+                 "frequency_penalty": "a number", "seed": "an integer"}
+
+
+def _type_name(value: Any) -> str:
+    """What a JSON value is, as a type error names it ("a string", "a boolean")."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return "a number with a fraction" if isinstance(value, float) else type(value).__name__
+
+
+def _wrong_type(name: str, wanted: str, value: Any, allowed: str = "") -> ApiError:
+    return bad_value(f"{name} must be {wanted}, got {_type_name(value)}: {_short(value)}"
+                     + (f"; allowed: {allowed}" if allowed else ""), name)
+
+
+def _check_number_types(body: Mapping[str, Any]) -> None:
+    """A numeric OpenAI field holding a string, a boolean, an object or an array is a type error, named as one."""
+    for name, wanted in NUMBER_FIELDS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (wanted == "an integer" and not whole)):
+            raise _wrong_type(name, wanted, value)
+
+
 def _integer(body: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _wrong_type(name, "an integer", value, f"whole numbers from {low} to {high}")
+    if not low <= value <= high:
         raise bad_value(f"{name}={value!r} is out of range; allowed: whole numbers from {low} to {high}", name)
     return value
 

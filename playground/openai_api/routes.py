@@ -17,16 +17,19 @@ from starlette.routing import BaseRoute
 
 from playground import runner
 from playground.errors import PlaygroundError
+from playground.limits import api_max_wait_seconds
 from playground.models import catalog, public
 from playground.openai_api import request as api_request
 from playground.openai_api.admission import Admission
-from playground.openai_api.errors import ApiError, bad_key, bad_value, unknown_model
+from playground.openai_api.errors import ApiError, bad_key, bad_value, no_route, unknown_model
 from playground.openai_api.generation import Outcome, run_request
 from playground.openai_api.shaping import Shaper
 from playground.openai_api.streaming import Stream
 
 DISCONNECT_POLL_S = 0.25  # how often a whole (non-streamed) request checks that its client is still there
 KEY_VARIABLE = "PLAYGROUND_API_KEY"  # when set, the API asks for it as a bearer key (the page stays open)
+SERVED = {"/v1/models": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST"}  # path -> its method
+ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 def check_key(request: Request) -> None:
@@ -101,6 +104,7 @@ async def _body(request: Request) -> Any:
 
 def router(page_waiting: Callable[[], int] = lambda: 0) -> APIRouter:
     """The routes; `page_waiting` counts the page's requests waiting in Gradio's queue, ahead of the API's."""
+    api_max_wait_seconds()  # a malformed setting is refused as the server starts, in one line
     admission = Admission(page_waiting)
     routes = APIRouter(prefix="/v1")
 
@@ -133,6 +137,11 @@ def router(page_waiting: Callable[[], int] = lambda: 0) -> APIRouter:
     @routes.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await answer(request, "chat")
+
+    # last: any other path or method under /v1 gets OpenAI's error object (404, or 405 on a served path)
+    @routes.api_route("/{path:path}", methods=ANY_METHOD, include_in_schema=False)
+    async def elsewhere(request: Request, path: str) -> Response:
+        return no_route(request.method, f"/v1/{path}", SERVED).response()
 
     return routes
 

@@ -37,7 +37,11 @@ def writes(*outputs: Block | Iterable[Block]) -> Callable[[Callable[..., Any]], 
 def on_private(trigger: Callable[..., Dependency], handler: Handler, inputs: Any = None, **kw: Any) -> Dependency:
     """Wire `handler` to `trigger` (an event listener such as `button.click`, a dependency's `.then`, or
     `functools.partial(gr.on, triggers)`) as a private event: off the API page and, unless `queue=True` is
-    given, outside the queue, so layout and settings changes never wait behind a generation. Returns the
-    dependency, for `.then()`."""
+    given, outside the queue, so layout and settings changes never wait behind a generation. An event outside the
+    queue answers at once, so it shows no loading spinner (Gradio's default covers every output, and a knob's
+    change would flash one over the whole column card); a queued one shows its progress where it says
+    (`show_progress_on`). Returns the dependency, for `.then()`."""
     options: dict[str, Any] = {"queue": False, "api_visibility": "private", **kw}
+    if not options["queue"] and "show_progress" not in options and "show_progress_on" not in options:
+        options["show_progress"] = "hidden"
     return trigger(handler.fn, inputs, list(handler.outputs), **options)

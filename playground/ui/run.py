@@ -262,16 +262,33 @@ def _run_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: int
         yield {col.notice: f"⚠ this run failed ({type(exc).__name__}: {exc}); the other columns still run"}
 
 
-def summary(ran: int, refused: dict[int, str], not_run: int, seed: int) -> str:
-    """The status line after a run: how many columns ran, and which did not and why."""
-    parts = [f"{ran} column{'' if ran == 1 else 's'} ran"]
+def stopped_how(result: Result) -> str | None:
+    """How a Stop cut a column's run short ("while compiling", "after 12 tokens"), or None if it ran to its end."""
+    if not result["stopped"]:
+        return None
+    if result["extra"].get("stopped_while_compiling"):
+        return "while compiling, before its first token"
+    count = result["new_tokens"]
+    return f"after {count} token{'' if count == 1 else 's'}"
+
+
+def summary(ran: int, refused: dict[int, str], not_run: int, seed: int,
+            stopped: dict[int, str] | None = None) -> str:
+    """The status line after a run: how many columns ran to their end, which a Stop cut short and how, and which
+    did not run and why. It never says "✓" while a column says it was stopped."""
+    stopped = stopped or {}
+    finished = ran - len(stopped)
+    parts = [f"{finished} column{'' if finished == 1 else 's'} ran"] if finished or not stopped else []
+    if stopped:
+        how = "; ".join(f"column {i + 1} {why}" for i, why in sorted(stopped.items()))
+        parts.append(f"{len(stopped)} stopped ({how})")
     if refused:
         reasons = "; ".join(f"column {i + 1}: {why}" for i, why in sorted(refused.items()))
         parts.append(f"{len(refused)} refused or failed ({reasons})")
     if not_run:
         parts.append(f"{not_run} not run (stopped)")
-    mark = "✓" if not refused and not not_run and ran else "⚠"
-    seed_note = f" on the same prompt with seed {seed}" if ran else ""
+    mark = "⚠" if refused or not ran else "■" if stopped or not_run else "✓"
+    seed_note = f" on the same prompt with seed {seed}" if finished else ""
     return f"{mark} {', '.join(parts)}{seed_note}."
 
 
@@ -281,8 +298,9 @@ def _closing(run: _Run, not_run: int) -> Updates:
              if r is not None and (r["extra"].get("machine_load") or {}).get("busy")]
     contended = (f" ⚠ Column{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} ran on a busy machine (other "
                  "work took CPU time): compare their timings after a repeat on a quiet one." if busy else "")
-    final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"])) + run.note
-                      + contended}
+    stopped = {i: how for i, r in enumerate(run.outcome["results"]) if r is not None and (how := stopped_how(r))}
+    final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"]), stopped)
+                      + run.note + contended}
     if ran:  # the limits once more, well after the last data: on a busy machine a column's own limits update
         # could arrive while its data was still being drawn, and be lost (a bar drawn past the plot's top)
         final.update(plot_limits(run.page, run.outcome))

@@ -208,7 +208,7 @@ def wire_steps(page: Page) -> None:
     def typed(data: Inputs, request: gr.Request) -> Updates:
         return force_text(page, data, request)
 
-    on_private(page.force_text.click, typed, inputs | {page.step_text}, queue=True)
+    on_private(page.force_text.click, typed, inputs | {page.step_text}, queue=True, show_progress_on=[page.step_status])
     for slot, col in enumerate(page.columns):
         shown = (col.step_candidates, col.branches, col.output, col.tokens)
 
