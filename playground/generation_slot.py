@@ -82,20 +82,28 @@ class GenerationSlot:
         self.release()
 
     @contextmanager
-    def hold(self, holder: Holder, waiting: Waiting | None = None) -> Iterator[None]:
-        """Hold the slot for one piece of `holder`'s work; `waiting` hears why it waits, while it waits."""
-        self.acquire(holder, waiting)
+    def hold(self, holder: Holder, waiting: Waiting | None = None,
+             given_up: Callable[[], bool] | None = None) -> Iterator[bool]:
+        """Hold the slot for one piece of `holder`'s work; `waiting` hears why it waits, while it waits. The block
+        gets False, without the slot, when `given_up()` turns true before the slot is free (a Stop while waiting)."""
+        held = self.acquire(holder, waiting, given_up)
         try:
-            yield
+            yield held
         finally:
-            self.release()
+            if held:
+                self.release()
 
-    def acquire(self, holder: Holder, waiting: Waiting | None = None) -> None:
+    def acquire(self, holder: Holder, waiting: Waiting | None = None,
+                given_up: Callable[[], bool] | None = None) -> bool:
+        """Take the slot (True), or give up waiting once `given_up()` says so (False)."""
         told = -math.inf
         with self._changed:
             self._queue.append(holder)
             try:
                 while (pause := self._pause(holder)) > 0:
+                    if given_up is not None and given_up():
+                        self._changed.notify_all()  # whoever waited behind it may go now
+                        return False
                     now = time.monotonic()
                     said = self._holder is not None or self._ahead_of(holder)
                     if waiting is not None and said and now - told >= TICK_S:
@@ -105,6 +113,7 @@ class GenerationSlot:
             finally:
                 self._queue.remove(holder)
             self._holder, self._since = holder, time.monotonic()
+            return True
 
     def release(self) -> None:
         with self._changed:
@@ -191,6 +200,23 @@ class GenerationSlot:
             return (f"waiting for {holder.what}{holder.where(asker.owner)}{queued} (running for "
                     f"{time.monotonic() - self._since:.0f} s)")
         return f"waiting for {holder.what}{holder.where(asker.owner)}{queued}: {about(wait)}"
+
+
+@contextmanager
+def held_reporting(slot: GenerationSlot, holder: Holder, report: Callable[[float, str], object],
+                   given_up: Callable[[], bool] | None = None) -> Iterator[bool]:
+    """`slot.hold(...)` for a run that reports progress as (fraction, message): while it waits, what it waits for
+    (at 0), and once it has waited, that the slot is free (at 1)."""
+    waited = []
+
+    def waiting(words: str) -> None:
+        waited.append(words)
+        report(0.0, words)
+
+    with slot.hold(holder, waiting, given_up) as held:
+        if waited and held:
+            report(1.0, "the generation slot is free: running")
+        yield held
 
 
 def held_pieces(items: Iterator[Item], slot: GenerationSlot, holder: Holder,

@@ -10,16 +10,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from playground.backends.base import GenerationOutput
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
 from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
-from playground.generation_slot import LEFT_RUNNING, GenerationSlot, Holder
+from playground.generation_slot import LEFT_RUNNING, GenerationSlot, Holder, held_reporting
 from playground.limits import max_prompt_chars, max_prompt_tokens, max_request_seconds, prompt_tokens_refusal
 from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
@@ -30,7 +31,7 @@ from playground.result import NO_QUALITY, Quality, Result, build_result, combine
 from playground.spec import RunSpec, check_vocabulary
 
 if TYPE_CHECKING:
-    from playground.backends.base import Backend, GenerationOutput
+    from playground.backends.base import Backend
 
 TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
 # One generation at a time per process, whichever backend (playground/generation_slot.py says why).
@@ -207,20 +208,9 @@ class _Job:
     def _progress(self, fraction: float, message: str) -> None:
         self.reports.put(ProgressEvent(fraction, message))
 
-    @contextmanager
-    def _slot(self) -> Iterator[None]:
-        """Hold the generation slot; while it waits, progress says for what and for about how long, and once it has
-        waited, that the slot is free."""
-        waited = []
-
-        def waiting(words: str) -> None:
-            waited.append(words)
-            self._progress(0.0, words)
-
-        with GENERATION_LOCK.hold(self.holder, waiting):
-            if waited:
-                self._progress(1.0, "the generation slot is free: running")
-            yield
+    def _slot(self) -> AbstractContextManager[bool]:
+        """The generation slot, with progress while it waits; a stop while it waits: the block gets False."""
+        return held_reporting(GENERATION_LOCK, self.holder, self._progress, self.stop_requested)
 
     def _check_config(self, config: Any) -> None:
         """The refusals that need the model's config, made before its weights load (both backends): the cache's,
@@ -264,7 +254,10 @@ class _Job:
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             preview = (lambda ids: self.reports.put(_Hypothesis(ids))) if index == 0 else None
-            with self._slot():
+            with self._slot() as held:
+                if not held:  # stopped while it waited for the slot: nothing ran
+                    runs.append((_stopped_waiting(), time.perf_counter()))
+                    break
                 before, began = cpu_sample(), time.monotonic()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
                                           progress=self._progress, preview=preview)
@@ -290,7 +283,9 @@ class _Job:
         if loaded.model.weights != "fp32":
             keep = [loaded.model] + ([loaded.draft] if loaded.draft is not None else [])
             reference, _ = LOADED.get(self.spec.model, "fp32", self._progress, keep=keep)
-        with self._slot():
+        with self._slot() as held:
+            if not held:  # stopped while it waited: the run's figures stand without the verdict
+                return NO_QUALITY
             verdict = judge(reference.model, input_ids, new_ids)
             kl = None
             if self.spec.weights != "fp32" and verdict.log_probs is not None:
@@ -368,6 +363,12 @@ def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = Non
         yield from job.events()
     finally:
         job.cancelled.set()
+
+
+def _stopped_waiting() -> GenerationOutput:
+    """The output of a run stopped before it had the generation slot: no token, nothing timed."""
+    return GenerationOutput(sequences=[[]], start_time=time.perf_counter(), token_times=[], kv_cache_bytes=0,
+                            forward_passes=0, stopped=True, extra={"stopped_while_waiting": True})
 
 
 def _ignore_tokens(ids: list[int]) -> None:

@@ -115,6 +115,8 @@ def done_notice(result: Result) -> str:
     if result["extra"].get("stopped_while_compiling"):
         return (f"■ stopped while compiling, after {metrics['compile_s']:.0f} s: the compile goes on in the "
                 "background, so these settings start sooner next time")
+    if result["extra"].get("stopped_while_waiting"):
+        return "■ stopped while waiting for the generation slot: nothing ran"
     parts = [f"✓ {count} token{'' if count == 1 else 's'}"]
     if metrics["tokens_per_s"]:
         parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")
@@ -268,6 +270,8 @@ def stopped_how(result: Result) -> str | None:
         return None
     if result["extra"].get("stopped_while_compiling"):
         return "while compiling, before its first token"
+    if result["extra"].get("stopped_while_waiting"):
+        return "while waiting for the generation slot"
     count = result["new_tokens"]
     return f"after {count} token{'' if count == 1 else 's'}"
 

@@ -127,3 +127,30 @@ def test_the_context_measures_give_the_slot_up_between_their_chunks_and_runs(tmp
                         chunk=8)
         context_speed.measure_speed(loaded, RunSpec(model=model), list(range(1, 65)), [16, 32], progress)
     assert len(held_between) > 8 and not any(held_between)
+
+
+def test_a_stop_while_waiting_gives_up_the_wait_and_nothing_runs(tmp_path, monkeypatch):
+    """Stop pressed while the run waits behind long work: it ends within a tick, before the slot is free."""
+    monkeypatch.setattr(generation_slot, "TICK_S", 0.05)
+    measure = Holder("a Long context run", owner="tab-a", yields=True)
+    stop = threading.Event()
+    with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as model:
+        events = runner.run("abc", RunSpec(model=model, max_new_tokens=2), should_stop=stop.is_set,
+                            holder=Holder("a Compare run", owner="tab-b"))
+        runner.GENERATION_LOCK.acquire(measure)
+        try:
+            next(e for e in events if isinstance(e, ProgressEvent) and e.message.startswith("waiting for"))
+            stop.set()
+            done = next(e for e in events if isinstance(e, DoneEvent))
+            assert runner.GENERATION_LOCK.locked()  # it ended while the long work still held the slot
+        finally:
+            runner.GENERATION_LOCK.release()
+    result = done.result
+    assert result["stopped"] and result["new_tokens"] == 0 and result["extra"]["stopped_while_waiting"]
+    from playground.ui.run import done_notice, stopped_how
+
+    assert done_notice(result) == "■ stopped while waiting for the generation slot: nothing ran"
+    assert stopped_how(result) == "while waiting for the generation slot"
+    slot = GenerationSlot()
+    with slot.hold(Holder()), slot.hold(Holder(), given_up=lambda: True) as held:
+        assert held is False  # gave up at once: the slot was held, and is still held by the first
