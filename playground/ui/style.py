@@ -107,6 +107,13 @@ CSS = """
 .dark .clamp-note { color: #fbbf24; }
 /* the selected tab's label takes the primary colour, 4.3:1 on the dark page: a lighter shade of it */
 .dark #tabs button[role="tab"][aria-selected="true"] { color: #a5b4fc; }
+/* on a phone the four tab names do not fit one row, and Gradio moves the rest behind its "⋯" button: it is
+   labelled, and the tabs are narrower, so a visitor sees that Sweep, Sampler lab and Long context are there */
+@media (max-width: 480px) {
+  #tabs button[role="tab"], #tabs .tab-container.visually-hidden button { padding: 0 8px; }
+  #tabs .overflow-menu > button { display: inline-flex; align-items: center; gap: 4px; width: auto; padding: 0 6px; }
+  #tabs .overflow-menu > button::after { content: "more tabs"; font-size: 0.85em; white-space: nowrap; }
+}
 .gradio-container { max-width: 1600px !important; width: 100% !important; margin: 0 auto !important; }
 .intro h1 { margin-bottom: 2px; }
 .intro p { color: var(--body-text-color-subdued); margin-top: 0; }
@@ -246,7 +253,8 @@ LAB_CSS = """
 .lab-bar span { display: block; width: 14px; min-height: 1px; background: #4f46e5; border-radius: 2px 2px 0 0; }
 .dark .lab-bar span { background: #818cf8; }  /* the light theme's indigo is too dark on the dark page */
 .lab-bar small { font-size: 0.7em; color: var(--body-text-color-subdued); font-variant-numeric: tabular-nums; }
-.lab-more { align-self: center; font-size: 0.85em; color: var(--body-text-color-subdued); margin-left: 4px; }
+.lab-bar.lab-rest { width: auto; min-width: 22px; }
+.lab-bar.lab-rest span { background: var(--body-text-color-subdued); }
 """
 CSS += LAB_CSS
 
