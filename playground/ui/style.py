@@ -130,8 +130,10 @@ CSS = """
 .notice p { margin: 0; font-size: 0.88em; }
 .notice:not(:empty) { color: var(--body-text-color); }
 .out-card textarea { font-size: 0.95em; }
+/* overflow-wrap: a text with no space or hyphen (DoLa repeating "anananan") is one unbreakable line of spans, and
+   ran past its card */
 .tokens { font-family: var(--font-mono); font-size: 0.86em; line-height: 1.9; max-height: 260px;
-          overflow-y: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 8px;
+          overflow-y: auto; overflow-wrap: anywhere; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 8px;
           background: var(--background-fill-primary); color: var(--body-text-color); }
 .tokens.empty { color: var(--body-text-color-subdued); font-family: var(--font); }
 .tok { padding: 1px 1px; margin: 0 1px 0 0; border-radius: 3px; white-space: pre-wrap; cursor: help; color: inherit; }
@@ -147,7 +149,7 @@ CSS = """
 .constraint-note { font-size: 0.85em; padding-top: 4px; color: var(--body-text-color); }
 .constraint-note.bad b { color: #b45309; }
 .dark .constraint-note.bad b { color: #fbbf24; }
-.method-note { font-size: 0.85em; color: var(--body-text-color-subdued); padding-top: 4px; }
+.method-note { font-size: 0.85em; color: var(--body-text-color-subdued); padding-top: 4px; overflow-wrap: anywhere; }
 .method-panel p { margin: 2px 0 4px; }
 .method-panel tr.chosen { font-weight: 600; background: var(--background-fill-secondary); }
 .tok-legend { font-size: 0.85em; padding-top: 18px; }
