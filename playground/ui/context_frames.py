@@ -4,6 +4,7 @@ their units."""
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from playground import registry
+from playground.metrics import busy_note
 from playground.ui.sweep_frames import MIB
 
 CONTEXT = "context (tokens)"
@@ -143,6 +145,35 @@ def empty_frames() -> dict[str, pd.DataFrame]:
 
 SPEED_COLUMNS = ("run", "context (tokens)", "prefill (s)", "prefill (tokens/s)", "decode (tokens/s)",
                  "roofline (tokens/s)", "of roofline (%)", "KV cache (MiB)", "peak RSS (MiB)")
+def measured(results: Sequence[Result]) -> dict[str, bool]:
+    """Which plots and tables have anything to draw: a quality-only run, or one stopped before its speed rows,
+    has no speed; a speed-only one no quality. What has nothing is hidden rather than drawn empty."""
+    return {"speed": any(result.get("speed") for result in results),
+            "quality": any(result.get("quality", {}).get("buckets") for result in results)}
+
+
+def legend_html(results: Sequence[Result], series: Sequence[str]) -> str:
+    """The runs drawn so far, each with its colour, above the plots. The page's own legend rather than Vega's:
+    it wraps where Vega's one row cut a fourth run at 390 px, and it lists only runs with data (a run that was
+    stopped before it finished has none)."""
+    mapping = colours(series)
+    drawn = list(dict.fromkeys(legend_name(result) for result in results))
+    keys = "".join(f"<span class='context-key'><i style='background:{mapping.get(name, '#64748b')}'></i>"
+                   f"{html.escape(name)}</span>" for name in drawn)
+    roofline = ("<span class='context-key-note'>a lighter line of the same colour: that run's roofline</span>"
+                if measured(results)["speed"] else "")
+    return f"<div class='context-legend'>{keys}{roofline}</div>" if drawn else ""
+
+
+def load_note(results: Sequence[Result]) -> str:
+    """A warning for each run whose speed was measured on a busy machine (the Compare tab's busy-machine line,
+    per run): its tokens/s say more about the other work than about the cache, and a bounded cache can even seem
+    to speed up from one length to the next. Quality does not depend on the machine, so it gets none."""
+    lines = [f"⚠ **{series_name(result)}**: {note}; its speed figures are unreliable under load"
+             for result in results if result.get("speed") and (note := busy_note(result.get("machine_load")))]
+    return "\n\n".join(lines)
+
+
 QUALITY_COLUMNS = ("run", "positions", "perplexity", "KL(full ‖ cache) (nats)", "top-1 agreement (%)")
 
 

@@ -77,6 +77,8 @@ class ContextTab:
     status: gr.Markdown
     empty_note: gr.Markdown  # a sentence where the plots will be, until a measurement finishes
     results: gr.Column
+    legend: gr.HTML  # the runs drawn, with their colours (the plots' own legends are hidden: ui/style.py)
+    load: gr.Markdown  # a warning per run whose speed was measured on a busy machine
     speed_plot: gr.LinePlot
     memory_plot: gr.LinePlot
     kl_plot: gr.LinePlot
@@ -184,13 +186,15 @@ def build_context_tab() -> ContextTab:
     status = gr.Markdown("", elem_id="context-status")
     empty_note = gr.Markdown(EMPTY_NOTE, elem_id="context-empty")
     with gr.Column(visible=False, elem_id="context-results") as results:
+        legend = gr.HTML("", elem_id="context-legend")
+        load = gr.Markdown("", elem_id="context-load", elem_classes=["context-load"])
         plots = _plots()
         speed_table = gr.Dataframe(None, label="speed per context length", interactive=False, wrap=False,
                                    elem_id="context-speed-table")
         quality_table = gr.Dataframe(None, label="quality per bucket of positions, against the full cache",
                                      interactive=False, wrap=False, elem_id="context-quality-table")
     return ContextTab(presets, preset_note, model, backends, caches, groups, knobs, text_source, pasted, uploaded,
-                      measures, lengths, tokens, buckets, run, stop, status, empty_note, results, *plots,
+                      measures, lengths, tokens, buckets, run, stop, status, empty_note, results, legend, load, *plots,
                       speed_table, quality_table, gr.State([]))
 
 
@@ -215,7 +219,9 @@ def _plots() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.LinePlot]:
     from playground.ui.context_frames import KL, MEMORY, POSITION, SPEED, TOP1, empty_frames
 
     frames = empty_frames()
-    common: dict[str, Any] = {"color": "series", "height": 280, "min_width": 300, "tooltip": "all"}
+    # x ticks in SI units ("1k"): at a phone's width "950" and "1,000" ran into each other
+    common: dict[str, Any] = {"color": "series", "height": 280, "min_width": 300, "tooltip": "all",
+                              "x_axis_format": "~s"}
     with gr.Row(equal_height=True, elem_classes=["context-plots"]):  # ui.style: legends drawn whole
         speed = gr.LinePlot(frames["speed"], x="context (tokens)", y=SPEED, label="decode speed (tokens/s) and "
                             "each run's roofline (light)", elem_id="context-speed-plot", **common)

@@ -102,6 +102,14 @@ CSS = """
 /* a sweep or long-context plot's label takes room inside the block's fixed height: the chart fills what is left,
    so its legend is drawn whole instead of cut off at the block's bottom edge */
 #sweep-plots .block, .context-plots .block { display: flex; flex-direction: column; }
+/* the Long context plots' legend is the tab's own (#context-legend), which wraps on a phone */
+.context-plots .role-legend { display: none; }
+.context-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: center; font-size: 0.9em; }
+.context-key { display: inline-flex; align-items: center; gap: 5px; white-space: nowrap; }
+.context-key i { display: inline-block; width: 18px; height: 4px; border-radius: 2px; }
+.context-key-note { color: var(--body-text-color-subdued); font-size: 0.92em; }
+.context-load p { color: #b45309; margin: 2px 0; font-size: 0.9em; }
+.dark .context-load p { color: #fbbf24; }
 #sweep-plots .vega-embed, .context-plots .vega-embed { flex: 1 1 0; min-height: 0; height: auto; }
 .clamp-note { font-size: 0.82em; color: #b45309; padding: 2px 0 0; }
 .dark .clamp-note { color: #fbbf24; }
@@ -133,7 +141,8 @@ CSS = """
 /* overflow-wrap: a text with no space or hyphen (DoLa repeating "anananan") is one unbreakable line of spans, and
    ran past its card */
 .tokens { font-family: var(--font-mono); font-size: 0.86em; line-height: 1.9; max-height: 260px;
-          overflow-y: auto; overflow-wrap: anywhere; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 8px;
+          overflow-y: auto; overflow-wrap: anywhere; padding: 6px; border: 1px solid var(--border-color-primary);
+          border-radius: 8px;
           background: var(--background-fill-primary); color: var(--body-text-color); }
 .tokens.empty { color: var(--body-text-color-subdued); font-family: var(--font); }
 .tok { padding: 1px 1px; margin: 0 1px 0 0; border-radius: 3px; white-space: pre-wrap; cursor: help; color: inherit; }
