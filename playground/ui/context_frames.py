@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from playground import registry
-from playground.metrics import busy_note
+from playground.metrics import busy_warning
 from playground.ui.sweep_frames import MIB
 
 CONTEXT = "context (tokens)"
@@ -166,12 +166,15 @@ def legend_html(results: Sequence[Result], series: Sequence[str]) -> str:
 
 
 def load_note(results: Sequence[Result]) -> str:
-    """A warning for each run whose speed was measured on a busy machine (the Compare tab's busy-machine line,
-    per run): its tokens/s say more about the other work than about the cache, and a bounded cache can even seem
-    to speed up from one length to the next. Quality does not depend on the machine, so it gets none."""
-    lines = [f"⚠ **{series_name(result)}**: {note}; its speed figures are unreliable under load"
-             for result in results if result.get("speed") and (note := busy_note(result.get("machine_load")))]
-    return "\n\n".join(lines)
+    """The Compare tab's busy-machine line for the runs whose speed was measured under load: their tokens/s say
+    more about the other work than about the cache (a bounded cache can even seem to speed up from one length to
+    the next). Quality does not depend on the machine, so a run that measured only quality gets none."""
+    busy = [series_name(result) for result in results
+            if result.get("speed") and (result.get("machine_load") or {}).get("busy")]
+    if not busy:
+        return ""
+    return (busy_warning(", ".join(f"**{name}**" for name in busy)) + " Their speed figures are unreliable under "
+            "load: a speed that rises or falls with the context may be the machine, not the cache.")
 
 
 QUALITY_COLUMNS = ("run", "positions", "perplexity", "KL(full ‖ cache) (nats)", "top-1 agreement (%)")

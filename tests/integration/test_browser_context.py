@@ -129,7 +129,10 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
 
     # quality only, on the phone: no empty speed or KV plot and no empty speed table; the legend whole
     _tick(page, "context-measures", "speed", False)
+    before = page.locator("#context-status").inner_text()
     page.locator("#context-run").click()
+    page.wait_for_function("old => document.querySelector('#context-status')?.innerText !== old", arg=before,
+                           timeout=30_000)
     _wait_for_status(page, "done: 2 runs", 600)
     page.wait_for_selector("#context-speed-plot", state="hidden", timeout=10_000)
     assert not page.locator("#context-memory-plot").is_visible()
