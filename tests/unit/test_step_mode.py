@@ -152,6 +152,22 @@ def test_a_beam_step_shows_the_beams(local_model):
     assert isinstance(step_spec(StepTree({**beams.spec, "max_new_tokens": 2}, last=beams.last), 1), str)
 
 
+def test_every_jax_step_of_a_beam_tree_runs_on_its_first_step_s_programs(local_model):
+    """A beam search's step searches again from the prompt one token (or eight) deeper; sized for the tree, every
+    step after the first runs on its programs, and the last step's beams are the whole search's."""
+    tree = StepTree(_spec(local_model, "jax", strategy="beam", num_beams=3, num_return_sequences=2,
+                          max_new_tokens=12, min_new_tokens=12))
+    first = _step(tree)
+    programs = first["extra"]["compiled_programs"]
+    assert programs and first["metrics"]["compile_s"] > 0  # the tree's first step compiled them
+    later = [_step(tree), _step(tree, 8), _step(tree), _step(tree)]  # depths 2, 10, 11, 12
+    assert tree.last["depth"] == 12 and len(tree.last["beams"]) == 2
+    assert [r["extra"]["compiled_programs"] for r in later] == [programs] * len(later)
+    assert all(r["metrics"]["compile_s"] == 0.0 for r in later)
+    whole = runner.run_to_result(PROMPT, RunSpec.from_dict(tree.spec))
+    assert [text for text, _ in tree.last["beams"]] == whole["sequences"]
+
+
 def test_an_assisted_step_shows_its_drafts(local_model):
     tree = StepTree(_spec(local_model, strategy="assisted", prompt_lookup=3))
     _step(tree, 8)
