@@ -90,11 +90,10 @@ def data_updates(tab: ContextTab, results: list[dict[str, Any]], series: list[st
     """The plots' data, the tables, the legend and the load warnings for the runs finished so far; a plot or a
     table with nothing to draw (speed after a quality-only run) is hidden rather than drawn empty."""
     drawn, has = frames(results, series), measured(results)
-    updates: Updates = {plot: gr.update(value=drawn[key], visible=has["speed" if key in ("speed", "memory")
-                                                                          else "quality"])
-                        for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True)}
-    return updates | {tab.speed_table: gr.update(value=speed_table(results), visible=has["speed"]),
-                      tab.quality_table: gr.update(value=quality_table(results), visible=has["quality"]),
+    updates: Updates = {plot: gr.update(value=drawn[key]) for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True)}
+    return updates | {tab.speed_table: speed_table(results), tab.quality_table: quality_table(results),
+                      tab.speed_part: gr.update(visible=has["speed"]),
+                      tab.quality_part: gr.update(visible=has["quality"]),
                       tab.legend: legend_html(results, series), tab.load: load_note(results)}
 
 
@@ -223,7 +222,7 @@ def wire(tab: ContextTab) -> None:
 
     on_private(tab.text_source.change, context_text_source, tab.text_source)
     outputs = (tab.run, tab.stop, tab.status, tab.state, tab.empty_note, tab.results, tab.legend, tab.load,
-               tab.speed_table, tab.quality_table, *tab.plots())
+               tab.speed_part, tab.quality_part, tab.speed_table, tab.quality_table, *tab.plots())
 
     wire_run_and_stop("context", tab.run, tab.stop, tab.status, tab.inputs(), outputs, partial(run_context_tab, tab),
                       "■ Stopping after the current token or chunk; the finished runs stay…")

@@ -109,10 +109,11 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
     if record is None:
         return warn + "<div class='step-empty'>typed (forced): press Step to see what follows</div>"
     buttons = []
+    taken = "drawn" if draws_each_token(tree.spec) else "chosen"  # contrastive search may choose past the top five
     for alt in shown_candidates(record):
         cut = f" ✂ {html.escape(alt['removed_by'])}" if alt["removed_by"] else ""
         chosen = " chosen" if alt["id"] == node.token else ""
-        outside = (f"<i class='cand-outside'>drawn from outside the top {len(record['alternatives'])}</i>"
+        outside = (f"<i class='cand-outside'>{taken} from outside the top {len(record['alternatives'])}</i>"
                    if alt.get("outside") else "")
         buttons.append(f"<button type='button' class='cand{chosen}{' cut' if cut else ''}' data-token='{alt['id']}' "
                        f"title='force this token here'><b>{_piece(alt['text'])}</b> "

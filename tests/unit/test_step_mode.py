@@ -17,7 +17,7 @@ from playground.ui import stepping
 from playground.ui.live import LIVE_RUNS
 from playground.ui.step_runs import absorb, step_spec
 from playground.ui.step_tree import StepTree
-from playground.ui.step_view import candidates_html
+from playground.ui.step_view import candidates_html, shown_candidates
 from playground.ui.tokens import DEFAULT_COLOUR, ENTROPY_SCALE
 from tests.helpers import module_tiny_model
 from tests.unit.test_ui import page_data
@@ -223,7 +223,7 @@ def test_contrastive_and_dola_steps_show_candidates_and_what_the_method_weighed(
     _step(tree)
     _step(tree)
     shown = candidates_html(tree)
-    assert shown.count("data-token=") == len(tree.nodes[tree.current].record["alternatives"]) > 1
+    assert shown.count("data-token=") == len(shown_candidates(tree.nodes[tree.current].record)) > 1
     assert ("contrastive search:" if strategy == "contrastive" else "DoLa contrasted layer") in shown
 
 
