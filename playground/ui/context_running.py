@@ -92,9 +92,15 @@ def data_updates(tab: ContextTab, results: list[dict[str, Any]], series: list[st
     drawn, has = frames(results, series), measured(results)
     updates: Updates = {plot: gr.update(value=drawn[key]) for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True)}
     return updates | {tab.speed_table: speed_table(results), tab.quality_table: quality_table(results),
-                      tab.speed_part: gr.update(visible=has["speed"]),
-                      tab.quality_part: gr.update(visible=has["quality"]),
+                      tab.speed_part: gr.update(elem_classes=_part_classes(has["speed"])),
+                      tab.quality_part: gr.update(elem_classes=_part_classes(has["quality"])),
                       tab.legend: legend_html(results, series), tab.load: load_note(results)}
+
+
+def _part_classes(shown: bool) -> list[str]:
+    """A part's classes: hidden by the page's CSS, not by Gradio's `visible`, which unmounts its plots, and a
+    plot drawn before threw in the browser once its part was hidden."""
+    return ["context-part"] if shown else ["context-part", "context-part-empty"]
 
 
 def _results_shown(tab: ContextTab, shown: bool, note: str = EMPTY_NOTE) -> Updates:

@@ -190,13 +190,12 @@ def build_context_tab() -> ContextTab:
     with gr.Column(visible=False, elem_id="context-results") as results:
         legend = gr.HTML("", elem_id="context-legend")
         load = gr.Markdown("", elem_id="context-load", elem_classes=["context-load"])
-        # speed and quality each in a column of its own, hidden while it has nothing to draw (a quality-only run);
-        # hiding the columns keeps the plots mounted (a hidden plot given data threw in the browser)
-        with gr.Column(elem_id="context-speed-part") as speed_part:
+        # speed and quality each in a column of its own, hidden while it has nothing to draw (a quality-only run)
+        with gr.Column(elem_id="context-speed-part", elem_classes=["context-part"]) as speed_part:
             speed, memory = _plot_row("speed")
             speed_table = gr.Dataframe(None, label="speed per context length", interactive=False, wrap=False,
                                        elem_id="context-speed-table")
-        with gr.Column(elem_id="context-quality-part") as quality_part:
+        with gr.Column(elem_id="context-quality-part", elem_classes=["context-part"]) as quality_part:
             kl, top1 = _plot_row("quality")
             quality_table = gr.Dataframe(None, label="quality per bucket of positions, against the full cache",
                                          interactive=False, wrap=False, elem_id="context-quality-table")

@@ -104,6 +104,7 @@ CSS = """
 #sweep-plots .block, .context-plots .block { display: flex; flex-direction: column; }
 /* the Long context plots' legend is the tab's own (#context-legend), which wraps on a phone */
 .context-plots .role-legend { display: none; }
+.context-part.context-part-empty { display: none !important; }
 .context-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: center; font-size: 0.9em; }
 .context-key { display: inline-flex; align-items: center; gap: 5px; white-space: nowrap; }
 .context-key i { display: inline-block; width: 18px; height: 4px; border-radius: 2px; }

@@ -278,7 +278,7 @@ def test_the_tab_measures_each_cache_draws_it_as_it_finishes_and_keeps_to_its_ou
     bytes_ = {name: memory[memory["series"] == name][MEMORY].tolist() for name in series}
     assert bytes_[series[0]][1] > bytes_[series[0]][0] and bytes_[series[1]][0] == bytes_[series[1]][1]
     assert len(last[tab.speed_table]) == 4 and len(last[tab.quality_table]) == 2 * 4
-    assert last[tab.speed_part]["visible"] and last[tab.quality_part]["visible"]
+    assert last[tab.speed_part]["elem_classes"] == last[tab.quality_part]["elem_classes"] == ["context-part"]
     assert re.findall(r"</i>([^<]+)</span>", last[tab.legend]) == ["static · torch", "sliding · torch"]
     assert all("machine_load" in result for result in last[tab.state])
     assert not any(math.isnan(v) for v in last[tab.speed_plot]["value"].dropna()[SPEED])
@@ -327,7 +327,8 @@ def test_stop_keeps_the_runs_that_finished(tab, model, monkeypatch):
     assert last[tab.results]["visible"] is True and last[tab.run]["interactive"] is True
     drawn = [u for u in updates_seen if tab.legend in u][-1]
     # a quality-only run: no empty speed plots or table; the stopped run has no entry in the legend
-    assert drawn[tab.speed_part]["visible"] is False and drawn[tab.quality_part]["visible"] is True
+    assert "context-part-empty" in drawn[tab.speed_part]["elem_classes"]
+    assert "context-part-empty" not in drawn[tab.quality_part]["elem_classes"]
     assert "static · torch" in drawn[tab.legend] and "sliding" not in drawn[tab.legend]
     assert "roofline" not in drawn[tab.legend]
 
