@@ -153,6 +153,12 @@ def machine_load(start: CpuSample | None, end: CpuSample | None) -> dict[str, An
             "busy": others + stolen > BUSY_SHARE}
 
 
+def busy_warning(who: str) -> str:
+    """The page's line for runs (`who`: "Columns 1, 2") whose timings were taken on a busy machine."""
+    return (f"⚠ {who} ran on a busy machine (other work took CPU time): compare their timings after a repeat on a "
+            "quiet one.")
+
+
 def busy_note(load: dict[str, Any] | None) -> str:
     """One line for a run whose figures were taken on a busy machine; '' for a quiet (or unmeasured) one."""
     if not load or not load.get("busy"):

@@ -40,14 +40,15 @@ def lab_knobs() -> tuple[str, ...]:
 
 def lab_knob(name: str) -> registry.Knob:
     """A knob's record with its lab range as its range, for the lab's widget: a slider where the range is
-    finite, a number box bounded on its finite side where it is not."""
+    finite, an unbounded number box where it is not. Unbounded, because a browser's number box clamps a value
+    past its bound without a word (top-k -3 became 0, and the stage silently off); the request's check then
+    refuses it in one line that names the range."""
     knob = registry.knob(name)
     bounds = knob.lab_range
     if knob.lab is None or bounds is None:
         return knob
     if math.isinf(bounds.low) or math.isinf(bounds.high):
-        return dataclasses.replace(knob, low=bounds.low if math.isfinite(bounds.low) else None,
-                                   high=bounds.high if math.isfinite(bounds.high) else None, step=None)
+        return dataclasses.replace(knob, low=None, high=None, step=None)
     return dataclasses.replace(knob, low=bounds.low, high=bounds.high, low_open=bounds.low_open)
 
 
@@ -184,18 +185,24 @@ def run(lab: LabRequest) -> LabResult:
                                    lab.breakers)
     before, alive = _softmax(logits), np.isfinite(logits)
     results: list[StageResult] = []
-    for stage, after_logits in zip(applied, outputs, strict=True):
+    for stage, stage_output in zip(applied, outputs, strict=True):
+        after_logits = np.asarray(stage_output)
         after, left = _softmax(after_logits), np.isfinite(after_logits)  # kept: not -inf (p may underflow to 0)
-        order = np.argsort(-after, kind="stable")
-        kept = [int(i) for i in order if left[i]]
-        results.append({"name": stage.name, "label": stage.describe(lab.spec), "kept": kept,
-                        "p": [float(after[i]) for i in kept],
-                        "removed": [int(i) for i in np.nonzero(alive & ~left)[0]],
+        kept = _most_likely_first(after, left)
+        results.append({"name": stage.name, "label": stage.describe(lab.spec), "kept": kept.tolist(),
+                        "p": after[kept].tolist(), "removed": np.flatnonzero(alive & ~left).tolist(),
                         "moved": float(0.5 * np.abs(after - before).sum())})
         before, alive = after, left
-    order = np.argsort(-before, kind="stable")
+    order = _most_likely_first(before, before > 0)
     return {"backend": lab.backend, "stages": results,
-            "final": [{"id": int(i), "p": float(before[i])} for i in order if before[i] > 0]}
+            "final": [{"id": i, "p": p} for i, p in zip(order.tolist(), before[order].tolist(), strict=True)]}
+
+
+def _most_likely_first(p: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The ids where `keep` holds, most likely first (ties by id), on the array: a 262,144-token vocabulary
+    (Gemma 3's) sorts in milliseconds where a Python loop over it took seconds."""
+    ids = np.flatnonzero(keep)
+    return ids[np.argsort(-p[ids], kind="stable")]
 
 
 def _softmax(logits: Any) -> np.ndarray:

@@ -35,8 +35,13 @@ def parse_size(name: str, raw: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+def size_text(n: int) -> str:
+    """A size in a refusal, in the largest binary unit it fills (a prefill's few MB of working memory read
+    "0.00 GiB" before): 1.50 GiB, 4.2 MiB, 12 KiB, 512 B."""
+    for unit, scale, digits in (("GiB", 2**30, 2), ("MiB", 2**20, 1), ("KiB", 2**10, 0)):
+        if n >= scale:
+            return f"{n / scale:.{digits}f} {unit}"
+    return f"{n} B"
 
 
 def weight_bytes_estimate(config: Any, weights: str) -> int:
@@ -85,5 +90,5 @@ def check_fits(what: str, need: int, resident: int, budget: int | None = None, h
     budget = budget_bytes() if budget is None else budget
     if resident + need > budget:
         raise PlaygroundError(
-            f"{what} needs about {gib(need)} but only {gib(max(0, budget - resident))} of the "
-            f"{gib(budget)} memory budget is free; {hint}, or raise PLAYGROUND_MEMORY_BUDGET")
+            f"{what} needs about {size_text(need)} but only {size_text(max(0, budget - resident))} of the "
+            f"{size_text(budget)} memory budget is free; {hint}, or raise PLAYGROUND_MEMORY_BUDGET")

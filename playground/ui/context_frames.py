@@ -4,6 +4,7 @@ their units."""
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from playground import registry
+from playground.metrics import busy_warning
 from playground.ui.sweep_frames import MIB
 
 CONTEXT = "context (tokens)"
@@ -143,6 +145,38 @@ def empty_frames() -> dict[str, pd.DataFrame]:
 
 SPEED_COLUMNS = ("run", "context (tokens)", "prefill (s)", "prefill (tokens/s)", "decode (tokens/s)",
                  "roofline (tokens/s)", "of roofline (%)", "KV cache (MiB)", "peak RSS (MiB)")
+def measured(results: Sequence[Result]) -> dict[str, bool]:
+    """Which plots and tables have anything to draw: a quality-only run, or one stopped before its speed rows,
+    has no speed; a speed-only one no quality. What has nothing is hidden rather than drawn empty."""
+    return {"speed": any(result.get("speed") for result in results),
+            "quality": any(result.get("quality", {}).get("buckets") for result in results)}
+
+
+def legend_html(results: Sequence[Result], series: Sequence[str]) -> str:
+    """The runs drawn so far, each with its colour, above the plots. The page's own legend rather than Vega's:
+    it wraps where Vega's one row cut a fourth run at 390 px, and it lists only runs with data (a run that was
+    stopped before it finished has none)."""
+    mapping = colours(series)
+    drawn = list(dict.fromkeys(legend_name(result) for result in results))
+    keys = "".join(f"<span class='context-key'><i style='background:{mapping.get(name, '#64748b')}'></i>"
+                   f"{html.escape(name)}</span>" for name in drawn)
+    roofline = ("<span class='context-key-note'>a lighter line of the same colour: that run's roofline</span>"
+                if measured(results)["speed"] else "")
+    return f"<div class='context-legend'>{keys}{roofline}</div>" if drawn else ""
+
+
+def load_note(results: Sequence[Result]) -> str:
+    """The Compare tab's busy-machine line for the runs whose speed was measured under load: their tokens/s say
+    more about the other work than about the cache (a bounded cache can even seem to speed up from one length to
+    the next). Quality does not depend on the machine, so a run that measured only quality gets none."""
+    busy = [series_name(result) for result in results
+            if result.get("speed") and (result.get("machine_load") or {}).get("busy")]
+    if not busy:
+        return ""
+    return (busy_warning(", ".join(f"**{name}**" for name in busy)) + " Their speed figures are unreliable under "
+            "load: a speed that rises or falls with the context may be the machine, not the cache.")
+
+
 QUALITY_COLUMNS = ("run", "positions", "perplexity", "KL(full ‖ cache) (nats)", "top-1 agreement (%)")
 
 

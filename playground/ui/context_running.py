@@ -22,12 +22,16 @@ import gradio as gr
 from playground.errors import PlaygroundError
 from playground.generation_slot import Holder
 from playground.limits import max_request_seconds
+from playground.metrics import cpu_sample, machine_load
 from playground.tools.context import measure_text
 from playground.tools.context_request import MeasureStopped
 from playground.ui.context_frames import (
     ROOFLINE,
     colours,
     frames,
+    legend_html,
+    load_note,
+    measured,
     planned_legend,
     planned_series,
     quality_table,
@@ -68,27 +72,36 @@ def _span(low: float, high: float) -> list[float]:
 
 
 def plot_setup(tab: ContextTab, plan: ContextPlan, series: list[str]) -> Updates:
-    """Before the first run: every series the plan draws with its colour, each run in the legends, no data yet,
-    and the x axes over what the plan measures (the lengths; positions 1 to the quality tokens), so that no axis
-    starts at 0.
+    """Before the first run: every series the plan draws with its colour, no data yet, and the x axes over what
+    the plan measures (the lengths; positions 1 to the quality tokens), so that no axis starts at 0.
 
-    A legend lists the runs only: Vega lays its entries in one row that a plot cuts at its right edge, and the
-    speed plot's label says its rooflines are the lighter lines."""
+    No plot lists a legend: Vega lays its entries in one row that a plot cuts at its right edge (a fourth run at
+    390 px), and a legend set before the runs named a stopped one that drew nothing. The tab's own legend above
+    the plots (legend_html) names the runs as they finish."""
     empty, mapping, drawn = frames([], series), colours(series), _drawn_series(series)
     lengths, positions = _span(min(plan.request.lengths), max(plan.request.lengths)), _span(1, plan.request.tokens)
-    updates: Updates = {}
+    updates: Updates = {tab.legend: "", tab.load: ""}
     for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True):
         updates[plot] = gr.update(value=empty[key], color_map={n: mapping[n] for n in drawn[key]},
-                                  colors_in_legend=list(series),
-                                  x_lim=lengths if key in ("speed", "memory") else positions)
+                                  colors_in_legend=[], x_lim=lengths if key in ("speed", "memory") else positions)
     return updates
 
 
 def data_updates(tab: ContextTab, results: list[dict[str, Any]], series: list[str]) -> Updates:
-    """The plots' data and the tables for the runs finished so far, and nothing else."""
-    drawn = frames(results, series)
+    """The plots' data, the tables, the legend and the load warnings for the runs finished so far; a plot or a
+    table with nothing to draw (speed after a quality-only run) is hidden rather than drawn empty."""
+    drawn, has = frames(results, series), measured(results)
     updates: Updates = {plot: gr.update(value=drawn[key]) for plot, key in zip(tab.plots(), PLOT_KEYS, strict=True)}
-    return updates | {tab.speed_table: speed_table(results), tab.quality_table: quality_table(results)}
+    return updates | {tab.speed_table: speed_table(results), tab.quality_table: quality_table(results),
+                      tab.speed_part: gr.update(elem_classes=_part_classes(has["speed"])),
+                      tab.quality_part: gr.update(elem_classes=_part_classes(has["quality"])),
+                      tab.legend: legend_html(results, series), tab.load: load_note(results)}
+
+
+def _part_classes(shown: bool) -> list[str]:
+    """A part's classes: hidden by the page's CSS, not by Gradio's `visible`, which unmounts its plots, and a
+    plot drawn before threw in the browser once its part was hidden."""
+    return ["context-part"] if shown else ["context-part", "context-part-empty"]
 
 
 def _results_shown(tab: ContextTab, shown: bool, note: str = EMPTY_NOTE) -> Updates:
@@ -115,9 +128,10 @@ def _measure_all(plan: ContextPlan, events: queue.Queue[Event], stopped: Callabl
                 events.put(("progress", (index, message)))
 
             progress("starting")
+            before = cpu_sample()  # other work's share of the CPUs meanwhile: the speed figures' reliability
             result = measure_text(spec, plan.request, plan.text, plan.source, progress, should_stop, plan.where,
                                   references, holder=holder)
-            events.put(("result", result))
+            events.put(("result", {**result, "machine_load": machine_load(before, cpu_sample())}))
             if stopped() and index + 1 < len(plan.specs):
                 events.put(("stopped", None))
                 return
@@ -219,8 +233,8 @@ def wire(tab: ContextTab) -> None:
         return show_text_source(tab, source)
 
     on_private(tab.text_source.change, context_text_source, tab.text_source)
-    outputs = (tab.run, tab.stop, tab.status, tab.state, tab.empty_note, tab.results, tab.speed_table,
-               tab.quality_table, *tab.plots())
+    outputs = (tab.run, tab.stop, tab.status, tab.state, tab.empty_note, tab.results, tab.legend, tab.load,
+               tab.speed_part, tab.quality_part, tab.speed_table, tab.quality_table, *tab.plots())
 
     wire_run_and_stop("context", tab.run, tab.stop, tab.status, tab.inputs(), outputs, partial(run_context_tab, tab),
                       "■ Stopping after the current token or chunk; the finished runs stay…")

@@ -77,6 +77,10 @@ class ContextTab:
     status: gr.Markdown
     empty_note: gr.Markdown  # a sentence where the plots will be, until a measurement finishes
     results: gr.Column
+    legend: gr.HTML  # the runs drawn, with their colours (the plots' own legends are hidden: ui/style.py)
+    load: gr.Markdown  # the busy-machine line for the runs whose speed was measured under load
+    speed_part: gr.Column  # the speed and memory plots and the speed table
+    quality_part: gr.Column  # the KL and top-1 plots and the quality table
     speed_plot: gr.LinePlot
     memory_plot: gr.LinePlot
     kl_plot: gr.LinePlot
@@ -184,14 +188,20 @@ def build_context_tab() -> ContextTab:
     status = gr.Markdown("", elem_id="context-status")
     empty_note = gr.Markdown(EMPTY_NOTE, elem_id="context-empty")
     with gr.Column(visible=False, elem_id="context-results") as results:
-        plots = _plots()
-        speed_table = gr.Dataframe(None, label="speed per context length", interactive=False, wrap=False,
-                                   elem_id="context-speed-table")
-        quality_table = gr.Dataframe(None, label="quality per bucket of positions, against the full cache",
-                                     interactive=False, wrap=False, elem_id="context-quality-table")
+        legend = gr.HTML("", elem_id="context-legend")
+        load = gr.Markdown("", elem_id="context-load", elem_classes=["context-load"])
+        # speed and quality each in a column of its own, hidden while it has nothing to draw (a quality-only run)
+        with gr.Column(elem_id="context-speed-part", elem_classes=["context-part"]) as speed_part:
+            speed, memory = _plot_row("speed")
+            speed_table = gr.Dataframe(None, label="speed per context length", interactive=False, wrap=False,
+                                       elem_id="context-speed-table")
+        with gr.Column(elem_id="context-quality-part", elem_classes=["context-part"]) as quality_part:
+            kl, top1 = _plot_row("quality")
+            quality_table = gr.Dataframe(None, label="quality per bucket of positions, against the full cache",
+                                         interactive=False, wrap=False, elem_id="context-quality-table")
     return ContextTab(presets, preset_note, model, backends, caches, groups, knobs, text_source, pasted, uploaded,
-                      measures, lengths, tokens, buckets, run, stop, status, empty_note, results, *plots,
-                      speed_table, quality_table, gr.State([]))
+                      measures, lengths, tokens, buckets, run, stop, status, empty_note, results, legend, load,
+                      speed_part, quality_part, speed, memory, kl, top1, speed_table, quality_table, gr.State([]))
 
 
 def _cache_knobs(preset: ContextPreset) -> tuple[dict[str, gr.Group], dict[tuple[str, str], Any]]:
@@ -210,23 +220,24 @@ def _cache_knobs(preset: ContextPreset) -> tuple[dict[str, gr.Group], dict[tuple
     return groups, knobs
 
 
-def _plots() -> tuple[gr.LinePlot, gr.LinePlot, gr.LinePlot, gr.LinePlot]:
-    """Speed and memory against the context length, KL and top-1 agreement against the position."""
+def _plot_row(measure: str) -> tuple[gr.LinePlot, gr.LinePlot]:
+    """Speed and memory against the context length ("speed"), or KL and top-1 agreement against the position."""
     from playground.ui.context_frames import KL, MEMORY, POSITION, SPEED, TOP1, empty_frames
 
     frames = empty_frames()
-    common: dict[str, Any] = {"color": "series", "height": 280, "min_width": 300, "tooltip": "all"}
+    # x ticks in SI units ("1k"): at a phone's width "950" and "1,000" ran into each other
+    common: dict[str, Any] = {"color": "series", "height": 280, "min_width": 300, "tooltip": "all",
+                              "x_axis_format": "~s"}
     with gr.Row(equal_height=True, elem_classes=["context-plots"]):  # ui.style: legends drawn whole
-        speed = gr.LinePlot(frames["speed"], x="context (tokens)", y=SPEED, label="decode speed (tokens/s) and "
-                            "each run's roofline (light)", elem_id="context-speed-plot", **common)
-        memory = gr.LinePlot(frames["memory"], x="context (tokens)", y=MEMORY, label="KV cache at the end of the run "
-                             "(MiB)", elem_id="context-memory-plot", **common)
-    with gr.Row(equal_height=True, elem_classes=["context-plots"]):  # ui.style: legends drawn whole
-        kl = gr.LinePlot(frames["kl"], x=POSITION, y=KL, label="KL(full ‖ cache) per bucket of positions (nats)",
-                         elem_id="context-kl-plot", **common)
-        top1 = gr.LinePlot(frames["top1"], x=POSITION, y=TOP1, label="top-1 agreement with the full cache per "
-                           "bucket of positions", elem_id="context-top1-plot", **common)
-    return speed, memory, kl, top1
+        if measure == "speed":
+            return (gr.LinePlot(frames["speed"], x="context (tokens)", y=SPEED, label="decode speed (tokens/s) and "
+                                "each run's roofline (light)", elem_id="context-speed-plot", **common),
+                    gr.LinePlot(frames["memory"], x="context (tokens)", y=MEMORY, label="KV cache at the end of "
+                                "the run (MiB)", elem_id="context-memory-plot", **common))
+        return (gr.LinePlot(frames["kl"], x=POSITION, y=KL, label="KL(full ‖ cache) per bucket of positions (nats)",
+                            elem_id="context-kl-plot", **common),
+                gr.LinePlot(frames["top1"], x=POSITION, y=TOP1, label="top-1 agreement with the full cache per "
+                            "bucket of positions", elem_id="context-top1-plot", **common))
 
 
 def apply_preset(tab: ContextTab, name: str) -> Updates:

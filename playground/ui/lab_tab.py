@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +32,10 @@ SHAPES = {
     "flat (10 tokens)": ", ".join(["0.1"] * 10),
 }
 FIRST_SHAPE = next(iter(SHAPES))
+TYPED = "typed by hand"  # the shape once the box is edited: the dropdown no longer names a shape it left
 EMPTY_NOTE = "Set a knob and press <b>Apply the chain</b> to see what each stage keeps and removes."
-SHOWN = 24  # bars drawn per stage; the JSON below holds every id
+SHOWN = 24  # bars drawn per stage, then one bar for the rest of the kept ids
+JSON_SHOWN = 200  # ids per list in the page's JSON view: a whole vocabulary's lists made a JSON tree too big to draw
 
 
 def lab_default(name: str) -> Any:
@@ -66,7 +69,7 @@ def build_lab_tab() -> LabTab:
                 "their first step's state (μ = 2τ; the average at the target).")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=300):
-            shape = gr.Dropdown(list(SHAPES), value=FIRST_SHAPE, label="start from a shape", elem_id="lab-shape")
+            shape = gr.Dropdown([*SHAPES, TYPED], value=FIRST_SHAPE, label="start from a shape", elem_id="lab-shape")
             distribution = gr.Textbox(SHAPES[FIRST_SHAPE], lines=3, label="distribution (id 0 first)",
                                       info="numbers separated by commas: probabilities (normalised for you; 0 = "
                                            "already removed) or logits (-inf = already removed)",
@@ -90,7 +93,8 @@ def build_lab_tab() -> LabTab:
                     for name in names[start:start + 2]:
                         knobs[name] = knob_widget(sampler_lab.lab_knob(name), 0, lab_default(name),
                                                   elem_id=f"lab-{name}")
-    result = gr.JSON(None, label="the result as `python -m playground chain --json` prints it", elem_id="lab-json")
+    result = gr.JSON(None, label=f"the result as `python -m playground chain --json` prints it, each list cut to its "
+                     f"first {JSON_SHOWN} (its length beside it)", elem_id="lab-json")
     return LabTab(shape, distribution, kind, history, breakers, backend, knobs, run, stages, result)
 
 
@@ -116,31 +120,65 @@ def _typed(name: str, value: Any) -> Any:
 
 
 def stages_html(result: sampler_lab.LabResult) -> str:
-    """Each stage as a row: its label, what it kept (a bar per id, most likely first), removed and moved; then
-    the final distribution."""
+    """Each stage as a row: its label, what it kept (a bar per id, most likely first, the rest as one bar),
+    removed and moved; then the final distribution."""
+    final = result["final"]
+    final_row = _row("final distribution", [e["id"] for e in final[:SHOWN]], [e["p"] for e in final], [], None,
+                     len(final))
     if not result["stages"]:
         return ('<div class="lab-empty">No stage is on: every knob is at its default. The final distribution is the '
-                'one you gave.</div>' + _row("final distribution", [(e["id"], e["p"]) for e in result["final"]], [],
-                                             None))
-    rows = [_row(stage["label"], list(zip(stage["kept"], stage["p"], strict=True)), stage["removed"], stage["moved"])
+                'one you gave.</div>' + final_row)
+    rows = [_row(stage["label"], stage["kept"], stage["p"], stage["removed"], stage["moved"])
             for stage in result["stages"]]
-    rows.append(_row("final distribution", [(e["id"], e["p"]) for e in result["final"]], [], None))
-    return f'<div class="lab">{"".join(rows)}</div>'
+    return f'<div class="lab">{"".join(rows)}{final_row}</div>'
 
 
-def _row(label: str, kept: list[tuple[int, float]], removed: list[int], moved: float | None) -> str:
-    top = max((p for _, p in kept), default=1.0) or 1.0
-    bars = "".join(f'<div class="lab-bar" title="id {token}: p {p:.4f}"><span style="height:{100 * p / top:.1f}%">'
-                   f'</span><small>{token}</small></div>' for token, p in kept[:SHOWN])
-    more = f'<span class="lab-more">+{len(kept) - SHOWN} more</span>' if len(kept) > SHOWN else ""
+@dataclass(frozen=True)
+class Bars:
+    """What a stage's row draws: its SHOWN most likely kept ids, then the rest summed as one bar, so that a
+    262,144-token vocabulary draws 25 bars rather than a quarter of a million elements (which crashed the tab)."""
+
+    shown: list[tuple[int, float]]
+    rest_count: int
+    rest_p: float
+
+
+def bars(ids: list[int], ps: list[float], count: int | None = None) -> Bars:
+    """`ids` most likely first with their `ps`; `count` the kept ids in all when `ids` holds only the first."""
+    total = len(ps) if count is None else count
+    return Bars(list(zip(ids[:SHOWN], ps[:SHOWN], strict=False)), max(0, total - SHOWN), math.fsum(ps[SHOWN:]))
+
+
+def _row(label: str, ids: list[int], ps: list[float], removed: list[int], moved: float | None,
+         count: int | None = None) -> str:
+    drawn = bars(ids, ps, count)
+    top = max([p for _, p in drawn.shown] + [drawn.rest_p]) or 1.0
+    cells = [f'<div class="lab-bar" title="id {token}: p {p:.4f}"><span style="height:{100 * p / top:.1f}%">'
+             f'</span><small>{token}</small></div>' for token, p in drawn.shown]
+    if drawn.rest_count:
+        cells.append(f'<div class="lab-bar lab-rest" title="{drawn.rest_count:,} more kept tokens: p '
+                     f'{drawn.rest_p:.4f} together"><span style="height:{100 * drawn.rest_p / top:.1f}%"></span>'
+                     f'<small>+{drawn.rest_count:,}</small></div>')
     shown_removed = ", ".join(map(str, removed[:SHOWN])) + (" …" if len(removed) > SHOWN else "")
-    facts = [f"kept {len(kept)}"]
+    facts = [f"kept {len(ps):,}"]
+    if drawn.rest_count:
+        facts.append(f"the last bar: the other {drawn.rest_count:,}, p {drawn.rest_p:.4f} together")
     if moved is not None:
-        gone = f'<span class="cut-removed">removed {len(removed)}</span> ({html.escape(shown_removed)})' \
+        gone = f'<span class="cut-removed">removed {len(removed):,}</span> ({html.escape(shown_removed)})' \
             if removed else "removed 0"
         facts += [gone, f"moved {moved:.4f}"]
     return (f'<div class="lab-stage"><div class="lab-label"><b>{html.escape(label)}</b>'
-            f'<span class="lab-facts">{" · ".join(facts)}</span></div><div class="lab-bars">{bars}{more}</div></div>')
+            f'<span class="lab-facts">{" · ".join(facts)}</span></div><div class="lab-bars">{"".join(cells)}</div>'
+            '</div>')
+
+
+def page_json(result: sampler_lab.LabResult) -> dict[str, Any]:
+    """The result for the page's JSON view: each list cut to its first JSON_SHOWN entries, its length beside
+    it (`kept_count`, `removed_count`, `final_count`); the API and the command give every id."""
+    stages = [{**stage, "kept": stage["kept"][:JSON_SHOWN], "p": stage["p"][:JSON_SHOWN],
+               "kept_count": len(stage["kept"]), "removed": stage["removed"][:JSON_SHOWN],
+               "removed_count": len(stage["removed"])} for stage in result["stages"]]
+    return {"stages": stages, "final": result["final"][:JSON_SHOWN], "final_count": len(result["final"])}
 
 
 def apply_chain(distribution: str, kind: str, history: str, breakers: str, backend: str,
@@ -151,7 +189,7 @@ def apply_chain(distribution: str, kind: str, history: str, breakers: str, backe
         result = sampler_lab.run(lab_request(distribution, kind, history, breakers, backend, knobs))
     except PlaygroundError as exc:
         raise gr.Error(str(exc)) from None
-    return stages_html(result), {"stages": result["stages"], "final": result["final"]}
+    return stages_html(result), page_json(result)
 
 
 def api_chain(request: str) -> sampler_lab.LabResult:
@@ -174,15 +212,20 @@ def api_chain(request: str) -> sampler_lab.LabResult:
         raise gr.Error(str(exc)) from None
 
 
-def pick_shape(shape: str) -> tuple[str, str]:
-    """A shape's probabilities into the distribution box."""
+def pick_shape(shape: str) -> tuple[Any, Any]:
+    """A shape's probabilities into the distribution box; "typed by hand" leaves the box as it is."""
+    if shape not in SHAPES:
+        return gr.update(), gr.update()
     return SHAPES[shape], PROBABILITIES
 
 
 def wire(tab: LabTab) -> None:
-    """A shape fills the box outside the queue; Apply runs in it, so a JAX compile never runs beside a
-    generation and falsifies its timing."""
+    """A shape fills the box outside the queue, and typing in the box turns the shape to "typed by hand" in the
+    browser alone (a pasted vocabulary is megabytes: no keystroke sends it); Apply runs in the queue, so a JAX
+    compile never runs beside a generation and falsifies its timing."""
     on_private(tab.shape.input, Handler(pick_shape, (tab.distribution, tab.kind)), [tab.shape])
+    tab.distribution.input(None, None, [tab.shape], js=f"() => {json.dumps(TYPED)}", queue=False,
+                           api_visibility="private")
     apply = Handler(apply_chain, (tab.stages, tab.result))
     on_private(tab.run.click, apply, tab.inputs(), queue=True)
     on_private(tab.distribution.submit, apply, tab.inputs(), queue=True)

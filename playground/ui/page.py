@@ -31,6 +31,7 @@ from playground.ui.export import (
 from playground.ui.outcome import empty_outcome
 from playground.ui.plots import (
     DRAWN_MS,
+    LATENCY_FORMAT,
     MIN_STEP_SPAN,
     STEP_FORMAT,
     kv_frame,
@@ -302,7 +303,7 @@ def _comparison() -> dict[str, Any]:
             speed_plot = gr.BarPlot(throughput_frame(empty, empty, empty), x="bar", y="tokens/s", x_title="column",
                                     title="decode speed (tokens/s)", height=240, elem_id="speed-plot", y_lim=[0, None],
                                     color="column", color_map=colours, colors_in_legend=[],  # the x axis names them
-                                    tooltip=["run", "tokens/s"])
+                                    tooltip=["run", "tokens/s"], x_label_angle=-20)
             with gr.Row():
                 download_json = gr.DownloadButton("⬇ results JSON", interactive=False, size="sm",
                                                   elem_id="download-json")
@@ -319,7 +320,7 @@ def _comparison() -> dict[str, Any]:
                                        elem_id="latency-plot", title="ms/token per arrival (JAX: per chunk)",
                                        tooltip=["run", "token", "ms/token"], color="column", color_map=colours,
                                        colors_in_legend=[], height=260, y_lim=[0, None], x_lim=[1, MIN_STEP_SPAN],
-                                       x_axis_format=STEP_FORMAT)
+                                       x_axis_format=STEP_FORMAT, y_axis_format=LATENCY_FORMAT)
             latency_note = gr.Markdown("", elem_id="latency-note", elem_classes=["process-memory"])
         kv_plot = gr.LinePlot(kv_frame(empty, empty, empty), x="decoding step", y="KV cache (MiB)", elem_id="kv-plot",
                               title="KV-cache size over the run (MiB)",

@@ -14,11 +14,15 @@ from playground.ui.table import MIB, metric_value
 PALETTE = ("#4f46e5", "#ea580c", "#059669", "#db2777")  # one colour per column position: cards, lines and bars
 MIN_STEP_SPAN = 24  # a step axis spans at least this many steps, so its ticks fall on whole steps (1, 2, 5, ...)
 STEP_FORMAT = "d"  # step axes count tokens: whole numbers only
+# the latency axis in SI units ("1.5k"): on a busy machine its ticks reach thousands of ms, and "1,000" was cut to
+# ",000" at the plot's left edge
+LATENCY_FORMAT = "~s"
 # the latency plot draws arrivals slower than OUTLIER_FACTOR x the 90th percentile at that height (latency_cap)
 OUTLIER_FACTOR = 4
 MIN_POINTS_TO_CAP = 10  # fewer arrivals than this have no meaningful percentile
 DRAWN_MS = "ms/token (drawn)"  # the plotted height; the tooltip keeps the real "ms/token"
 HEADROOM = 1.1  # the speed and KV plots' value axes reach this far past their largest value (value_limits)
+BAR_CHARS = 22  # characters of a column's name under its speed bar
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, str]) -> pd.DataFrame:
     """Typed even when empty: the plot fixes its axis types (numeric or categorical) from the first frame it gets."""
@@ -29,6 +33,12 @@ def series_name(position: int) -> str:
     """A column's series in the plots: its number on the page (0-based position among the visible columns).
     Short, so four of them fit a legend (and a bar axis) on a 390 px phone, where "column 4" was cut to "co"."""
     return f"col {position + 1}"
+
+
+def bar_name(label: str) -> str:
+    """A column's bar on the speed plot: its name ("1: sampling · dynamic · top-k 5"), cut to BAR_CHARS so that
+    four fit a phone's axis at an angle (the tooltip gives the whole name). The number keeps it unique."""
+    return label if len(label) <= BAR_CHARS else label[:BAR_CHARS - 1].rstrip(" ·") + "…"
 
 
 def series_colours(count: int) -> dict[str, str]:
@@ -88,7 +98,7 @@ def throughput_frame(results: Sequence[Result | None], labels: Sequence[str | No
                      positions: Sequence[int | None]) -> pd.DataFrame:
     """Decode speed per column, coloured like its card and lines; positions without a result are named but not
     drawn. All three sequences are by column slot."""
-    rows = [{"column": series_name(position), "bar": series_name(position), "run": label,
+    rows = [{"column": series_name(position), "bar": bar_name(label), "run": label,
              "tokens/s": metric_value(result, "tokens_per_s")}
             for position, label, result in _drawn(results, labels, positions)
             if metric_value(result, "tokens_per_s") is not None]

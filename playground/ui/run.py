@@ -16,7 +16,7 @@ from playground.decode_costs import against_alone
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.generation_slot import Holder
-from playground.metrics import busy_note
+from playground.metrics import busy_note, busy_warning
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
 from playground.ui.beam_compare import beam_comparison
@@ -300,8 +300,7 @@ def _closing(run: _Run, not_run: int) -> Updates:
     ran = sum(r is not None for r in run.outcome["results"])
     busy = [i + 1 for i, r in enumerate(run.outcome["results"])
              if r is not None and (r["extra"].get("machine_load") or {}).get("busy")]
-    contended = (f" ⚠ Column{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} ran on a busy machine (other "
-                 "work took CPU time): compare their timings after a repeat on a quiet one." if busy else "")
+    contended = " " + busy_warning(f"Column{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}") if busy else ""
     stopped = {i: how for i, r in enumerate(run.outcome["results"]) if r is not None and (how := stopped_how(r))}
     final: Updates = {run.page.status: summary(ran, run.refused, not_run, int(run.settings["seed"]), stopped)
                       + run.note + contended}

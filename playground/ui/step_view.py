@@ -79,6 +79,21 @@ def _beams_html(tree: StepTree) -> str:
             f"hypothesis, so there is no single token to fork at)</div><ol class='step-beams'>{rows}</ol>")
 
 
+def shown_candidates(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step's recorded candidates (the model's top few), then the drawn token when a sample took it from
+    outside them, marked `outside`: a Step's candidates always hold the token it drew."""
+    alternatives = list(record.get("alternatives") or [])
+    if not alternatives or any(alt["id"] == record["id"] for alt in alternatives):
+        return alternatives
+    return [*alternatives, {"id": record["id"], "text": record["text"], "p": record.get("p"),
+                            "p_model": record.get("p_model"), "logprob_model": record.get("logprob_model"),
+                            "removed_by": None, "outside": True}]
+
+
+def _p(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3f}"
+
+
 def candidates_html(tree: StepTree | None, note: str = "") -> str:
     """The candidates at the current node's position, after the chain: text, p as drawn, p_model, and what
     removed it; the current token marked. A click forces it (a fork)."""
@@ -94,12 +109,15 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
     if record is None:
         return warn + "<div class='step-empty'>typed (forced): press Step to see what follows</div>"
     buttons = []
-    for alt in record.get("alternatives") or []:
+    taken = "drawn" if draws_each_token(tree.spec) else "chosen"  # contrastive search may choose past the top five
+    for alt in shown_candidates(record):
         cut = f" ✂ {html.escape(alt['removed_by'])}" if alt["removed_by"] else ""
         chosen = " chosen" if alt["id"] == node.token else ""
+        outside = (f"<i class='cand-outside'>{taken} from outside the top {len(record['alternatives'])}</i>"
+                   if alt.get("outside") else "")
         buttons.append(f"<button type='button' class='cand{chosen}{' cut' if cut else ''}' data-token='{alt['id']}' "
                        f"title='force this token here'><b>{_piece(alt['text'])}</b> "
-                       f"<span>p {alt['p']:.3f} · p_model {alt['p_model']:.3f}{cut}</span></button>")
+                       f"<span>p {_p(alt['p'])} · p_model {_p(alt['p_model'])}{cut}</span>{outside}</button>")
     if not buttons:
         buttons.append("<div class='step-empty'>this strategy recorded no candidates for the token</div>")
     position = len(tree.path()) - 1
@@ -133,12 +151,20 @@ def branch_records(tree: StepTree) -> list[TokenRecord]:
     return records
 
 
+# heads a token view that shows a branch, so that the colour toggle knows to redraw the branch, not the last run
+BRANCH_NOTE = ("<div class='step-head'>the branch's tokens (step mode): a token of the branch tree below resumes "
+               "there and shows its candidates</div>")
+
+
+def shows_branch(tokens_view: str | None) -> bool:
+    """Whether a column's token view shows its step branch (a run since then drew its own tokens there)."""
+    return str(tokens_view or "").startswith(BRANCH_NOTE)
+
+
 def strip_html(tree: StepTree, colour_by: str) -> str:
     """The column's token view for the branch it stands on: its tokens coloured as a run's are. A click on one
     does not open the sampling cut (the page's cut is the last run's); the candidates under it are the step's."""
-    note = ("<div class='step-head'>the branch's tokens (step mode): a token of the branch tree below resumes "
-            "there and shows its candidates</div>")
-    return note + tokens_html(branch_records(tree), colour_by, pickable=False)
+    return BRANCH_NOTE + tokens_html(branch_records(tree), colour_by, pickable=False)
 
 
 def branches_html(tree: StepTree | None) -> str:
@@ -181,6 +207,8 @@ STEP_CSS = """
 .step-cands .cand span { font-size: 0.85em; font-variant-numeric: tabular-nums; }
 .step-cands .cand.chosen { border: 2px solid var(--color-accent); }
 .step-cands .cand.cut span { color: #b91c1c; }
+.step-cands .cand-outside { font-size: 0.8em; color: #b45309; }
+.dark .step-cands .cand-outside { color: #fbbf24; }
 .dark .step-cands .cand.cut span { color: #f87171; }
 .step-cands .cand:hover, .step-cands .cand:focus-visible { border-color: var(--color-accent); }
 .step-cut, .step-method { color: var(--body-text-color-subdued); margin-top: 3px; overflow-wrap: anywhere; }

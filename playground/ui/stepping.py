@@ -21,7 +21,7 @@ from playground.ui.live import LIVE_RUNS
 from playground.ui.page import Page
 from playground.ui.step_runs import absorb, draws_each_token, searches_beams, step_spec
 from playground.ui.step_tree import StepTree
-from playground.ui.step_view import branches_html, candidates_html, strip_html
+from playground.ui.step_view import branches_html, candidates_html, shown_candidates, shows_branch, strip_html
 
 Steps = dict[str, Any]  # the page's step state: {"prompt": str, "trees": {slot: StepTree}}
 TO_THE_END = 1 << 30  # "run to the end": as many tokens as the branch has left
@@ -134,7 +134,7 @@ def pick(page: Page, steps: Steps, colour_by: str, slot: int, evt: gr.EventData,
     if tree is None or tree.current is None or not isinstance(token, (int, float)):
         return {}
     record = tree.nodes[tree.current].record or {}
-    alternative = next((a for a in record.get("alternatives") or [] if a["id"] == int(token)), None)
+    alternative = next((a for a in shown_candidates(record) if a["id"] == int(token)), None)
     if alternative is None:
         return {}
     tree.fork(int(token), alternative["text"], alternative.get("logprob_model"))
@@ -189,6 +189,14 @@ def force_text(page: Page, data: Inputs, request: gr.Request) -> Updates:
         updates |= _views(page, slot, tree, colour_by)
     return updates | {page.steps: {"prompt": prompt, "trees": trees}, page.step_text: "",
                       page.step_status: f"✓ forced {text!r} in {forced} column(s); Step continues after it"}
+
+
+def recolour_branches(page: Page, steps: Steps, colour_by: str, views: list[str | None]) -> Updates:
+    """The colour toggle on columns whose token view shows a step branch: the branch's tokens recoloured (the
+    run's would replace the branch the person stands on)."""
+    trees = (steps or {}).get("trees", {})
+    return {page.columns[slot].tokens: strip_html(trees[slot], colour_by) for slot, view in enumerate(views)
+            if shows_branch(view) and slot in trees and trees[slot].current is not None}
 
 
 def wire_steps(page: Page) -> None:

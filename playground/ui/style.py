@@ -102,11 +102,27 @@ CSS = """
 /* a sweep or long-context plot's label takes room inside the block's fixed height: the chart fills what is left,
    so its legend is drawn whole instead of cut off at the block's bottom edge */
 #sweep-plots .block, .context-plots .block { display: flex; flex-direction: column; }
+/* the Long context plots' legend is the tab's own (#context-legend), which wraps on a phone */
+.context-plots .role-legend { display: none; }
+.context-part.context-part-empty { display: none !important; }
+.context-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: center; font-size: 0.9em; }
+.context-key { display: inline-flex; align-items: center; gap: 5px; white-space: nowrap; }
+.context-key i { display: inline-block; width: 18px; height: 4px; border-radius: 2px; }
+.context-key-note { color: var(--body-text-color-subdued); font-size: 0.92em; }
+.context-load p { color: #b45309; margin: 2px 0; font-size: 0.9em; }
+.dark .context-load p { color: #fbbf24; }
 #sweep-plots .vega-embed, .context-plots .vega-embed { flex: 1 1 0; min-height: 0; height: auto; }
 .clamp-note { font-size: 0.82em; color: #b45309; padding: 2px 0 0; }
 .dark .clamp-note { color: #fbbf24; }
 /* the selected tab's label takes the primary colour, 4.3:1 on the dark page: a lighter shade of it */
 .dark #tabs button[role="tab"][aria-selected="true"] { color: #a5b4fc; }
+/* on a phone the four tab names do not fit one row, and Gradio moves the rest behind its "⋯" button: it is
+   labelled, and the tabs are narrower, so a visitor sees that Sweep, Sampler lab and Long context are there */
+@media (max-width: 480px) {
+  #tabs button[role="tab"], #tabs .tab-container.visually-hidden button { padding: 0 8px; }
+  #tabs .overflow-menu > button { display: inline-flex; align-items: center; gap: 4px; width: auto; padding: 0 6px; }
+  #tabs .overflow-menu > button::after { content: "more tabs"; font-size: 0.85em; white-space: nowrap; }
+}
 .gradio-container { max-width: 1600px !important; width: 100% !important; margin: 0 auto !important; }
 .intro h1 { margin-bottom: 2px; }
 .intro p { color: var(--body-text-color-subdued); margin-top: 0; }
@@ -123,8 +139,11 @@ CSS = """
 .notice p { margin: 0; font-size: 0.88em; }
 .notice:not(:empty) { color: var(--body-text-color); }
 .out-card textarea { font-size: 0.95em; }
+/* overflow-wrap: a text with no space or hyphen (DoLa repeating "anananan") is one unbreakable line of spans, and
+   ran past its card */
 .tokens { font-family: var(--font-mono); font-size: 0.86em; line-height: 1.9; max-height: 260px;
-          overflow-y: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 8px;
+          overflow-y: auto; overflow-wrap: anywhere; padding: 6px; border: 1px solid var(--border-color-primary);
+          border-radius: 8px;
           background: var(--background-fill-primary); color: var(--body-text-color); }
 .tokens.empty { color: var(--body-text-color-subdued); font-family: var(--font); }
 .tok { padding: 1px 1px; margin: 0 1px 0 0; border-radius: 3px; white-space: pre-wrap; cursor: help; color: inherit; }
@@ -140,7 +159,7 @@ CSS = """
 .constraint-note { font-size: 0.85em; padding-top: 4px; color: var(--body-text-color); }
 .constraint-note.bad b { color: #b45309; }
 .dark .constraint-note.bad b { color: #fbbf24; }
-.method-note { font-size: 0.85em; color: var(--body-text-color-subdued); padding-top: 4px; }
+.method-note { font-size: 0.85em; color: var(--body-text-color-subdued); padding-top: 4px; overflow-wrap: anywhere; }
 .method-panel p { margin: 2px 0 4px; }
 .method-panel tr.chosen { font-weight: 600; background: var(--background-fill-secondary); }
 .tok-legend { font-size: 0.85em; padding-top: 18px; }
@@ -246,7 +265,8 @@ LAB_CSS = """
 .lab-bar span { display: block; width: 14px; min-height: 1px; background: #4f46e5; border-radius: 2px 2px 0 0; }
 .dark .lab-bar span { background: #818cf8; }  /* the light theme's indigo is too dark on the dark page */
 .lab-bar small { font-size: 0.7em; color: var(--body-text-color-subdued); font-variant-numeric: tabular-nums; }
-.lab-more { align-self: center; font-size: 0.85em; color: var(--body-text-color-subdued); margin-left: 4px; }
+.lab-bar.lab-rest { width: auto; min-width: 22px; }
+.lab-bar.lab-rest span { background: var(--body-text-color-subdued); }
 """
 CSS += LAB_CSS
 

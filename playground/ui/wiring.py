@@ -139,11 +139,12 @@ def _wire_layout(page: Page, show_chat: Handler) -> None:
         return {page.conversation: []} | {c.chatbot: [] for c in page.columns}
 
     @writes(page.legend, [c.tokens for c in page.columns])
-    def recolour_tokens(outcome: Outcome, colour_by: str) -> Updates:
-        return recolour(page, outcome, colour_by)
+    def recolour_tokens(outcome: Outcome, colour_by: str, steps: stepping.Steps, *views: str | None) -> Updates:
+        return recolour(page, outcome, colour_by) | stepping.recolour_branches(page, steps, colour_by, list(views))
 
     on_private(page.clear_chat.click, clear_conversation)
-    on_private(page.colour_by.input, recolour_tokens, [page.results, page.colour_by])
+    on_private(page.colour_by.input, recolour_tokens,
+               [page.results, page.colour_by, page.steps, *(c.tokens for c in page.columns)])
 
 
 def _wire_settings(page: Page, show_chat: Handler) -> Handler:

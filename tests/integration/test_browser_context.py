@@ -33,13 +33,13 @@ def _marks(page, plot: str) -> int:
                                      "marks => marks.length")
 
 
-def _legend(page, plot: str) -> list[str]:
-    """The entries of a plot's legend that show: Vega drew them (a label past its width ends in "…") inside the
-    plot's block, which cuts off whatever lies below its bottom edge."""
-    return page.eval_on_selector(f"#{plot}", """block => {
-        const bottom = block.getBoundingClientRect().bottom;
-        return [...block.querySelectorAll('svg .role-legend-label text')]
-            .filter(label => label.getBoundingClientRect().bottom <= bottom).map(label => label.textContent);
+def _legend(page) -> list[str]:
+    """The entries of the tab's legend that show whole inside the page's width (the plots' own are hidden)."""
+    return page.eval_on_selector("#context-legend", """block => {
+        const right = document.documentElement.clientWidth;
+        return [...block.querySelectorAll('.context-key')]
+            .filter(key => key.getBoundingClientRect().right <= right && key.offsetParent !== null)
+            .map(key => key.textContent);
     }""")
 
 
@@ -111,8 +111,7 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
     assert not page.locator("#context-empty").is_visible()
     for plot in PLOTS:
         assert page.locator(f"#{plot}").is_visible() and _marks(page, plot) > 0, plot
-    for plot in PLOTS:  # each legend names each run by its cache and backend
-        assert _legend(page, plot) == ["static · torch", "sink · torch"], plot
+    assert _legend(page) == ["static · torch", "sink · torch"]  # each run by its cache and backend
     # the speed table: a line per run and length, with units in its headers
     speed_rows = page.locator("#context-speed-table [role=row]").count()
     assert speed_rows >= 1 + 2 * 2
@@ -127,4 +126,18 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
     page.set_viewport_size({"width": 390, "height": 900})
     _shoot(page, "context-phone")
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390 + 1
+
+    # quality only, on the phone: no empty speed or KV plot and no empty speed table; the legend whole
+    _tick(page, "context-measures", "speed", False)
+    before = page.locator("#context-status").inner_text()
+    page.locator("#context-run").click()
+    page.wait_for_function("old => document.querySelector('#context-status')?.innerText !== old", arg=before,
+                           timeout=30_000)
+    _wait_for_status(page, "done: 2 runs", 600)
+    page.wait_for_selector("#context-speed-plot", state="hidden", timeout=10_000)
+    assert not page.locator("#context-memory-plot").is_visible()
+    assert not page.locator("#context-speed-table").is_visible()
+    assert page.locator("#context-kl-plot").is_visible() and page.locator("#context-quality-table").is_visible()
+    assert _legend(page) == ["static · torch", "sink · torch"]
+    _shoot(page, "context-phone-quality")
     assert not errors

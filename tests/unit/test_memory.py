@@ -1,5 +1,7 @@
 """Memory budget: estimates match what gets allocated, the LRU stays within budget, oversize requests are refused."""
 
+import re
+
 import pytest
 
 from playground import runner
@@ -72,8 +74,10 @@ def test_a_cache_that_would_not_fit_is_refused_before_generating(three_models, m
     loaded.LOADED.clear()
     try:
         runner.run_to_result("abc", RunSpec(model=three_models[0], max_new_tokens=8))  # 11 tokens: fits
-        with pytest.raises(PlaygroundError, match=r"the KV cache for 1003 tokens x 4 sequence\(s\)"):
+        with pytest.raises(PlaygroundError, match=r"the KV cache for 1003 tokens x 4 sequence\(s\)") as refused:
             runner.run_to_result("abc", RunSpec(model=three_models[0], strategy="beam", max_new_tokens=1000))
+        # a tiny model's few hundred KiB read in KiB or MiB, not "0.00 GiB"
+        assert "0.00 GiB" not in str(refused.value) and re.search(r"needs about [\d.]+ (KiB|MiB)", str(refused.value))
     finally:
         loaded.LOADED.clear()
 
@@ -86,3 +90,8 @@ def test_context_length_is_enforced(three_models, monkeypatch):
             runner.run_to_result("x" * 3500, RunSpec(model=three_models[0], max_new_tokens=1024))
     finally:
         loaded.LOADED.clear()
+
+
+def test_sizes_in_a_refusal_take_the_unit_they_fill():
+    assert [memory.size_text(n) for n in (512, 12 * 2**10, int(4.2 * 2**20), int(1.5 * 2**30))] == [
+        "512 B", "12 KiB", "4.2 MiB", "1.50 GiB"]

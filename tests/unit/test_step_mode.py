@@ -17,7 +17,7 @@ from playground.ui import stepping
 from playground.ui.live import LIVE_RUNS
 from playground.ui.step_runs import absorb, step_spec
 from playground.ui.step_tree import StepTree
-from playground.ui.step_view import candidates_html
+from playground.ui.step_view import candidates_html, shown_candidates
 from playground.ui.tokens import DEFAULT_COLOUR, ENTROPY_SCALE
 from tests.helpers import module_tiny_model
 from tests.unit.test_ui import page_data
@@ -152,6 +152,22 @@ def test_a_beam_step_shows_the_beams(local_model):
     assert isinstance(step_spec(StepTree({**beams.spec, "max_new_tokens": 2}, last=beams.last), 1), str)
 
 
+def test_every_jax_step_of_a_beam_tree_runs_on_its_first_step_s_programs(local_model):
+    """A beam search's step searches again from the prompt one token (or eight) deeper; sized for the tree, every
+    step after the first runs on its programs, and the last step's beams are the whole search's."""
+    tree = StepTree(_spec(local_model, "jax", strategy="beam", num_beams=3, num_return_sequences=2,
+                          max_new_tokens=12, min_new_tokens=12))
+    first = _step(tree)
+    programs = first["extra"]["compiled_programs"]
+    assert programs and first["metrics"]["compile_s"] > 0  # the tree's first step compiled them
+    later = [_step(tree), _step(tree, 8), _step(tree), _step(tree)]  # depths 2, 10, 11, 12
+    assert tree.last["depth"] == 12 and len(tree.last["beams"]) == 2
+    assert [r["extra"]["compiled_programs"] for r in later] == [programs] * len(later)
+    assert all(r["metrics"]["compile_s"] == 0.0 for r in later)
+    whole = runner.run_to_result(PROMPT, RunSpec.from_dict(tree.spec))
+    assert [text for text, _ in tree.last["beams"]] == whole["sequences"]
+
+
 def test_an_assisted_step_shows_its_drafts(local_model):
     tree = StepTree(_spec(local_model, strategy="assisted", prompt_lookup=3))
     _step(tree, 8)
@@ -207,7 +223,7 @@ def test_contrastive_and_dola_steps_show_candidates_and_what_the_method_weighed(
     _step(tree)
     _step(tree)
     shown = candidates_html(tree)
-    assert shown.count("data-token=") == len(tree.nodes[tree.current].record["alternatives"]) > 1
+    assert shown.count("data-token=") == len(shown_candidates(tree.nodes[tree.current].record)) > 1
     assert ("contrastive search:" if strategy == "contrastive" else "DoLa contrasted layer") in shown
 
 
@@ -228,3 +244,42 @@ def test_the_tree_lists_each_branch_with_its_fork_and_log_probability():
     assert tree.fork(9, "t9", -3.0) == 3 and len(tree.nodes) == 5  # picking it again moves there, adds nothing
     with pytest.raises(ValueError, match="node 5 is not in the tree"):
         tree.resume(5)
+
+
+def test_a_token_drawn_from_outside_the_top_five_is_listed_with_its_figures_and_marked(page):
+    """A sample may draw a token the record's five candidates leave out: it is listed after them, with its p
+    and p_model, marked, and a click on it forces it as any candidate's does."""
+    alternatives = [{"id": i, "text": f"t{i}", "p": 0.2 - 0.01 * i, "p_model": 0.15, "removed_by": None,
+                     "logprob_model": -1.9} for i in range(5)]
+    record = {"id": 42, "text": "J", "p": 0.0123, "p_model": 0.0045, "logprob_model": -5.4, "entropy": 2.0,
+              "entropy_model": 2.5, "top": None, "draft": None, "alternatives": alternatives, "stages": []}
+    tree = StepTree({"strategy": "sampling", "seed": 5, "min_new_tokens": 0})
+    tree.add(42, "J", "drawn", -5.4, record)
+    shown = candidates_html(tree)
+    assert shown.count("data-token=") == 6
+    drawn = shown.split("data-token='42'")[1].split("</button>")[0]
+    assert "p 0.012 · p_model 0.004" in drawn and "drawn from outside the top 5" in drawn and "chosen" in \
+        shown.split("data-token='42'")[0].rsplit("<button", 1)[1]
+    inside = {**record, "id": 3, "text": "t3"}
+    tree.add(3, "t3", "drawn", -1.9, inside)
+    assert candidates_html(tree).count("data-token=") == 5 and "outside the top" not in candidates_html(tree)
+    tree.resume(0)
+    tree.add(42, "J", "drawn", -5.4, record)
+    steps = {"trees": {0: tree}}
+    event = type("Event", (), {"token": 42})()
+    updates = stepping.pick(page, steps, DEFAULT_COLOUR, 0, event, SESSION)
+    assert "forced 'J'" in updates[page.step_status]
+
+
+def test_the_colour_toggle_redraws_the_branch_a_column_shows_and_the_run_elsewhere(page):
+    """After stepping, a column's token view is its branch: the toggle recolours the branch, not the last run's
+    tokens; a column whose view shows a run's tokens is left to the run's redraw."""
+    tree = StepTree({"strategy": "greedy"})
+    record = {"id": 7, "text": "x", "p": 0.9, "p_model": 0.5, "entropy": 0.1, "entropy_model": 3.5, "top": None,
+              "draft": None, "alternatives": [], "stages": []}
+    tree.add(7, "x", "drawn", -0.7, record)
+    stepped = stepping.strip_html(tree, DEFAULT_COLOUR)
+    updates = stepping.recolour_branches(page, {"trees": {0: tree, 1: tree}}, "model entropy",
+                                         [stepped, "<div class='tokens'>a run's</div>", None, None])
+    assert list(updates) == [page.columns[0].tokens]
+    assert updates[page.columns[0].tokens] == stepping.strip_html(tree, "model entropy") != stepped

@@ -1,7 +1,8 @@
 """The PyTorch prefill in chunks (backends/torch/prefill.py): transformers' prefill_chunk_size where it is exact.
 
 A chunk of 8 tokens against a 40-token prompt crosses a sliding window of 6 (narrower than a chunk) and of 16,
-and Gemma3's own window of 8; the tokens and every step's probabilities are the whole prompt's.
+and Gemma3's own window of 8; the tokens and every step's probabilities are the whole prompt's, for generate()'s
+own loops and for the loops of ours (contrastive search, DoLa, diverse beam search).
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def _run(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatch):
     ("gemma", {"cache": "sliding"}),
     ("gemma", {"cache": "static"}),
     ("llama", {"cache": "dynamic", "strategy": "beam", "num_beams": 3}),
+    # the strategies with a loop of their own prefill through generate()'s prefill, chunks included
+    ("llama", {"cache": "dynamic", "strategy": "contrastive", "penalty_alpha": 0.6, "top_k": 4}),
+    ("llama", {"cache": "dynamic", "strategy": "dola"}),
+    ("llama", {"cache": "static", "strategy": "dola", "dola_layers": "low"}),
+    ("llama", {"cache": "dynamic", "strategy": "diverse_beam", "num_beams": 4, "num_beam_groups": 2}),
 ])
 def test_chunks_give_the_whole_prompts_tokens(model, knobs, request, monkeypatch):
     loaded = request.getfixturevalue(model)

@@ -35,7 +35,15 @@ from playground.ui.export import (
     write_exports,
 )
 from playground.ui.labels import base_label as label
-from playground.ui.plots import DRAWN_MS, kv_frame, latency_cap, latency_frame, latency_note, throughput_frame
+from playground.ui.plots import (
+    BAR_CHARS,
+    DRAWN_MS,
+    kv_frame,
+    latency_cap,
+    latency_frame,
+    latency_note,
+    throughput_frame,
+)
 from playground.ui.strategy_view import view_of
 from playground.ui.table import format_number, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, first_divergence, tokens_html
@@ -212,7 +220,7 @@ def test_plot_frames_are_typed_and_name_every_column_position():
                           kv_frame(results, labels, positions))
     bars = speed[speed["tokens/s"] > 0]
     assert list(bars["run"]) == ["1: greedy"] and list(bars["column"]) == ["col 1"]
-    assert speed["tokens/s"].dtype == float and set(speed["bar"]) == {"col 1"}  # no empty category on the axis
+    assert speed["tokens/s"].dtype == float and set(speed["bar"]) == {"1: greedy"}  # no empty category on the axis
     assert set(speed["column"]) == {"col 1", "col 2"}  # every slot in the colour domain, as in the lines
     points = latency.dropna()
     assert list(points["token"]) == [2, 3] and list(points["ms/token"]) == [100.0, 90.0]
@@ -220,6 +228,17 @@ def test_plot_frames_are_typed_and_name_every_column_position():
     assert set(latency["column"]) == {"col 1", "col 2"}  # an empty slot still names its colour
     assert list(kv.dropna()["KV cache (MiB)"]) == [0.5, 1.0]
     assert throughput_frame([], [], [])["tokens/s"].dtype == float  # typed when empty: the plot keeps its axis type
+
+
+def test_speed_bars_carry_the_columns_names_cut_to_fit_a_phone():
+    """Each bar is named by its column (number, strategy, cache, what differs), not "col 1"; a long name is cut,
+    the tooltip keeps it whole."""
+    long = "2: sampling · dynamic · top-k 5 · temperature 1.3"
+    results, labels, positions = [fake_result([1, 2]), fake_result([1, 2])], ["1: greedy · dynamic", long], [0, 1]
+    speed = throughput_frame(results, labels, positions)
+    assert list(speed["bar"]) == ["1: greedy · dynamic", "2: sampling · dynamic…"] and list(speed["run"]) == [
+        "1: greedy · dynamic", long]
+    assert all(len(name) <= BAR_CHARS for name in speed["bar"])
 
 
 def test_step_plots_name_only_the_running_columns_and_span_whole_steps():

@@ -18,7 +18,7 @@ from playground.backends.base import (
 )
 from playground.backends.jax.engine.program_cache import program_cache_bound
 from playground.backends.jax.model.architectures import check_architecture
-from playground.models.memory import gib
+from playground.models.memory import size_text
 from playground.models.shapes import attention_shape, check_head_split
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class JaxBackend:
         kind = "beams" if strategy.peak_rows_knob is None else "rows"
         what = f"the JAX {spec.cache} cache for {total} tokens" + (f" x {rows} {kind}" if rows > 1 else "") + (
             " (old and new arrays while it grows)" if growing else "") + (
-            f" and its prefill's {gib(working)} of working memory" if working > plan_bytes(first) else "")
+            f" and its prefill's {size_text(working)} of working memory" if working > plan_bytes(first) else "")
         hint = f"lower {strategy.peak_rows_knob} or max_new_tokens" if strategy.peak_rows_knob else \
             "lower max_new_tokens"
         return MemoryNeed(Held(what, need, hint=hint), resident)

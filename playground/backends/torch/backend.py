@@ -60,8 +60,9 @@ class TorchBackend:
         need += working
         if draft is not None:
             need += memory.kv_bytes_estimate(draft.model.config, total)
+        working_text = f" and its prefill's {memory.size_text(working)} of working memory"
         held = Held(f"the KV cache for {total} tokens x {sequences} sequence(s)" + (
-            f" and its prefill's {memory.gib(working)} of working memory" if working > need - working else ""), need)
+            working_text if working > need - working else ""), need)
         if strategy.peak_rows_knob:  # the rows are its candidates: fewer of them is the first thing to try
             held = Held(held.what, need, f"lower {strategy.peak_rows_knob} or max_new_tokens, pick smaller weights")
         return MemoryNeed(held)

@@ -24,7 +24,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from playground.backends.base import EmitTokens
 from playground.backends.torch import config as settings
 from playground.backends.torch.strategy import OwnLoop
-from playground.backends.torch.transformers_hooks import expand_inputs, pad_token, update_model_kwargs
+from playground.backends.torch.transformers_hooks import expand_inputs, pad_token, prefill, update_model_kwargs
 from playground.spec import RunSpec
 
 
@@ -61,7 +61,7 @@ def contrastive_search(model: Any, input_ids: torch.Tensor, logits_processor: Lo
     batch = input_ids.shape[0]
     mask = model_kwargs.get("attention_mask")  # None when generate() dropped an all-ones mask
     cosine_mask = (mask if mask is not None else torch.ones_like(input_ids)).repeat_interleave(k, dim=0)
-    context, logits, model_kwargs = _prefill(model, input_ids, k, model_kwargs)
+    context, logits, model_kwargs = _prefill(model, input_ids, k, generation_config, model_kwargs)
     cache: DynamicCache = model_kwargs["past_key_values"]
     pad = pad_token(generation_config)
     has_eos = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
@@ -116,21 +116,30 @@ def _knobs(config: GenerationConfig) -> tuple[float, int]:
     return float(alpha), int(k)
 
 
-def _prefill(model: Any, input_ids: torch.Tensor, k: int,
+def _prefill(model: Any, input_ids: torch.Tensor, k: int, generation_config: GenerationConfig,
              model_kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """The prompt's forward: its last hidden states (the first context), the logits for the first candidates,
-    and the model kwargs grown by one position and repeated k times (the rows of the candidates' forward)."""
+    and the model kwargs grown by one position and repeated k times (the rows of the candidates' forward).
+
+    generate()'s own prefill runs it, in chunks where the run asks for them (prefill.py: the dynamic cache keeps
+    every position in full precision, so chunks give the whole prompt's bits); each chunk's forward hands its last
+    hidden states to the context, which needs every prompt position."""
     cache = model_kwargs.get("past_key_values")
     if cache is not None and (not isinstance(cache, DynamicCache) or cache.get_seq_length() > 0):
         raise ValueError("contrastive search needs an empty DynamicCache (it repeats and selects batch rows)")
     if getattr(model.config, "tie_last_hidden_states", None) is False:  # hidden_states[-1] would miss the norm
         raise ValueError("contrastive search needs hidden_states[-1] to be the final-norm output, as in 4.52")
     model_kwargs["use_cache"] = True
-    inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
-    outputs = model(**inputs, return_dict=True, output_hidden_states=True)
+    chunks: list[torch.Tensor] = []
+    hook = model.register_forward_hook(lambda _module, _args, out: chunks.append(out.hidden_states[-1]))
+    try:
+        outputs = prefill(model, input_ids, generation_config, {**model_kwargs, "output_hidden_states": True})
+    finally:
+        hook.remove()
+    model_kwargs["past_key_values"] = outputs.past_key_values
     if not isinstance(outputs.past_key_values, DynamicCache):
         raise ValueError(f"contrastive search needs a DynamicCache, the model made {type(outputs.past_key_values)}")
-    context = outputs.hidden_states[-1]
+    context = torch.cat(chunks, dim=1)  # (B, prompt, H)
     logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=input_ids.device)
     model_kwargs = update_model_kwargs(model, outputs, model_kwargs)
     _, model_kwargs = expand_inputs(model, k, input_ids, model_kwargs)

@@ -33,7 +33,7 @@ from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
 from playground.backends.group_tree import DiverseBeamStep, group_tree
 from playground.backends.torch import config as settings
 from playground.backends.torch.strategy import Call, OwnLoop, Recorded
-from playground.backends.torch.transformers_hooks import eos_tokens, pad_token, update_model_kwargs
+from playground.backends.torch.transformers_hooks import eos_tokens, pad_token, prefill, update_model_kwargs
 from playground.spec import RunSpec
 
 
@@ -194,7 +194,7 @@ def diverse_beam_search(model: Any, input_ids: torch.Tensor, logits_processor: L
     keep = cfg.return_dict_in_generate
     scores: tuple[torch.Tensor, ...] | None = () if keep and cfg.output_scores else None
     raw: tuple[torch.Tensor, ...] | None = () if keep and cfg.output_logits else None
-    outputs, cache = _prefill(model, input_ids, model_kwargs)
+    outputs, cache = _prefill(model, input_ids, cfg, model_kwargs)
     while True:
         model_kwargs = update_model_kwargs(model, outputs, model_kwargs)
         current = torch.zeros(num_beams, dtype=input_ids.dtype, device=input_ids.device)
@@ -255,16 +255,17 @@ def _with_hamming(processors: LogitsProcessorList, hamming: HammingDiversity) ->
     return LogitsProcessorList([*processors[:at], hamming, *processors[at:]])
 
 
-def _prefill(model: Any, input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> tuple[Any, Cache]:
+def _prefill(model: Any, input_ids: torch.Tensor, generation_config: GenerationConfig,
+             model_kwargs: dict[str, Any]) -> tuple[Any, Cache]:
     """The prompt's forward over all beams' rows (as 4.52 ran it: same shapes, same bits), into the empty cache
-    that the loop reorders after each step (4.52 used a DynamicCache; every cache type reorders its rows)."""
+    that the loop reorders after each step (4.52 used a DynamicCache; every cache type reorders its rows).
+    generate()'s own prefill runs it, in chunks where the run asks for them (prefill.py, where they are exact)."""
     cache = model_kwargs.get("past_key_values")
     if not model_kwargs.get("use_cache", True) or cache is None:
         raise ValueError("diverse beam search needs use_cache=True (it reorders the cache's rows)")
     if not isinstance(cache, Cache) or cache.get_seq_length() > 0:
         raise ValueError("diverse beam search needs an empty Cache (it reorders its batch rows)")
-    inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
-    return model(**inputs, return_dict=True), cache
+    return prefill(model, input_ids, generation_config, model_kwargs), cache
 
 
 class DiverseBeam(OwnLoop):

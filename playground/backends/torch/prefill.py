@@ -12,8 +12,9 @@ prompt's forward only where a cache keeps every prompt position in full precisio
   attends over all of itself in full precision, while a second chunk would see the sink cache's window after
   eviction, or the quantized store, and give other tokens.
 
-The strategies that run their own loop (contrastive search, DoLa, diverse beam search) and assisted decoding
-do not read the setting: their prompt runs whole.
+The strategies that run their own loop (contrastive search, DoLa, diverse beam search) prefill through
+generate()'s own prefill too, so they chunk alike (contrastive search gathers each chunk's last hidden states,
+its context). Assisted decoding does not read the setting: its prompt runs whole.
 """
 
 from __future__ import annotations
