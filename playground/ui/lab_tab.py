@@ -220,12 +220,13 @@ def pick_shape(shape: str) -> tuple[Any, Any]:
 
 
 def wire(tab: LabTab) -> None:
-    """A shape fills the box outside the queue, and typing in the box turns the shape to "typed by hand" in the
-    browser alone (a pasted vocabulary is megabytes: no keystroke sends it); Apply runs in the queue, so a JAX
-    compile never runs beside a generation and falsifies its timing."""
+    """A shape fills the box outside the queue, and a box that no longer holds its shape's numbers (typed or
+    pasted) turns the shape to "typed by hand", in the browser alone (a pasted vocabulary is megabytes: no edit
+    sends it to the server); Apply runs in the queue, so a JAX compile never runs beside a generation and
+    falsifies its timing."""
     on_private(tab.shape.input, Handler(pick_shape, (tab.distribution, tab.kind)), [tab.shape])
-    tab.distribution.input(None, None, [tab.shape], js=f"() => {json.dumps(TYPED)}", queue=False,
-                           api_visibility="private")
+    tab.distribution.change(None, [tab.distribution, tab.shape], [tab.shape], queue=False, api_visibility="private",
+                            js=f"(text, shape) => ({json.dumps(SHAPES)}[shape] === text ? shape : {json.dumps(TYPED)})")
     apply = Handler(apply_chain, (tab.stages, tab.result))
     on_private(tab.run.click, apply, tab.inputs(), queue=True)
     on_private(tab.distribution.submit, apply, tab.inputs(), queue=True)

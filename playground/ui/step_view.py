@@ -91,7 +91,10 @@ def shown_candidates(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _p(value: float | None) -> str:
-    return "?" if value is None else f"{value:.3f}"
+    """A probability to three places; one below 0.001 (a token drawn far out in the tail) in scientific form."""
+    if value is None:
+        return "?"
+    return f"{value:.3f}" if value >= 0.001 or value == 0 else f"{value:.1e}"
 
 
 def candidates_html(tree: StepTree | None, note: str = "") -> str:

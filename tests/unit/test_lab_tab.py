@@ -95,7 +95,8 @@ def test_a_typed_distribution_leaves_the_shape_it_came_from():
         tab = lab_tab.build_lab_tab()
         lab_tab.wire(tab)
     assert lab_tab.TYPED not in lab_tab.SHAPES and lab_tab.TYPED in [c[0] for c in tab.shape.choices]
-    typed = [d for d in demo.config["dependencies"] if d["targets"] == [(tab.distribution._id, "input")]]
+    typed = [d for d in demo.config["dependencies"] if d["targets"] == [(tab.distribution._id, "change")]]
     assert len(typed) == 1 and lab_tab.TYPED in typed[0]["js"] and typed[0]["outputs"] == [tab.shape._id]
+    assert typed[0]["backend_fn"] is False and lab_tab.SHAPES["two peaks"] in typed[0]["js"]
     assert lab_tab.pick_shape(lab_tab.TYPED) == (gr.update(), gr.update())
     assert lab_tab.pick_shape("two peaks") == (lab_tab.SHAPES["two peaks"], lab_tab.PROBABILITIES)

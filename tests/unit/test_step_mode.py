@@ -251,14 +251,14 @@ def test_a_token_drawn_from_outside_the_top_five_is_listed_with_its_figures_and_
     and p_model, marked, and a click on it forces it as any candidate's does."""
     alternatives = [{"id": i, "text": f"t{i}", "p": 0.2 - 0.01 * i, "p_model": 0.15, "removed_by": None,
                      "logprob_model": -1.9} for i in range(5)]
-    record = {"id": 42, "text": "J", "p": 0.0123, "p_model": 0.0045, "logprob_model": -5.4, "entropy": 2.0,
+    record = {"id": 42, "text": "J", "p": 0.0123, "p_model": 0.000045, "logprob_model": -5.4, "entropy": 2.0,
               "entropy_model": 2.5, "top": None, "draft": None, "alternatives": alternatives, "stages": []}
     tree = StepTree({"strategy": "sampling", "seed": 5, "min_new_tokens": 0})
     tree.add(42, "J", "drawn", -5.4, record)
     shown = candidates_html(tree)
     assert shown.count("data-token=") == 6
     drawn = shown.split("data-token='42'")[1].split("</button>")[0]
-    assert "p 0.012 · p_model 0.004" in drawn and "drawn from outside the top 5" in drawn and "chosen" in \
+    assert "p 0.012 · p_model 4.5e-05" in drawn and "drawn from outside the top 5" in drawn and "chosen" in \
         shown.split("data-token='42'")[0].rsplit("<button", 1)[1]
     inside = {**record, "id": 3, "text": "t3"}
     tree.add(3, "t3", "drawn", -1.9, inside)
