@@ -130,6 +130,8 @@ def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], value
     groups["devices"] = knobs["devices"]
     groups["torch_compile"] = knobs["torch_compile"] = knob_widget(
         registry.knob("torch_compile"), index, values["torch_compile"], visible=shown["torch_compile"])
+    groups["reuse"] = knobs["reuse"] = knob_widget(registry.knob("reuse"), index, values["reuse"],
+                                                   visible=shown["reuse"])
 
 
 CONSTRAINT_HELP = ("regex: the whole output must match (Rust syntax, e.g. [0-9]{1,3}) · json_schema: a JSON schema "

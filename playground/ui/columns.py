@@ -41,7 +41,8 @@ START_COLUMNS = len(START_SETTINGS)
 
 # The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
-BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
+# (the prefix store's `reuse` on PyTorch only: the JAX path does not keep its cache between runs)
+BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile", "reuse")}
 # the logits chain's first stage, on every strategy: the page shows it on every column (RunSpec says where it
 # cannot run, as for any knob)
 CONSTRAINT_KEYS = ("constraint", "constraint_text")
@@ -54,6 +55,7 @@ OWN_GROUPS = {
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
     "torch_compile": ("torch_compile",),
+    "reuse": ("reuse",),
     "constraint_box": CONSTRAINT_KEYS,
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
@@ -178,6 +180,8 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
         settings.pop("constraint_text", None)
     if settings.get("torch_compile") == "off":  # left out when off, so an eager column's settings stay as they were
         del settings["torch_compile"]
+    if settings.get("reuse") is True:  # left out when on (the default), so links stay as they were
+        del settings["reuse"]
     return settings
 
 

@@ -26,6 +26,7 @@ from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame, value_limits
+from playground.ui.reuse_view import page_scope, reuse_words
 from playground.ui.settings import PageSettings
 from playground.ui.strategy_view import result_view
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
@@ -125,6 +126,8 @@ def done_notice(result: Result) -> str:
         parts.append(alone)
     if result["stopped"]:
         parts.append("stopped early")
+    if reused := reuse_words(result):
+        parts.append(reused)
     if len(result["sequences"]) > 1:
         parts.append(f"{len(result['sequences'])} sequences returned (first shown)")
     busy = busy_note(result["extra"].get("machine_load"))
@@ -156,6 +159,7 @@ class _Run:
     specs: dict[int, dict[str, Any]] = field(default_factory=dict)  # slot -> its RunSpec as given (a branch run)
     prefix_text: str = ""  # a branch run: the forced tokens' text, which each output starts with
     note: str = ""  # said after the summary (what a branch run forced)
+    session: str = ""  # the page session's id: its columns' prefix-store scopes
 
     @property
     def repeats(self) -> int:
@@ -227,7 +231,8 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     yield {run.page.status: _waiting_status(run.active, slot), col.notice: running}
     last_sent = 0.0
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
-                            history=history(run.conversation, i) if run.chat else None):
+                            history=history(run.conversation, i) if run.chat else None,
+                            scope=page_scope(run.session, i)):
         if isinstance(event, ProgressEvent):
             fraction, desc, mark = progress_shown(event, run.stop.is_set())
             progress(fraction, desc=f"column {i + 1}: {desc}")
@@ -296,7 +301,7 @@ def run_all(page: Page, data: Inputs, request: gr.Request, progress: gr.Progress
     values = page.read(data)
     settings, active = values.settings(), values.active
     run = _Run(page, settings, active, data[page.conversation] if settings["mode"] == "chat" else [],
-               empty_outcome(settings, active), values.colour_by, flag)
+               empty_outcome(settings, active), values.colour_by, flag, session=request.session_hash or "")
     with LIVE_RUNS.working(request.session_hash or "", "a run"):
         yield from run_rounds(run, progress)
 
@@ -314,7 +319,7 @@ def run_given(page: Page, outcome: Outcome, specs: dict[int, dict[str, Any]], re
     fresh: Outcome = {"settings": settings, "results": [None] * len(outcome["results"]),
                       "labels": list(outcome["labels"]), "positions": list(outcome["positions"])}
     run = _Run(page, settings, active, [], fresh, colour_by, flag, refused=dict(refused), specs=specs,
-               prefix_text=prefix_text, note=note)
+               prefix_text=prefix_text, note=note, session=request.session_hash or "")
     with LIVE_RUNS.working(request.session_hash or "", "a run"):
         yield from run_rounds(run, progress)
 

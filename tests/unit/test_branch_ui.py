@@ -66,7 +66,7 @@ def test_every_column_on_the_model_runs_again_from_the_forced_prefix(page, monke
 
     specs: list[RunSpec] = []
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         specs.append(spec)
         yield TextEvent("t7", "t7", 1)
         yield DoneEvent(result([7], strategy=spec.strategy, prefix=list(spec.prefix_ids)))

@@ -70,7 +70,7 @@ def test_a_run_sends_the_plots_their_headroom_after_their_data_never_with_it(pag
 
     speeds = iter([12.0, 30.0])
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         result = fake_result([1, 2], speed=next(speeds), strategy=spec.strategy)
         result["timeline"] = {**result["timeline"], "kv_cache_bytes": [3 * 2**20, 3 * 2**20]}  # flat, as static
         yield DoneEvent(result)

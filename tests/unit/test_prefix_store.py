@@ -215,3 +215,18 @@ def test_runs_of_one_scope_reuse_and_other_scopes_never_do(local_model):
     assert reuse(prompt, None) is None  # no scope: the store is not involved
     cold = reuse(prompt, "visitor-a", cache="sink")
     assert cold["reused_tokens"] == 0 and "sink" in cold["note"]
+
+
+# -- the page ----------------------------------------------------------------------------------------------
+def test_the_column_notice_says_what_was_reused_or_why_the_prompt_ran_whole():
+    from playground.ui.reuse_view import page_scope, reuse_words
+
+    warm = {"metrics": {"ttft_s": 0.042}, "reuse": {"reused_tokens": 812, "prompt_tokens": 845, "exact": True,
+                                                    "note": None, "store_bytes": 1}}
+    assert reuse_words(warm) == "reused 812 of 845 prompt tokens · TTFT 0.04 s"
+    cold = {"metrics": {"ttft_s": 0.4}, "reuse": {"reused_tokens": 0, "prompt_tokens": 845, "exact": True,
+                                                  "note": "a sink cache continued ...", "store_bytes": 1}}
+    assert reuse_words(cold) == "prefilled whole: a sink cache continued ..."
+    assert reuse_words({"metrics": {"ttft_s": 0.4}}) is None
+    assert page_scope("abc", 0) != page_scope("abc", 1) != page_scope("xyz", 1)
+    assert page_scope("", 0) is None

@@ -86,7 +86,7 @@ def test_a_preset_applied_during_a_run_does_not_change_the_running_columns(page,
     ran: list[tuple[str, RunSpec]] = []
     data = page_data(page, {page.columns[1].knobs["strategy"]: "sampling"})
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         ran.append((prompt, spec))
         if len(ran) == 1:  # the preset lands while column 1 generates
             updates = apply_preset(page, "Cache shoot-out", data)

@@ -462,7 +462,7 @@ def test_run_all_runs_columns_in_turn_streams_text_and_fills_the_table(page, mon
 
     calls = []
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         calls.append((prompt, spec.seed, spec.chat, spec.strategy))
         yield ProgressEvent(0.5, "loading")
         yield TextEvent("t1", "t1", 1)
@@ -487,7 +487,7 @@ def test_a_beam_column_shows_its_leading_beam_until_the_result_replaces_it(page,
     from playground import runner
     from playground.ui import run as ui_run
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         yield HypothesisEvent("The sky", 2)
         yield DoneEvent(fake_result([1, 2], strategy="beam"))
 
@@ -507,7 +507,7 @@ def test_repeated_timing_interleaves_the_columns_and_reports_medians_with_ranges
 
     order = []
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         order.append(spec.strategy)
         yield TextEvent("t1", "t1", 1)
         yield DoneEvent(fake_result([1, 2], speed=10.0 * len(order), strategy=spec.strategy))
@@ -529,7 +529,7 @@ def test_streamed_text_is_coalesced_so_updates_do_not_steal_the_cores(page, monk
     from playground.ui import run as ui_run
 
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         text = ""
         for i in range(50):  # 50 tokens arriving faster than STREAM_INTERVAL_S
             text += "x"
@@ -553,7 +553,7 @@ def test_stop_before_a_column_skips_it(page, monkeypatch):
 
     request = type("Request", (), {"session_hash": "stop-session"})()
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         ui_run.stop_flag(request).set()  # the user presses stop during column 1
         yield DoneEvent(fake_result([1]))
 
@@ -570,7 +570,7 @@ def test_stop_during_a_compile_says_the_column_stops_once_the_compile_ends(page,
 
     request = type("Request", (), {"session_hash": "stop-compile-session"})()
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         yield ProgressEvent(0.0, "compiling the JAX programs")
         ui_run.stop_flag(request).set()  # Stop pressed while XLA compiles: the runner ticks the stage's age
         yield ProgressEvent(0.0, "compiling the JAX programs", elapsed_s=12.4)
@@ -593,7 +593,7 @@ def test_a_run_stopped_while_compiling_says_the_compile_goes_on_in_the_backgroun
     stopped["stopped"], stopped["extra"] = True, {"stopped_while_compiling": True}
     stopped["metrics"] |= {"compile_s": 7.6, "ttft_s": None, "tokens_per_s": None}
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         yield ProgressEvent(0.0, "compiling the JAX programs")
         ui_run.stop_flag(request).set()  # the JAX path stops waiting for its compile at once
         yield DoneEvent(stopped)
@@ -633,7 +633,7 @@ def test_a_failing_column_does_not_cost_the_others_their_run(page, monkeypatch):
 
     request = type("Request", (), {"session_hash": "crash-session"})()
 
-    def fake_run(prompt, spec, should_stop=None, history=None):
+    def fake_run(prompt, spec, should_stop=None, history=None, **kwargs):
         if spec.strategy == "greedy":
             raise RuntimeError("backend broke")
         yield DoneEvent(fake_result([1]))
