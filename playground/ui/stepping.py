@@ -18,6 +18,7 @@ from playground.ui.chat import MODES
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.live import LIVE_RUNS
 from playground.ui.page import Page
+from playground.ui.reuse_view import page_scope
 from playground.ui.step_runs import absorb, draws_each_token, searches_beams, step_spec
 from playground.ui.step_tree import StepTree
 from playground.ui.step_view import branches_html, candidates_html, strip_html
@@ -61,8 +62,10 @@ def _column_specs(page: Page, data: Inputs) -> tuple[str, dict[int, dict[str, An
     return settings["prompt"], specs
 
 
-def _run_step(prompt: str, spec: RunSpec, stop: Any, progress: gr.Progress, slot: int) -> Result:
-    for event in runner.run(prompt, spec, should_stop=stop.is_set, judged=False):
+def _run_step(prompt: str, spec: RunSpec, stop: Any, progress: gr.Progress, slot: int, session: str) -> Result:
+    """One step's run. In the column's prefix-store scope, so a step restores the cache of the step before it (or
+    of the node it forks from) and runs only the ids that cache does not hold: one decode step, not a prefill."""
+    for event in runner.run(prompt, spec, should_stop=stop.is_set, judged=False, scope=page_scope(session, slot)):
         if isinstance(event, ProgressEvent):
             progress(event.fraction, desc=f"column {slot + 1}: {event.message}")
         elif isinstance(event, DoneEvent):
@@ -70,7 +73,8 @@ def _run_step(prompt: str, spec: RunSpec, stop: Any, progress: gr.Progress, slot
     raise RuntimeError("the step ended without a result")
 
 
-def _advance(tree: StepTree, prompt: str, count: int, stop: Any, progress: gr.Progress, slot: int) -> None:
+def _advance(tree: StepTree, prompt: str, count: int, stop: Any, progress: gr.Progress, slot: int,
+             session: str = "") -> None:
     """Up to `count` tokens from the tree's current node: one run, or a sampling column's Step 8 as eight Steps
     (each token drawn as its own Step draws it). Refused (PlaygroundError) when not even the first can run."""
     runs, each = (count, 1) if count != TO_THE_END and draws_each_token(tree.spec) else (1, count)
@@ -81,7 +85,7 @@ def _advance(tree: StepTree, prompt: str, count: int, stop: Any, progress: gr.Pr
                 return
             raise PlaygroundError(spec)
         asked = spec.max_new_tokens - (int(tree.last.get("depth", 0)) if searches_beams(tree.spec) else 0)
-        absorb(tree, _run_step(prompt, spec, stop, progress, slot), asked)
+        absorb(tree, _run_step(prompt, spec, stop, progress, slot, session), asked)
         if stop.is_set():
             return
 
@@ -111,7 +115,7 @@ def step_columns(page: Page, data: Inputs, count: int, request: gr.Request,
         for slot, tree in trees.items():
             yield {page.step_status: f"▶ stepping column {slot + 1}"}
             try:
-                _advance(tree, prompt, count, stop, progress, slot)
+                _advance(tree, prompt, count, stop, progress, slot, request.session_hash or "")
             except PlaygroundError as exc:
                 notes[slot] = f"⚠ {exc}"
             yield _views(page, slot, tree, colour_by, notes.get(slot, ""))

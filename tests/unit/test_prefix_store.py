@@ -230,3 +230,26 @@ def test_the_column_notice_says_what_was_reused_or_why_the_prompt_ran_whole():
     assert reuse_words({"metrics": {"ttft_s": 0.4}}) is None
     assert page_scope("abc", 0) != page_scope("abc", 1) != page_scope("xyz", 1)
     assert page_scope("", 0) is None
+
+
+def test_a_step_restores_the_step_before_it_and_runs_one_token(local_model):
+    import threading
+
+    from playground import runner
+    from playground.ui import stepping
+    from playground.ui.step_runs import absorb, step_spec
+    from playground.ui.step_tree import StepTree
+
+    prompt = "the lamp"  # 8 byte tokens
+    spec = RunSpec(model=local_model, max_new_tokens=12, chat=False)
+    tree = StepTree(spec.to_dict())
+    reused = []
+    for _ in range(3):
+        step = step_spec(tree, 1)
+        assert isinstance(step, RunSpec)
+        result = stepping._run_step(prompt, step, threading.Event(), lambda *a, **k: None, 0, "step-session")
+        absorb(tree, result, step.max_new_tokens)
+        reused.append(result["reuse"]["reused_tokens"])
+    assert reused == [0, 8, 9]  # after the first step, only the last token of the branch runs
+    whole = runner.run_to_result(prompt, spec.replace(max_new_tokens=3))
+    assert tree.ids() == whole["token_ids"]  # the tokens greedy gives without steps
