@@ -253,3 +253,20 @@ def test_a_step_restores_the_step_before_it_and_runs_one_token(local_model):
     assert reused == [0, 8, 9]  # after the first step, only the last token of the branch runs
     whole = runner.run_to_result(prompt, spec.replace(max_new_tokens=3))
     assert tree.ids() == whole["token_ids"]  # the tokens greedy gives without steps
+
+
+def test_the_reuse_bench_gives_a_row_per_cache_and_backend_and_a_step_row(local_model):
+    from playground import registry
+    from playground.tools.bench_reuse import format_table, run_reuse_suite
+
+    result = run_reuse_suite(local_model, lambda message: None, shared=(40,), step_prompt=24)
+    rows = result["rows"]
+    warm = {(r["backend"], r["cache"]): r for r in rows if "ttft_cold_s" in r}
+    assert set(warm) == {("torch", "dynamic"), ("torch", "static"), ("torch", "dynamic-bf16")}
+    for row in warm.values():
+        assert row["reused_tokens"] >= 39 and row["exact"] is True and row["store_bytes"] > 0
+    cold = [r for r in rows if "note" in r]
+    assert len(cold) == 2 * (len(registry.cache_names()) + 1) - 3  # every other cache and backend, with why
+    steps = [r for r in rows if r.get("step")]
+    assert [r["backend"] for r in steps] == ["torch", "jax"] and all(r["step_s"] > 0 for r in steps)
+    assert "TTFT cold" in format_table(result)
