@@ -67,8 +67,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 @dataclass
-class Entry:
-    """One kept cache state: the ids whose keys and values it holds, the backend's snapshot and its bytes."""
+class Kept:
+    """A kept cache state (an entry of the store): the ids whose keys and values it holds, the backend's snapshot
+    (opaque here) and its bytes. A backend hands one back after a run."""
 
     ids: tuple[int, ...]
     snapshot: Any
@@ -79,17 +80,8 @@ class Entry:
 class Match:
     """The entry a run starts from: it restores `shared` of the entry's positions (the common prefix)."""
 
-    entry: Entry
+    entry: Kept
     shared: int
-
-
-@dataclass
-class Kept:
-    """What a backend hands back after a run for the store: its snapshot and the ids it holds."""
-
-    ids: tuple[int, ...]
-    snapshot: Any
-    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -106,7 +98,7 @@ class PrefixStore:
     """Entries by settings key, least recently used first; thread-safe (the page's handlers and the API share one)."""
 
     budget: Callable[[], int] = budget_bytes
-    _entries: OrderedDict[tuple[Any, tuple[int, ...]], Entry] = field(default_factory=OrderedDict)
+    _entries: OrderedDict[tuple[Any, tuple[int, ...]], Kept] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -142,7 +134,7 @@ class PrefixStore:
         with self._lock:
             for stored_key in [k for k in self._entries if k[0] == key and kept.ids[: len(k[1])] == k[1]]:
                 del self._entries[stored_key]
-            self._entries[(key, kept.ids)] = Entry(kept.ids, kept.snapshot, kept.nbytes)
+            self._entries[(key, kept.ids)] = kept
             total = sum(entry.nbytes for entry in self._entries.values())
             while total > budget:
                 _, dropped = self._entries.popitem(last=False)

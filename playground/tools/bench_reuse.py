@@ -66,8 +66,8 @@ def exactness(warm: Result, cold: Result) -> bool | dict[str, Any]:
     if warm["token_ids"] != cold["token_ids"]:
         first = next(i for i, (a, b) in enumerate(zip(warm["token_ids"], cold["token_ids"], strict=False)) if a != b)
         return {"first_differing_token": first}
-    gap = max((abs(a[key] - b[key]) for a, b in zip(warm["tokens"], cold["tokens"], strict=True)
-               for key in ("p", "p_model")), default=0.0)
+    gap = max((abs(float(a[key] or 0.0) - float(b[key] or 0.0))
+               for a, b in zip(warm["tokens"], cold["tokens"], strict=True) for key in ("p", "p_model")), default=0.0)
     return True if gap <= EXACT_P else {"max_p_difference": gap}
 
 

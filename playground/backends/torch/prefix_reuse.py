@@ -65,18 +65,24 @@ def snapshot(cache: Cache, prompt: list[int], first: list[int]) -> Kept | None:
     """A copy of the first row's filled positions, with the ids they hold: the prompt and, where the cache has one
     row, the new tokens `first` (beam search's rows share only the prompt's positions); None where it holds
     nothing."""
-    ids = prompt + first if cache.layers[0].keys.shape[0] == 1 else prompt
+    ids = prompt + first if _states(cache.layers[0])[0].shape[0] == 1 else prompt
     held = min(int(cache.get_seq_length()), len(ids))
     if held <= 0:
         return None
     layers = []
     nbytes = 0
     for layer in cache.layers:
-        keys = layer.keys[:1, :, :held].clone()  # a copy: the next run writes into its own cache
-        values = layer.values[:1, :, :held].clone()
+        stored_keys, stored_values = _states(layer)  # (rows, kv_heads, length, head_dim) each
+        keys = stored_keys[:1, :, :held].clone()  # a copy: the next run writes into its own cache
+        values = stored_values[:1, :, :held].clone()
         layers.append((keys, values))
         nbytes += keys.numel() * keys.element_size() + values.numel() * values.element_size()
     return Kept(tuple(ids[:held]), layers, nbytes)
+
+
+def _states(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A full-precision layer's stored keys and values (the only layers `refusal` lets through)."""
+    return layer.keys, layer.values
 
 
 def _rows(states: torch.Tensor, rows: int) -> torch.Tensor:
