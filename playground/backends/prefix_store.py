@@ -51,6 +51,32 @@ CACHE_KNOBS = ("model", "weights", "backend", "cache", "cache_dtype", "cache_bit
                "cache_value_bits", "residual_length", "window", "sink_tokens", "devices")
 
 
+# The PyTorch path's rules, apart from the model (backends/torch/prefix_reuse.py adds its sliding layers): read
+# here too by the page, which disables the column's reuse checkbox with the reason. The caches whose every layer
+# keeps every position in full precision (or in the bf16 store, rounded once):
+EXACT_CACHES = ("dynamic", "static")
+# generate()'s loops that prefill only what the cache does not hold yet. Assisted decoding's first verify pass
+# (prompt lookup's too) runs every id of the prompt, whatever the cache holds, and our own loops (contrastive,
+# DoLa, diverse beams) start from the whole prompt
+REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample")
+COLD_CACHE = {
+    "sliding": "the sliding cache keeps only its window, so a new prompt could not be cropped back into it",
+    "sink": "a sink cache continued over its window attends differently from a prompt prefilled whole",
+    "quantized": "a quantized store continued later is not the one a single prefill of the same tokens builds",
+}
+
+
+def cold_reason(strategy: str, cache: str, torch_compile: str = "off") -> str | None:
+    """Why a PyTorch run of this strategy and cache neither starts from nor leaves a kept cache; None: it does."""
+    if cache not in EXACT_CACHES:
+        return COLD_CACHE.get(cache, f"the {cache} cache is not kept between runs")
+    if strategy not in REUSING_STRATEGIES:
+        return f"{strategy} runs its first pass over the whole prompt; the cache is not kept"
+    if torch_compile != "off":
+        return "torch.compile runs over a static cache of its own addresses; the cache is not kept"
+    return None
+
+
 def settings_key(spec: Any, scope: str) -> tuple[Any, ...]:
     """What must match for an entry to be reused: the cache's settings and the isolation scope (a page session,
     or an API key and `cache_salt`), so that no visitor learns from a fast answer what another one typed."""

@@ -270,3 +270,12 @@ def test_the_reuse_bench_gives_a_row_per_cache_and_backend_and_a_step_row(local_
     steps = [r for r in rows if r.get("step")]
     assert [r["backend"] for r in steps] == ["torch", "jax"] and all(r["step_s"] > 0 for r in steps)
     assert "TTFT cold" in format_table(result)
+
+
+def test_the_reuse_checkbox_is_disabled_with_the_reason_where_the_column_prefills_whole():
+    from playground.ui.card_groups import reuse_knob_state
+
+    assert reuse_knob_state("greedy", "static")["reuse"][0] is True
+    usable, info = reuse_knob_state("greedy", "sink")["reuse"]
+    assert usable is False and info.startswith("prefills whole: a sink cache")
+    assert reuse_knob_state("contrastive", "dynamic")["reuse"][0] is False

@@ -21,30 +21,15 @@ from typing import Any
 import torch
 from transformers import Cache
 
-from playground.backends.prefix_store import Kept, Match
+from playground.backends.prefix_store import Kept, Match, cold_reason
 from playground.spec import RunSpec
-
-# the caches whose every layer keeps every position in full precision (or in the bf16 store, rounded once)
-EXACT_CACHES = ("dynamic", "static")
-# generate()'s loops that prefill only what the cache does not hold yet. Assisted decoding's first verify pass
-# (prompt lookup's too) runs every id of the prompt, whatever the cache holds, and our own loops (contrastive,
-# DoLa, diverse beams) start from the whole prompt
-REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample")
-COLD_CACHE = {
-    "sliding": "the sliding cache keeps only its window, so a new prompt could not be cropped back into it",
-    "sink": "a sink cache continued over its window attends differently from a prompt prefilled whole",
-    "quantized": "a quantized store continued later is not the one a single prefill of the same tokens builds",
-}
 
 
 def refusal(spec: RunSpec, model: Any) -> str | None:
     """Why this run cannot start from (or leave) a kept cache, in one line; None when it can."""
-    if spec.cache not in EXACT_CACHES:
-        return COLD_CACHE.get(spec.cache, f"the {spec.cache} cache is not kept between runs")
-    if spec.strategy not in REUSING_STRATEGIES:
-        return f"{spec.strategy} runs its first pass over the whole prompt; the cache is not kept"
-    if spec.torch_compile != "off":
-        return "torch.compile runs over a static cache of its own addresses; the cache is not kept"
+    reason = cold_reason(spec.strategy, spec.cache, spec.torch_compile)
+    if reason is not None:
+        return reason
     types = getattr(model.config.get_text_config(decoder=True), "layer_types", None) or ()
     if any(kind != "full_attention" for kind in types):
         return f"{spec.model}'s sliding layers keep only their window, so a kept cache could not be cropped"
