@@ -12,6 +12,7 @@ from playground.backends.prefix_store import Kept, PrefixStore, ReusePlan, fit_b
 from playground.backends.torch.generate import generate
 from playground.backends.torch.prefix_reuse import refusal
 from playground.errors import PlaygroundError
+from playground.result import Result
 from playground.spec import RunSpec
 from tests.helpers import tiny_gemma
 
@@ -279,3 +280,26 @@ def test_the_reuse_checkbox_is_disabled_with_the_reason_where_the_column_prefill
     usable, info = reuse_knob_state("greedy", "sink")["reuse"]
     assert usable is False and info.startswith("prefills whole: a sink cache")
     assert reuse_knob_state("contrastive", "dynamic")["reuse"][0] is False
+
+
+@pytest.mark.slow  # the bundled SmolLM2: two chat turns
+def test_the_second_chat_turn_of_smollm2_reuses_the_first_and_gives_the_cold_text():
+    from playground import runner
+
+    prefix_store.STORE.clear()
+    spec = RunSpec(model="smollm2-135m", max_new_tokens=16)
+
+    def turn(text: str, history: list[tuple[str, str]] | None, scope: str | None, **changes) -> Result:
+        for event in runner.run(text, spec.replace(**changes), history=history, scope=scope, judged=False):
+            if hasattr(event, "result"):
+                return event.result
+        raise AssertionError("no result")
+
+    first = turn("Name a colour.", None, "chat-session")
+    history = [("Name a colour.", first["text"])]
+    warm = turn("And another one?", history, "chat-session")
+    cold = turn("And another one?", history, "chat-session", reuse=False)
+    assert warm["reuse"]["reused_tokens"] > first["prompt_tokens"]  # the first turn's prompt and its answer
+    assert warm["token_ids"] == cold["token_ids"]
+    assert [t["p"] for t in warm["tokens"]] == pytest.approx([t["p"] for t in cold["tokens"]], abs=1e-5)
+    prefix_store.STORE.clear()
