@@ -150,8 +150,9 @@ def _add_spec_options(command: argparse.ArgumentParser, names: Sequence[str] | N
             modes = registry.knob(name).choices
             command.add_argument(flag, nargs="?", const="default", default=None, choices=modes, metavar="MODE",
                                  help=f"{registry.knob(name).help}; MODE: {', '.join(modes)} (bare: default)")
-        elif knob is not None and knob.kind is bool:
-            command.add_argument(flag, action="store_true", default=None, help=knob.help or None)
+        elif knob is not None and knob.kind is bool:  # a flag on by default is turned off with --no-<flag>
+            action = argparse.BooleanOptionalAction if knob.default else "store_true"
+            command.add_argument(flag, action=action, default=None, help=knob.help or None)
         elif knob is not None:
             shown = f"{knob.help}; " if knob.help else ""
             command.add_argument(flag, type=knob.kind, default=None,

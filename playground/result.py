@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from playground import device, registry
 from playground.backends.base import GenerationOutput, TokenInfo
+from playground.backends.prefix_store import ReuseRecord
 from playground.constraints.record import ConstraintRecord, constraint_record
 from playground.metrics import arrivals, percentile
 from playground.strategy_records import AssistRecord, BeamRecord, Candidate, DolaRecord
@@ -144,6 +145,7 @@ class Result(TypedDict):
     prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
     constraint: NotRequired[ConstraintRecord | None]  # a constrained run: its verdict and the mask's cost
     device: NotRequired[str]  # where it ran: "CPU (<processor>)" or "GPU (<name>)"
+    reuse: NotRequired[ReuseRecord]  # what the prefix store did (runs of a page session or an API scope only)
 
 
 def versions() -> dict[str, str | None]:

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from playground.backends import prefix_store
 from playground.backends.base import GenerationOutput
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.torch.backend import TorchBackend
@@ -108,9 +109,10 @@ def with_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix_ids: tuple[in
     return prompt_ids + list(prefix_ids)
 
 
-def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> None:
+def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, draft: LoadedModel | None = None) -> int:
     """Refuse before allocating: a request past the model's context, or what the backend would hold for it
-    (its caches, and its own copy of the weights) past the memory budget."""
+    (its caches, and its own copy of the weights) past the memory budget, which counts the prefix store's
+    entries. Returns the bytes of the store emptied to let the run go (0: none)."""
     total = prompt_tokens + spec.max_new_tokens
     limit = getattr(loaded.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit and total > limit:
@@ -120,7 +122,8 @@ def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, dra
     need = backend_for(spec.backend).memory_needed(loaded, spec, prompt_tokens, draft)
     for model, held in need.resident:
         LOADED.reserve(model, held.what, held.bytes, hint=held.hint)
-    memory.check_fits(need.run.what, need.run.bytes, LOADED.resident_bytes(), hint=need.run.hint)
+    return prefix_store.fit_beside_store(lambda stored: memory.check_fits(
+        need.run.what, need.run.bytes, LOADED.resident_bytes() + stored, hint=need.run.hint))
 
 
 class IncrementalText:
@@ -170,6 +173,7 @@ class _Finished:
     runs: list[tuple[GenerationOutput, float]]  # each timed run's output and when it ended
     peak_rss: int
     quality: Quality  # the first run's output under the fp32 model (see `_judge`)
+    reuse: prefix_store.ReuseRecord | None = None  # what the prefix store did; None: the run had no scope
 
     def result(self, spec: RunSpec) -> Result:
         """One Result; repeated runs combined (medians, every run kept)."""
@@ -179,7 +183,10 @@ class _Finished:
             weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0)
         results = [build_result(spec, model, self.prompt_tokens, output, end, self.loaded.load_s if i == 0 else 0.0,
                                 self.peak_rss, weights, self.quality) for i, (output, end) in enumerate(self.runs)]
-        return combine_runs(results)
+        combined = combine_runs(results)
+        if self.reuse is not None:
+            combined["reuse"] = self.reuse
+        return combined
 
 
 WIND_DOWN_S = 30.0  # the most a finished run's worker is waited for (it has sent its last report)
@@ -189,9 +196,11 @@ class _Job:
     """One run: a worker thread that loads and generates, and the queue of what it reports, in order."""
 
     def __init__(self, prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None,
-                 history: History | None, judged: bool = True, system: str = "", holder: Holder | None = None) -> None:
+                 history: History | None, judged: bool = True, system: str = "", holder: Holder | None = None,
+                 scope: str | None = None) -> None:
         self.prompt, self.spec, self.history, self.judged, self.system = prompt, spec, history, judged, system
         self.holder = holder or Holder()
+        self.scope = scope
         self.reports: queue.Queue[object] = queue.Queue()
         self.cancelled = threading.Event()
         self._external_stop = should_stop
@@ -238,29 +247,36 @@ class _Job:
                 self.reports.put(loaded)
                 prompt_ids = encode_prompt(loaded.model, self.prompt, self.spec.chat, self.history, self.system)
                 input_ids = with_prefix(loaded.model, prompt_ids, self.spec.prefix_ids)
-                check_cache_fits(loaded.model, self.spec, len(input_ids), loaded.draft)
-                runs = self._generate(loaded, input_ids)
+                freed = check_cache_fits(loaded.model, self.spec, len(input_ids), loaded.draft)
+                backend = backend_for(self.spec.backend)
+                refusal = backend.reuse_refusal(loaded.model, self.spec) if self.scope is not None else None
+                plan, note = prefix_store.plan(self.spec, self.scope, refusal, input_ids)
+                runs = self._generate(loaded, input_ids, plan)
+                reuse = prefix_store.keep(self.spec, self.scope, plan, runs[0][0], len(input_ids), note, freed)
                 # a stopped run (Stop, a closed tab, a client gone) is not judged: its slot is freed at once
                 judged = self.judged and not self.stop_requested()
                 quality = self._judge(loaded, input_ids, runs[0][0].sequences[0]) if judged else NO_QUALITY
-            self.reports.put(_Finished(loaded, len(prompt_ids), runs, rss.peak, quality))
+            self.reports.put(_Finished(loaded, len(prompt_ids), runs, rss.peak, quality, reuse))
         except BaseException as exc:  # noqa: BLE001 - the consumer re-raises it in its own thread
             self.reports.put(exc)
 
-    def _generate(self, loaded: _Loaded, input_ids: list[int]) -> list[tuple[GenerationOutput, float]]:
-        """spec.repeats timed runs under the generation lock; the first one streams its tokens."""
+    def _generate(self, loaded: _Loaded, input_ids: list[int],
+                  plan: prefix_store.ReusePlan | None = None) -> list[tuple[GenerationOutput, float]]:
+        """spec.repeats timed runs under the generation lock; the first one streams its tokens. Every run starts
+        from the same kept cache (repeats time the same work); only the first hands its own back."""
         backend = backend_for(self.spec.backend)
         runs: list[tuple[GenerationOutput, float]] = []
         for index in range(self.spec.repeats):
             emit = self.reports.put if index == 0 else _ignore_tokens
             preview = (lambda ids: self.reports.put(_Hypothesis(ids))) if index == 0 else None
+            reuse = {} if plan is None else {"reuse": plan if index == 0 else replace(plan, keep=False)}
             with self._slot() as held:
                 if not held:  # stopped while it waited for the slot: nothing ran
                     runs.append((_stopped_waiting(), time.perf_counter()))
                     break
                 before, began = cpu_sample(), time.monotonic()
                 output = backend.generate(loaded.model, input_ids, self.spec, emit, self.stop_requested, loaded.draft,
-                                          progress=self._progress, preview=preview)
+                                          progress=self._progress, preview=preview, **reuse)
                 load = machine_load(before, cpu_sample())
                 # to 0.1 ms: a tiny model's run takes a few ms, and all of it may be overlapped
                 left_running = round(LEFT_RUNNING.overlap_s(began, time.monotonic()), 4)
@@ -346,18 +362,20 @@ class _Job:
 
 def run(prompt: str, spec: RunSpec, should_stop: Callable[[], bool] | None = None,
         history: History | None = None, judged: bool = True, system: str = "",
-        holder: Holder | None = None) -> Generator[Event, None, None]:
+        holder: Holder | None = None, scope: str | None = None) -> Generator[Event, None, None]:
     """Load, tokenize, generate in a worker thread, and yield events as they happen; ends with DoneEvent.
     `judged=False` skips reading the output with the full-precision model (a step of step mode: one more
     forward over the whole text for a figure no step shows). `holder` names the run to those who wait for the
-    generation slot meanwhile (a sweep's runs are long work: short requests go between them).
+    generation slot meanwhile (a sweep's runs are long work: short requests go between them). `scope`: whose
+    prefix store entries the run may start from and leaves its cache to (a page session, an API key and salt);
+    None: the store is not used.
 
     What can be refused without loading anything is refused first (the prompt, see `preflight`). Closing the
     iterator early (a client that went away) stops the generation at its next step.
     """
     check_prompt(prompt)
     preflight(spec)
-    job = _Job(prompt, spec, should_stop, history, judged, system, holder)
+    job = _Job(prompt, spec, should_stop, history, judged, system, holder, scope)
     job.start()
     try:
         yield from job.events()

@@ -95,6 +95,7 @@ class RunSpec:
     chat: bool | None = None  # None: apply the chat template when the model has one
     devices: int = 1  # JAX path: shard over this many devices
     repeats: int = 1  # timed runs of the same generation; metrics report their median and every run
+    reuse: bool = True  # start from the prefix store's longest kept prefix, where the cache is exact under reuse
     # PyTorch path: "off" (eager), or a torch.compile mode for generate's decode step over the static cache
     torch_compile: str = "off"
     # forced first tokens after the prompt (branching at a token): generation continues from the last of them

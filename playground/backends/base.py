@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 if TYPE_CHECKING:  # type names only: importing this module must not import torch
     import torch
 
+    from playground.backends.prefix_store import Kept, ReusePlan
     from playground.constraints.matching import Replay
     from playground.models.loaded import LoadedModel
     from playground.spec import RunSpec
@@ -105,6 +106,8 @@ class GenerationOutput:
     # bytes of the weights the run read (main and draft) where they are not the loaded torch models' own
     # (a JAX engine's int8 copy); None: the loaded models' bytes
     weight_bytes: int | None = None
+    reused_tokens: int = 0  # positions restored from the prefix store instead of prefilled
+    kept: Kept | None = None  # this run's cache for the prefix store, where the runner asked for it
 
 
 @dataclass(frozen=True)
@@ -162,11 +165,17 @@ class Backend(Protocol):
 
     def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
+                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None,
+                 reuse: ReusePlan | None = None) -> GenerationOutput:
         """Generate after the prompt's token ids (plain ids: each backend makes its own arrays of them),
         streaming through `emit`; `draft` is the assistant model, if any;
         `progress` hears of long preparations before the first token (a compile), `preview` of beam search's
-        leading beam while it searches."""
+        leading beam while it searches. `reuse` (only where `reuse_refusal` has none): start from the prefix
+        store's match and hand back this run's cache as `GenerationOutput.kept`."""
+        ...
+
+    def reuse_refusal(self, loaded: LoadedModel, spec: RunSpec) -> str | None:
+        """Why this run can neither start from nor leave a kept cache (one line); None when it can."""
         ...
 
 

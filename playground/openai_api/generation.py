@@ -52,6 +52,7 @@ class Outcome:
     prompt_tokens: int
     logprobs: list[TokenLogprob] | None  # with echo, the prompt's tokens first
     result: Result | None  # the run that produced it; None with max_tokens=0 (echo only)
+    cached_tokens: int = 0  # prompt tokens restored from the prefix store instead of prefilled
 
 
 def run_request(request: ApiRequest, should_stop: Callable[[], bool] = lambda: False) -> Iterator[Delta | Outcome]:
@@ -107,7 +108,8 @@ def _choices(request: ApiRequest, spec: RunSpec, prompt: str, prompt_index: int,
         yield Outcome(index=index + k, prompt_index=prompt_index, text=echo + kept,
                       finish_reason="stop" if ended else "length",
                       completion_tokens=len(tokens) if tokens is not None and found.cut is not None else produced,
-                      prompt_tokens=result["prompt_tokens"], logprobs=logprobs, result=result)
+                      prompt_tokens=result["prompt_tokens"], logprobs=logprobs, result=result,
+                      cached_tokens=min(result.get("reuse", {}).get("reused_tokens", 0), result["prompt_tokens"]))
 
 
 class _Streamed:
@@ -122,7 +124,8 @@ class _Streamed:
             should_stop: Callable[[], bool]) -> Iterator[Delta]:
         history = list(request.history) or None
         with closing(runner.run(prompt, spec, lambda: self.cut or should_stop(), history, system=request.system,
-                                holder=Holder(API_WORK[request.kind], owner=API_OWNER))) as events:
+                                holder=Holder(API_WORK[request.kind], owner=API_OWNER),
+                                scope=request.scope)) as events:
             for event in events:
                 if isinstance(event, TextEvent):
                     found = stops.scan(event.text, request.stop)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from playground.backends.base import TOP_ALTERNATIVES
 from playground.errors import PlaygroundError
 from playground.limits import max_api_choices, max_new_tokens_cap
+from playground.openai_api.cache_scope import cache_salt, scope
 from playground.openai_api.errors import ApiError, bad_value
 from playground.openai_api.mapping import OPENAI_SPEC_FIELDS, spec_from_fields
 from playground.spec import RunSpec, spec_keys
@@ -28,7 +29,7 @@ FIELDS: dict[Kind, tuple[str, ...]] = {
     "completion": (*COMMON, "prompt", "echo", "logprobs", "best_of"),
     "chat": (*COMMON, "messages", "logprobs", "top_logprobs", "max_completion_tokens"),
 }
-EXTENSIONS = ("logprobs_mode", "regex", "choices", "grammar", "min_tokens")
+EXTENSIONS = ("logprobs_mode", "regex", "choices", "grammar", "min_tokens", "cache_salt")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,7 @@ class ApiRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    scope: str = ""  # whose prefix-store entries it may reuse: the key's and `cache_salt`'s (cache_scope.py)
 
 
 def parse(body: Any, kind: Kind) -> ApiRequest:
@@ -87,11 +89,12 @@ def parse(body: Any, kind: Kind) -> ApiRequest:
         raise bad_value("logprobs with n > 1 on a beam strategy: the token records cover the first returned "
                         "sequence only; allowed: n=1, or no logprobs", "n")
     stream, include_usage = _stream(body)
+    salt = cache_salt(body)
     if stream and echo and max_tokens == 0:
         raise bad_value("stream with max_tokens=0 has nothing to stream; allowed: stream=false", "stream")
     return ApiRequest(kind=kind, model=model, prompts=prompts, history=history, system=system, spec=spec, n=n,
                       max_tokens=max_tokens, echo=echo, top_logprobs=top, logprobs_mode=mode, stop=_stop(body),
-                      stream=stream, include_usage=include_usage)
+                      stream=stream, include_usage=include_usage, scope=scope(salt))
 
 
 def _choice_count(body: Mapping[str, Any], prompts: int) -> int:

@@ -21,13 +21,13 @@ from playground.limits import api_max_wait_seconds
 from playground.models import catalog, public
 from playground.openai_api import request as api_request
 from playground.openai_api.admission import Admission
+from playground.openai_api.cache_scope import KEY_VARIABLE  # when set, the API asks for it (the page stays open)
 from playground.openai_api.errors import ApiError, bad_key, bad_value, no_route, unknown_model
 from playground.openai_api.generation import Outcome, run_request
 from playground.openai_api.shaping import Shaper
 from playground.openai_api.streaming import Stream
 
 DISCONNECT_POLL_S = 0.25  # how often a whole (non-streamed) request checks that its client is still there
-KEY_VARIABLE = "PLAYGROUND_API_KEY"  # when set, the API asks for it as a bearer key (the page stays open)
 SERVED = {"/v1/models": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST"}  # path -> its method
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 

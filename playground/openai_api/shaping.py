@@ -88,12 +88,17 @@ def chat_logprobs(tokens: list[TokenLogprob] | None) -> dict[str, Any] | None:
                                           for text, lp in t.top]} for t in tokens], "refusal": None}
 
 
-def usage(outcomes: Sequence[Outcome]) -> dict[str, int]:
-    """Each prompt's tokens counted once, every choice's generated tokens."""
+def usage(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """Each prompt's tokens counted once, every choice's generated tokens; of the prompt tokens, those the first
+    choice of each prompt restored from the prefix store (OpenAI's `prompt_tokens_details.cached_tokens`)."""
     prompts = {o.prompt_index: o.prompt_tokens for o in outcomes}
+    cached: dict[int, int] = {}
+    for outcome in outcomes:
+        cached.setdefault(outcome.prompt_index, outcome.cached_tokens)
     completion = sum(o.completion_tokens for o in outcomes)
     return {"prompt_tokens": sum(prompts.values()), "completion_tokens": completion,
-            "total_tokens": sum(prompts.values()) + completion}
+            "total_tokens": sum(prompts.values()) + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
 
 
 def metrics(outcome: Outcome) -> dict[str, Any]:

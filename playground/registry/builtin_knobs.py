@@ -187,6 +187,9 @@ for _knob in (
     Knob(name="sink_tokens", kind=int, default=4, low=0, high=1024, shapes=True, sweep="agreement"),
     Knob(name="devices", kind=int, default=1, low=1, high=64, shapes=True),
     Knob(name="repeats", kind=int, default=1, low=1, high=5),
+    Knob(name="reuse", kind=bool, default=True, label="reuse the kept cache",
+         help="start from the longest prefix of the prompt whose cache an earlier run of this session (or API key "
+              "and cache_salt) left, prefilling only the rest; only on the caches where that is exact"),
     # the PyTorch path's compiler: its own widget, on PyTorch columns only (RunSpec refuses it elsewhere)
     Knob(name="torch_compile", kind=str, default="off", choices=TORCH_COMPILE_MODES, label="torch.compile",
          help="PyTorch only: generate's decode step compiled by torch.compile (inductor) over the static cache, "

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from playground.errors import PlaygroundError
 
-SUITES = ("default", "caches", "sweeps", "compile", "weights", "devices", "grammar", "constraints")
+SUITES = ("default", "caches", "sweeps", "compile", "weights", "devices", "grammar", "constraints", "reuse")
 
 
 def build_parser(bench: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -27,7 +29,9 @@ def build_parser(bench: argparse.ArgumentParser) -> argparse.ArgumentParser:
                             "grammar engines (llguidance, xgrammar where installed) on the bundled tokenizers: "
                             "compile, per-step mask and rollback times; constraints: unconstrained greedy against a "
                             "regex, a JSON schema and a choice list on both backends: tokens/s, matcher compile and "
-                            "mask time per token")
+                            "mask time per token; reuse: the prefix store's TTFT cold against warm at 512, 2048 and "
+                            "4096 shared tokens + 32 new on every cache and both backends, and a Step against a decode "
+                            "step")
     bench.add_argument("--max-new-tokens", type=int, default=None,
                        help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
     bench.add_argument("--rounds", type=int, default=None,
@@ -68,18 +72,10 @@ def command_bench(args: argparse.Namespace) -> None:
         print(json.dumps(result) if args.json else bench_grammar.format_table(result))
         return
     model = args.model or "smollm2-135m"
-    if args.suite == "sweeps":
-        from playground.tools import bench_sweeps
-
-        result = bench_sweeps.run_sweep_suite(progress)
-        print(json.dumps(result) if args.json else bench_sweeps.format_table(result))
-        return
-    if args.suite == "constraints":
-        from playground.tools import bench_constraints
-
-        result = bench_constraints.run_constraint_suite(model, args.max_new_tokens or 64, progress,
-                                                        rounds=args.rounds or bench_constraints.ROUNDS)
-        print(json.dumps(result) if args.json else bench_constraints.format_table(result))
+    named = _model_suite(args, model, progress)
+    if named is not None:
+        result, table = named
+        print(json.dumps(result) if args.json else table(result))
         return
     if args.suite == "weights":
         from playground.tools import bench_weights
@@ -93,3 +89,23 @@ def command_bench(args: argparse.Namespace) -> None:
         return
     result = bench.run_bench(model, new_tokens, progress=progress)
     print(json.dumps(result) if args.json else bench.format_table(result))
+
+
+def _model_suite(args: argparse.Namespace, model: str,
+                 progress: Callable[[str], None]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]] | None:
+    """The result and table of the suites sweeps, constraints and reuse; None for the others."""
+    if args.suite == "sweeps":
+        from playground.tools import bench_sweeps
+
+        return bench_sweeps.run_sweep_suite(progress), bench_sweeps.format_table
+    if args.suite == "constraints":
+        from playground.tools import bench_constraints
+
+        return (bench_constraints.run_constraint_suite(model, args.max_new_tokens or 64, progress,
+                                                       rounds=args.rounds or bench_constraints.ROUNDS),
+                bench_constraints.format_table)
+    if args.suite == "reuse":
+        from playground.tools import bench_reuse
+
+        return bench_reuse.run_reuse_suite(model, progress), bench_reuse.format_table
+    return None

@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from playground import registry
+from playground.backends.prefix_store import cold_reason
 from playground.models.catalog import BUNDLED
 from playground.registry.builtin import MAX_CONTRASTIVE_K
 from playground.registry.builtin_knobs import MORE_SAMPLING, SAMPLING
@@ -88,15 +89,26 @@ SIDE_BITS_ON = {"torch": "0: as cache bits · on torch 2 or 4 each (quanto), or 
 STORE_NOTE = "bf16: keys and values stored in bfloat16 (half the bytes), attention in fp32"
 
 
-def store_knob_states(backend: str, weights: str) -> dict[str, tuple[bool, str]]:
-    """(interactive, info) of the store's knobs: each side's bits as this backend's quantizer takes them, and the
-    bf16 store off on bf16 weights, with why (their keys and values are bf16 already)."""
+def store_knob_states(backend: str, weights: str, strategy: str = "greedy",
+                      cache: str = "dynamic") -> dict[str, tuple[bool, str]]:
+    """(interactive, info) of the store's knobs: each side's bits as this backend's quantizer takes them, the
+    bf16 store off on bf16 weights, with why (their keys and values are bf16 already), and the prefix store's
+    `reuse` off where the column's cache or strategy is not exact under reuse."""
     bf16_weights = weights == "bf16"
     store_info = STORE_NOTE + (" · off with bf16 weights: their keys and values are bf16 already" if bf16_weights
                                else "")
     sides = SIDE_BITS_ON.get(backend, SIDE_BITS_NOTE)
     return {"cache_key_bits": (True, sides), "cache_value_bits": (True, sides), "cache_dtype": (not bf16_weights,
-                                                                                                store_info)}
+                                                                                                store_info),
+            **reuse_knob_state(strategy, cache)}
+
+
+def reuse_knob_state(strategy: str, cache: str) -> dict[str, tuple[bool, str]]:
+    """(interactive, info) of the reuse checkbox: off, with the reason, where the column's cache or strategy is not
+    exact under reuse (its runs prefill the whole prompt)."""
+    reason = cold_reason(strategy, cache)
+    help_text = registry.knob("reuse").help
+    return {"reuse": (True, help_text) if reason is None else (False, f"prefills whole: {reason}")}
 
 
 def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
@@ -128,8 +140,9 @@ def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], value
         groups["sink_tokens"] = knobs["sink_tokens"]
     knobs["devices"] = slider("devices", index, 1, 8, 1, "devices (shards)", values, visible=shown["devices"])
     groups["devices"] = knobs["devices"]
-    groups["torch_compile"] = knobs["torch_compile"] = knob_widget(
-        registry.knob("torch_compile"), index, values["torch_compile"], visible=shown["torch_compile"])
+    with gr.Group(visible=shown["torch_compile"]) as groups["torch_compile"]:  # the PyTorch path's own
+        knobs["torch_compile"] = knob_widget(registry.knob("torch_compile"), index, values["torch_compile"])
+        knobs["reuse"] = knob_widget(registry.knob("reuse"), index, values["reuse"])
 
 
 CONSTRAINT_HELP = ("regex: the whole output must match (Rust syntax, e.g. [0-9]{1,3}) · json_schema: a JSON schema "

@@ -41,7 +41,7 @@ START_COLUMNS = len(START_SETTINGS)
 
 # The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
-BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile",)}
+BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile", "reuse")}
 # the logits chain's first stage, on every strategy: the page shows it on every column (RunSpec says where it
 # cannot run, as for any knob)
 CONSTRAINT_KEYS = ("constraint", "constraint_text")
@@ -53,7 +53,7 @@ OWN_GROUPS = {
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
-    "torch_compile": ("torch_compile",),
+    "torch_compile": ("torch_compile", "reuse"),  # PyTorch only (the JAX path keeps no cache between runs)
     "constraint_box": CONSTRAINT_KEYS,
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
@@ -176,8 +176,8 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
     if settings.get("constraint") == "none":  # left out when none, so a link without one stays as it was
         settings.pop("constraint")
         settings.pop("constraint_text", None)
-    if settings.get("torch_compile") == "off":  # left out when off, so an eager column's settings stay as they were
-        del settings["torch_compile"]
+    for key in [k for k, default in (("torch_compile", "off"), ("reuse", True)) if settings.get(k) == default]:
+        del settings[key]  # left out at their defaults, so a column's settings and links stay as they were
     return settings
 
 
@@ -303,7 +303,8 @@ class ColumnControls:
                            values["assisted_sampling"])
         updates: Updates = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
-        states = {**stage_knob_states(values["strategy"]), **store_knob_states(values["backend"], values["weights"])}
+        states = {**stage_knob_states(values["strategy"]),
+                  **store_knob_states(values["backend"], values["weights"], values["strategy"], values["cache"])}
         for name, (usable, info) in states.items():
             updates[self.knobs[name]] = gr.update(interactive=usable, info=info)
         return updates

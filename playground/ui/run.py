@@ -27,6 +27,7 @@ from playground.ui.live import LIVE_RUNS
 from playground.ui.outcome import Outcome, empty_outcome
 from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame, value_limits
+from playground.ui.reuse_view import page_scope, reuse_words
 from playground.ui.settings import PageSettings
 from playground.ui.strategy_view import result_view
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
@@ -128,6 +129,8 @@ def done_notice(result: Result) -> str:
         parts.append(alone)
     if result["stopped"]:
         parts.append("stopped early")
+    if reused := reuse_words(result):
+        parts.append(reused)
     if len(result["sequences"]) > 1:
         parts.append(f"{len(result['sequences'])} sequences returned (first shown)")
     busy = busy_note(result["extra"].get("machine_load"))
@@ -159,7 +162,7 @@ class _Run:
     specs: dict[int, dict[str, Any]] = field(default_factory=dict)  # slot -> its RunSpec as given (a branch run)
     prefix_text: str = ""  # a branch run: the forced tokens' text, which each output starts with
     note: str = ""  # said after the summary (what a branch run forced)
-    session: str = ""  # the tab's session: whoever waits for the generation slot meanwhile is told it is this tab
+    session: str = ""  # the page session's id: its columns' prefix-store scopes; whoever waits for the slot is told
 
     @property
     def repeats(self) -> int:
@@ -232,7 +235,7 @@ def _stream_column(run: _Run, slot: int, i: int, progress: gr.Progress, round_: 
     last_sent = 0.0
     for event in runner.run(run.prompt, spec, should_stop=run.stop.is_set,
                             history=history(run.conversation, i) if run.chat else None,
-                            holder=Holder("a Compare run", owner=run.session)):
+                            holder=Holder("a Compare run", owner=run.session), scope=page_scope(run.session, i)):
         if isinstance(event, ProgressEvent):
             fraction, desc, mark = progress_shown(event, run.stop.is_set())
             progress(fraction, desc=f"column {i + 1}: {desc}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.backends.prefix_store import budget_bytes
 from playground.limits import queue_size
 from playground.openai_api.routes import api_routes
 from playground.ui.style import THEME, page_css
@@ -14,6 +15,7 @@ from playground.ui.wiring import build_ui
 def build_app() -> gr.Blocks:
     """The page, queued: on 2 vCPUs parallel runs only slow each other and falsify timings; layout events run
     outside the queue (queue=False), so nobody's clicks wait behind a generation."""
+    budget_bytes()  # a malformed PLAYGROUND_PREFIX_CACHE_MB is refused at start, not at the first run
     demo, _ = build_ui()  # builds components only: models load lazily on the first run, so startup takes seconds
     demo.queue(default_concurrency_limit=1, max_size=queue_size())
     return demo

@@ -19,6 +19,7 @@ from playground.ui.chat import MODES
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.live import LIVE_RUNS
 from playground.ui.page import Page
+from playground.ui.reuse_view import page_scope
 from playground.ui.step_runs import absorb, draws_each_token, searches_beams, step_spec
 from playground.ui.step_tree import StepTree
 from playground.ui.step_view import branches_html, candidates_html, shown_candidates, shows_branch, strip_html
@@ -63,8 +64,10 @@ def _column_specs(page: Page, data: Inputs) -> tuple[str, dict[int, dict[str, An
 
 
 def _run_step(prompt: str, spec: RunSpec, stop: Any, progress: gr.Progress, slot: int, session: str) -> Result:
+    """One step's run. In the column's prefix-store scope, so a step restores the cache of the step before it (or
+    of the node it forks from) and runs only the ids that cache does not hold: one decode step, not a prefill."""
     for event in runner.run(prompt, spec, should_stop=stop.is_set, judged=False,
-                            holder=Holder("a Step", owner=session)):
+                            holder=Holder("a Step", owner=session), scope=page_scope(session, slot)):
         if isinstance(event, ProgressEvent):
             progress(event.fraction, desc=f"column {slot + 1}: {event.message}")
         elif isinstance(event, DoneEvent):

@@ -310,3 +310,25 @@ def test_a_client_that_goes_away_stops_its_run(base_url, client, model):
 
     for leave in (hang_up, close_stream):
         assert freed_after(leave) < whole_s
+
+
+def test_a_shared_prompt_is_reused_within_a_cache_salt_and_never_across_salts(client, model):
+    system = "You are a careful assistant. Answer in one short sentence, and never more. " * 2
+    asked = dict(model=model, max_tokens=4, temperature=0)
+    cold = client.completions.create(**asked, prompt=system + "Q1", extra_body={"cache_salt": "tenant-a"})
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    warm = client.completions.create(**asked, prompt=system + "Q2", extra_body={"cache_salt": "tenant-a"})
+    assert warm.usage.prompt_tokens_details.cached_tokens == len(system) + 1  # "Q" too: one byte per token
+    other = client.completions.create(**asked, prompt=system + "Q2", extra_body={"cache_salt": "tenant-b"})
+    assert other.usage.prompt_tokens_details.cached_tokens == 0
+    assert other.choices[0].text == warm.choices[0].text  # the warm run gives the cold text
+    streamed = list(client.completions.create(**asked, prompt=system + "Q3", stream=True,
+                                              stream_options={"include_usage": True},
+                                              extra_body={"cache_salt": "tenant-b"}))
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens == len(system) + 1
+
+
+def test_a_cache_salt_that_is_not_a_string_is_a_400(client, model):
+    with pytest.raises(openai.BadRequestError, match="cache_salt must be a string") as caught:
+        client.completions.create(model=model, prompt=PROMPT, max_tokens=2, extra_body={"cache_salt": 7})
+    assert caught.value.body["param"] == "cache_salt"

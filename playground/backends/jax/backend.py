@@ -24,6 +24,7 @@ from playground.models.shapes import attention_shape, check_head_split
 if TYPE_CHECKING:
     import torch
 
+    from playground.backends.prefix_store import ReusePlan
     from playground.models.loaded import LoadedModel
     from playground.spec import RunSpec
 
@@ -110,13 +111,18 @@ class JaxBackend:
 
     def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
+                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None,
+                 reuse: ReusePlan | None = None) -> GenerationOutput:
         from playground.backends.jax.decoder import announce_once, generate
         from playground.backends.jax.engine.engine import compile_notices
 
         check_architecture(loaded.model.config)
         with compile_notices(announce_once(progress)):
             return generate(loaded, prompt_ids, spec, emit, should_stop, draft, preview)
+
+    def reuse_refusal(self, loaded: LoadedModel, spec: RunSpec) -> str | None:
+        """The jitted programs' donated caches are not yet kept between runs: every JAX run prefills its prompt."""
+        return "the JAX path does not keep its cache between runs; it prefills the whole prompt"
 
 
 def _text_config(loaded: LoadedModel) -> Any:

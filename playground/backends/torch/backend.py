@@ -25,6 +25,7 @@ from playground.models.shapes import attention_shape
 if TYPE_CHECKING:
     import torch
 
+    from playground.backends.prefix_store import ReusePlan
     from playground.models.loaded import LoadedModel
     from playground.spec import RunSpec
 
@@ -85,7 +86,8 @@ class TorchBackend:
 
     def generate(self, loaded: LoadedModel, prompt_ids: list[int], spec: RunSpec, emit: EmitTokens,
                  should_stop: ShouldStop, draft: LoadedModel | None = None,
-                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None) -> GenerationOutput:
+                 progress: ReportProgress | None = None, preview: PreviewTokens | None = None,
+                 reuse: ReusePlan | None = None) -> GenerationOutput:
         # the preparations, counted as this path's compile time (outside every timing, like the JAX path's): the
         # quantized cache's kernels, built on first use, and under torch.compile the decode step's compile
         import torch
@@ -101,10 +103,15 @@ class TorchBackend:
             build_s += compiled.warm_up(loaded, input_ids.to(loaded.model.device), spec, progress)
         graphs = compiled.graphs_compiled() if compiling else 0
         with compiled.torchax_out_of_sight() if compiling else nullcontext():  # a step the warm-up missed compiles
-            output = generate(loaded, input_ids, spec, emit, should_stop, draft, preview)
+            output = generate(loaded, input_ids, spec, emit, should_stop, draft, preview, reuse)
         if compiling:  # what the timed run compiled itself: nothing, where the warm-up covered its shapes
             output.extra["torch_compile"] = {"mode": spec.torch_compile,
                                              "graphs_compiled_in_run": compiled.graphs_compiled() - graphs}
         if build_s:  # the run's window opens before the build, as the JAX path's opens before its compiles
             output.start_time, output.compile_s = began, build_s
         return output
+
+    def reuse_refusal(self, loaded: LoadedModel, spec: RunSpec) -> str | None:
+        from playground.backends.torch.prefix_reuse import refusal
+
+        return refusal(spec, loaded.model)

@@ -10,7 +10,8 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
-from playground.backends.torch import prefill
+from playground.backends.prefix_store import ReusePlan
+from playground.backends.torch import prefill, prefix_reuse
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import generation_config
@@ -38,15 +39,17 @@ class StopWhen(StoppingCriteria):
 
 def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: EmitTokens,
              should_stop: ShouldStop, draft: LoadedModel | None = None,
-             preview: PreviewTokens | None = None) -> GenerationOutput:
+             preview: PreviewTokens | None = None, reuse: ReusePlan | None = None) -> GenerationOutput:
     """model.generate with our cache, streamer, probes and stop criterion, and the strategy's plug-in
     (strategy.py) choosing the loop and recording what it weighed; new tokens stream through `emit`, a beam-type
-    search's leading beam through `preview`."""
+    search's leading beam through `preview`. `reuse`: start from a kept cache, and hand this run's back."""
     input_ids = input_ids.to(loaded.model.device)  # the runner encodes on the host
     prompt_len = input_ids.shape[1]
     plugin = plug_in(spec)
     config = generation_config(spec, loaded.model, plugin)
-    config.prefill_chunk_size = prefill.chunk_size(spec, prompt_len)  # a long prompt in chunks, where exact
+    warm = reuse.warm if reuse is not None else None
+    # a long prompt in chunks where exact; not after a restore (generate's chunks start at position 0)
+    config.prefill_chunk_size = prefill.chunk_size(spec, prompt_len) if warm is None else None
     cache = make_cache(spec, loaded.model, prompt_len)
     call = Call(loaded=loaded, spec=spec, cache=cache, streamer=TimingStreamer(emit) if plugin.streams else None,
                 probe=TokenProbe() if plugin.probes else None, draft=draft, preview=preview)
@@ -58,6 +61,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
             chained(loaded.model, spec, context, call.probe):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
+        reused = prefix_reuse.restore(warm, cache, config.num_beams or 1) if warm else 0  # timed: part of the run
         out = loaded.model.generate(
             input_ids,  # (1, T)
             attention_mask=torch.ones_like(input_ids),
@@ -87,13 +91,20 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         forward_passes=passes[0] if recorded.forward_passes is None else recorded.forward_passes,
         stopped=stop.triggered,
         extra={"generate_s": end - start, **recorded.extra},
+        reused_tokens=reused,
     )
+    output.kept = prefix_reuse.snapshot(cache, input_ids[0].tolist(), sequences[0]) if reuse and reuse.keep else None
     if spec.constraint != "none":
-        vocab = _vocab_size(loaded.model)
-        output.constraint_replay = [replay(loaded.tokenizer, vocab, context.eos, spec.constraint,
-                                           spec.constraint_text, spec.prefix_ids, ids) for ids in sequences]
-        output.extra["logits_width"] = vocab  # the constraint's allowed-token counts are out of this many
+        _replay_constraint(output, loaded, spec, context.eos)
     return output
+
+
+def _replay_constraint(output: GenerationOutput, loaded: LoadedModel, spec: RunSpec, eos: tuple[int, ...]) -> None:
+    """The grammar engine's replay of each returned sequence, for the Result's constraint record."""
+    vocab = _vocab_size(loaded.model)
+    output.constraint_replay = [replay(loaded.tokenizer, vocab, eos, spec.constraint, spec.constraint_text,
+                                       spec.prefix_ids, ids) for ids in output.sequences]
+    output.extra["logits_width"] = vocab  # the constraint's allowed-token counts are out of this many
 
 
 def _vocab_size(model: Any) -> int:
