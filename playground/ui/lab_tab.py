@@ -225,8 +225,9 @@ def wire(tab: LabTab) -> None:
     sends it to the server); Apply runs in the queue, so a JAX compile never runs beside a generation and
     falsifies its timing."""
     on_private(tab.shape.input, Handler(pick_shape, (tab.distribution, tab.kind)), [tab.shape])
+    typed_js = f"(text, shape) => ({json.dumps(SHAPES)}[shape] === text ? shape : {json.dumps(TYPED)})"
     tab.distribution.change(None, [tab.distribution, tab.shape], [tab.shape], queue=False, api_visibility="private",
-                            js=f"(text, shape) => ({json.dumps(SHAPES)}[shape] === text ? shape : {json.dumps(TYPED)})")
+                            show_progress="hidden", js=typed_js)
     apply = Handler(apply_chain, (tab.stages, tab.result))
     on_private(tab.run.click, apply, tab.inputs(), queue=True)
     on_private(tab.distribution.submit, apply, tab.inputs(), queue=True)
