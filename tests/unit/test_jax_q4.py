@@ -116,6 +116,7 @@ def test_logits_are_the_dequantized_models_and_near_fp32():
     assert 0 < (jax_q4 - fp32).abs().max() < 0.5  # quantized, and close
 
 
+@pytest.mark.slow  # three strategies' programs per cache: full suite only
 @pytest.mark.parametrize("cache", ["quantized", "sliding", "sink"])
 def test_caches_and_strategies_run_with_q4(cache):
     loaded = tiny("llama")

@@ -58,7 +58,7 @@ def _stored(weight: np.ndarray, form: str, quantize: Callable[[np.ndarray], tupl
     path = store_dir() / f"{digest(weight, form)}.npz"
     try:
         with np.load(path) as stored:
-            arrays = [stored[f"a{i}"] for i in range(len(stored.files))]
+            arrays = [stored[f"arr_{i}"] for i in range(len(stored.files))]
         if arrays and fits(arrays):
             return tuple(arrays)
     except (OSError, KeyError, ValueError):
@@ -75,7 +75,7 @@ def _save(path: Path, arrays: list[np.ndarray]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as tmp:
             tmp_name = tmp.name
-            np.savez(tmp, **{f"a{i}": a for i, a in enumerate(arrays)})
+            np.savez(tmp, *arrays)  # stored as arr_0, arr_1, ...
         os.replace(tmp_name, path)
     except OSError:
         if tmp_name is not None:  # a full disk: leave no half-written file behind
