@@ -14,6 +14,8 @@ from playground.errors import PlaygroundError
 from playground.registry import BACKENDS
 
 WEIGHTS = ("fp32", "bf16", "int8", "nf4", "q4")
+# what a precision's name does not say by itself (the page's weights menu): its form and bytes per weight
+WEIGHT_LABELS = {"q4": "q4: 4-bit layers, scale + min per 32 (0.75 B/weight); int8 head"}
 # weights only the JAX engine runs (its own 4-bit row pairs with a scale and minimum per group, engine/q4.py)
 JAX_ONLY_WEIGHTS = {"q4": "q4 weights are the JAX engine's own 4-bit layout, which transformers has no layer for; "
                           "for 4-bit on PyTorch use nf4"}

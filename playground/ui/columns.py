@@ -143,14 +143,11 @@ def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
             for c in offered(registry.cache_names(), 2)]
 
 
-# what a precision name does not say by itself: its form and bytes per weight
-WEIGHT_LABELS = {"q4": "q4: 4-bit, scale + min per 32 (0.75 B/weight)"}
-
-
 def weights_choices(backend: str) -> list[tuple[str, str]]:
     """Every precision; those this backend refuses carry a ✗ (the notice says why)."""
-    return [(WEIGHT_LABELS.get(w, w) if compatibility.weights_refusal(backend, w) is None else f"{w} ✗ on {backend}",
-             w) for w in WEIGHTS]
+    labels = compatibility.WEIGHT_LABELS
+    return [(labels.get(w, w) if compatibility.weights_refusal(backend, w) is None else f"{w} ✗ on {backend}", w)
+            for w in WEIGHTS]
 
 
 def _clean(key: str, value: Any) -> Any:

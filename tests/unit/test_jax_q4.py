@@ -16,7 +16,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 from playground.backends.jax.engine import engine as jax_engine  # noqa: E402
-from playground.backends.jax.engine import int8_store, q4  # noqa: E402
+from playground.backends.jax.engine import int8, int8_store, q4  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
@@ -34,12 +34,15 @@ NEW = 24
 
 
 def dequantized(model: nn.Module) -> nn.Module:
-    """A torch copy whose every linear layer (the output head too, untied) holds the weights q4 stands for."""
+    """A torch copy whose every linear layer holds the weights q4 stands for, and whose output head (untied) holds
+    int8's."""
     copied = copy.deepcopy(model)
+    head = copied.get_output_embeddings()
     for child in list(copied.modules()):
         if type(child) is nn.Linear:
             weight = child.weight.detach().numpy()
-            back = q4.dequantize_groups(*q4.quantize_groups(weight), rows=weight.shape[0])
+            back = int8.dequantize_rows(*int8.quantize_rows(weight)) if child is head else \
+                q4.dequantize_groups(*q4.quantize_groups(weight), rows=weight.shape[0])
             child.weight = nn.Parameter(torch.from_numpy(back))
     return copied
 
@@ -140,7 +143,10 @@ def test_the_budget_counts_the_4bit_bytes_the_engine_allocates():
     engine, _ = jax_engine.engine_for(model, 1, "q4")
     assert estimate == new_device_bytes(engine, model)
     assert estimate < jax_engine.device_bytes(model, 1, "int8")
-    assert all(engine.weights[name].dtype == jnp.uint8 for name in engine.twin.companions)
+    kinds = {engine.weights[name].dtype for name in engine.twin.companions}
+    assert kinds == {jnp.dtype(jnp.uint8), jnp.dtype(jnp.int8)}  # the layers 4-bit, the head int8
+    head = [n for n in engine.twin.companions if engine.weights[n].dtype == jnp.int8]
+    assert head == ["lm_head.weight"]
 
 
 def test_a_matrix_is_quantized_once_then_read_from_disk(tmp_path, monkeypatch):

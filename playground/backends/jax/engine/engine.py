@@ -243,7 +243,7 @@ def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") ->
         seen.add(key)
         numel = sum(p.numel() for p in parts)
         sizes = [(numel * parts[0].element_size(), parts[0].dim())] if len(names) == 1 else \
-            traced.quantized_sizes(twin, parts)
+            traced.quantized_sizes(twin, name, parts)
         for array_name, (size, ndim) in zip(names, sizes, strict=True):
             if devices > 1:
                 split = any(tensor_parallel.weight_spec(array_name, ndim, config, devices))

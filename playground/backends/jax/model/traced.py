@@ -83,6 +83,7 @@ class FusedLinear(nn.Module):
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
         if self.minimum is not None:
+            assert self.scale is not None, "a q4 matrix has its scale beside its minimum"
             return q4.linear(x, self.weight, self.scale, self.minimum, self.bias, sum(self.sizes), blocked=True)
         if self.scale is None:
             return nn.functional.linear(x, self.weight, self.bias)
@@ -190,10 +191,15 @@ def _companions(twin: nn.Module) -> dict[str, tuple[str, ...]]:
 
 def _quantized_linears(twin: nn.Module, weights: str, blocked: bool) -> None:
     """Every nn.Linear becomes an Int8Linear or a Q4Linear of the same shape (a mesh splits rows itself: not
-    blocked). A fused matrix's rows concatenate its parts', so checking each part's columns covers it."""
+    blocked). With q4 the output head stays int8, as GGUF's Q4 files keep it at 8 bits: the head is the one
+    matrix the bundled file does not store at 4 bits, and at 4 bits it alone costs most of q4's KL from fp32."""
+    head = twin.get_output_embeddings()  # type: ignore[operator]
     for module in list(twin.modules()):
         for child_name, child in list(module.named_children()):
-            if type(child) is not nn.Linear and not isinstance(child, FusedLinear):
+            if (type(child) is not nn.Linear and not isinstance(child, FusedLinear)) or child is head:
+                if child is head and type(child) is nn.Linear:
+                    setattr(module, child_name, Int8Linear(child.in_features, child.out_features,
+                                                           child.bias is not None, blocked))
                 continue
             why = q4.check_shape(int(child.weight.shape[-1])) if weights == "q4" else None
             if why is not None:
@@ -243,19 +249,24 @@ def source_key(twin: Twin, name: str, parts: list[torch.Tensor]) -> tuple:
     return (name in twin.companions, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
 
 
-def quantized_arrays(twin: Twin, parts: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
+def is_q4(twin: Twin, name: str) -> bool:
+    """A 4-bit weight comes with a scale and a minimum; an int8 one with its scale only."""
+    return len(twin.companions.get(name, ())) == 2
+
+
+def quantized_arrays(twin: Twin, name: str, parts: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
     """A quantized weight's arrays (the weight, then its companions) from its fp32 source tensors, quantized
     once (int8_store.py keeps them on disk)."""
     host = np.concatenate([_to_numpy(p) for p in parts])
-    return int8_store.quantized_q4(host) if twin.precision == "q4" else int8_store.quantized(host)
+    return int8_store.quantized_q4(host) if is_q4(twin, name) else int8_store.quantized(host)
 
 
-def quantized_sizes(twin: Twin, parts: list[torch.Tensor]) -> list[tuple[int, int]]:
+def quantized_sizes(twin: Twin, name: str, parts: list[torch.Tensor]) -> list[tuple[int, int]]:
     """(bytes, ndim) of each of a quantized weight's arrays, as quantized_arrays() makes them, without making
     them: int8 a byte a weight and an fp32 scale a row; q4 half a byte a weight (rows padded to even) and an fp32
     scale and minimum a group of 32."""
     rows, columns = sum(p.shape[0] for p in parts), parts[0].shape[1]
-    if twin.precision == "q4":
+    if is_q4(twin, name):
         padded = rows + rows % 2
         groups = padded * (columns // q4.GROUP) * 4
         return [(padded // 2 * columns, 2), (groups, 2), (groups, 2)]
@@ -280,7 +291,8 @@ def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, ja
                 by_source[key] = (_placed(name, parts, place),)
             else:
                 put = place or (lambda _, host: jnp.asarray(host))
-                by_source[key] = tuple(put(n, a) for n, a in zip(names, quantized_arrays(twin, parts), strict=True))
+                arrays = quantized_arrays(twin, name, parts)
+                by_source[key] = tuple(put(n, a) for n, a in zip(names, arrays, strict=True))
         weights.update(zip(names, by_source[key], strict=True))
     return weights
 
