@@ -13,7 +13,12 @@ from playground import device, registry
 from playground.errors import PlaygroundError
 from playground.registry import BACKENDS
 
-WEIGHTS = ("fp32", "bf16", "int8", "nf4")
+WEIGHTS = ("fp32", "bf16", "int8", "nf4", "q4")
+# what a precision's name does not say by itself (the page's weights menu): its form and bytes per weight
+WEIGHT_LABELS = {"q4": "q4: 4-bit layers, scale + min per 32 (0.75 B/weight); int8 head"}
+# weights only the JAX engine runs (its own 4-bit row pairs with a scale and minimum per group, engine/q4.py)
+JAX_ONLY_WEIGHTS = {"q4": "q4 weights are the JAX engine's own 4-bit layout, which transformers has no layer for; "
+                          "for 4-bit on PyTorch use nf4"}
 
 
 class Combination(Protocol):
@@ -55,7 +60,7 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
 
 def weights_refusal(backend: str, weights: str) -> str | None:
     """Why `weights` cannot run on `backend` on this process's device, or None when they can."""
-    return device.jax_refusals().get(weights) if backend == "jax" else None
+    return device.jax_refusals().get(weights) if backend == "jax" else JAX_ONLY_WEIGHTS.get(weights)
 
 
 # Weights transformers' generate will not compile: bitsandbytes' quantizers say they are not compileable
@@ -101,7 +106,11 @@ def check_combination(spec: Combination) -> None:
         )
     why = weights_refusal(spec.backend, spec.weights)
     if why is not None:
-        raise PlaygroundError(f"backend={spec.backend} weights={spec.weights} cannot run: {why}, or backend 'torch'")
+        other = "jax" if spec.backend == "torch" else "torch"
+        raise PlaygroundError(f"backend={spec.backend} weights={spec.weights} cannot run: {why}, or backend '{other}'")
+    if spec.weights == "q4" and spec.devices != 1:
+        raise PlaygroundError(f"weights=q4 runs on one device (its bytes pair row r with row r + N/2, which a "
+                              f"split by rows would part); devices={spec.devices}: use int8 or fp32 weights")
     if spec.backend == "torch" and spec.devices != 1:
         raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
 

@@ -32,8 +32,8 @@ CPU_JAX_REFUSALS = {
     "bf16": "bf16 weights are not offered on the JAX path on a CPU: XLA on CPU hoists their conversion out of the "
             "decode loop, so they decode slower than fp32, and int8 faster than both (docs/jax-path.md); use int8 "
             "or fp32",
-    "nf4": "4-bit weights are not offered on the JAX path on a CPU: XLA on CPU does not fuse unpacking two weights "
-           "per byte into the product, so they decode slower than fp32 (docs/jax-path.md); use int8 or fp32",
+    "nf4": "nf4 is bitsandbytes' 4-bit layout, whose layers do not trace into the JAX engine; its own 4-bit "
+           "weights are q4 (docs/jax-path.md); use q4, int8 or fp32",
 }
 # On a GPU the JAX path builds fp32 and int8 programs only: bf16 and 4-bit twins of the decoder are not built
 CUDA_JAX_REFUSALS = {
@@ -41,6 +41,8 @@ CUDA_JAX_REFUSALS = {
             "weights only; use int8 or fp32",
     "nf4": "4-bit weights are not offered on the JAX path on a GPU: its decoder is built for fp32 and int8 "
            "weights only; use int8 or fp32",
+    "q4": "4-bit weights are not offered on the JAX path on a GPU: their layout is built and measured for XLA's "
+          "CPU products; use int8 or fp32",
 }
 
 

@@ -65,7 +65,7 @@ def weight_bytes_estimate(config: Any, weights: str) -> int:
                 linear += param.numel()
             else:
                 other += param.numel()
-    per_linear = {"fp32": 4, "bf16": 2, "int8": 1, "nf4": 0.5}[weights]
+    per_linear = {"fp32": 4, "bf16": 2, "int8": 1, "nf4": 0.5, "q4": 0.75}[weights]  # q4: 8 bytes a group of 32
     per_other = 2 if weights == "bf16" else 4
     return int(linear * per_linear + other * per_other)
 

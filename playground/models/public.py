@@ -15,7 +15,7 @@ from playground.limits import is_public
 EXTRA_ALLOWED = ("HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B")
 # bytes per parameter at each precision; for int8 and nf4 a lower bound (embeddings and norms stay fp32), the
 # exact estimate from the model's config follows before the weights are fetched
-BYTES_PER_PARAMETER = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "nf4": 0.5}
+BYTES_PER_PARAMETER = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "nf4": 0.5, "q4": 0.75}
 WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
 METADATA_TIMEOUT_S = 10.0
 

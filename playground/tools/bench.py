@@ -22,6 +22,7 @@ import torch
 
 from playground.backends.torch.reference import reference_greedy
 from playground.backends.torch.timing import TimingStreamer
+from playground.compatibility import weights_refusal
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
@@ -132,7 +133,7 @@ def _jax_run(loaded: LoadedModel, ids: list[int], new_tokens: int, weights: str 
 
 def bench_jax(loaded: LoadedModel, ids: list[int], new_tokens: int, probe: BandwidthProbe,
               weights: str = "fp32") -> dict[str, Any]:
-    """The JAX decoder: a cold call, then ROUNDS warm calls. With int8 weights the row also says how many bytes a
+    """The JAX decoder: a cold call, then ROUNDS warm calls. With int8 or q4 weights the row also says how many bytes a
     step reads and what the precision costs (KL from the fp32 model)."""
     run_once, cold = _jax_run(loaded, ids, new_tokens, weights)
     if weights == "fp32":
@@ -180,8 +181,9 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             configs.append(bench_torch(loaded, ids, max_new_tokens, cache, probe))
         progress(f"jax: compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
         configs.append(bench_jax(loaded, ids, max_new_tokens, probe))
-        progress(f"jax-int8: int8 weights, compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
-        configs.append(bench_jax(loaded, ids, max_new_tokens, probe, weights="int8"))
+        for weights in (w for w in ("int8", "q4") if weights_refusal("jax", w) is None):  # a GPU's: int8 only
+            progress(f"jax-{weights}: {weights} weights, compile, then {max_new_tokens} tokens warm, {ROUNDS} timed")
+            configs.append(bench_jax(loaded, ids, max_new_tokens, probe, weights=weights))
         progress(f"jax-sampling and jax-all-samplers: top-k and top-p alone, then every stage of the logits chain; "
                  f"compile, then {max_new_tokens} tokens warm, {PAIR_ROUNDS} interleaved rounds")
         configs += bench_jax_pair(loaded, ids, max_new_tokens, probe,
@@ -211,6 +213,8 @@ def run_bench(model: str = "smollm2-135m", max_new_tokens: int = 128,
             "jax_vs_roofline": round(jax_rate / roofline, 3) if roofline else None,
             "jax_int8_vs_jax": _ratio(by_name, "jax-int8", "jax"),
             "jax_int8_vs_torch_dynamic": _ratio(by_name, "jax-int8", "torch-dynamic"),
+            "jax_q4_vs_jax": _ratio(by_name, "jax-q4", "jax") if "jax-q4" in by_name else None,
+            "jax_q4_vs_jax_int8": _ratio(by_name, "jax-q4", "jax-int8") if "jax-q4" in by_name else None,
             "jax_all_samplers_vs_jax_sampling": _ratio(by_name, "jax-all-samplers", "jax-sampling"),
             **grounded_ratios(by_name),
             "jax_beam4_vs_torch_beam4": _ratio(by_name, f"jax-beam{BEAMS}", f"torch-beam{BEAMS}"),
@@ -252,6 +256,9 @@ def format_table(result: dict[str, Any]) -> str:
     if ratios.get("jax_int8_vs_jax") is not None:
         lines.append(f"jax-int8 / jax: {cell(ratios['jax_int8_vs_jax'], '.2f')}x   jax-int8 / torch-dynamic: "
                      f"{cell(ratios['jax_int8_vs_torch_dynamic'], '.2f')}x (% roofline: of the fp32 weights' bytes)")
+    if ratios.get("jax_q4_vs_jax") is not None:
+        lines.append(f"jax-q4 / jax: {cell(ratios['jax_q4_vs_jax'], '.2f')}x   jax-q4 / jax-int8: "
+                     f"{cell(ratios['jax_q4_vs_jax_int8'], '.2f')}x")
     lines += assisted_lines(result)
     if ratios.get("jax_all_samplers_vs_jax_sampling") is not None:
         lines.append(f"jax-all-samplers / jax-sampling: {cell(ratios['jax_all_samplers_vs_jax_sampling'], '.2f')}x "

@@ -1,11 +1,13 @@
-"""One weight product of a decoding step, in the layouts the JAX path could use: fp32, bf16 and int8 weights.
+"""One weight product of a decoding step, in the layouts the JAX path could use: fp32, bf16, int8 and 4-bit.
 
 Decoding reads every weight once per step, so a step's speed limit is bandwidth over bytes per weight. This
 times `x @ W.T` for an (M, K) input, M = the rows a step feeds (1 for greedy, K beams, a verify pass's k + 1),
 over an (N, K) weight the shape of SmolLM2's output head by default, and reports each layout's median time
 and the read bandwidth it reached. The int8 layouts keep one scale per output row and convert inside the
 jitted product; "blocked" converts one block of rows at a time (sized to stay in L2) and multiplies every input
-row by it before the next, so no converted copy of the whole matrix is ever written.
+row by it before the next, so no converted copy of the whole matrix is ever written. The 4-bit layouts keep a
+scale and a minimum per group of 32 weights (Q4_1's form) and differ in where the two weights of a byte come
+from: XLA's native `uint4` array, neighbouring weights of a row, or rows r and r + N/2 (q4.py's layout).
 
 Run: python -m playground.tools.bench_matmul [--rows 1,2,4,8,16] [--json]
 """
@@ -24,22 +26,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from playground.backends.jax.engine import q4
 from playground.backends.jax.engine.int8 import quantize_rows
 
 HEAD = (49152, 576)  # SmolLM2-135M's tied embedding: the largest matrix a step reads
 BLOCKS = (256, 1024, 4096)  # rows of int8 weights converted at a time
 
 
-INT4_GROUP = 64  # weights per int4 scale along a row
+def q4_values(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(q (N, K) uint8 in 0..15, scale, minimum (N, K / 32)): q4.py's quantization before its packing."""
+    packed, scale, minimum = q4.quantize_groups(weight)
+    q = np.concatenate([packed & 0xF, packed >> 4])[: weight.shape[0]]
+    return q, scale[: weight.shape[0]], minimum[: weight.shape[0]]
 
 
-def quantize_int4(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int4 per group of INT4_GROUP weights in a row, two per byte: (N, K // 2) uint8, (N, K // G)."""
-    n, k = weight.shape
-    groups = weight.reshape(n, k // INT4_GROUP, INT4_GROUP)
-    scale = np.maximum(np.abs(groups).max(axis=2), 1e-12) / 7.0
-    q = (np.clip(np.round(groups / scale[..., None]), -8, 7) + 8).astype(np.uint8).reshape(n, k)
-    return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8), scale.astype(np.float32)
+def _grouped(q: jax.Array, scale: jax.Array, minimum: jax.Array) -> jax.Array:
+    n, k = q.shape
+    return (q.astype(jnp.float32).reshape(n, k // q4.GROUP, q4.GROUP) * scale[..., None]
+            + minimum[..., None]).reshape(n, k)
 
 
 def fp32(x: jax.Array, weight: jax.Array) -> jax.Array:
@@ -60,21 +64,16 @@ def int8_rows(x: jax.Array, q: jax.Array, scale: jax.Array) -> jax.Array:
     return jax.lax.map(lambda row: (row[None] @ q.T.astype(jnp.float32))[0], x) * scale
 
 
-def int4(x: jax.Array, packed: jax.Array, scale: jax.Array) -> jax.Array:
-    """Two weights per byte unpacked, scaled per group and multiplied, written inline."""
+def q4_grouped(x: jax.Array, q: jax.Array, scale: jax.Array, minimum: jax.Array) -> jax.Array:
+    """An (N, K) array of 4-bit values converted, scaled and offset inside the product: as `jnp.uint4` (XLA
+    packs it two a byte), or a byte each (what the group scale and minimum cost without any unpacking)."""
+    return x @ _grouped(q, scale, minimum).T
+
+
+def q4_neighbours(x: jax.Array, packed: jax.Array, scale: jax.Array, minimum: jax.Array) -> jax.Array:
+    """Weights 2j and 2j + 1 of a row in one byte, shifted apart and interleaved inside the product."""
     n, half = packed.shape
-    low = (packed & 0xF).astype(jnp.int8) - 8
-    high = (packed >> 4).astype(jnp.int8) - 8
-    q = jnp.stack([low, high], axis=-1).reshape(n, half * 2 // INT4_GROUP, INT4_GROUP)
-    return x @ (q.astype(jnp.float32) * scale[..., None]).reshape(n, half * 2).T
-
-
-def int4_blocked(x: jax.Array, packed: jax.Array, scale: jax.Array, *, block: int) -> jax.Array:
-    """Blocks of `block` weight rows, each unpacked and converted once and multiplied by all input rows."""
-    n = packed.shape[0]
-    pairs = (packed.reshape(n // block, block, -1), scale.reshape(n // block, block, -1))
-    out = jax.lax.map(lambda b: int4(x, *b), pairs)  # (n // block, M, block)
-    return jnp.moveaxis(out, 0, 1).reshape(x.shape[0], n)
+    return x @ _grouped(jnp.stack([packed & 0xF, packed >> 4], axis=-1).reshape(n, 2 * half), scale, minimum).T
 
 
 def bf16_blocked(x: jax.Array, weight: jax.Array, *, block: int) -> jax.Array:
@@ -108,7 +107,10 @@ def median_ms(fn: Callable[..., jax.Array], *args: jax.Array, repeats: int) -> f
 def layouts(weight: np.ndarray) -> dict[str, tuple[Callable[..., jax.Array], tuple[jax.Array, ...], int]]:
     """name -> (product, weight arguments, bytes of weights it reads)."""
     q, scale = quantize_rows(weight)
-    packed, group_scale = quantize_int4(weight)
+    values, group_scale, group_min = (jnp.asarray(a) for a in q4_values(weight))
+    pairs = tuple(jnp.asarray(a) for a in q4.quantize_groups(weight))
+    neighbours = jnp.asarray((np.asarray(values)[:, 0::2] | (np.asarray(values)[:, 1::2] << 4)).astype(np.uint8))
+    q4_bytes = weight.size // 2 + 2 * group_scale.nbytes
     w32, w16 = jnp.asarray(weight), jnp.asarray(weight, jnp.bfloat16)
     q8, s = jnp.asarray(q), jnp.asarray(scale)
     int8_bytes = q.nbytes + scale.nbytes
@@ -117,24 +119,29 @@ def layouts(weight: np.ndarray) -> dict[str, tuple[Callable[..., jax.Array], tup
         "bf16": (bf16, (w16,), weight.nbytes // 2),
         "int8": (int8, (q8, s), int8_bytes),
         "int8-rows": (int8_rows, (q8, s), int8_bytes),
-        "int4": (int4, (jnp.asarray(packed), jnp.asarray(group_scale)), packed.nbytes + group_scale.nbytes),
+        "q4-uint4": (q4_grouped, (values.astype(jnp.uint4), group_scale, group_min), q4_bytes),
+        "q4-int8-groups": (q4_grouped, (values, group_scale, group_min), q4_bytes * 2 - weight.size // 2),
+        "q4-neighbours": (q4_neighbours, (neighbours, group_scale, group_min), q4_bytes),
+        "q4-row-pairs": (partial(q4.product, rows=weight.shape[0], blocked=False), pairs, q4_bytes),
+        "q4-row-pairs-blocked": (partial(q4.product, rows=weight.shape[0]), pairs, q4_bytes),
     }
     for block in BLOCKS:
         if weight.shape[0] % block == 0:
             found[f"int8-blocked-{block}"] = (partial(int8_blocked, block=block), (q8, s), int8_bytes)
     if weight.shape[0] % BLOCKS[-1] == 0:  # the block size the JAX path uses for large matrices
         found[f"bf16-blocked-{BLOCKS[-1]}"] = (partial(bf16_blocked, block=BLOCKS[-1]), (w16,), weight.nbytes // 2)
-        found[f"int4-blocked-{BLOCKS[-1]}"] = (partial(int4_blocked, block=BLOCKS[-1]), found["int4"][1],
-                                               found["int4"][2])
     return found
 
 
-def measure(rows: list[int], shape: tuple[int, int], repeats: int) -> list[dict[str, Any]]:
+def measure(rows: list[int], shape: tuple[int, int], repeats: int,
+            only: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """One record per (layout, M): median ms, GB/s of weights read, and the cost against the same layout's M=1."""
     rng = np.random.default_rng(0)
     weight = (rng.standard_normal(shape) * 0.02).astype(np.float32)
     records = []
     for name, (fn, weights, nbytes) in layouts(weight).items():
+        if only and not name.startswith(only):
+            continue
         one = None
         for m in rows:
             x = jnp.asarray(rng.standard_normal((m, shape[1])).astype(np.float32))
@@ -150,12 +157,14 @@ def main() -> None:
     parser.add_argument("--rows", default="1,2,4,8,11,16", help="input rows M, comma-separated (the first is the base)")
     parser.add_argument("--shape", default=f"{HEAD[0]}x{HEAD[1]}", help="weight shape N x K")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--layouts", default="", help="only layouts whose names start so (e.g. q4,int8)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     shape = tuple(int(v) for v in args.shape.lower().split("x"))
     if len(shape) != 2:
         parser.error(f"--shape must be N x K, got {args.shape!r}")
-    records = measure([int(m) for m in args.rows.split(",")], (shape[0], shape[1]), args.repeats)
+    only = tuple(p for p in args.layouts.split(",") if p)
+    records = measure([int(m) for m in args.rows.split(",")], (shape[0], shape[1]), args.repeats, only)
     if args.json:
         print(json.dumps(records, indent=1))
         return

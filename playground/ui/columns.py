@@ -145,7 +145,9 @@ def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
 
 def weights_choices(backend: str) -> list[tuple[str, str]]:
     """Every precision; those this backend refuses carry a ✗ (the notice says why)."""
-    return [(w if compatibility.weights_refusal(backend, w) is None else f"{w} ✗ on {backend}", w) for w in WEIGHTS]
+    labels = compatibility.WEIGHT_LABELS
+    return [(labels.get(w, w) if compatibility.weights_refusal(backend, w) is None else f"{w} ✗ on {backend}", w)
+            for w in WEIGHTS]
 
 
 def _clean(key: str, value: Any) -> Any:

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
-from tests.integration.quantized_error import check_int8_weights_error, check_quantized_cache_error  # noqa: E402
+from tests.integration.quantized_error import check_quantized_cache_error, check_weights_error  # noqa: E402
 
 
 @pytest.mark.slow
@@ -19,4 +19,4 @@ def test_quantized_cache_error_against_full_precision(bits):
 
 @pytest.mark.slow
 def test_int8_weights_stay_within_the_kl_target():
-    check_int8_weights_error("gemma3-270m")
+    check_weights_error("gemma3-270m")

@@ -83,6 +83,7 @@ def test_the_budget_shares_out_the_hosts_memory_on_a_cpu(monkeypatch):
 
 def test_the_jax_paths_refusals_are_the_devices(on_a_gpu):
     assert "on a GPU" in compatibility.weights_refusal("jax", "bf16")
+    assert "on a GPU" in compatibility.weights_refusal("jax", "q4")
     assert compatibility.weights_refusal("torch", "nf4") is None
     with pytest.raises(PlaygroundError, match="backend=jax weights=nf4 cannot run: 4-bit weights are not offered "
                                               "on the JAX path on a GPU"):
@@ -99,11 +100,12 @@ def test_the_refusals_on_a_machine_without_a_gpu_need_no_torch(monkeypatch):
 def test_on_a_cpu_the_refusals_give_the_reason_and_no_one_machines_figures():
     """A refusal says why (slower than fp32, from how XLA on CPU lowers the product) and where the measurements
     are; the figures themselves belong to a dated machine in the docs, not to every machine's message."""
-    for weights in ("bf16", "nf4"):
+    for weights, why in (("bf16", "slower than fp32"), ("nf4", "use q4")):
         reason = compatibility.weights_refusal("jax", weights)
-        assert reason is not None and "slower than fp32" in reason and "docs/jax-path.md" in reason
+        assert reason is not None and why in reason and "docs/jax-path.md" in reason
         assert not re.search(r"\d(\.\d+)? ?(tok/s|ms|s|GB/s)\b", reason), reason
-    assert compatibility.weights_refusal("jax", "int8") is None
+    assert compatibility.weights_refusal("jax", "int8") is None and compatibility.weights_refusal("jax", "q4") is None
+    assert "for 4-bit on PyTorch use nf4" in compatibility.weights_refusal("torch", "q4")
 
 
 def test_the_jax_engine_compiles_with_the_devices_options():

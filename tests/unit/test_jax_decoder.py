@@ -296,16 +296,17 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
-    assert [c["name"] for c in result["configs"]][:4] == ["torch-dynamic", "torch-static", "jax", "jax-int8"]
+    assert [c["name"] for c in result["configs"]][:5] == ["torch-dynamic", "torch-static", "jax", "jax-int8", "jax-q4"]
     assert all(set(c) == {"name", "tokens_per_s", "ttft_s", "compile_s"} for c in result["configs"][:3])
     assert 0 < result["configs"][3]["weight_bytes"] < llama.weight_bytes  # the bytes an int8 step reads
     # and what int8 costs, as every non-fp32 row says (on this tiny model's small matrices it can be 0.0)
     assert isinstance(result["configs"][3]["kl_vs_fp32"], float) and result["configs"][3]["kl_vs_fp32"] >= 0
     assert {"jax_vs_torch_dynamic", "jax_vs_roofline", "jax_int8_vs_jax", "jax_int8_vs_torch_dynamic"} <= set(
         result["ratios"])
-    assert result["ratios"]["jax_int8_vs_jax"] > 0
+    assert result["ratios"]["jax_int8_vs_jax"] > 0 and result["ratios"]["jax_q4_vs_jax"] > 0
+    assert 0 < result["configs"][4]["weight_bytes"] < result["configs"][3]["weight_bytes"]  # 4-bit: fewer bytes
     names = [c["name"] for c in result["configs"]]
-    assert names[4:6] == ["jax-sampling", "jax-all-samplers"]
+    assert names[5:7] == ["jax-sampling", "jax-all-samplers"]
     assert result["ratios"]["jax_all_samplers_vs_jax_sampling"] > 0
     beams = names.index("torch-beam4")
     assert names[beams:beams + 2] == ["torch-beam4", "jax-beam4"]

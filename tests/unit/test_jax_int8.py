@@ -150,9 +150,9 @@ def test_the_budget_counts_the_int8_bytes_the_engine_allocates(make):
     assert estimate == new_device_bytes(engine, model)
     linear = sum(m.weight.numel() for m in model.modules() if type(m) is nn.Linear)
     assert estimate < jax_engine.device_bytes(model, 1, "fp32") + linear  # a byte a weight, not four
-    assert all(engine.weights[name].dtype == jnp.int8 for name in engine.twin.int8_scales)
+    assert all(engine.weights[name].dtype == jnp.int8 for name in engine.twin.companions)
     # no fp32 copy of a quantized matrix: an fp32 array of that shape is the model's own (its tied embedding)
-    shapes = {engine.weights[name].shape for name in engine.twin.int8_scales}
+    shapes = {engine.weights[name].shape for name in engine.twin.companions}
     own = {t.data_ptr() for t in model.parameters()}
     assert all(a.unsafe_buffer_pointer() in own for a in engine.weights.values()
                if a.dtype == jnp.float32 and a.shape in shapes)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from playground.compatibility import WEIGHT_LABELS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, HypothesisEvent, ProgressEvent, TextEvent
 from playground.spec import RunSpec
@@ -349,8 +350,10 @@ def test_refused_combinations_are_flagged_with_the_reason():
     assert "bf16 weights are not offered on the JAX path on a CPU: XLA on CPU hoists their conversion" in text
     assert notice_text({"backend": "jax", "weights": "int8"}) == ""
     assert weights_choices("jax") == [("fp32", "fp32"), ("bf16 ✗ on jax", "bf16"), ("int8", "int8"),
-                                      ("nf4 ✗ on jax", "nf4")]
-    assert all(label == value for label, value in weights_choices("torch"))
+                                      ("nf4 ✗ on jax", "nf4"), (WEIGHT_LABELS["q4"], "q4")]
+    assert WEIGHT_LABELS["q4"].startswith("q4: 4-bit")
+    assert weights_choices("torch")[-1] == ("q4 ✗ on torch", "q4")
+    assert all(label == value for label, value in weights_choices("torch")[:-1])
     assert notice_text({"backend": "jax", "strategy": "assisted", "cache": "sink", "prompt_lookup": 4}) == ""
     assert label(1, {"strategy": "beam", "cache": "static", "backend": "jax"}) == "2: beam · static · jax"
     assert label(1, {"strategy": "greedy", "cache": "static", "backend": "jax", "weights": "int8"}) == (

@@ -74,8 +74,8 @@ class Engine:
         self.config = config
         self.env = torchax.default_env()
         # fused projections would mix q/k/v rows in one split; on a mesh each projection is split by heads
-        self.precision = weights  # "fp32", or "int8": every linear layer int8 (int8.py)
-        self.twin = traced.build_twin(model, fuse=self.mesh is None, int8=weights == "int8")
+        self.precision = weights  # "fp32"; "int8" or "q4": every linear layer int8 (int8.py) or 4-bit (q4.py)
+        self.twin = traced.build_twin(model, fuse=self.mesh is None, weights=weights)
         place = tensor_parallel.placer(self.mesh, config) if self.mesh is not None else None
         self.weights = traced.jax_weights(model, self.twin, place)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -226,28 +226,29 @@ class Engine:
 def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") -> int:
     """Bytes an Engine for (model, devices, weights) allocates beyond the model's own tensors, counted before it
     does (the memory budget reserves them first). On one device fused q/k/v and gate/up matrices are new arrays
-    and the other weights are shared through DLPack when aligned; int8 matrices and their scales are always new;
+    and the other weights are shared through DLPack when aligned; quantized matrices (int8, q4) and their scales
+    are always new;
     on a mesh every weight is copied to the devices, split ones once in all and replicated ones once per device.
     Tied weights count once, as jax_weights() places them once."""
     config = model.config.get_text_config(decoder=True)
-    twin = traced.build_twin(model, fuse=devices == 1, int8=weights == "int8")
+    twin = traced.build_twin(model, fuse=devices == 1, weights=weights)
     tensors = traced.model_tensors(model)
     total, seen = 0, set()
     for name, sources in twin.sources.items():
         parts = [tensors[s] for s in sources]
-        scale_name = twin.int8_scales.get(name)
+        names = (name, *twin.companions.get(name, ()))
         key = traced.source_key(twin, name, parts)
         if key in seen:
             continue
         seen.add(key)
         numel = sum(p.numel() for p in parts)
-        arrays = [(name, numel * parts[0].element_size(), parts[0].dim())] if scale_name is None else [
-            (name, numel, 2), (scale_name, sum(p.shape[0] for p in parts) * 4, 1)]
-        for array_name, size, ndim in arrays:
+        sizes = [(numel * parts[0].element_size(), parts[0].dim())] if len(names) == 1 else \
+            traced.quantized_sizes(twin, name, parts)
+        for array_name, (size, ndim) in zip(names, sizes, strict=True):
             if devices > 1:
                 split = any(tensor_parallel.weight_spec(array_name, ndim, config, devices))
                 total += size if split else size * devices
-            elif scale_name is not None or len(parts) > 1 or not device.current().shares_with_jax(parts[0]):
+            elif len(names) > 1 or len(parts) > 1 or not device.current().shares_with_jax(parts[0]):
                 total += size
     return total
 

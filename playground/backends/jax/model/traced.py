@@ -24,9 +24,11 @@ from torchax import interop
 from transformers import AttentionInterface, PreTrainedModel
 
 from playground.backends.jax.caches.pytree import PENDING
-from playground.backends.jax.engine import int8, int8_store
+from playground.backends.jax.engine import int8, int8_store, q4
 from playground.backends.jax.engine.int8 import Int8Linear
+from playground.backends.jax.engine.q4 import Q4Linear
 from playground.backends.jax.model.attention import prompt_attention
+from playground.errors import PlaygroundError
 
 ATTENTION = "playground_jax"
 FUSE_GROUPS = (("qkv_fused", ("q_proj", "k_proj", "v_proj")), ("gate_up_fused", ("gate_proj", "up_proj")))
@@ -58,20 +60,31 @@ AttentionInterface.register(ATTENTION, attention_forward)
 
 class FusedLinear(nn.Module):
     """Several nn.Linear sharing one input, computed as one matrix product; parts read slices of it.
-    With `int8`, the fused matrix is int8 with a scale per row (int8.py)."""
+    With int8 weights the fused matrix is int8 with a scale per row (int8.py); with q4, 4-bit row pairs with a
+    scale and a minimum per group (q4.py)."""
 
-    def __init__(self, parts: list[nn.Linear], int8: bool = False) -> None:
+    def __init__(self, parts: list[nn.Linear], precision: str = "fp32") -> None:
         super().__init__()
         self.sizes = [p.out_features for p in parts]
-        shape = (sum(self.sizes), parts[0].in_features)
-        dtype = torch.int8 if int8 else torch.float32
-        self.weight = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
-        self.scale = nn.Parameter(torch.empty(shape[0], device="meta"), requires_grad=False) if int8 else None
+        self.precision = precision
         has_bias = parts[0].bias is not None
         self.bias = nn.Parameter(torch.empty(sum(self.sizes), device="meta")) if has_bias else None
+        self.scale: nn.Parameter | None = None
+        self.minimum: nn.Parameter | None = None
+        if precision == "q4":  # the same parameters as a Q4Linear of the fused shape
+            self.weight, self.scale, self.minimum = _q4_parameters(parts[0].in_features, sum(self.sizes))
+        else:
+            shape = (sum(self.sizes), parts[0].in_features)
+            dtype = torch.int8 if precision == "int8" else torch.float32
+            self.weight = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
+            if precision == "int8":
+                self.scale = nn.Parameter(torch.empty(shape[0], device="meta"), requires_grad=False)
         self._stash: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
+        if self.minimum is not None:
+            assert self.scale is not None, "a q4 matrix has its scale beside its minimum"
+            return q4.linear(x, self.weight, self.scale, self.minimum, self.bias, sum(self.sizes), blocked=True)
         if self.scale is None:
             return nn.functional.linear(x, self.weight, self.bias)
         return int8.linear(x, self.weight, self.scale, self.bias, blocked=True)
@@ -85,6 +98,11 @@ class FusedLinear(nn.Module):
 
     def clear(self) -> None:
         self._stash = None  # drop traced tensors once a trace is done
+
+
+def _q4_parameters(in_features: int, out_features: int) -> tuple[nn.Parameter, nn.Parameter, nn.Parameter]:
+    module = Q4Linear(in_features, out_features, bias=False, blocked=True)
+    return module.weight, module.scale, module.minimum
 
 
 class FusedPart(nn.Module):
@@ -113,16 +131,19 @@ class Twin:
     module: nn.Module
     sources: dict[str, list[str]]  # twin name -> real names (several: rows concatenated in this order)
     fused: list[FusedLinear]
-    int8_scales: dict[str, str] = field(default_factory=dict)  # int8 weight's twin name -> its scale's
+    # a quantized weight's twin name -> the names of the arrays that come with it (int8: its scale; q4: its
+    # scale and minimum)
+    companions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    precision: str = "fp32"
 
     def clear(self) -> None:
         for f in self.fused:
             f.clear()
 
 
-def build_twin(model: PreTrainedModel, fuse: bool, int8: bool = False) -> Twin:
+def build_twin(model: PreTrainedModel, fuse: bool, weights: str = "fp32") -> Twin:
     """A meta-device copy of `model` using our attention, with projections fused if asked, and every linear
-    layer (the output head too) int8 if asked. Embeddings, norms and biases stay fp32."""
+    layer (the output head too) int8 or 4-bit if `weights` asks. Embeddings, norms and biases stay fp32."""
     config = copy.deepcopy(model.config)
     # mixture-of-experts layers: the default grouped matmul (aten::_grouped_mm) has no torchax lowering; the
     # batched one gathers each token's chosen experts with fixed shapes, and reads only those experts' weights.
@@ -139,7 +160,7 @@ def build_twin(model: PreTrainedModel, fuse: bool, int8: bool = False) -> Twin:
             for fused_name, names in FUSE_GROUPS:
                 if not _fusable(module, names):
                     continue
-                owner = FusedLinear([getattr(module, n) for n in names], int8)
+                owner = FusedLinear([getattr(module, n) for n in names], weights)
                 setattr(module, fused_name, owner)
                 for i, n in enumerate(names):
                     setattr(module, n, FusedPart(owner, i))
@@ -148,23 +169,46 @@ def build_twin(model: PreTrainedModel, fuse: bool, int8: bool = False) -> Twin:
                 if owner.bias is not None:
                     sources[f"{prefix}{fused_name}.bias"] = [f"{prefix}{n}.bias" for n in names]
                 fused.append(owner)
-    if int8:
-        _int8_linears(twin, blocked=fuse)
-    scales = {f"{path}.weight": f"{path}.scale" for path, module in twin.named_modules(remove_duplicate=False)
-              if isinstance(module, (Int8Linear, FusedLinear)) and module.scale is not None}
+    if weights in ("int8", "q4"):
+        _quantized_linears(twin, weights, blocked=fuse)
+    companions = _companions(twin)
+    taken = {n for names in companions.values() for n in names}
     for name in state_names(twin):
-        if name not in scales.values():
+        if name not in taken:
             sources.setdefault(name, [name])
-    return Twin(twin, sources, fused, scales)
+    return Twin(twin, sources, fused, companions, weights)
 
 
-def _int8_linears(twin: nn.Module, blocked: bool) -> None:
-    """Every nn.Linear becomes an Int8Linear of the same shape (a mesh splits rows itself: not blocked)."""
+def _companions(twin: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Each quantized weight's name -> its scale's (and minimum's) names."""
+    companions = {}
+    for path, module in twin.named_modules(remove_duplicate=False):
+        extra = [n for n in ("scale", "minimum") if getattr(module, n, None) is not None]
+        if isinstance(module, (Int8Linear, Q4Linear, FusedLinear)) and extra:
+            companions[f"{path}.weight"] = tuple(f"{path}.{n}" for n in extra)
+    return companions
+
+
+def _quantized_linears(twin: nn.Module, weights: str, blocked: bool) -> None:
+    """Every nn.Linear becomes an Int8Linear or a Q4Linear of the same shape (a mesh splits rows itself: not
+    blocked). With q4 the output head stays int8, as GGUF's Q4 files keep it at 8 bits: the head is the one
+    matrix the bundled file does not store at 4 bits, and at 4 bits it alone costs most of q4's KL from fp32."""
+    head = twin.get_output_embeddings()  # type: ignore[operator]
     for module in list(twin.modules()):
         for child_name, child in list(module.named_children()):
+            if (type(child) is not nn.Linear and not isinstance(child, FusedLinear)) or child is head:
+                if child is head and type(child) is nn.Linear:
+                    setattr(module, child_name, Int8Linear(child.in_features, child.out_features,
+                                                           child.bias is not None, blocked))
+                continue
+            why = q4.check_shape(int(child.weight.shape[-1])) if weights == "q4" else None
+            if why is not None:
+                raise PlaygroundError(f"weights=q4 cannot run on this model: {why} (layer {child_name}); use int8 "
+                                      "or fp32 weights")
             if type(child) is nn.Linear:
-                setattr(module, child_name, Int8Linear(child.in_features, child.out_features,
-                                                       child.bias is not None, blocked))
+                kind = Q4Linear if weights == "q4" else Int8Linear
+                setattr(module, child_name, kind(child.in_features, child.out_features, child.bias is not None,
+                                                 blocked))
 
 
 def state_names(module: nn.Module) -> list[str]:
@@ -201,13 +245,37 @@ def _placed(name: str, parts: list[torch.Tensor], place: Any) -> jax.Array:
 
 def source_key(twin: Twin, name: str, parts: list[torch.Tensor]) -> tuple:
     """What makes two twin weights one array: the same source tensors (tied weights), stored the same way (the
-    output head quantized to int8 is not the fp32 embedding it is tied to)."""
-    return (name in twin.int8_scales, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
+    output head quantized is not the fp32 embedding it is tied to)."""
+    return (name in twin.companions, *((p.data_ptr(), tuple(p.shape), p.dtype) for p in parts))
+
+
+def is_q4(twin: Twin, name: str) -> bool:
+    """A 4-bit weight comes with a scale and a minimum; an int8 one with its scale only."""
+    return len(twin.companions.get(name, ())) == 2
+
+
+def quantized_arrays(twin: Twin, name: str, parts: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
+    """A quantized weight's arrays (the weight, then its companions) from its fp32 source tensors, quantized
+    once (int8_store.py keeps them on disk)."""
+    host = np.concatenate([_to_numpy(p) for p in parts])
+    return int8_store.quantized_q4(host) if is_q4(twin, name) else int8_store.quantized(host)
+
+
+def quantized_sizes(twin: Twin, name: str, parts: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """(bytes, ndim) of each of a quantized weight's arrays, as quantized_arrays() makes them, without making
+    them: int8 a byte a weight and an fp32 scale a row; q4 half a byte a weight (rows padded to even) and an fp32
+    scale and minimum a group of 32."""
+    rows, columns = sum(p.shape[0] for p in parts), parts[0].shape[1]
+    if is_q4(twin, name):
+        padded = rows + rows % 2
+        groups = padded * (columns // q4.GROUP) * 4
+        return [(padded // 2 * columns, 2), (groups, 2), (groups, 2)]
+    return [(rows * columns, 2), (rows * 4, 1)]
 
 
 def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, jax.Array]:
-    """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array. An int8
-    weight and its scale come from the model's fp32 tensor, quantized once (int8_store.py keeps it on disk).
+    """The twin's named weights as JAX arrays; tensors shared in the model (tied) stay one array. A quantized
+    weight and its companions come from the model's fp32 tensor (quantized_arrays).
 
     `place(name, array)` puts an array on its devices (sharding); default: the default device.
     """
@@ -216,19 +284,16 @@ def jax_weights(model: nn.Module, twin: Twin, place: Any = None) -> dict[str, ja
     weights: dict[str, jax.Array] = {}
     for name, source_names in twin.sources.items():
         parts = [tensors[s] for s in source_names]
-        scale_name = twin.int8_scales.get(name)
+        names = (name, *twin.companions.get(name, ()))
         key = source_key(twin, name, parts)
         if key not in by_source:
-            if scale_name is None:
-                by_source[key] = _placed(name, parts, place)
+            if len(names) == 1:
+                by_source[key] = (_placed(name, parts, place),)
             else:
-                q, scale = int8_store.quantized(np.concatenate([_to_numpy(p) for p in parts]))
                 put = place or (lambda _, host: jnp.asarray(host))
-                by_source[key] = (put(name, q), put(scale_name, scale))
-        if scale_name is None:
-            weights[name] = by_source[key]
-        else:
-            weights[name], weights[scale_name] = by_source[key]
+                arrays = quantized_arrays(twin, name, parts)
+                by_source[key] = tuple(put(n, a) for n, a in zip(names, arrays, strict=True))
+        weights.update(zip(names, by_source[key], strict=True))
     return weights
 
 
