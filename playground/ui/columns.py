@@ -145,9 +145,8 @@ def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
 
 def weights_choices(backend: str) -> list[tuple[str, str]]:
     """Every precision; those this backend refuses carry a ✗ (the notice says why)."""
-    labels = compatibility.WEIGHT_LABELS
-    return [(labels.get(w, w) if compatibility.weights_refusal(backend, w) is None else f"{w} ✗ on {backend}", w)
-            for w in WEIGHTS]
+    return [(compatibility.WEIGHT_LABELS.get(w, w) if compatibility.weights_refusal(backend, w) is None
+             else f"{w} ✗ on {backend}", w) for w in WEIGHTS]
 
 
 def _clean(key: str, value: Any) -> Any:
