@@ -43,7 +43,7 @@ def test_supported_cell_runs(model, backend, strategy, cache):
                    window=16, **STRATEGY_EXTRAS.get(strategy, {}))
     refusal = MODEL_REFUSALS.get((model, cache)) or MODEL_REFUSALS.get((model, strategy))
     if refusal is not None:
-        # the README's footnote: attention sinks need an all-global RoPE model, and contrastive search crops its
+        # docs/caches.md's note: attention sinks need an all-global RoPE model, and contrastive search crops its
         # cache at the end, which sliding layers past their window cannot
         with pytest.raises(PlaygroundError, match=refusal):
             runner.run_to_result("The capital of France is", spec)
