@@ -128,7 +128,7 @@ def table() -> list[dict[str, str]]:
 
 
 def markdown_table() -> str:
-    """The README's table; a test keeps the README in step with the rules above."""
+    """The strategy x cache table of docs/caches.md; a test keeps that page in step with the rules above."""
     caches = registry.cache_names()
     lines = [
         "| backend | strategy | " + " | ".join(caches) + " |",

@@ -8,11 +8,15 @@ import pytest
 pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
-from tests.integration.quantized_error import check_quantized_cache_error, check_weights_error  # noqa: E402
+from tests.integration.quantized_error import (  # noqa: E402
+    BITS,
+    check_quantized_cache_error,
+    check_weights_error,
+)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("bits", BITS)
 def test_quantized_cache_error_against_full_precision(bits):
     check_quantized_cache_error("gemma3-270m", bits)
 

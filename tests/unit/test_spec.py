@@ -60,8 +60,8 @@ def test_cap_on_new_tokens_follows_the_environment(monkeypatch):
         RunSpec(max_new_tokens=17)
 
 
-def test_readme_table_matches_the_compatibility_rules():
+def test_caches_page_table_matches_the_compatibility_rules():
     from playground.compatibility import markdown_table
     from tests.helpers import ROOT
 
-    assert markdown_table() in (ROOT / "README.md").read_text()
+    assert markdown_table() in (ROOT / "docs" / "caches.md").read_text()
