@@ -51,7 +51,8 @@ def _retention(at: Written) -> list[CacheRow]:
 
 
 LAST_24 = CacheType(name="last-24", label="last 24 tokens", help="keeps the 24 most recent tokens of every layer",
-                    torch=_torch_cache, jax=_jax_layout, no_rollback={"jax": "its ring overwrites rejected drafts"},
+                    impl={"torch": _torch_cache, "jax": _jax_layout},
+                    no_rollback={"jax": "its ring overwrites rejected drafts"},
                     check_model=_check_model, retention=_retention)
 
 
@@ -86,7 +87,7 @@ def _forced_first_plugin(spec, draft):
 
 FORCED_FIRST = Strategy(name="forced-first", label="greedy, forced first token",
                         help=f"token {FORCED} first, then the most likely token at every step",
-                        torch=_forced_first_torch, jax=_forced_first_plugin)
+                        impl={"torch": _forced_first_torch, "jax": _forced_first_plugin})
 
 
 @pytest.fixture
