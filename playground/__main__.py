@@ -99,8 +99,8 @@ def _add_prompt_options(command: argparse.ArgumentParser) -> None:
 
 
 def _add_context_command(commands: argparse._SubParsersAction) -> None:
-    from playground.tools import context
-    from playground.tools.context_request import spec_keys as context_keys
+    from playground.context import measure as context
+    from playground.context.request import spec_keys as context_keys
 
     command = commands.add_parser("context", help="what each KV cache costs and loses as the context grows, on a "
                                                   "long text: speed per context length, and quality against the full "
@@ -304,8 +304,8 @@ def command_bench(args: argparse.Namespace) -> None:
 
 
 def command_context(args: argparse.Namespace) -> None:
-    from playground.tools import context
-    from playground.tools.context_request import spec_keys as context_keys
+    from playground.context import measure as context
+    from playground.context.request import spec_keys as context_keys
 
     request = context.request_from_args(args)
     spec = RunSpec.from_dict({name: getattr(args, name) for name in context_keys()
