@@ -76,11 +76,19 @@ def _forced_first_plugin(spec, draft):
 
     from playground.backends.jax.strategies.plain import PlainDecoding
 
-    class ForcedFirst(PlainDecoding):
-        def started(self, request, state, first):
-            forced = jnp.full_like(state.token, FORCED)  # (B,): the next step writes it and continues from it
-            state = dataclasses.replace(state, token=forced, done=jnp.zeros_like(state.done))
-            return state, first._replace(tokens=forced)
+    class ForcedFirst(PlainDecoding):  # greedy's kernel, its start program restarting from FORCED
+        def bind(self, engine, prompt_len, bucket, context):
+            bound = super().bind(engine, prompt_len, bucket, context)
+            greedy_start = self.kernel.start
+
+            def start(*inputs):
+                state, first = greedy_start(*inputs)
+                forced = jnp.full_like(state.token, FORCED)  # (B,): the next step writes it and continues from it
+                state = dataclasses.replace(state, token=forced, done=jnp.zeros_like(state.done))
+                return state, first._replace(tokens=forced)
+
+            self.kernel = dataclasses.replace(self.kernel, name="forced-first", start=start)  # programs of its own
+            return bound
 
     return ForcedFirst(spec, samples=False)
 
