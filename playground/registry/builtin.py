@@ -93,11 +93,12 @@ _TORCH = "playground.backends.torch"
 _JAX = "playground.backends.jax.strategies"
 # transformers' own one-token-per-step loop on PyTorch, the one-token plug-in on JAX
 _ONE_TOKEN = {"torch": lazy(f"{_TORCH}.strategy", "Generate"), "jax": lazy(f"{_JAX}.plain", "single_token")}
-_RECORDS = "playground.strategy_records"  # what each strategy's records become in the Result
+_RECORDS = "playground.strategy_records"  # what each strategy's records become in the Result: a module each
 _VIEWS = "playground.ui"  # how the page draws them (imported on first use: the registry imports no UI)
 
 BEAM_TREE = RunRecords(
-    key="beam_tree", build=lazy(_RECORDS, "beam_tree"), shape="per search step, a list of the candidates weighed",
+    key="beam_tree", build=lazy(f"{_RECORDS}.beam", "beam_tree"),
+    shape="per search step, a list of the candidates weighed",
     fields=(RecordField(name="parent", kind="int", meaning="the candidate of the previous step it extends (null "
                         "at the first step)"),
             RecordField(name="token", kind="int", meaning="its token id"),
@@ -161,11 +162,11 @@ register_strategy(Strategy(
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
     validate=_check_draft_source, drafts=True,
     impl={"torch": lazy(f"{_TORCH}.assist_steps", "Assisted"), "jax": lazy(f"{_JAX}.assisted", "assisted")},
-    token_records=(TokenRecords(key="draft", build=lazy(_RECORDS, "draft_flags"), fields=(
+    token_records=(TokenRecords(key="draft", build=lazy(f"{_RECORDS}.assisted", "draft_flags"), fields=(
         RecordField(name="draft", kind="bool",
                     meaning="an accepted draft token (true) or the main model's own token (false)"),)),),
     run_records=(
-        RunRecords(key="assisted_steps", build=lazy(_RECORDS, "assisted_steps"),
+        RunRecords(key="assisted_steps", build=lazy(f"{_RECORDS}.assisted", "assisted_steps"),
                    shape="a list, one per verification step", fields=(
                        RecordField(name="drafted", kind="list[int]",
                                    meaning="the token ids the draft proposed (main vocabulary; may be empty)"),
@@ -207,7 +208,8 @@ register_strategy(Strategy(
                                    "repeated top_k times at every step, which the dynamic cache selects in place")},
     check_model=lazy(_REFUSALS, "check_contrastive"),
     token_records=(TokenRecords(
-        key="contrastive", build=lazy(_RECORDS, "contrastive_candidates"), shape="a list, most probable first",
+        key="contrastive", build=lazy(f"{_RECORDS}.contrastive", "contrastive_candidates"),
+        shape="a list, most probable first",
         fields=(RecordField(name="id", kind="int", meaning="a candidate's token id"),
                 RecordField(name="text", kind="str", meaning="its text"),
                 RecordField(name="p", kind="float", meaning="its probability after the logits chain's penalties"),
@@ -215,7 +217,7 @@ register_strategy(Strategy(
                             "similarity to the text so far"),
                 RecordField(name="score", kind="float", meaning="(1 - penalty_alpha)·p - penalty_alpha·penalty: "
                             "the highest is the token"))),),
-    view=lazy(f"{_VIEWS}.method_view", "ContrastiveView")))
+    view=lazy(f"{_VIEWS}.contrastive_view", "ContrastiveView")))
 
 register_strategy(Strategy(
     name="dola", label="DoLa",
@@ -226,7 +228,7 @@ register_strategy(Strategy(
     knobs=("dola_layers",), validate=_check_dola_layers,
     impl={"torch": lazy(f"{_TORCH}.dola", "plug_in"), "jax": lazy(f"{_JAX}.dola", "dola")},
     check_model=lazy(_REFUSALS, "check_dola"),
-    token_records=(TokenRecords(key="dola", build=lazy(_RECORDS, "dola_contrasts"), fields=(
+    token_records=(TokenRecords(key="dola", build=lazy(f"{_RECORDS}.dola", "dola_contrasts"), fields=(
         RecordField(name="layer", kind="int", meaning="the premature layer contrasted with the final one"),
         RecordField(name="layers", kind="list[int]", meaning="the candidate premature layers"),
         RecordField(name="js", kind="list[float]", unit="nats", meaning="per candidate layer, its Jensen-Shannon "
@@ -236,7 +238,7 @@ register_strategy(Strategy(
         RecordField(name="changed", kind="bool", meaning="the contrast took another token than greedy's"))),),
     run_records=(RunRecords(key="dola_layers", in_extra=True, fields=(
         RecordField(name="dola_layers", kind="list[int]", meaning="the candidate premature layers (JAX path)"),)),),
-    view=lazy(f"{_VIEWS}.method_view", "DolaView")))
+    view=lazy(f"{_VIEWS}.dola_view", "DolaView")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

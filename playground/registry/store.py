@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TypeVar
 
 from playground.errors import PlaygroundError
 from playground.registry.entries import BackendType, CacheType, Knob, Processor, Strategy
@@ -13,6 +14,7 @@ _STRATEGIES: dict[str, Strategy] = {}
 _KNOBS: dict[str, Knob] = {}
 _PROCESSORS: dict[str, Processor] = {}
 _BACKENDS: dict[str, BackendType] = {}
+Entry = TypeVar("Entry")
 
 
 def register_backend(entry: BackendType) -> BackendType:
@@ -97,10 +99,7 @@ def backend_names() -> tuple[str, ...]:
 
 
 def backend_type(name: str) -> BackendType:
-    try:
-        return _BACKENDS[name]
-    except KeyError:
-        raise PlaygroundError(f"backend {name!r} is not one of: {', '.join(_BACKENDS)}") from None
+    return _entry(_BACKENDS, "backend", name)
 
 
 def caches() -> tuple[CacheType, ...]:
@@ -138,17 +137,19 @@ def strategy_names() -> tuple[str, ...]:
 
 def cache_type(name: str) -> CacheType:
     """The entry for `name`; RunSpec has refused unknown names before anything asks."""
-    try:
-        return _CACHES[name]
-    except KeyError:
-        raise PlaygroundError(f"cache {name!r} is not one of: {', '.join(_CACHES)}") from None
+    return _entry(_CACHES, "cache", name)
 
 
 def strategy(name: str) -> Strategy:
+    return _entry(_STRATEGIES, "strategy", name)
+
+
+def _entry(table: Mapping[str, Entry], kind: str, name: str) -> Entry:
+    """`table[name]`, or the one line naming what is allowed."""
     try:
-        return _STRATEGIES[name]
+        return table[name]
     except KeyError:
-        raise PlaygroundError(f"strategy {name!r} is not one of: {', '.join(_STRATEGIES)}") from None
+        raise PlaygroundError(f"{kind} {name!r} is not one of: {', '.join(table)}") from None
 
 
 def knob(name: str) -> Knob:
