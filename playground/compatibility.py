@@ -41,8 +41,9 @@ def _instead(backend: str, cache: str) -> str:
 
 
 def _backends_with(has: Callable[[str], object]) -> str:
-    """'backend ...' naming the backends for which `has` holds."""
-    return "backend " + " or ".join(f"'{b}'" for b in registry.backend_names() if has(b))
+    """'backend ...' naming the backends for which `has` holds ('no backend' where none does)."""
+    names = [f"'{b}'" for b in registry.backend_names() if has(b)]
+    return "backend " + " or ".join(names) if names else "no backend"
 
 
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
@@ -51,12 +52,12 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
     entry = registry.strategy(strategy)
     where = registry.backend_type(backend).label
     if entry.plugin(backend) is None:
-        return f"{entry.label} has no plug-in on the {where} path; use {_backends_with(entry.plugin)}"
+        return f"{entry.label} has no plug-in on the {where} path; {_backends_with(entry.plugin)} runs it"
     cache_entry = registry.cache_type(cache)
     if cache_entry.plugin(backend) is None:
         others = [c.name for c in registry.caches() if c.plugin(backend) is not None]
         return (f"the {cache_entry.label} cache has no side on the {where} path; use cache "
-                + " or ".join(f"'{c}'" for c in others) + f", or {_backends_with(cache_entry.plugin)}")
+                + " or ".join(f"'{c}'" for c in others) + f"; {_backends_with(cache_entry.plugin)} builds it")
     need = entry.cache_need.get(backend)
     if need is not None and cache not in need.caches:
         return f"{need.why}; use cache " + " or ".join(f"'{c}'" for c in need.caches)

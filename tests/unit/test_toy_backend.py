@@ -125,11 +125,11 @@ def test_the_toy_backend_runs_greedy_and_the_registry_refuses_the_rest():
                 for cache in registry.cache_names() if row[cache] == "yes"}
         assert runs == {("greedy", "dynamic")}
         assert RunSpec(backend=NAME, cache="dynamic").backend == NAME
-        with pytest.raises(PlaygroundError, match="sampling has no plug-in on the toy path; use backend 'torch' "
-                                                  "or 'jax'"):
+        with pytest.raises(PlaygroundError, match="sampling has no plug-in on the toy path; backend 'torch' or "
+                                                  "'jax' runs it"):
             RunSpec(backend=NAME, strategy="sampling", cache="dynamic")
         with pytest.raises(PlaygroundError, match="the static cache has no side on the toy path; use cache "
-                                                  "'dynamic', or backend 'torch' or 'jax'"):
+                                                  "'dynamic'; backend 'torch' or 'jax' builds it"):
             RunSpec(backend=NAME, cache="static")
         with pytest.raises(PlaygroundError, match="backend=toy cannot run the logits chain's stage "
                                                   "'repetition_penalty': it has no toy side yet"):
