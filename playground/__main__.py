@@ -17,7 +17,7 @@ from playground.data.text_files import read_text_file
 from playground.errors import PlaygroundError
 from playground.metrics import busy_note
 from playground.models import catalog, paths
-from playground.spec import BACKENDS, WEIGHTS, RunSpec, spec_keys
+from playground.spec import WEIGHTS, RunSpec, spec_keys
 from playground.sweep.knobs import sweepable
 from playground.sweep.prompt_sets import SETS
 
@@ -36,7 +36,7 @@ def fail(message: str) -> NoReturn:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     """The names each choice flag takes, read when the parser is built (entries can be registered until then)."""
-    return {"strategy": registry.strategy_names(), "cache": registry.cache_names(), "backend": BACKENDS,
+    return {"strategy": registry.strategy_names(), "cache": registry.cache_names(), "backend": registry.backend_names(),
             "weights": WEIGHTS}
 
 
@@ -99,8 +99,8 @@ def _add_prompt_options(command: argparse.ArgumentParser) -> None:
 
 
 def _add_context_command(commands: argparse._SubParsersAction) -> None:
-    from playground.tools import context
-    from playground.tools.context_request import spec_keys as context_keys
+    from playground.context import measure as context
+    from playground.context.request import spec_keys as context_keys
 
     command = commands.add_parser("context", help="what each KV cache costs and loses as the context grows, on a "
                                                   "long text: speed per context length, and quality against the full "
@@ -119,7 +119,7 @@ def _add_chain_options(lab: argparse.ArgumentParser) -> None:
                                                                   "(the penalties and DRY read them)")
     lab.add_argument("--dry-breaker-ids", default="", metavar="IDS",
                      help="DRY's sequence breakers as token ids (there is no tokenizer here; default: none)")
-    lab.add_argument("--backend", choices=BACKENDS, default="torch", help="default: torch")
+    lab.add_argument("--backend", choices=sampler_lab.lab_backends(), default="torch", help="default: torch")
     _add_spec_options(lab, sampler_lab.lab_knobs(),
                       note="every stage is off unless one of its knobs is given; temperature 1")
     lab.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -305,8 +305,8 @@ def command_bench(args: argparse.Namespace) -> None:
 
 
 def command_context(args: argparse.Namespace) -> None:
-    from playground.tools import context
-    from playground.tools.context_request import spec_keys as context_keys
+    from playground.context import measure as context
+    from playground.context.request import spec_keys as context_keys
 
     request = context.request_from_args(args)
     spec = RunSpec.from_dict({name: getattr(args, name) for name in context_keys()

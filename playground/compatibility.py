@@ -7,18 +7,15 @@ the cache entries and are checked once the model's config is known.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
-from playground import device, registry
+from playground import registry
 from playground.errors import PlaygroundError
-from playground.registry import BACKENDS
 
 WEIGHTS = ("fp32", "bf16", "int8", "nf4", "q4")
 # what a precision's name does not say by itself (the page's weights menu): its form and bytes per weight
 WEIGHT_LABELS = {"q4": "q4: 4-bit layers, scale + min per 32 (0.75 B/weight); int8 head"}
-# weights only the JAX engine runs (its own 4-bit row pairs with a scale and minimum per group, engine/q4.py)
-JAX_ONLY_WEIGHTS = {"q4": "q4 weights are the JAX engine's own 4-bit layout, which transformers has no layer for; "
-                          "for 4-bit on PyTorch use nf4"}
 
 
 class Combination(Protocol):
@@ -40,18 +37,32 @@ def _instead(backend: str, cache: str) -> str:
     """What to pick instead for a drafting strategy: the caches that roll back on this backend, and the
     backends where this cache does."""
     caches = [c.name for c in registry.caches() if backend not in c.no_rollback]
-    others = [b for b in BACKENDS if b != backend and b not in registry.cache_type(cache).no_rollback]
+    others = [b for b in registry.backend_names() if b != backend and b not in registry.cache_type(cache).no_rollback]
     advice = "use cache " + " or ".join(f"'{c}'" for c in caches)
     return advice + "".join(f", or backend '{b}'" for b in others)
 
 
+def _backends_with(has: Callable[[str], object]) -> str:
+    """'backend ...' naming the backends for which `has` holds ('no backend' where none does)."""
+    names = [f"'{b}'" for b in registry.backend_names() if has(b)]
+    return "backend " + " or ".join(names) if names else "no backend"
+
+
 def refusal(backend: str, strategy: str, cache: str) -> str | None:
-    """The reason a combination cannot run, or None when it can."""
+    """The reason a combination cannot run, or None when it can: a strategy or a cache runs on a backend its entry
+    names a plug-in for, on the caches its loop needs there, and a drafting one on a cache that rolls back."""
     entry = registry.strategy(strategy)
-    if backend == "jax" and entry.jax is None:
-        return f"{entry.jax_refusal}; use backend 'torch'"
-    if backend == "torch" and entry.torch_caches is not None and cache not in entry.torch_caches:
-        return f"{entry.torch_cache_need}; use cache " + " or ".join(f"'{c}'" for c in entry.torch_caches)
+    where = registry.backend_type(backend).label
+    if entry.plugin(backend) is None:
+        return f"{entry.label} has no plug-in on the {where} path; {_backends_with(entry.plugin)} runs it"
+    cache_entry = registry.cache_type(cache)
+    if cache_entry.plugin(backend) is None:
+        others = [c.name for c in registry.caches() if c.plugin(backend) is not None]
+        return (f"the {cache_entry.label} cache has no side on the {where} path; use cache "
+                + " or ".join(f"'{c}'" for c in others) + f"; {_backends_with(cache_entry.plugin)} builds it")
+    need = entry.cache_need.get(backend)
+    if need is not None and cache not in need.caches:
+        return f"{need.why}; use cache " + " or ".join(f"'{c}'" for c in need.caches)
     if not entry.drafts:
         return None
     why = registry.cache_type(cache).no_rollback.get(backend)
@@ -60,7 +71,8 @@ def refusal(backend: str, strategy: str, cache: str) -> str | None:
 
 def weights_refusal(backend: str, weights: str) -> str | None:
     """Why `weights` cannot run on `backend` on this process's device, or None when they can."""
-    return device.jax_refusals().get(weights) if backend == "jax" else JAX_ONLY_WEIGHTS.get(weights)
+    refusals = registry.backend_type(backend).weights_refusals
+    return None if refusals is None else refusals().get(weights)
 
 
 # Weights transformers' generate will not compile: bitsandbytes' quantizers say they are not compileable
@@ -106,19 +118,22 @@ def check_combination(spec: Combination) -> None:
         )
     why = weights_refusal(spec.backend, spec.weights)
     if why is not None:
-        other = "jax" if spec.backend == "torch" else "torch"
-        raise PlaygroundError(f"backend={spec.backend} weights={spec.weights} cannot run: {why}, or backend '{other}'")
+        others = [f"'{b}'" for b in registry.backend_names()
+                  if b != spec.backend and weights_refusal(b, spec.weights) is None]
+        where = f", or backend {' or '.join(others)}" if others else ""
+        raise PlaygroundError(f"backend={spec.backend} weights={spec.weights} cannot run: {why}{where}")
     if spec.weights == "q4" and spec.devices != 1:
         raise PlaygroundError(f"weights=q4 runs on one device (its bytes pair row r with row r + N/2, which a "
                               f"split by rows would part); devices={spec.devices}: use int8 or fp32 weights")
-    if spec.backend == "torch" and spec.devices != 1:
-        raise PlaygroundError("devices > 1 shards the JAX decoder; the PyTorch path runs on one device")
+    if spec.devices != 1 and "devices" not in registry.backend_type(spec.backend).knobs:
+        raise PlaygroundError(f"devices > 1 shards the JAX decoder; the "
+                              f"{registry.backend_type(spec.backend).label} path runs on one device")
 
 
 def table() -> list[dict[str, str]]:
     """Rows of backend x strategy with a mark per cache, for the README and the UI."""
     rows = []
-    for backend in BACKENDS:
+    for backend in registry.backend_names():
         for strategy in registry.strategy_names():
             row = {"backend": backend, "strategy": strategy}
             for cache in registry.cache_names():

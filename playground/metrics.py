@@ -1,5 +1,5 @@
-"""Measurement shared by the runner and the tools: per-token latency, percentiles, peak resident memory, and
-whether the machine was busy with other work while a run ran."""
+"""Measurement shared by the runner and the tools: per-token latency, percentiles, peak resident memory, the
+machine's read bandwidth, and whether the machine was busy with other work while a run ran."""
 
 from __future__ import annotations
 
@@ -171,3 +171,45 @@ def busy_note(load: dict[str, Any] | None) -> str:
         reason = f"a JAX compile that a stopped run left running shared the CPUs for {span}"
     return (f"busy machine: {reason}, so its timings are slower than this machine can do; run it again (or repeat "
             "the timing) when it is quiet")
+
+
+BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
+
+
+class BandwidthProbe:
+    """Read bandwidth in GB/s from jitted sums over a 1 GiB fp32 array, sampled before every timed run.
+
+    On a shared machine the bandwidth drifts by tens of percent within a minute, so a decode rate is only
+    comparable with the bandwidth of its own moment: the benchmark reports medians of both.
+    """
+
+    def __init__(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        self._data = jnp.ones((BANDWIDTH_BYTES // 4,), jnp.float32)
+        self._sum = jax.jit(jnp.sum)
+        self._sum(self._data).block_until_ready()  # compile and fault the pages in
+        self.samples: list[float] = []
+
+    def sample(self, repeats: int = 3) -> float:
+        """Best of `repeats` sums (the sum itself is noise-free; a slow repeat was interrupted)."""
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._sum(self._data).block_until_ready()
+            best = min(best, time.perf_counter() - start)
+        self.samples.append(BANDWIDTH_BYTES / best / 1e9)
+        return self.samples[-1]
+
+    def close(self) -> None:
+        del self._data  # 1 GiB: not kept past the benchmark
+
+
+def rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
+    """(tokens_per_s over the tokens after the first, ttft_s)."""
+    if not times:
+        return None, None
+    ttft = times[0] - start
+    span = times[-1] - times[0]
+    return ((len(times) - 1) / span if len(times) > 1 and span > 0 else None), ttft

@@ -16,7 +16,10 @@ from playground.backends.base import GenerationOutput, TokenInfo
 from playground.backends.prefix_store import ReuseRecord
 from playground.constraints.record import ConstraintRecord, constraint_record
 from playground.metrics import arrivals, percentile
-from playground.strategy_records import AssistRecord, BeamRecord, Candidate, DolaRecord
+from playground.strategy_records.assisted import AssistRecord
+from playground.strategy_records.beam import BeamRecord
+from playground.strategy_records.contrastive import Candidate
+from playground.strategy_records.dola import DolaRecord
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
     from playground.models.loaded import LoadedModel

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from playground.backends import prefix_store
 from playground.backends.base import GenerationOutput
-from playground.backends.jax.backend import JaxBackend
-from playground.backends.torch.backend import TorchBackend
 from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
 from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
@@ -27,6 +25,7 @@ from playground.metrics import PeakRss, cpu_sample, machine_load
 from playground.models import memory
 from playground.models.catalog import check_available, saved_config
 from playground.models.loaded import LOADED, LoadedModel
+from playground.registry import backend_type
 from playground.registry.chain import parse_logit_bias
 from playground.result import NO_QUALITY, Quality, Result, build_result, combine_runs
 from playground.spec import RunSpec, check_vocabulary
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 TICK_S = 1.0  # how often a long stage's progress is repeated with its elapsed time
 # One generation at a time per process, whichever backend (playground/generation_slot.py says why).
 GENERATION_LOCK = GenerationSlot()
-BACKEND_CLASSES: dict[str, Callable[[], Backend]] = {"torch": TorchBackend, "jax": JaxBackend}
 
 
 def check_prompt(prompt: Any) -> str:
@@ -67,7 +65,8 @@ def preflight(spec: RunSpec) -> None:
 
 def backend_for(name: str) -> Backend:
     """The backend that runs `name`; its module imports neither torch nor jax until it generates."""
-    return BACKEND_CLASSES[name]()
+    backend: Backend = backend_type(name).make()
+    return backend
 
 
 History = list[tuple[str, str]]

@@ -20,7 +20,7 @@ import numpy as np
 from playground import registry
 from playground.errors import PlaygroundError
 from playground.registry import chain
-from playground.spec import BACKENDS, RunSpec
+from playground.spec import RunSpec
 
 MAX_ENTRIES = 300_000  # a distribution's entries: more than any bundled model's vocabulary (Gemma 3: 262,144)
 # stages the lab leaves out: the constraint needs a tokenizer, min_new_tokens the model's end-of-text ids
@@ -147,11 +147,16 @@ def logits_of(probs: Sequence[float] | None = None, logits: Sequence[float] | No
     return tuple(math.log(value / total) if value > 0 else -math.inf for value in probs)
 
 
+def lab_backends() -> tuple[str, ...]:
+    """The backends with a side of the lab (the `chain` command's and the lab tab's choices)."""
+    return tuple(b.name for b in registry.backends() if b.lab)
+
+
 def request(distribution: Mapping[str, Any], knobs: Mapping[str, Any], *, history: Sequence[int] = (),
             backend: str = "torch", breakers: Sequence[int] = ()) -> LabRequest:
     """A checked request: `distribution` holds `probs` or `logits`, `knobs` the lab knobs given (by name)."""
-    if backend not in BACKENDS:
-        raise PlaygroundError(f"backend {backend!r} is not one of: {', '.join(BACKENDS)}")
+    if backend not in lab_backends():
+        raise PlaygroundError(f"backend {backend!r} is not one of: {', '.join(lab_backends())}")
     values = logits_of(distribution.get("probs"), distribution.get("logits"))
     vocab = len(values)
     for field, ids in (("history", history), ("dry_breaker_ids", breakers)):
@@ -179,7 +184,7 @@ def run(lab: LabRequest) -> LabResult:
     """Each stage's kept and removed ids and the mass it moved, and the final distribution, on the request's
     backend."""
     applied = stages(lab)
-    backend = importlib.import_module(f"playground.backends.{lab.backend}.lab")
+    backend = importlib.import_module(registry.backend_type(lab.backend).lab)
     logits = np.asarray(lab.logits, np.float32)
     outputs = backend.stage_logits(lab.spec, logits, lab.history, tuple(stage.name for stage in applied),
                                    lab.breakers)

@@ -14,10 +14,10 @@ from playground import registry
 from playground.compatibility import WEIGHTS, check_combination, compile_refusal
 from playground.errors import PlaygroundError
 from playground.limits import max_new_tokens_cap
-from playground.registry import BACKENDS, chain
+from playground.registry import chain
 from playground.registry.builtin_knobs import CACHE_BITS, DRY_BREAKERS, MAX_BEAMS
 
-__all__ = ["BACKENDS", "CACHE_BITS", "MAX_BEAMS", "WEIGHTS", "RunSpec", "max_new_tokens_cap"]
+__all__ = ["CACHE_BITS", "MAX_BEAMS", "WEIGHTS", "RunSpec", "max_new_tokens_cap"]
 
 DEFAULT_MODEL = "smollm2-135m"
 MAX_REPEATS = int(registry.knob("repeats").high or 1)
@@ -294,7 +294,7 @@ def _check_knob(knob: registry.Knob, value: Any) -> None:
 def _check_ranges(spec: RunSpec) -> None:
     _one_of("strategy", spec.strategy, registry.strategy_names())
     _one_of("cache", spec.cache, registry.cache_names())
-    _one_of("backend", spec.backend, BACKENDS)
+    _one_of("backend", spec.backend, registry.backend_names())
     _one_of("weights", spec.weights, WEIGHTS)
     if not spec.model.strip():
         raise PlaygroundError("model must not be empty; try smollm2-135m or gemma3-270m")
@@ -317,7 +317,7 @@ def _check_ranges(spec: RunSpec) -> None:
         if validate is not None:
             validate(spec)
     check_combination(spec)
-    _check_jax_chain(spec)
+    _check_chain(spec)
     why = compile_refusal(spec.torch_compile, spec.backend, spec.strategy, spec.cache, spec.weights)
     if why is not None:
         raise PlaygroundError(f"torch_compile={spec.torch_compile!r} cannot run: {why}")
@@ -341,12 +341,12 @@ def _check_unused(spec: RunSpec, strategy: registry.Strategy) -> None:
                               f"{_readers('assistant')}")
 
 
-def _check_jax_chain(spec: RunSpec) -> None:
-    """A stage of the logits chain registered with a PyTorch side alone cannot run on JAX: refused here, before
-    anything loads, rather than when the JAX chain is built."""
-    if spec.backend != "jax":
-        return
+def _check_chain(spec: RunSpec) -> None:
+    """A stage of the logits chain registered without a side on the run's backend cannot run there: refused here,
+    before anything loads, rather than when that backend builds its chain."""
     for stage in chain.stages(spec):
-        if stage.jax is None:
-            raise PlaygroundError(f"backend=jax cannot run the logits chain's stage {stage.name!r}: it has no JAX "
-                                  "side yet; use backend 'torch', or leave the stage off")
+        if stage.plugin(spec.backend) is None:
+            others = " or ".join(f"'{b}'" for b in registry.backend_names() if stage.plugin(b) is not None)
+            raise PlaygroundError(f"backend={spec.backend} cannot run the logits chain's stage {stage.name!r}: it "
+                                  f"has no {registry.backend_type(spec.backend).label} side yet; use backend "
+                                  f"{others}, or leave the stage off")

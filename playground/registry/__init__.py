@@ -6,9 +6,12 @@ and both backends read the entries from here; none of them names a cache or a st
 """
 
 from playground.registry import builtin  # noqa: F401  (registers the built-in entries)
-from playground.registry.entries import BACKENDS, CacheType, Knob, Processor, Range, Strategy, lazy
+from playground.registry.entries import BackendType, CacheNeed, CacheType, Knob, Processor, Range, Strategy, lazy
 from playground.registry.records import RecordField, RunRecords, TokenRecords
 from playground.registry.store import (
+    backend_names,
+    backend_type,
+    backends,
     cache_names,
     cache_type,
     caches,
@@ -18,6 +21,7 @@ from playground.registry.store import (
     knobs,
     processor,
     processors,
+    register_backend,
     register_cache,
     register_knob,
     register_processor,
@@ -28,8 +32,8 @@ from playground.registry.store import (
     strategy_names,
 )
 
-__all__ = ["BACKENDS", "CacheType", "Knob", "Processor", "Range", "RecordField", "RunRecords", "Strategy",
-           "TokenRecords", "cache_names", "cache_type", "caches",
-           "has_knob", "has_processor", "knob", "knobs", "lazy", "processor", "processors",
-           "register_cache", "register_knob", "register_processor", "register_strategy", "registered", "strategies",
-           "strategy", "strategy_names"]
+__all__ = ["BackendType", "CacheNeed", "CacheType", "Knob", "Processor", "Range", "RecordField", "RunRecords",
+           "Strategy", "TokenRecords", "backend_names", "backend_type", "backends", "cache_names", "cache_type",
+           "caches", "has_knob", "has_processor", "knob", "knobs", "lazy", "processor", "processors",
+           "register_backend", "register_cache", "register_knob", "register_processor", "register_strategy",
+           "registered", "strategies", "strategy", "strategy_names"]

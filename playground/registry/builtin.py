@@ -7,9 +7,9 @@ so each says why and what to pick instead.
 from __future__ import annotations
 
 from playground.errors import PlaygroundError
-from playground.registry import builtin_chain  # noqa: F401  (registers the logits chain's stages)
+from playground.registry import builtin_backends, builtin_chain  # noqa: F401  (registers the backends, the stages)
 from playground.registry.builtin_knobs import CACHE_BITS, MAX_BEAMS
-from playground.registry.entries import CacheType, RunSpec, Strategy, lazy
+from playground.registry.entries import CacheNeed, CacheType, RunSpec, Strategy, lazy
 from playground.registry.kv_store import check_bits, check_store
 from playground.registry.records import RecordField, RunRecords, TokenRecords
 from playground.registry.store import caches, register_cache, register_strategy
@@ -57,31 +57,31 @@ def _check_sinks(spec: RunSpec) -> None:
 register_cache(CacheType(
     name="dynamic", label="dynamic", help="grows with every token; keeps everything in full precision",
     knobs=("cache_dtype",), validate=check_store,
-    torch=lazy(_TORCH_CACHES, "dynamic_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring")))
+    impl={"torch": lazy(_TORCH_CACHES, "dynamic_cache"), "jax": lazy(_JAX_LAYOUTS, "full_ring")}))
 register_cache(CacheType(
     name="static", label="static",
     help="allocated once for the prompt and every new token; fixed shapes (what compilers want)",
     knobs=("cache_dtype",), validate=check_store,
-    torch=lazy(_TORCH_CACHES, "static_cache"), jax=lazy(_JAX_LAYOUTS, "full_ring"), preallocated=True))
+    impl={"torch": lazy(_TORCH_CACHES, "static_cache"), "jax": lazy(_JAX_LAYOUTS, "full_ring")}, preallocated=True))
 register_cache(CacheType(
     name="quantized", label="quantized",
     help="stores keys and values in 2, 4 or 8 bits (each side its own), the newest tokens in full precision",
     knobs=("cache_bits", "cache_key_bits", "cache_value_bits", "residual_length"), validate=check_bits,
-    torch=lazy(_TORCH_CACHES, "quantized_cache"), jax=lazy(_JAX_LAYOUTS, "quantized"),
-    torch_prepare=lazy("playground.backends.torch.caches.kernels", "prepare_quanto"),
+    impl={"torch": lazy(_TORCH_CACHES, "quantized_cache"), "jax": lazy(_JAX_LAYOUTS, "quantized")},
+    prepare={"torch": lazy("playground.backends.torch.caches.kernels", "prepare_quanto")},
     retention=lazy(_RETENTION, "quantized_rows")))
 register_cache(CacheType(
     name="sliding", label="sliding window",
     help="keeps only the last `window` tokens (the model's own window where it has sliding layers)",
     knobs=("window", "cache_dtype"), validate=check_store,
-    torch=lazy(_TORCH_CACHES, "sliding_cache"), jax=lazy(_JAX_LAYOUTS, "sliding"),
+    impl={"torch": lazy(_TORCH_CACHES, "sliding_cache"), "jax": lazy(_JAX_LAYOUTS, "sliding")},
     check_model=lazy(_REFUSALS, "check_sliding"),
     retention=lazy(_RETENTION, "sliding_rows")))
 register_cache(CacheType(
     name="sink", label="attention sinks",
     help="keeps the first `sink_tokens` tokens forever plus the most recent ones (StreamingLLM)",
     knobs=("window", "sink_tokens", "cache_dtype"),
-    torch=lazy(_TORCH_CACHES, "sink_cache"), jax=lazy(_JAX_LAYOUTS, "sink"),
+    impl={"torch": lazy(_TORCH_CACHES, "sink_cache"), "jax": lazy(_JAX_LAYOUTS, "sink")},
     check_model=lazy(_REFUSALS, "check_sink"),
     validate=_check_sinks,
     retention=lazy(_RETENTION, "sink_rows")))
@@ -90,11 +90,15 @@ register_cache(CacheType(
 # --- strategies -------------------------------------------------------------------------------------------------
 
 _TORCH = "playground.backends.torch"
-_RECORDS = "playground.strategy_records"  # what each strategy's records become in the Result
+_JAX = "playground.backends.jax.strategies"
+# transformers' own one-token-per-step loop on PyTorch, the one-token plug-in on JAX
+_ONE_TOKEN = {"torch": lazy(f"{_TORCH}.strategy", "Generate"), "jax": lazy(f"{_JAX}.plain", "single_token")}
+_RECORDS = "playground.strategy_records"  # what each strategy's records become in the Result: a module each
 _VIEWS = "playground.ui"  # how the page draws them (imported on first use: the registry imports no UI)
 
 BEAM_TREE = RunRecords(
-    key="beam_tree", build=lazy(_RECORDS, "beam_tree"), shape="per search step, a list of the candidates weighed",
+    key="beam_tree", build=lazy(f"{_RECORDS}.beam", "beam_tree"),
+    shape="per search step, a list of the candidates weighed",
     fields=(RecordField(name="parent", kind="int", meaning="the candidate of the previous step it extends (null "
                         "at the first step)"),
             RecordField(name="token", kind="int", meaning="its token id"),
@@ -140,30 +144,29 @@ def _check_draft_source(spec: RunSpec) -> None:
 
 
 register_strategy(Strategy(
-    name="greedy", label="greedy", help="the most likely token at every step", plain=True,
-    jax=lazy("playground.backends.jax.strategies.plain", "single_token")))
+    name="greedy", label="greedy", help="the most likely token at every step", plain=True, impl=_ONE_TOKEN))
 register_strategy(Strategy(
     name="sampling", label="sampling",
     help="draws each token from the distribution the logits chain leaves (temperature, top-k, top-p, ...)",
-    sampling="always", plain=True, jax=lazy("playground.backends.jax.strategies.plain", "single_token")))
+    sampling="always", plain=True, impl=_ONE_TOKEN))
 register_strategy(Strategy(
     name="beam", label="beam search", help="keeps the num_beams most likely hypotheses at every step",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
     picks="the num_beams most likely hypotheses are kept",
-    validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"),
-    jax=lazy("playground.backends.jax.strategies.beam", "beam"), rows_knob="num_beams",
+    validate=_check_beams, rows_knob="num_beams",
+    impl={"torch": lazy(f"{_TORCH}.beam_tree", "BeamSearch"), "jax": lazy(f"{_JAX}.beam", "beam")},
     run_records=(BEAM_TREE,), view=BEAM_VIEW))
 register_strategy(Strategy(
     name="assisted", label="assisted",
     help="drafts several tokens (a small model or n-grams from the prompt) and verifies them in one pass",
     knobs=("assistant", "prompt_lookup", "assisted_sampling"), sampling="optional",
-    validate=_check_draft_source, torch=lazy(f"{_TORCH}.assist_steps", "Assisted"),
-    jax=lazy("playground.backends.jax.strategies.assisted", "assisted"), drafts=True,
-    token_records=(TokenRecords(key="draft", build=lazy(_RECORDS, "draft_flags"), fields=(
+    validate=_check_draft_source, drafts=True,
+    impl={"torch": lazy(f"{_TORCH}.assist_steps", "Assisted"), "jax": lazy(f"{_JAX}.assisted", "assisted")},
+    token_records=(TokenRecords(key="draft", build=lazy(f"{_RECORDS}.assisted", "draft_flags"), fields=(
         RecordField(name="draft", kind="bool",
                     meaning="an accepted draft token (true) or the main model's own token (false)"),)),),
     run_records=(
-        RunRecords(key="assisted_steps", build=lazy(_RECORDS, "assisted_steps"),
+        RunRecords(key="assisted_steps", build=lazy(f"{_RECORDS}.assisted", "assisted_steps"),
                    shape="a list, one per verification step", fields=(
                        RecordField(name="drafted", kind="list[int]",
                                    meaning="the token ids the draft proposed (main vocabulary; may be empty)"),
@@ -181,8 +184,8 @@ register_strategy(Strategy(
          "first: varied like sampling, weighed like beam search",
     sampling="always", picks="continuations are drawn, and the num_beams most likely of them kept",
     knobs=("num_beams", "length_penalty", "num_return_sequences", "early_stopping"),
-    validate=_check_beams, torch=lazy(f"{_TORCH}.beam_tree", "BeamSearch"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.strategies.beam", "beam_sample"), run_records=(BEAM_TREE,), view=BEAM_VIEW))
+    validate=_check_beams, rows_knob="num_beams", run_records=(BEAM_TREE,), view=BEAM_VIEW,
+    impl={"torch": lazy(f"{_TORCH}.beam_tree", "BeamSearch"), "jax": lazy(f"{_JAX}.beam", "beam_sample")}))
 
 register_strategy(Strategy(
     name="diverse_beam", label="diverse beam search",
@@ -191,23 +194,22 @@ register_strategy(Strategy(
     picks="each group keeps its most likely hypotheses after the diversity penalty",
     knobs=("num_beams", "num_beam_groups", "diversity_penalty", "length_penalty", "num_return_sequences",
            "early_stopping"),
-    validate=_check_groups, torch=lazy(f"{_TORCH}.diverse_beam", "DiverseBeam"), rows_knob="num_beams",
-    jax=lazy("playground.backends.jax.strategies.diverse_beam", "diverse_beam"), run_records=(BEAM_TREE,),
-    view=BEAM_VIEW))
+    validate=_check_groups, rows_knob="num_beams", run_records=(BEAM_TREE,), view=BEAM_VIEW,
+    impl={"torch": lazy(f"{_TORCH}.diverse_beam", "DiverseBeam"), "jax": lazy(f"{_JAX}.diverse_beam", "diverse_beam")}))
 
 register_strategy(Strategy(
     name="contrastive", label="contrastive search",
     help="of the top_k most likely tokens, the one that scores best on (1 - α)·p minus α times its greatest "
          "similarity to the text so far: coherent, and less repetitive than greedy",
     picks="of the top_k most likely, the best on (1 - α)·p - α·(greatest similarity to the text) is taken",
-    knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, torch=lazy(f"{_TORCH}.contrastive", "plug_in"),
-    torch_caches=("dynamic",),
-    jax=lazy("playground.backends.jax.strategies.contrastive", "contrastive"), peak_rows_knob="top_k",
-    torch_cache_need="contrastive search keeps the chosen candidate's row of a cache repeated top_k times at every "
-                     "step, which the dynamic cache selects in place",
+    knobs=("penalty_alpha", "top_k"), validate=_check_contrastive, peak_rows_knob="top_k",
+    impl={"torch": lazy(f"{_TORCH}.contrastive", "plug_in"), "jax": lazy(f"{_JAX}.contrastive", "contrastive")},
+    cache_need={"torch": CacheNeed(("dynamic",), "contrastive search keeps the chosen candidate's row of a cache "
+                                   "repeated top_k times at every step, which the dynamic cache selects in place")},
     check_model=lazy(_REFUSALS, "check_contrastive"),
     token_records=(TokenRecords(
-        key="contrastive", build=lazy(_RECORDS, "contrastive_candidates"), shape="a list, most probable first",
+        key="contrastive", build=lazy(f"{_RECORDS}.contrastive", "contrastive_candidates"),
+        shape="a list, most probable first",
         fields=(RecordField(name="id", kind="int", meaning="a candidate's token id"),
                 RecordField(name="text", kind="str", meaning="its text"),
                 RecordField(name="p", kind="float", meaning="its probability after the logits chain's penalties"),
@@ -215,7 +217,7 @@ register_strategy(Strategy(
                             "similarity to the text so far"),
                 RecordField(name="score", kind="float", meaning="(1 - penalty_alpha)·p - penalty_alpha·penalty: "
                             "the highest is the token"))),),
-    view=lazy(f"{_VIEWS}.method_view", "ContrastiveView")))
+    view=lazy(f"{_VIEWS}.contrastive_view", "ContrastiveView")))
 
 register_strategy(Strategy(
     name="dola", label="DoLa",
@@ -223,10 +225,10 @@ register_strategy(Strategy(
          "it) and decodes greedily from the difference: facts the late layers add stand out",
     picks="the most likely token under the contrast (the chain acts on the final layer's log-probabilities minus "
           "the premature layer's) is taken",
-    knobs=("dola_layers",), validate=_check_dola_layers, torch=lazy(f"{_TORCH}.dola", "plug_in"),
-    jax=lazy("playground.backends.jax.strategies.dola", "dola"),
+    knobs=("dola_layers",), validate=_check_dola_layers,
+    impl={"torch": lazy(f"{_TORCH}.dola", "plug_in"), "jax": lazy(f"{_JAX}.dola", "dola")},
     check_model=lazy(_REFUSALS, "check_dola"),
-    token_records=(TokenRecords(key="dola", build=lazy(_RECORDS, "dola_contrasts"), fields=(
+    token_records=(TokenRecords(key="dola", build=lazy(f"{_RECORDS}.dola", "dola_contrasts"), fields=(
         RecordField(name="layer", kind="int", meaning="the premature layer contrasted with the final one"),
         RecordField(name="layers", kind="list[int]", meaning="the candidate premature layers"),
         RecordField(name="js", kind="list[float]", unit="nats", meaning="per candidate layer, its Jensen-Shannon "
@@ -236,7 +238,7 @@ register_strategy(Strategy(
         RecordField(name="changed", kind="bool", meaning="the contrast took another token than greedy's"))),),
     run_records=(RunRecords(key="dola_layers", in_extra=True, fields=(
         RecordField(name="dola_layers", kind="list[int]", meaning="the candidate premature layers (JAX path)"),)),),
-    view=lazy(f"{_VIEWS}.method_view", "DolaView")))
+    view=lazy(f"{_VIEWS}.dola_view", "DolaView")))
 
 # The cache that is allocated once and keeps every position in full precision: what a forward over a whole known
 # text uses (the teacher-forced fp32 reference, the page's warm-up of the static column)

@@ -15,7 +15,8 @@ from playground.registry.records import RunRecords, TokenRecords
 
 # A playground.spec.RunSpec: RunSpec validates against the registry, so the registry cannot import it
 RunSpec = Any
-BACKENDS = ("torch", "jax")
+# backend name -> that backend's side of an entry; a backend absent from an entry's mapping cannot run it
+Plugins = Mapping[str, Callable[..., Any]]
 
 
 class Range(NamedTuple):
@@ -84,6 +85,24 @@ def lazy(module: str, name: str) -> Callable[..., Any]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BackendType:
+    """A way to run a RunSpec (PyTorch's model.generate, the jitted JAX decoder): registered once, named by every
+    entry that has a plug-in for it (`impl`). Adding one touches no other entry: the entries it runs gain its name
+    in their mapping where it registers, and the registry's rules refuse the rest."""
+
+    name: str
+    label: str  # how refusals and the page name it: "PyTorch", "JAX"
+    # () -> the playground.backends.base.Backend that runs a request (its module imports neither torch nor jax)
+    make: Callable[[], Any]
+    # the RunSpec keys only this backend reads (the column card shows them when it is chosen)
+    knobs: tuple[str, ...] = ()
+    # () -> weights -> why this backend refuses those weights on this process's device; None: it refuses none
+    weights_refusals: Callable[[], Mapping[str, str]] | None = None
+    # the module of its side of the sampler lab (`stage_logits`: a given distribution through the chain); "": none
+    lab: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Processor:
     """One stage of the logits chain: what turns the model's logits into the distribution a token is taken from.
 
@@ -101,11 +120,10 @@ class Processor:
     samples_only: bool = True
     # (spec) -> whether the stage is in the chain for these settings (a top-p of 1.0 removes nothing)
     active: Callable[[RunSpec], bool]
-    # (spec, playground.backends.torch.chain.TorchContext) -> a transformers LogitsProcessor
-    torch: Callable[[RunSpec, Any], Any]
-    # () -> the JAX stage (playground.backends.jax.chain.chain.JaxStage): its compile key, traced arguments,
-    # jnp function; None: the JAX path has none yet (the stage's `validate` refuses it there, saying why)
-    jax: Callable[[], Any] | None = None
+    # backend -> its side of the stage: "torch": (spec, playground.backends.torch.chain.TorchContext) -> a
+    # transformers LogitsProcessor; "jax": () -> the JAX stage (playground.backends.jax.chain.chain.JaxStage: its
+    # compile key, traced arguments, jnp function). A backend absent here refuses a run whose chain holds the stage
+    impl: Plugins
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
     # (spec) -> True where the stage stays in the chain (so that its value is a traced argument and a new one
@@ -119,6 +137,10 @@ class Processor:
     def runs_with(self, strategy: str) -> bool:
         """Whether the stage can run with `strategy` (its knobs can be set)."""
         return not self.strategies or strategy in self.strategies
+
+    def plugin(self, backend: str) -> Callable[..., Any] | None:
+        """This stage's side on `backend`; None: that backend cannot run it."""
+        return self.impl.get(backend)
 
     def shown(self, spec: RunSpec) -> bool:
         """Whether descriptions of this run name the stage."""
@@ -137,15 +159,15 @@ class CacheType:
     label: str  # the page's dropdown entry
     help: str  # one sentence: what the cache keeps
     knobs: tuple[str, ...] = ()  # the RunSpec keys it reads (the page shows them when this cache is chosen)
-    # torch: (spec, model, prompt_tokens) -> a transformers Cache for one run
-    torch: Callable[[RunSpec, Any, int], Any]
-    # jax: (spec, text_config, model_has_sliding_layers, length) -> the Layout of every global layer (the
-    # model's own sliding layers keep their ring); the layout is part of the compile key
-    jax: Callable[[RunSpec, Any, bool, int], Any]
-    # torch: (spec, progress) -> seconds of one-time work the cache needs before a run (building its kernels),
-    # reported as the run's compile time; None: nothing to prepare
-    torch_prepare: Callable[[RunSpec, Any], float] | None = None
-    # jax: one length for prompt + every new token, allocated up front; otherwise the cache grows by doubling
+    # backend -> how it builds the cache: "torch": (spec, model, prompt_tokens) -> a transformers Cache for one
+    # run; "jax": (spec, text_config, model_has_sliding_layers, length) -> the Layout of every global layer (the
+    # model's own sliding layers keep their ring; the layout is part of the compile key). A backend absent here
+    # refuses the cache
+    impl: Plugins
+    # backend -> (spec, progress) -> seconds of one-time work the cache needs there before a run (building its
+    # kernels), reported as the run's compile time; a backend absent here has nothing to prepare
+    prepare: Plugins = field(default_factory=dict)
+    # one length for prompt + every new token, allocated up front; otherwise the cache grows (by doubling on JAX)
     preallocated: bool = False
     # backend -> why a verify pass's rejected drafts cannot be rolled back exactly on it; a backend absent here
     # rolls back exactly, so assisted decoding runs there
@@ -158,6 +180,17 @@ class CacheType:
     # (settings, layout) -> rows of the page's cache strip (playground.retention); None: it keeps every
     # position in full precision, so there is nothing to draw
     retention: Callable[..., Any] | None = None
+
+    def plugin(self, backend: str) -> Callable[..., Any] | None:
+        """How `backend` builds this cache; None: that backend cannot."""
+        return self.impl.get(backend)
+
+
+class CacheNeed(NamedTuple):
+    """The only caches a strategy's loop runs on, on one backend, and why."""
+
+    caches: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,19 +207,18 @@ class Strategy:
     picks: str = "the most likely token is taken"
     # (spec) -> raise PlaygroundError for knob values that contradict each other
     validate: Callable[[RunSpec], None] | None = None
-    # torch: (spec) -> the plug-in the PyTorch path's model.generate call runs for one request: its settings of
-    # transformers' config, its loop, what it records (playground/backends/torch/strategy.py says what a plug-in
-    # provides); None: transformers' own one-token-per-step loop, recording each token's distribution
-    torch: Callable[[RunSpec], Any] | None = None
+    # backend -> the factory of its plug-in for one request; a backend absent here refuses the strategy.
+    # "torch": (spec) -> the plug-in the PyTorch path's model.generate call runs: its settings of transformers'
+    # config, its loop, what it records (playground/backends/torch/strategy.py says what a plug-in provides);
+    # "jax": (spec, draft model or None) -> the plug-in the JAX request loop runs
+    # (playground/backends/jax/strategy.py says what a plug-in provides)
+    impl: Plugins
     # one sequence, one forward per token and nothing else per step: transformers' own `_sample` loop on PyTorch
     # (the loop torch.compile compiles) and a model's plain decode cost
     plain: bool = False
-    # jax: (spec, draft model or None) -> the plug-in the JAX request loop runs for one request
-    # (playground/backends/jax/strategy.py says what a plug-in provides); None: the JAX path refuses it
-    jax: Callable[[RunSpec, Any], Any] | None = None
-    # the caches the torch plug-in's loop runs on, and why not the others (the method's own need); None: every cache
-    torch_caches: tuple[str, ...] | None = None
-    torch_cache_need: str = ""
+    # backend -> the caches its plug-in's loop runs on there, and why not the others (the method's own need); a
+    # backend absent here runs it on every cache
+    cache_need: Mapping[str, CacheNeed] = field(default_factory=dict)
     # (spec, text_config, layer_types) -> raise ValueError(reason) for a model this strategy cannot run; called
     # from the config alone, before the weights load (as a cache's check_model is)
     check_model: Callable[[RunSpec, Any, list[str]], None] | None = None
@@ -204,10 +236,9 @@ class Strategy:
     # lazy("module", "name") so that the registry imports nothing of the page; None: nothing of its own
     view: Callable[[], Any] | None = None
 
-    @property
-    def jax_refusal(self) -> str:
-        """Why the JAX path refuses this strategy (it has no plug-in)."""
-        return f"{self.label} runs on the PyTorch path only so far (its JAX plug-in is not built)"
+    def plugin(self, backend: str) -> Callable[..., Any] | None:
+        """The factory of this strategy's plug-in on `backend`; None: that backend refuses it."""
+        return self.impl.get(backend)
 
     def samples(self, assisted_sampling: bool) -> bool:
         """Whether the sampling stages of the logits chain (temperature, top-k, ...) apply to this strategy."""

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TypeVar
 
 from playground.errors import PlaygroundError
-from playground.registry.entries import CacheType, Knob, Processor, Strategy
+from playground.registry.entries import BackendType, CacheType, Knob, Processor, Strategy
 
 _CACHES: dict[str, CacheType] = {}
 _STRATEGIES: dict[str, Strategy] = {}
 _KNOBS: dict[str, Knob] = {}
 _PROCESSORS: dict[str, Processor] = {}
+_BACKENDS: dict[str, BackendType] = {}
+Entry = TypeVar("Entry")
+
+
+def register_backend(entry: BackendType) -> BackendType:
+    """Add a backend (or replace one of the same name): the CLI's `--backend`, RunSpec and the page offer it, and
+    it runs what the entries name a plug-in for under its name; its knobs must be known RunSpec knobs."""
+    _check_knobs(entry.name, entry.knobs)
+    _BACKENDS[entry.name] = entry
+    return entry
 
 
 def register_knob(entry: Knob) -> Knob:
@@ -54,10 +65,10 @@ def _check_knobs(owner: str, names: tuple[str, ...]) -> None:
 
 
 @contextmanager
-def registered(*entries: Knob | Processor | CacheType | Strategy) -> Iterator[None]:
+def registered(*entries: Knob | Processor | CacheType | Strategy | BackendType) -> Iterator[None]:
     """Entries registered for the duration of a block (knobs first, in the order given), then the registry as it
-    was (tests, experiments)."""
-    tables: tuple[dict, ...] = (_KNOBS, _PROCESSORS, _CACHES, _STRATEGIES)
+    was (tests, experiments). An entry of an existing name replaces it in place (a backend's plug-in added)."""
+    tables: tuple[dict, ...] = (_KNOBS, _PROCESSORS, _CACHES, _STRATEGIES, _BACKENDS)
     saved = [dict(table) for table in tables]
     try:
         for entry in entries:
@@ -67,6 +78,8 @@ def registered(*entries: Knob | Processor | CacheType | Strategy) -> Iterator[No
                 register_processor(entry)
             elif isinstance(entry, CacheType):
                 register_cache(entry)
+            elif isinstance(entry, BackendType):
+                register_backend(entry)
             else:
                 register_strategy(entry)
         yield
@@ -74,6 +87,19 @@ def registered(*entries: Knob | Processor | CacheType | Strategy) -> Iterator[No
         for table, before in zip(tables, saved, strict=True):
             table.clear()
             table.update(before)
+
+
+def backends() -> tuple[BackendType, ...]:
+    return tuple(_BACKENDS.values())
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every backend, in registration order (the CLI's `--backend` choices, the page's selector)."""
+    return tuple(_BACKENDS)
+
+
+def backend_type(name: str) -> BackendType:
+    return _entry(_BACKENDS, "backend", name)
 
 
 def caches() -> tuple[CacheType, ...]:
@@ -111,17 +137,19 @@ def strategy_names() -> tuple[str, ...]:
 
 def cache_type(name: str) -> CacheType:
     """The entry for `name`; RunSpec has refused unknown names before anything asks."""
-    try:
-        return _CACHES[name]
-    except KeyError:
-        raise PlaygroundError(f"cache {name!r} is not one of: {', '.join(_CACHES)}") from None
+    return _entry(_CACHES, "cache", name)
 
 
 def strategy(name: str) -> Strategy:
+    return _entry(_STRATEGIES, "strategy", name)
+
+
+def _entry(table: Mapping[str, Entry], kind: str, name: str) -> Entry:
+    """`table[name]`, or the one line naming what is allowed."""
     try:
-        return _STRATEGIES[name]
+        return table[name]
     except KeyError:
-        raise PlaygroundError(f"strategy {name!r} is not one of: {', '.join(_STRATEGIES)}") from None
+        raise PlaygroundError(f"{kind} {name!r} is not one of: {', '.join(table)}") from None
 
 
 def knob(name: str) -> Knob:

@@ -23,6 +23,7 @@ import torch
 from playground.backends.torch.reference import reference_greedy
 from playground.backends.torch.timing import TimingStreamer
 from playground.compatibility import weights_refusal
+from playground.metrics import BandwidthProbe, rates
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import encode_prompt
 from playground.tools.bench_assisted import assisted_lines, bench_grounded, grounded_ratios
@@ -31,47 +32,7 @@ from playground.tools.bench_guide import bench_guide, guide_lines, guide_ratios
 from playground.tools.bench_weights import fp32_references, kl_from_fp32
 
 BENCH_PROMPT = "Write a short story about a dragon who loves tea."
-BANDWIDTH_BYTES = 1 << 30  # a 1 GiB array: far beyond any cache, so the sum streams from memory
 ROUNDS = 3  # timed runs per configuration; the median is reported
-
-
-class BandwidthProbe:
-    """Read bandwidth in GB/s from jitted sums over a 1 GiB fp32 array, sampled before every timed run.
-
-    On a shared machine the bandwidth drifts by tens of percent within a minute, so a decode rate is only
-    comparable with the bandwidth of its own moment: the benchmark reports medians of both.
-    """
-
-    def __init__(self) -> None:
-        import jax
-        import jax.numpy as jnp
-
-        self._data = jnp.ones((BANDWIDTH_BYTES // 4,), jnp.float32)
-        self._sum = jax.jit(jnp.sum)
-        self._sum(self._data).block_until_ready()  # compile and fault the pages in
-        self.samples: list[float] = []
-
-    def sample(self, repeats: int = 3) -> float:
-        """Best of `repeats` sums (the sum itself is noise-free; a slow repeat was interrupted)."""
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            self._sum(self._data).block_until_ready()
-            best = min(best, time.perf_counter() - start)
-        self.samples.append(BANDWIDTH_BYTES / best / 1e9)
-        return self.samples[-1]
-
-    def close(self) -> None:
-        del self._data  # 1 GiB: not kept past the benchmark
-
-
-def rates(start: float, times: list[float]) -> tuple[float | None, float | None]:
-    """(tokens_per_s over the tokens after the first, ttft_s)."""
-    if not times:
-        return None, None
-    ttft = times[0] - start
-    span = times[-1] - times[0]
-    return ((len(times) - 1) / span if len(times) > 1 and span > 0 else None), ttft
 
 
 def _timed(name: str, run_once: Callable[[], tuple[float, list[float]]], probe: BandwidthProbe,

@@ -18,10 +18,11 @@ from typing import Any
 
 from playground import registry
 from playground.errors import PlaygroundError
+from playground.metrics import BandwidthProbe, rates
 from playground.models.loaded import LOADED, LoadedModel
 from playground.runner import backend_for, encode_prompt
 from playground.spec import RunSpec
-from playground.tools.bench import BENCH_PROMPT, ROUNDS, BandwidthProbe, rates
+from playground.tools.bench import BENCH_PROMPT, ROUNDS
 
 # The knobs each cache runs with (the page's defaults).
 CACHE_KNOBS: dict[str, dict[str, Any]] = {

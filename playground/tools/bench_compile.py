@@ -37,7 +37,7 @@ def run_compile_suite(progress: Callable[[str], Any], models: tuple[str, ...] = 
     rows = []
     for model in models:
         run_to_result(PROMPT, RunSpec(model=model, backend="jax", cache="static", max_new_tokens=2))  # load, move
-        for strategy in [s for s in registry.strategies() if s.jax is not None]:  # a JAX cell per plug-in
+        for strategy in [s for s in registry.strategies() if s.plugin("jax") is not None]:  # a JAX cell per plug-in
             for cache in registry.caches():
                 values = {"model": model, "backend": "jax", "strategy": strategy.name, "cache": cache.name,
                           **(DRAFTS if strategy.drafts else {})}

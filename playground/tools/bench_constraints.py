@@ -16,12 +16,12 @@ from typing import Any
 
 from playground.backends.base import eos_ids
 from playground.constraints import grammar
+from playground.constraints.examples import PERSON_PROMPT, PERSON_REGEX, PERSON_SCHEMA
 from playground.constraints.matching import allowed_tokens, token_index
 from playground.errors import PlaygroundError
 from playground.models.loaded import LOADED
 from playground.runner import run_to_result
 from playground.spec import RunSpec
-from playground.ui.presets import PERSON_PROMPT, PERSON_REGEX, PERSON_SCHEMA
 
 CASES: dict[str, tuple[str, str]] = {"unconstrained": ("none", ""), "regex": ("regex", PERSON_REGEX),
                                      "json_schema": ("json_schema", PERSON_SCHEMA),

@@ -101,7 +101,7 @@ def measure(bin_dir: Path, files_dir: Path, threads: int, rounds: int) -> dict[s
 
     from playground.models.catalog import BUNDLED
     from playground.models.paths import converted_dir
-    from playground.tools.bench import BandwidthProbe
+    from playground.metrics import BandwidthProbe
 
     source = BUNDLED["smollm2-135m"].gguf_path(lambda *_: None)
     files = quantized_files(bin_dir / "llama-quantize", source, files_dir, threads)

@@ -72,7 +72,7 @@ def random_spec(rng: random.Random) -> dict[str, Any]:
     for each knob they read. The app may still refuse it for the model (a sink cache on sliding layers)."""
     while True:
         strategy, cache = rng.choice(registry.strategies()), rng.choice(registry.caches())
-        values: dict[str, Any] = {"model": rng.choice(MODELS), "backend": rng.choice(registry.BACKENDS),
+        values: dict[str, Any] = {"model": rng.choice(MODELS), "backend": rng.choice(registry.backend_names()),
                                   "strategy": strategy.name, "cache": cache.name, "chat": rng.choice((None, False)),
                                   "max_new_tokens": rng.choice((8, 16, 32, 48)), "seed": rng.randrange(1000)}
         for name in strategy.knobs + cache.knobs:
@@ -165,7 +165,7 @@ def run_soak(url: str, pid: int, minutes: float, clients: int, warmup_minutes: f
         first = Client(url, verbose=False)
         loading: list[tuple[float, dict[str, Any], str, str, float]] = []
         for model in MODELS:
-            for backend in registry.BACKENDS:
+            for backend in registry.backend_names():
                 spec = {"model": model, "backend": backend, "max_new_tokens": 8, "chat": False}
                 sent = time.monotonic()
                 outcome, message = _send(first, "Hello", spec, None)

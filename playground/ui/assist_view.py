@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from playground.result import Result, TokenRecord
 from playground.retention import VerifyPass
-from playground.strategy_records import AssistRecord
+from playground.strategy_records.assisted import AssistRecord
 from playground.ui.strategy_view import StrategyView
 
 STRIP_HEIGHT = 36  # px of the tallest bar
@@ -111,3 +111,11 @@ class AssistedView(StrategyView):
     def tooltip_lines(self, token: TokenRecord) -> list[str]:
         draft = token.get("draft")
         return ["accepted draft token"] if draft is True else ["main-model token"] if draft is False else []
+
+    def step_summary(self, result: Result) -> str:
+        steps = result.get("assisted_steps") or []
+        if not steps:
+            return ""
+        parts = [f"{len(s['drafted'])} proposed ({html.escape(''.join(s['drafted_text']))!s}), {s['accepted']} "
+                 "accepted" for s in steps]
+        return "<div class='step-method'>drafts this step: " + "; ".join(parts) + "</div>"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from playground.result import Result
-from playground.strategy_records import BeamRecord
+from playground.strategy_records.beam import BeamRecord
 from playground.ui.tokens import ordinal
 
 SHOWN = 8  # hypotheses listed, best ranked first; the rest are counted

@@ -11,7 +11,7 @@ import html
 from collections.abc import Sequence
 
 from playground.result import Result
-from playground.strategy_records import BeamRecord
+from playground.strategy_records.beam import BeamRecord
 from playground.ui.strategy_view import StrategyView
 
 STEP_WIDTH = 92  # px per step

@@ -13,7 +13,7 @@ from playground.decode_costs import draft_note
 from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
-from playground.spec import BACKENDS, WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.spec import WEIGHTS, RunSpec, max_new_tokens_cap
 from playground.ui.card_groups import (
     CANDIDATES,
     CANDIDATES_DEFAULT,
@@ -41,7 +41,6 @@ START_COLUMNS = len(START_SETTINGS)
 
 # The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
-BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile", "reuse")}
 # the logits chain's first stage, on every strategy: the page shows it on every column (RunSpec says where it
 # cannot run, as for any knob)
 CONSTRAINT_KEYS = ("constraint", "constraint_text")
@@ -90,7 +89,8 @@ def int_keys() -> set[str]:
 
 def offered(options: tuple[str, ...], axis: int) -> list[str]:
     """Choices that run in at least one combination; the others are not shown at all."""
-    combos = [(b, s, c) for b in BACKENDS for s in registry.strategy_names() for c in registry.cache_names()]
+    combos = [(b, s, c) for b in registry.backend_names() for s in registry.strategy_names()
+              for c in registry.cache_names()]
     return [o for o in options if any(combo[axis] == o and compatibility.refusal(*combo) is None for combo in combos)]
 
 
@@ -104,8 +104,9 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
     uses the sampling knobs too)."""
     keys = list(COMMON_KEYS)
     sampled = chain_knobs(SAMPLING) + chain_knobs(MORE_SAMPLING) if samples(strategy, assisted_sampling) else ()
+    backend_knobs = registry.backend_type(backend).knobs if backend in registry.backend_names() else ()
     for extra in (registry.strategy(strategy).knobs, sampled, chain_knobs(PENALTIES), registry.cache_type(cache).knobs,
-                  BACKEND_KNOBS.get(backend, ()), CONSTRAINT_KEYS):
+                  backend_knobs, CONSTRAINT_KEYS):
         keys += [k for k in extra if k not in keys]
     return keys
 
@@ -325,7 +326,7 @@ def _choice_controls(index: int, knobs: dict[str, Any], values: ColumnValues) ->
         knobs["cache"] = gr.Dropdown(cache_choices(values["backend"], values["strategy"]), value=values["cache"],
                                      label="KV cache", elem_id=f"cache-{index}", min_width=110,
                                      info=registry.cache_type(values["cache"]).help)
-    knobs["backend"] = gr.Radio(offered(BACKENDS, 0), value=values["backend"], label="backend",
+    knobs["backend"] = gr.Radio(offered(registry.backend_names(), 0), value=values["backend"], label="backend",
                                 elem_id=f"backend-{index}")
     knobs["max_new_tokens"] = slider("max_new_tokens", index, 1, max_new_tokens_cap(), 1, "max new tokens", values)
 

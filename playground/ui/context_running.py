@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
+from playground.context.measure import measure_text
+from playground.context.request import MeasureStopped
 from playground.errors import PlaygroundError
 from playground.generation_slot import Holder
 from playground.limits import max_request_seconds
 from playground.metrics import cpu_sample, machine_load
-from playground.tools.context import measure_text
-from playground.tools.context_request import MeasureStopped
 from playground.ui.context_frames import (
     ROOFLINE,
     colours,
@@ -51,7 +51,7 @@ from playground.ui.run import stop_flag
 from playground.ui.tab_parts import wire_run_and_stop
 
 if TYPE_CHECKING:
-    from playground.tools.context_quality import References
+    from playground.context.quality import References
 
 TICK_S = 1.0  # while a piece of work says nothing new, the status line's seconds still move this often
 NOTHING_NOTE = "■ Stopped before any run finished: nothing to draw."

@@ -16,16 +16,16 @@ from typing import Any
 import gradio as gr
 
 from playground import limits, registry
-from playground.data.text_files import DEFAULT_TEXT, checked_text, read_text_file
-from playground.errors import PlaygroundError
-from playground.models.catalog import model_choices
-from playground.spec import BACKENDS, RunSpec
-from playground.tools.context import check_before_loading
-from playground.tools.context_request import (
+from playground.context.measure import check_before_loading
+from playground.context.request import (
     MEASURES,
     ContextRequest,
     parse_request,
 )
+from playground.data.text_files import DEFAULT_TEXT, checked_text, read_text_file
+from playground.errors import PlaygroundError
+from playground.models.catalog import model_choices
+from playground.spec import RunSpec
 from playground.ui.events import Inputs, Updates
 from playground.ui.knob_widgets import knob_widget
 from playground.ui.presets import CONTEXT_PRESETS, ContextPreset
@@ -160,7 +160,7 @@ def build_context_tab() -> ContextTab:
         with gr.Column(min_width=280):
             model = gr.Dropdown(model_choices(), value=preset.model, label="model", allow_custom_value=True,
                                 elem_id="context-model")
-            backends = gr.CheckboxGroup(list(BACKENDS), value=list(preset.backends), label="backends",
+            backends = gr.CheckboxGroup(list(registry.backend_names()), value=list(preset.backends), label="backends",
                                         elem_id="context-backends")
             caches = gr.CheckboxGroup(list(registry.cache_names()), value=list(preset.caches), label="caches",
                                       info="each runs on each backend, against the full (dynamic) cache there",

@@ -19,7 +19,6 @@ import gradio as gr
 
 from playground import registry, sampler_lab
 from playground.errors import PlaygroundError
-from playground.spec import BACKENDS
 from playground.ui.events import Handler, on_private
 from playground.ui.knob_widgets import knob_widget
 
@@ -82,7 +81,7 @@ def build_lab_tab() -> LabTab:
             breakers = gr.Textbox("", max_lines=1, label="DRY sequence breakers (token ids)",
                                   info="no tokenizer here, so DRY's breakers are ids; none by default",
                                   elem_id="lab-breakers")
-            backend = gr.Radio(list(BACKENDS), value="torch", label="backend", elem_id="lab-backend")
+            backend = gr.Radio(list(sampler_lab.lab_backends()), value="torch", label="backend", elem_id="lab-backend")
             run = gr.Button("Apply the chain", variant="primary", elem_id="lab-run")
             stages = gr.HTML(f'<div class="lab-empty">{EMPTY_NOTE}</div>', elem_id="lab-stages")
         with gr.Column(scale=3, min_width=300):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from playground import registry
+from playground.constraints.examples import PERSON_PROMPT, PERSON_REGEX, PERSON_SCHEMA
 from playground.sweep import prompt_sets
 from playground.ui.columns import MAX_COLUMNS, START_SETTINGS
 from playground.ui.settings import ColumnSettings
@@ -215,14 +216,6 @@ def _dola_vs_greedy() -> Preset:
        "early layer's guess, which the method's paper found brings out facts. Marked tokens are those where the "
        "contrast changed the final layer's own choice; the line under each token view names the layers it "
        "contrasted, and a click on a token shows every candidate layer's divergence.")
-
-
-PERSON_PROMPT = "Describe a fictional person as JSON with the fields name, age and city."
-PERSON_SCHEMA = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, '
-                 '"age": {"type": "integer", "minimum": 0, "maximum": 120}, "city": {"type": "string", '
-                 '"maxLength": 40}}, "required": ["name", "age", "city"], "additionalProperties": false}')
-# the same object, its shape fixed by a regex and one field's values narrowed: an age of one or two digits
-PERSON_REGEX = r'\{"name": "[A-Z][a-z]+( [A-Z][a-z]+)?", "age": [1-9][0-9]?, "city": "[A-Z][a-z]+"\}'
 
 
 def _json_free_vs_schema() -> Preset:

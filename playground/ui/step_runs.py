@@ -18,6 +18,7 @@ from playground import registry
 from playground.result import Result
 from playground.spec import RunSpec
 from playground.ui.step_tree import StepTree
+from playground.ui.strategy_view import view_of
 
 
 def searches_beams(spec: dict[str, Any]) -> bool:
@@ -69,6 +70,6 @@ def absorb(tree: StepTree, result: Result, asked: int) -> None:
         return
     for record in result["tokens"]:
         tree.add(record["id"], record["text"], "drawn", record.get("logprob_model"), dict(record))
-    tree.last = {"drafts": result.get("assisted_steps") or []}
+    tree.last = {"note": view_of(tree.spec["strategy"]).step_summary(result)}
     if result["new_tokens"] < asked and tree.current is not None:  # the model ended the text (end-of-text)
         tree.nodes[tree.current].ended = True

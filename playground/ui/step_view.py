@@ -8,9 +8,11 @@ from typing import Any, cast
 
 import gradio as gr
 
+from playground import registry
 from playground.result import TokenRecord
 from playground.ui.step_runs import draws_each_token, searches_beams
 from playground.ui.step_tree import StepTree
+from playground.ui.strategy_view import view_of
 from playground.ui.tokens import tokens_html
 
 # a click on a candidate or on a node reports its token id or node index (wiring reads it from the event)
@@ -45,28 +47,6 @@ def _cut_line(record: dict[str, Any], spec: dict[str, Any]) -> str:
         return "<div class='step-cut'>no stage of the chain applied at this step</div>"
     parts = [f"{html.escape(s['stage'])}: removed {s['removed']}, moved {s['moved']:.3f}" for s in stages]
     return "<div class='step-cut'>cut: " + " → ".join(parts) + "</div>"
-
-
-def _method_line(record: dict[str, Any]) -> str:
-    """What contrastive search or DoLa weighed beside the chain."""
-    if record.get("contrastive"):
-        best = max(record["contrastive"], key=lambda c: c["score"])
-        return (f"<div class='step-method'>contrastive search: {html.escape(repr(best['text']))} scored "
-                f"{best['score']:.3f} (p {best['p']:.3f}, degeneration penalty {best['penalty']:.3f})</div>")
-    if record.get("dola"):
-        dola = record["dola"]
-        return (f"<div class='step-method'>DoLa contrasted layer {dola['layer']}; the final layer alone would take "
-                f"{html.escape(repr(dola['greedy_text']))}</div>")
-    return ""
-
-
-def _drafts_line(tree: StepTree) -> str:
-    steps = tree.last.get("drafts") or []
-    if not steps:
-        return ""
-    parts = [f"{len(s['drafted'])} proposed ({html.escape(''.join(s['drafted_text']))!s}), {s['accepted']} accepted"
-             for s in steps]
-    return "<div class='step-method'>drafts this step: " + "; ".join(parts) + "</div>"
 
 
 def _beams_html(tree: StepTree) -> str:
@@ -130,7 +110,7 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
                  "the same token again, Step 8 draws as eight Steps; a whole run's draw here may differ</div>")
     ended = "<div class='step-note'>the text ended here</div>" if node.ended else ""
     return (warn + head + "<div class='step-cands'>" + "".join(buttons) + "</div>" + _cut_line(record, tree.spec)
-            + _method_line(record) + _drafts_line(tree) + ended)
+            + view_of(tree.spec["strategy"]).step_lines(cast(TokenRecord, record)) + tree.last.get("note", "") + ended)
 
 
 def branch_records(tree: StepTree) -> list[TokenRecord]:
@@ -138,19 +118,20 @@ def branch_records(tree: StepTree) -> list[TokenRecord]:
     that record's figures for it (the same distribution, without what the method weighed for the token it took);
     a typed one bare, as no step scored it."""
     records: list[TokenRecord] = []
+    unweighed = {record.key: None for entry in registry.strategies() for record in entry.token_records}
     for i in tree.path():
         node = tree.nodes[i]
         record = node.record
         if record is None:
-            records.append(TokenRecord(id=node.token, text=node.text, p=None, entropy=None, p_model=None,
-                                       entropy_model=None, top=None, draft=None))
+            records.append(cast(TokenRecord, {"id": node.token, "text": node.text, "p": None, "entropy": None,
+                                              "p_model": None, "entropy_model": None, "top": None, **unweighed}))
         elif record["id"] == node.token:
             records.append(cast(TokenRecord, dict(record)))
         else:
             alt = next((a for a in record.get("alternatives") or [] if a["id"] == node.token), None)
             figures = {key: alt.get(key) if alt else None for key in ("p", "p_model", "logprob", "logprob_model")}
             records.append(cast(TokenRecord, {**record, "id": node.token, "text": node.text, **figures,
-                                              "draft": None, "contrastive": None, "dola": None}))
+                                              **unweighed}))
     return records
 
 

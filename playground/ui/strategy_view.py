@@ -59,6 +59,14 @@ class StrategyView:
         """The column's beam-tree box (`beam-tree-<slot>`): the search's hypotheses; '' hides the box."""
         return ""
 
+    def step_lines(self, record: TokenRecord) -> str:
+        """Step mode: HTML under a token's candidates, what the strategy weighed for it beside the chain."""
+        return ""
+
+    def step_summary(self, result: Result) -> str:
+        """Step mode: HTML under the candidates about the step's run as a whole (assisted decoding's drafts)."""
+        return ""
+
 
 NO_VIEW = StrategyView()
 

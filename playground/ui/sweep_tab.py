@@ -18,7 +18,7 @@ import gradio as gr
 from playground import registry
 from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
-from playground.spec import BACKENDS, RunSpec
+from playground.spec import RunSpec
 from playground.sweep import prompt_sets
 from playground.sweep.knobs import KnobValue, compile_note, parse_values, sweepable
 from playground.sweep.presets import SWEEP_PRESETS
@@ -145,7 +145,8 @@ def build_sweep_tab() -> SweepTab:
         with gr.Column(min_width=260):
             model = gr.Dropdown(model_choices(), value=spec.model, label="model", allow_custom_value=True,
                                 elem_id="sweep-model")
-            backend = gr.Radio(list(BACKENDS), value=preset.spec.get("backend", spec.backend), label="backend",
+            backend = gr.Radio(list(registry.backend_names()), value=preset.spec.get("backend", spec.backend),
+                               label="backend",
                                elem_id="sweep-backend")
             with gr.Row():
                 strategy = gr.Dropdown(list(registry.strategy_names()), value=preset.spec["strategy"],

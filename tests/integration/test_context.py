@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from playground.context.quality import measure_quality
+from playground.context.request import ContextRequest
+from playground.context.text import text_ids
 from playground.data.text_files import DEFAULT_TEXT
 from playground.spec import RunSpec
-from playground.tools.context_quality import measure_quality
-from playground.tools.context_request import ContextRequest
-from playground.tools.context_text import text_ids
 from tests.helpers import bundled
 
 TOKENS, WINDOW = 512, 128

@@ -8,7 +8,7 @@ import torch
 
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
-from playground.strategy_records import assisted_steps
+from playground.strategy_records.assisted import assisted_steps
 from tests.helpers import (
     BYTE_VOCAB,
     PROMPT_TEXT,

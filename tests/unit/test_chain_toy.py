@@ -63,7 +63,7 @@ TOY_KNOB = Knob(name="toy_banned_id", kind=int, default=-1, low=-1, high=1_000_0
                 label="banned token id (-1 = none)", help="this token id is never chosen", sweep="distinct_2")
 TOY_STAGE = Processor(name="toy_ban", label="ban token {toy_banned_id}", help="bans one token id",
                       knobs=("toy_banned_id",), samples_only=False, active=lambda spec: spec.toy_banned_id >= 0,
-                      jax=ToyBanJax, torch=toy_ban_torch)
+                      impl={"torch": toy_ban_torch, "jax": ToyBanJax})
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def local_model(tmp_path, monkeypatch):
 def test_a_stage_without_a_jax_side_is_refused_on_jax_when_the_spec_is_built():
     """The JAX chain builder's promise: RunSpec refuses such a stage before a run reaches it, naming it, and only
     where it is on (off, it is not in the chain) and only on JAX."""
-    torch_only = dataclasses.replace(TOY_STAGE, jax=None)
+    torch_only = dataclasses.replace(TOY_STAGE, impl={"torch": toy_ban_torch})
     with registry.registered(TOY_KNOB, torch_only):
         with pytest.raises(PlaygroundError, match="backend=jax cannot run the logits chain's stage 'toy_ban'"):
             RunSpec.from_dict({"backend": "jax", "toy_banned_id": 3})

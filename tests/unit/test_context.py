@@ -14,10 +14,12 @@ import torch
 pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
+from playground.context import measure as context  # noqa: E402
+from playground.context import request as context_request  # noqa: E402
+from playground.context import speed as context_speed  # noqa: E402
+from playground.context.quality import measure_quality  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from playground.tools import context, context_request, context_speed  # noqa: E402
-from playground.tools.context_quality import measure_quality  # noqa: E402
 from tests.helpers import allowed_tiny_model, tiny_llama, tiny_loaded  # noqa: E402
 
 NAME = "tiny-llama-context"

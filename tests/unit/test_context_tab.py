@@ -15,8 +15,8 @@ import gradio as gr
 import pytest
 
 from playground import registry, runner
+from playground.context import speed as context_speed
 from playground.errors import PlaygroundError
-from playground.tools import context_speed
 from playground.ui import context_running, context_tab
 from playground.ui.context_frames import (
     CONTEXT,
@@ -344,10 +344,10 @@ def wait_until(condition, timeout_s: float = 30.0) -> bool:
 
 def test_a_stop_mid_measurement_ends_it_between_chunks(model):
     """Stop reaches inside a measurement: quality checks it between chunks, speed between tokens."""
+    from playground.context.quality import measure_quality
+    from playground.context.request import MeasureStopped
     from playground.models.loaded import LOADED
     from playground.spec import RunSpec
-    from playground.tools.context_quality import measure_quality
-    from playground.tools.context_request import MeasureStopped
 
     loaded, _ = LOADED.get(model, "fp32")
     asked = threading.Event()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from playground import compatibility, registry
-from playground.registry import Strategy
+from playground.registry import Strategy, lazy
 from playground.result import TokenRecord
 from playground.spec import RunSpec
 from playground.ui import columns
@@ -36,16 +36,17 @@ def test_the_strategy_list_offers_both_and_says_where_they_do_not_run():
 def test_a_strategy_without_a_jax_plug_in_is_flagged_on_jax_only():
     """A strategy registered with a PyTorch side alone is offered on both backends, marked "✗ on jax" there (the
     notice says why), and runs unmarked on PyTorch; every built-in one has both sides."""
-    torch_only = Strategy(name="torch-only", label="PyTorch only", help="a strategy with no JAX plug-in")
+    torch_only = Strategy(name="torch-only", label="PyTorch only", help="a strategy with no JAX plug-in",
+                          impl={"torch": lazy("playground.backends.torch.strategy", "Generate")})
     with registry.registered(torch_only):
         jax_choices = dict((value, label) for label, value in columns.strategy_choices("jax", "static"))
         torch_choices = dict((value, label) for label, value in columns.strategy_choices("torch", "static"))
         assert jax_choices["torch-only"] == "torch-only ✗ on jax"
         assert torch_choices["torch-only"] == "torch-only"
         reason = compatibility.refusal("jax", "torch-only", "static")
-        assert reason is not None and reason.startswith("PyTorch only runs on the PyTorch path only")
-        assert reason.endswith("use backend 'torch'")
-    assert [s.name for s in registry.strategies() if s.jax is None] == []
+        assert reason is not None and reason.startswith("PyTorch only has no plug-in on the JAX path")
+        assert reason.endswith("backend 'torch' runs it")
+    assert [s.name for s in registry.strategies() if s.plugin("jax") is None] == []
 
 
 def test_each_method_shows_its_own_knobs_and_only_sampling_strategies_show_the_samplers():

@@ -23,7 +23,7 @@ SETTINGS = {"beam": {"num_beams": 2}, "beam_sample": {"num_beams": 2, "temperatu
             "diverse_beam": {"num_beams": 4, "num_beam_groups": 2}, "assisted": {"prompt_lookup": 3},
             "contrastive": {"top_k": 4, "penalty_alpha": 0.6}, "dola": {"dola_layers": "high"},
             "sampling": {"temperature": 1.0}}
-NAMES = [s.name for s in registry.strategies() if s.jax is not None]
+NAMES = [s.name for s in registry.strategies() if s.plugin("jax") is not None]
 
 
 @pytest.mark.parametrize("name", NAMES)

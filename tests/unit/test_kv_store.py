@@ -13,10 +13,10 @@ import torch
 pytest.importorskip("torchax")
 pytest.importorskip("jax")
 
+from playground.context.quality import measure_quality  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.retention import CacheSettings, Written, quantized_rows  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from playground.tools.context_quality import measure_quality  # noqa: E402
 from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run  # noqa: E402
 
 NAME = "tiny-llama-kv-store"

@@ -27,8 +27,26 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("result", "events", "strategy_records"),
     ("runner", "decode_costs", "sampler_lab"),
-    ("sweep", "ui", "tools", "openai_api", "__main__"),
+    ("sweep", "context"),
+    ("openai_api",),
+    ("ui", "tools"),
+    ("__main__",),
 )
+# The same rule one level down, inside the JAX backend (playground/backends/jax/), lowest first: the model's math,
+# the cache layouts over it, the logits chain, the engine (weights, forward, prefill, the program kernel), the
+# plug-in contract and a request's programs, the strategies' plug-ins, and the request loop and the backend.
+JAX_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("model",),
+    ("caches",),
+    ("chain",),
+    ("engine",),
+    ("programs", "strategy"),
+    ("strategies",),
+    ("loop", "decoder", "backend", "teacher_forced", "lab", "__init__"),
+)
+# Two packages of one layer that import neither one the other: the page and the tools share only what sits below
+# them (the long-context measure, the sweep, the constraint examples), so either can change without the other.
+APART = (("ui", "tools"),)
 
 
 def module_name(path: Path) -> str:
@@ -120,6 +138,27 @@ def test_imports_run_down_through_the_layers():
     assert upward_imports() == []
 
 
+def jax_layer(module: str) -> int | None:
+    """The index in JAX_LAYERS of a module of the JAX backend; None for any other module."""
+    parts = module.split(".")
+    if parts[:3] != ["playground", "backends", "jax"]:
+        return None
+    head = parts[3] if len(parts) > 3 else "__init__"
+    return next((index for index, names in enumerate(JAX_LAYERS) if head in names), None)
+
+
+def test_the_jax_backends_imports_run_down_through_its_layers():
+    known = modules()
+    jax_modules = [name for name in known if jax_layer(name) is not None or name.startswith("playground.backends.jax")]
+    assert [name for name in jax_modules if jax_layer(name) is None] == []  # a new part of it is placed first
+    upward = []
+    for name in sorted(jax_modules):
+        mine = jax_layer(name)
+        upward += [f"{name} -> {target}" for target in sorted(imported(known[name], set(known)))
+                   if mine is not None and (jax_layer(target) or 0) > mine]
+    assert upward == []
+
+
 def test_neither_backend_imports_the_other():
     """What both backends share (refusals, RoPE frequencies, DRY's breakers, the beam tree, the Backend protocol)
     lives in backend-free modules right under playground/backends/, which import neither backend."""
@@ -132,6 +171,18 @@ def test_neither_backend_imports_the_other():
     crossing = [f"{name} -> {target}" for name, path in sorted(known.items()) if name.startswith("playground.backends.")
                 for target in sorted(imported(path, set(known)))
                 if side(target) != "shared" and side(target) != side(name)]
+    assert crossing == []
+
+
+def test_the_page_and_the_tools_import_neither_one_the_other():
+    known = modules()
+    def head(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else "__init__"
+
+    crossing = [f"{name} -> {target}" for name, path in sorted(known.items())
+                for target in sorted(imported(path, set(known)))
+                if any({head(name), head(target)} == set(pair) for pair in APART)]
     assert crossing == []
 
 
@@ -155,8 +206,9 @@ def test_the_page_starts_without_torch_or_jax():
     assert out.stdout.strip() == "[]"
 
 
-# where cache and strategy names may be written out: the registry's own entries, the presets (data) and the tools
-NAMES_ALLOWED_IN = ("playground/registry/", "playground/tools/", "playground/ui/presets.py")
+# where cache and strategy names may be written out: the registry's own entries, the presets (data), the tools and
+# the long-context measure they share with the page (which times greedy runs)
+NAMES_ALLOWED_IN = ("playground/registry/", "playground/tools/", "playground/context/", "playground/ui/presets.py")
 
 
 def _strings(node: ast.expr) -> set[str]:
@@ -193,6 +245,69 @@ def test_no_cache_or_strategy_is_told_apart_by_its_name_outside_the_registry():
                 if any(k.arg and _field(ast.Name(k.arg)) and _strings(k.value) & names for k in node.keywords):
                     found.append(f"{relative}:{node.lineno}")
     assert found == []
+
+
+# Modules a strategy owns beside those its registry entry names (plug-ins, records' builders, view): the comparison
+# of finished hypotheses across beam columns, drawn under the beam views
+OWNED_BESIDES = {"playground/ui/beam_compare.py": ("beam", "beam_sample", "diverse_beam")}
+
+
+def _reads(node: ast.AST) -> str | None:
+    """The key a node reads by name: `x["key"]`, `x.get("key")` or `"key" in x`; None for anything else."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        key = node.args[0]
+    elif isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In | ast.NotIn):
+        key = node.left
+    else:
+        return None
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def _owners() -> dict[str, set[str]]:
+    """Module path -> the strategies whose entry names code in it (by `lazy("module", ...)`), or OWNED_BESIDES."""
+    from playground import registry
+
+    owners: dict[str, set[str]] = {path: set(names) for path, names in OWNED_BESIDES.items()}
+    for entry in registry.strategies():
+        named = [*entry.impl.values(), entry.view, entry.check_model, entry.validate,
+                 *(r.build for r in (*entry.token_records, *entry.run_records))]
+        for function in named:
+            module = getattr(function, "__qualname__", "").rpartition(".")[0]
+            if module.startswith("playground."):
+                owners.setdefault(module.replace(".", "/") + ".py", set()).add(entry.name)
+    return owners
+
+
+def test_no_shared_module_reads_a_strategys_records_by_name():
+    """A strategy's records (`tokens[i].contrastive`, `beam_tree`, ...) are read by its own code: its plug-ins,
+    its records' builders and its view. A module every strategy shares (the Result, the token view, step mode)
+    asks the column's view instead, so a new strategy's records need no line there."""
+    from playground import registry
+
+    keys = {record.key: entry.name for entry in registry.strategies()
+            for record in (*entry.token_records, *entry.run_records)}
+    owners = _owners()
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("playground/registry/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = _reads(node)
+            if key in keys and keys[key] not in owners.get(relative, set()):
+                found.append(f"{relative}:{node.lineno} reads {key!r}")
+    assert found == []
+
+
+def test_the_record_key_rule_sees_a_shared_read(tmp_path, monkeypatch):
+    (tmp_path / "playground" / "ui").mkdir(parents=True)
+    (tmp_path / "playground" / "ui" / "step_view.py").write_text('def line(record):\n    return record.get("dola")\n')
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "playground")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="step_view.py:2 reads 'dola'"):
+        test_no_shared_module_reads_a_strategys_records_by_name()
 
 
 def test_the_suites_heaviest_files_exist():

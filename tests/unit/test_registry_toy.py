@@ -51,7 +51,8 @@ def _retention(at: Written) -> list[CacheRow]:
 
 
 LAST_24 = CacheType(name="last-24", label="last 24 tokens", help="keeps the 24 most recent tokens of every layer",
-                    torch=_torch_cache, jax=_jax_layout, no_rollback={"jax": "its ring overwrites rejected drafts"},
+                    impl={"torch": _torch_cache, "jax": _jax_layout},
+                    no_rollback={"jax": "its ring overwrites rejected drafts"},
                     check_model=_check_model, retention=_retention)
 
 
@@ -75,18 +76,26 @@ def _forced_first_plugin(spec, draft):
 
     from playground.backends.jax.strategies.plain import PlainDecoding
 
-    class ForcedFirst(PlainDecoding):
-        def started(self, request, state, first):
-            forced = jnp.full_like(state.token, FORCED)  # (B,): the next step writes it and continues from it
-            state = dataclasses.replace(state, token=forced, done=jnp.zeros_like(state.done))
-            return state, first._replace(tokens=forced)
+    class ForcedFirst(PlainDecoding):  # greedy's kernel, its start program restarting from FORCED
+        def bind(self, engine, prompt_len, bucket, context):
+            bound = super().bind(engine, prompt_len, bucket, context)
+            greedy_start = self.kernel.start
+
+            def start(*inputs):
+                state, first = greedy_start(*inputs)
+                forced = jnp.full_like(state.token, FORCED)  # (B,): the next step writes it and continues from it
+                state = dataclasses.replace(state, token=forced, done=jnp.zeros_like(state.done))
+                return state, first._replace(tokens=forced)
+
+            self.kernel = dataclasses.replace(self.kernel, name="forced-first", start=start)  # programs of its own
+            return bound
 
     return ForcedFirst(spec, samples=False)
 
 
 FORCED_FIRST = Strategy(name="forced-first", label="greedy, forced first token",
                         help=f"token {FORCED} first, then the most likely token at every step",
-                        torch=_forced_first_torch, jax=_forced_first_plugin)
+                        impl={"torch": _forced_first_torch, "jax": _forced_first_plugin})
 
 
 @pytest.fixture

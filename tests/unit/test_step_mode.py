@@ -171,7 +171,8 @@ def test_every_jax_step_of_a_beam_tree_runs_on_its_first_step_s_programs(local_m
 def test_an_assisted_step_shows_its_drafts(local_model):
     tree = StepTree(_spec(local_model, strategy="assisted", prompt_lookup=3))
     _step(tree, 8)
-    assert tree.last["drafts"] and all("accepted" in step for step in tree.last["drafts"])
+    assert tree.last["note"].startswith("<div class='step-method'>drafts this step: ")  # assisted's view says it
+    assert "accepted" in tree.last["note"] and tree.last["note"] in candidates_html(tree)
 
 
 def test_the_page_steps_forks_forces_typed_text_and_refuses_a_step_during_a_run(page, local_model):

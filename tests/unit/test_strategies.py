@@ -115,11 +115,10 @@ def test_the_four_named_strategies_run_on_every_cache_on_both_backends():
     """The compatibility table says yes in all 40 cells of greedy, sampling, beam and assisted decoding; what is
     left to refuse depends on the model (the guide's methods added since: tests/unit/test_guide_strategies.py)."""
     from playground import compatibility, registry
-    from playground.registry import BACKENDS
 
     named = ("greedy", "sampling", "beam", "assisted")
     assert set(named) <= set(registry.strategy_names())
-    cells = [(b, s, c) for b in BACKENDS for s in named for c in registry.cache_names()]
+    cells = [(b, s, c) for b in registry.backend_names() for s in named for c in registry.cache_names()]
     assert len(cells) == 40 and all(compatibility.refusal(*cell) is None for cell in cells)
 
 

@@ -3,11 +3,14 @@ keeps the protocol, and what the view gets from a run is what its plug-in says i
 streams, one distribution per token where it probes, the beam tree of a beam-type search, the verification steps
 of assisted decoding, and what an own loop weighed per token."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from playground import registry
 from playground.backends.torch.strategy import Generate, OwnLoop, TorchStrategy, plug_in
+from playground.errors import PlaygroundError
 from playground.spec import RunSpec
 from tests.helpers import torch_run
 
@@ -68,11 +71,18 @@ def test_a_run_carries_what_its_plugin_records(tiny, name):
         assert all(OWN_RECORD[name] in info for info in out.token_info or [])
 
 
-def test_an_entry_without_a_plugin_runs_transformers_own_loop(tiny):
-    """A strategy registered with no torch plug-in is generate()'s one-token-per-step loop: greedy's tokens."""
-    plain = registry.Strategy(name="plain-toy", label="plain toy", help="greedy, registered bare")
+def test_an_entry_naming_generate_runs_transformers_own_loop_and_one_naming_nothing_is_refused(tiny):
+    """A strategy whose torch plug-in is `Generate` is generate()'s one-token-per-step loop: greedy's tokens. One
+    with no plug-in for a backend is refused there, in RunSpec's one line, before anything runs."""
+    plain = registry.Strategy(name="plain-toy", label="plain toy", help="greedy, on transformers' own loop",
+                              impl={"torch": Generate})
     with registry.registered(plain):
         assert type(plug_in(RunSpec(strategy="plain-toy"))) is Generate
         toy, _ = torch_run(tiny, PROMPT, RunSpec(strategy="plain-toy", max_new_tokens=8))
+        with pytest.raises(PlaygroundError, match="plain toy has no plug-in on the JAX path; backend 'torch' runs it"):
+            RunSpec(strategy="plain-toy", backend="jax")
     greedy, _ = torch_run(tiny, PROMPT, RunSpec(max_new_tokens=8))
     assert toy.sequences == greedy.sequences
+    with registry.registered(dataclasses.replace(plain, impl={})):
+        with pytest.raises(PlaygroundError, match="plain toy has no plug-in on the PyTorch path; no backend runs it"):
+            RunSpec(strategy="plain-toy")

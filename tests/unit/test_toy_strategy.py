@@ -107,7 +107,7 @@ CLOSE_KNOB = Knob(name=CLOSE, default=0.1, low=0.0, high=5.0, step=0.05, group="
                   help="toy-margin: a token whose margin is under this many logits counts as a close call")
 TOY = Strategy(
     name=NAME, label="greedy, margin recorded", help="the most likely token, with its logit's lead over the next",
-    torch=_torch_plugin, jax=_jax_plugin, knobs=(CLOSE,),
+    impl={"torch": _torch_plugin, "jax": _jax_plugin}, knobs=(CLOSE,),
     token_records=(TokenRecords(key=KEY, build=token_margins, fields=(
         RecordField(name=KEY, kind="float", unit="logits",
                     meaning="the model's top logit minus its runner-up's, at this token"),)),),

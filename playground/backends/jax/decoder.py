@@ -39,7 +39,7 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
 
 def plugin_for(spec: RunSpec, draft: LoadedModel | None = None) -> Strategy:
     """A request's plug-in, from the strategy's registry entry."""
-    make_plugin = registry.strategy(spec.strategy).jax
+    make_plugin = registry.strategy(spec.strategy).plugin("jax")
     if make_plugin is None:  # RunSpec refuses such a spec before it gets here
         raise ValueError(f"strategy {spec.strategy!r} has no JAX plug-in")
     return make_plugin(spec, draft)

@@ -25,14 +25,13 @@ from playground.backends.jax.caches.pytree import cache_bytes
 from playground.backends.jax.chain.chain import Context
 from playground.backends.jax.engine import compiling
 from playground.backends.jax.engine.engine import Engine, engine_for
-from playground.backends.jax.programs import Programs
+from playground.backends.jax.programs import Programs, start_prompt
 from playground.backends.jax.strategy import (
     STEPS_PER_CALL,
     Advance,
     OwnPrefill,
     OwnStep,
     Request,
-    Restarts,
     Run,
     Strategy,
 )
@@ -121,16 +120,8 @@ def _prefill(request: Request, strategy: Strategy, seed: int) -> tuple[Run, Adva
     """The prompt padded on the right to its bucket into a new cache, and the strategy's first step from its
     logits (or, where the start only sets the state up, its first step program's call of one step), brought to
     the host."""
-    engine, prompt = request.engine, request.prompt
-    padded = np.zeros((prompt.shape[0], request.bucket), np.int32)  # (B, bucket)
-    padded[:, : prompt.shape[1]] = prompt
-    ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
-    args = strategy.args(engine)
-    prefilled, cache = request.programs.prefill(engine.weights, ids, true_len)  # (B, V), or the plug-in's own
-    key = engine.put(jax.random.PRNGKey(seed))
-    state, record = request.programs.start(prefilled, ids, true_len, key, args, cache)
-    if isinstance(strategy, Restarts):
-        state, record = strategy.started(request, state, record)
+    args = strategy.args(request.engine)
+    state, record = start_prompt(request.engine, request.programs, request.prompt, request.bucket, seed, args)
     length = request.plan.lengths[0]
     run = Run(state=state, args=args, length=length, layouts=request.plan.at(length))
     if strategy.first_token_steps:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import jax
 import numpy as np
@@ -12,7 +13,6 @@ from playground.backends.jax.chain.token_choice import ChainArgs, StepInfo
 from playground.backends.jax.engine import compiling
 from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
-from playground.backends.jax.strategies.plain_programs import DecodeState
 from playground.spec import RunSpec
 
 
@@ -41,16 +41,23 @@ class Programs:
         return ready
 
 
-def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, spec: RunSpec,
-               arg_values: ChainArgs) -> tuple[DecodeState[jax.Array], ChainArgs, int, StepInfo]:
+def start_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, seed: int,
+                 args: Any) -> tuple[Any, Any]:
     """The prompt (B, T) padded on the right to `bucket` (causal masking keeps the padding out of the real
-    tokens) into a new cache; returns the decode state, the chain's args (`arg_values`, host) on the device,
-    and the first new token and its StepInfo on the host."""
+    tokens) into a new cache by the prefill program, then the start program over its outputs (the last logits
+    (B, V), or a plug-in's own prefill's): the strategy's state and its first step's record, on the device."""
     padded = np.zeros((prompt.shape[0], bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
+    prefilled, cache = programs.prefill(engine.weights, ids, true_len)
+    return programs.start(prefilled, ids, true_len, engine.put(jax.random.PRNGKey(seed)), args, cache)
+
+
+def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, spec: RunSpec,
+               arg_values: ChainArgs) -> tuple[Any, ChainArgs, int, StepInfo]:
+    """The prompt through the plain kernel's prefill and start (a draft model's); returns the decode state, the
+    chain's args (`arg_values`, host) on the device, and the first new token and its StepInfo on the host."""
     args = engine.put(arg_values)
-    logits, cache = programs.prefill(engine.weights, ids, true_len)  # (B, V)
-    state, first = programs.start(logits, ids, true_len, engine.put(jax.random.PRNGKey(spec.seed)), args, cache)
+    state, first = start_prompt(engine, programs, prompt, bucket, spec.seed, args)
     first = jax.device_get(first)
     return state, args, int(first.tokens[0]), first.info

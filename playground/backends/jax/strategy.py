@@ -122,15 +122,6 @@ class Strategy(Protocol):
 
 
 @runtime_checkable
-class Restarts(Protocol):
-    """A plug-in that changes the state its start program left (the toy strategy of the tests forces its first
-    token): `started` takes the state and the first step's record and returns them as the run goes on."""
-
-    def started(self, request: Request, state: Any, record: Any) -> tuple[Any, Any]:
-        ...
-
-
-@runtime_checkable
 class OwnStep(Protocol):
     """A plug-in whose calls are not its kernel's chunked steps (assisted decoding's verify passes)."""
 

@@ -96,7 +96,7 @@ class TorchBackend:
 
         began = time.perf_counter()
         input_ids = torch.tensor([prompt_ids])  # (1, T)
-        prepare = registry.cache_type(spec.cache).torch_prepare
+        prepare = registry.cache_type(spec.cache).prepare.get("torch")
         build_s = prepare(spec, progress) if prepare is not None else 0.0
         compiling = spec.torch_compile != "off"
         if compiling:

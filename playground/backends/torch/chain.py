@@ -64,7 +64,7 @@ class TorchContext(NamedTuple):
 
 def processors(spec: RunSpec, context: TorchContext) -> list[tuple[str, LogitsProcessor]]:
     """(stage name, processor) for every stage the run applies, in the chain's order."""
-    return [(stage.name, stage.torch(spec, context)) for stage in chain.stages(spec)]
+    return [(stage.name, stage.impl["torch"](spec, context)) for stage in chain.stages(spec)]
 
 
 # -- the built-in stages' processors (named by their registry entries) -------------------------------------------

@@ -146,8 +146,11 @@ class OwnLoop(Generate):
 
 def plug_in(spec: RunSpec) -> TorchStrategy:
     """The plug-in of `spec`'s strategy for one request."""
-    factory = registry.strategy(spec.strategy).torch
-    return factory(spec) if factory is not None else Generate(spec)
+    factory = registry.strategy(spec.strategy).plugin("torch")
+    if factory is None:  # RunSpec refuses such a spec before it gets here
+        raise ValueError(f"strategy {spec.strategy!r} has no PyTorch plug-in")
+    plugin: TorchStrategy = factory(spec)
+    return plugin
 
 
 def probed(call: Call, first: list[int]) -> list[TokenInfo] | None:

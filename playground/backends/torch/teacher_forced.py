@@ -37,7 +37,7 @@ def logprobs_through_cache(loaded: LoadedModel, spec: RunSpec, ids: torch.Tensor
     """Log-probabilities (rows, V) of the token after each position of `ids` (1, N) but the last, `chunk` rows at
     a time (the last chunk may be shorter), through a fresh cache of spec's type sized for the text."""
     model = loaded.model
-    prepare = registry.cache_type(spec.cache).torch_prepare
+    prepare = registry.cache_type(spec.cache).prepare.get("torch")
     if prepare is not None:  # the quantized cache's kernels, built once per process
         prepare(spec, progress)
     ids = ids.to(model.device)

@@ -141,7 +141,7 @@ def plan_cache(spec: RunSpec, config: Any, prompt_len: int, first_chunk: int) ->
     layers = tuple(
         RingLayout(shape.kv_heads, shape.head_dim, slots=min(int(config.sliding_window), lengths[0]),
                    window=int(config.sliding_window), dtype=dtype) if kind == "sliding_attention"
-        else cache.jax(spec, config, native, lengths[0])
+        else cache.impl["jax"](spec, config, native, lengths[0])
         for kind in layer_types)
     return CachePlan(layers, tuple(lengths))
 

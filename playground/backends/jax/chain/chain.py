@@ -134,7 +134,7 @@ class Chain:
 
 
 def _stage(name: str) -> JaxStage:
-    make = registry.processor(name).jax
+    make = registry.processor(name).plugin("jax")
     if make is None:  # RunSpec refuses such a stage on the JAX path before a run gets here
         raise ValueError(f"the logits chain's stage {name!r} has no JAX twin")
     stage: JaxStage = make()

@@ -34,10 +34,10 @@ from playground import device
 from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
-from playground.backends.jax.engine import compiling, disk_cache, prefill, tensor_parallel
+from playground.backends.jax.engine import compiling, disk_cache, prefill, tensor_parallel, traced
 from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.program_cache import ProgramCache, program_cache_bound
-from playground.backends.jax.model import layer_outputs, traced
+from playground.backends.jax.model import layer_outputs
 
 # Debug options per compiled program (they are part of its cache key): the device's (device.py)
 COMPILER_OPTIONS: CompilerOptions = dict(device.current().xla_options)
@@ -206,12 +206,17 @@ class Engine:
         with self._building_lock:
             self._building.pop(key, None)
 
-    def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1) -> Pending:
+    def prefill_program(self, bucket: int, layouts: Layouts, batch: int = 1,
+                        own: Callable[..., Any] | None = None, key: tuple = ()) -> Pending:
+        """The prompt (batch, bucket) into a new cache over `layouts`: (the last logits (batch, V), the cache).
+        `own` is a strategy's prefill `(weights, ids, length, layouts=...)` that hands its start more than the
+        last logits (contrastive search's hidden states, DoLa's early layers), keyed by `key` as well."""
         shape = self.shape_struct
+        fn = self._prefill if own is None else own
 
         def lower() -> Lowered:
-            fn = jax.jit(partial(self._prefill, layouts=layouts))
-            return fn.lower(self.weights, shape((batch, bucket), jnp.int32), shape((), jnp.int32))
+            return jax.jit(partial(fn, layouts=layouts)).lower(self.weights, shape((batch, bucket), jnp.int32),
+                                                               shape((), jnp.int32))
 
         def warm(compiled: Any) -> None:
             # XLA's CPU backend hands the prompt's multi-row products to YNNPACK, which prepares each of them on
@@ -220,7 +225,7 @@ class Engine:
             jax.block_until_ready(compiled(self.weights, self.put(np.zeros((batch, bucket), np.int32)),
                                            self.put(np.int32(1))))
 
-        return self.program(("prefill", batch, bucket, prefill.chunk_tokens(), layouts), lower, warm)
+        return self.program(("prefill", batch, bucket, prefill.chunk_tokens(), layouts, *key), lower, warm)
 
 
 def device_bytes(model: PreTrainedModel, devices: int, weights: str = "fp32") -> int:

@@ -88,7 +88,7 @@ def abstract(engine: Engine, values: Any) -> Any:
     return jax.tree.map(lambda v: engine.shape_struct(np.shape(v), v.dtype), values)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Kernel(Generic[State]):
     """One strategy's programs over one request's prompt bucket.
 

@@ -164,7 +164,7 @@ class AssistedDecoding(PlainDecoding):
         """A pass's kept tokens (W,) (-1 past `kept`) and their records; before the first pass, the start's token:
         a pass that kept it and no drafts (its third field says whether it ended the run, not drafts taken)."""
         records, kept, accepted = fetched
-        tokens, info = records
+        tokens, info = records.tokens, records.info
         count, accepted = int(kept), int(accepted) if self.pending is not None else 0
         chunk = [int(t) for t in tokens[:count]]
         drafted = self.pending[1] if self.pending is not None else 0  # none before the first pass

@@ -76,5 +76,6 @@ def beam_kernel(engine: Engine, bucket: int, mode: BeamMode) -> Kernel[BeamState
     shape = engine.shape_struct
     args = BeamArgs(shape((), jnp.float32), shape((), jnp.bool_), shape((), jnp.int32),
                     abstract(engine, chain.arg_specs(mode.chain)))
-    return Kernel(engine, "beam", mode, bucket, partial(start, engine.vocab_size, mode), partial(step, engine, mode),
-                  partial(beam_search.empty_records, mode=mode), finished, args, rows=mode.beams)
+    return Kernel(engine=engine, name="beam", mode=mode, bucket=bucket, start=partial(start, engine.vocab_size, mode),
+                  step=partial(step, engine, mode), empty=partial(beam_search.empty_records, mode=mode),
+                  finished=finished, args=args, rows=mode.beams)

@@ -79,7 +79,7 @@ class ContrastiveSearch(PlainDecoding):
         """Plain decoding's reading, and each token's candidates as its record's `candidates`."""
         first = len(self.stream.info)
         advance = super().read(request, run, fetched, now)
-        for known, weighed in zip(self.stream.info[first:], candidate_records(fetched[0].weighed, advance.count),
+        for known, weighed in zip(self.stream.info[first:], candidate_records(fetched[0].own, advance.count),
                                   strict=True):
             known.update(weighed)
         return advance

@@ -20,18 +20,18 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.stages import Lowered
 
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import JaxCache
 from playground.backends.jax.chain import token_choice
 from playground.backends.jax.chain.chain import History, pushed, start_history
-from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode, StepInfo
+from playground.backends.jax.chain.token_choice import ChainArgs, SamplingMode
 from playground.backends.jax.engine import prefill
 from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
 from playground.backends.jax.engine.kernel import Kernel, abstract
 from playground.backends.jax.strategies.beam_programs import reorder
+from playground.backends.jax.strategies.plain_programs import Chunk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,14 +62,6 @@ class Weighed(NamedTuple):
     penalties: jax.Array  # (k,) greatest cosine similarity to the context
     scores: jax.Array  # (k,) (1 - alpha) * prob - alpha * penalty
     chosen: jax.Array  # () int32 index of the highest score
-
-
-class Chunk(NamedTuple):
-    """One call's steps, a row each: the tokens (-1 past the last step run), their StepInfo and what weighed."""
-
-    tokens: jax.Array  # (steps,)
-    info: StepInfo  # leading (steps,) axis
-    weighed: Weighed  # leading (steps,) axis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,20 +170,14 @@ def contrastive_kernel(engine: Engine, bucket: int, mode: ContrastiveMode) -> Ke
     shape, hidden = engine.shape_struct, int(engine.config.hidden_size)
     args = ContrastiveArgs(token_choice.arg_specs(mode.tokens), np.float32(0), np.float32(0))
     prefilled = (shape((1, engine.vocab_size), jnp.float32), shape((1, bucket, hidden), jnp.float32))
-    return Kernel(engine, "contrastive", mode, bucket, partial(start, engine.vocab_size, mode),
-                  partial(step, engine, mode), partial(empty, mode), finished, abstract(engine, args),
-                  prefilled=prefilled, start_key=(mode.capacity, mode.tokens.needs),
+    return Kernel(engine=engine, name="contrastive", mode=mode, bucket=bucket,
+                  start=partial(start, engine.vocab_size, mode), step=partial(step, engine, mode),
+                  empty=partial(empty, mode), finished=finished, args=abstract(engine, args), prefilled=prefilled,
+                  start_key=(mode.capacity, mode.tokens.needs),
                   shapes=(mode.capacity, mode.tokens.needs))
 
 
 def prefill_program(engine: Engine, bucket: int, layouts: Layouts, layer: int) -> Pending:
-    def lower() -> Lowered:
-        fn = jax.jit(partial(_prefill, engine, layouts=layouts, layer=layer))
-        return fn.lower(engine.weights, engine.shape_struct((1, bucket), jnp.int32), engine.shape_struct((), jnp.int32))
-
-    def warm(compiled: Any) -> None:
-        # as Engine.prefill_program: XLA's CPU backend prepares the prompt's products on their first execution
-        jax.block_until_ready(compiled(engine.weights, engine.put(np.zeros((1, bucket), np.int32)),
-                                       engine.put(np.int32(1))))
-
-    return engine.program(("contrastive-prefill", bucket, prefill.chunk_tokens(), layouts, layer), lower, warm)
+    """The engine's prefill program, handing the start the context's hidden states at `layer` too."""
+    return engine.prefill_program(bucket, layouts, own=partial(_prefill, engine, layer=layer),
+                                  key=("contrastive", layer))

@@ -73,6 +73,7 @@ def diverse_beam_kernel(engine: Engine, bucket: int, mode: DiverseBeamMode) -> K
     """The search's programs: K rows from the start on."""
     f32 = engine.shape_struct((), jnp.float32)
     args = DiverseBeamArgs(f32, engine.shape_struct((), jnp.bool_), f32, abstract(engine, chain.arg_specs(mode.chain)))
-    return Kernel(engine, "diverse-beam", mode, bucket, partial(start, engine.vocab_size, mode),
-                  partial(step, engine, mode), partial(diverse_beam_search.empty_records, mode=mode), finished,
-                  args, rows=mode.beams)
+    return Kernel(engine=engine, name="diverse_beam", mode=mode, bucket=bucket,
+                  start=partial(start, engine.vocab_size, mode), step=partial(step, engine, mode),
+                  empty=partial(diverse_beam_search.empty_records, mode=mode), finished=finished, args=args,
+                  rows=mode.beams)

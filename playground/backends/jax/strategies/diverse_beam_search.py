@@ -132,7 +132,7 @@ def initial(history: History[jax.Array], mode: DiverseBeamMode) -> GroupHyps[jax
 
 def _per_row(chain_: Chain) -> tuple[bool, ...]:
     """Which stages take an argument row per beam (the constraint's mask): each group reads its own rows."""
-    makers = [registry.processor(name).jax for name in chain_.names]
+    makers = [registry.processor(name).plugin("jax") for name in chain_.names]
     return tuple(make is not None and bool(make().per_row) for make in makers)
 
 

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.stages import Lowered
 
 from playground.backends.dola_layers import CONTRAST_STAGE, candidate_layers, requested
 from playground.backends.jax.caches.plan import CachePlan, Layouts
@@ -32,7 +31,7 @@ from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
 from playground.backends.jax.engine.kernel import Kernel, abstract
 from playground.backends.jax.strategies.plain import PlainDecoding
-from playground.backends.jax.strategies.plain_programs import DecodeState, ended, finished
+from playground.backends.jax.strategies.plain_programs import Chunk, DecodeState, ended, finished
 from playground.backends.jax.strategy import Advance, Request, Run
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
@@ -98,14 +97,6 @@ def _prefill(engine: Engine, weights: dict, ids: jax.Array, length: jax.Array, *
     return outputs, cache
 
 
-class Chunk(NamedTuple):
-    """A step's record (a chunk's, with a leading (steps,) axis): plain decoding's, and the contrast."""
-
-    tokens: jax.Array
-    info: StepInfo
-    contrast: Contrast
-
-
 def start(vocab_size: int, mode: SamplingMode, eos: tuple[int, ...], outputs: tuple[jax.Array, jax.Array],
           ids: jax.Array, length: jax.Array, key: jax.Array, args: ChainArgs,
           cache: JaxCache) -> tuple[DecodeState[jax.Array], Chunk]:
@@ -141,9 +132,10 @@ def dola_kernel(engine: Engine, bucket: int, mode: SamplingMode, eos: tuple[int,
     vocab = engine.vocab_size
     prefilled = (engine.shape_struct((1, vocab), jnp.float32), engine.shape_struct((len(layers), 1, vocab),
                                                                                   jnp.float32))
-    return Kernel(engine, "dola", (mode, eos, layers), bucket, partial(start, vocab, mode, eos),
-                  partial(step, engine, mode, eos, layers), partial(empty, mode, layers), finished,
-                  abstract(engine, token_choice.arg_specs(mode)), prefilled=prefilled, shapes=mode.needs)
+    return Kernel(engine=engine, name="dola", mode=(mode, eos, layers), bucket=bucket,
+                  start=partial(start, vocab, mode, eos), step=partial(step, engine, mode, eos, layers),
+                  empty=partial(empty, mode, layers), finished=finished,
+                  args=abstract(engine, token_choice.arg_specs(mode)), prefilled=prefilled, shapes=mode.needs)
 
 
 class DolaDecoding(PlainDecoding):
@@ -163,17 +155,13 @@ class DolaDecoding(PlainDecoding):
         return plan, own
 
     def prefill_program(self, engine: Engine, bucket: int, layouts: Layouts) -> Pending:
-        shape = engine.shape_struct
-
-        def lower() -> Lowered:
-            fn = jax.jit(partial(_prefill, engine, layouts=layouts, layers=self.layers))
-            return fn.lower(engine.weights, shape((1, bucket), jnp.int32), shape((), jnp.int32))
-
-        return engine.program(("dola-prefill", bucket, prefill.chunk_tokens(), layouts, self.layers), lower)
+        """The engine's prefill program, handing the start the candidate layers' logits too."""
+        return engine.prefill_program(bucket, layouts, own=partial(_prefill, engine, layers=self.layers),
+                                      key=("dola", self.layers))
 
     def read(self, request: Request, run: Run, fetched: Any, now: float) -> Advance:
         advance = super().read(request, run, fetched, now)
-        record = fetched[0].contrast
+        record = fetched[0].own  # the Contrast
         for row, known in enumerate(self.stream.info[len(self.stream.info) - advance.count:]):
             known["dola"] = {"layer": self.layers[int(record.chosen[row])], "layers": list(self.layers),
                              "js": [float(v) for v in record.js[row]], "final_top": int(record.final_top[row])}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, NamedTuple
+from typing import Any, Generic, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,10 +37,12 @@ jax.tree_util.register_dataclass(DecodeState, data_fields=["cache", "token", "po
 
 
 class Chunk(NamedTuple):
-    """A step's record (a chunk's, with a leading (steps,) axis): the token and its StepInfo."""
+    """A step's record (a chunk's, with a leading (steps,) axis): the token, its StepInfo, and what the strategy
+    weighed beside the chain where it records more (DoLa's contrast, contrastive search's candidates)."""
 
     tokens: jax.Array  # (B,) at the start; (steps,) in a chunk
     info: StepInfo
+    own: Any = None  # the strategy's own record of the step; None: nothing beyond the token's StepInfo
 
 
 def ended(token: jax.Array, eos: tuple[int, ...]) -> jax.Array:
@@ -82,6 +84,7 @@ def finished(state: DecodeState[jax.Array]) -> jax.Array:
 
 def plain_kernel(engine: Engine, bucket: int, mode: SamplingMode, eos: tuple[int, ...]) -> Kernel[DecodeState]:
     """Plain decoding's programs; growth reads only what of the mode sizes the history."""
-    return Kernel(engine, "decode", (mode, eos), bucket, partial(start, engine.vocab_size, mode, eos),
-                  partial(step, engine, mode, eos), partial(empty, mode), finished,
-                  abstract(engine, token_choice.arg_specs(mode)), shapes=mode.needs)
+    return Kernel(engine=engine, name="decode", mode=(mode, eos), bucket=bucket,
+                  start=partial(start, engine.vocab_size, mode, eos), step=partial(step, engine, mode, eos),
+                  empty=partial(empty, mode), finished=finished, args=abstract(engine, token_choice.arg_specs(mode)),
+                  shapes=mode.needs)

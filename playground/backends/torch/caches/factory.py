@@ -27,7 +27,7 @@ COMPILED_GRANULE = 64
 def make_cache(spec: RunSpec, model: Any, prompt_tokens: int) -> Cache:
     """A fresh cache for one run; the caller keeps it so its size can be read afterwards."""
     check_cache(spec, model.config)
-    return registry.cache_type(spec.cache).torch(spec, model, prompt_tokens)
+    return registry.cache_type(spec.cache).impl["torch"](spec, model, prompt_tokens)
 
 
 def compiled_length(prompt_tokens: int, max_new_tokens: int) -> int:

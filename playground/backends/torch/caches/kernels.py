@@ -45,7 +45,7 @@ def build_kernels(kind: str, progress: ReportProgress | None = None) -> float:
 
 
 def prepare_quanto(spec: RunSpec, progress: ReportProgress | None = None) -> float:
-    """The quantized cache's preparation (registry: torch_prepare): seconds spent building (or loading) quanto's
+    """The quantized cache's preparation (its registry `prepare`): seconds spent building (or loading) quanto's
     extension for this run's bits on this process's device; 0 for 8 bits on both sides (fp8: no extension).
     `progress` hears of it whenever it takes a while: a first build, a rebuild, or a build directory another
     environment is using."""

@@ -1,7 +1,7 @@
 """`python -m playground context`: what each cache costs and loses as the context grows, on a long real text.
 
-speed (context_speed.py): per context length, prefill and decode speed, KV bytes, peak RSS and the decode roofline.
-quality (context_quality.py): teacher-forced over the text's first N tokens through the cache, against the full
+speed (speed.py): per context length, prefill and decode speed, KV bytes, peak RSS and the decode roofline.
+quality (quality.py): teacher-forced over the text's first N tokens through the cache, against the full
 cache on the same backend: perplexity, KL(full || cache) and top-1 agreement, overall and per bucket of positions.
 This module holds what answers before anything loads (the options, the refusals) and the table; the measurements
 import torch and JAX when they run.
@@ -19,8 +19,8 @@ from playground.generation_slot import Holder
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
-    from playground.tools.context_quality import References
-from playground.tools.context_request import (
+    from playground.context.quality import References
+from playground.context.request import (
     DECODE_TOKENS,
     DEFAULT_BUCKETS,
     DEFAULT_LENGTHS,
@@ -69,8 +69,8 @@ def check_before_loading(spec: RunSpec, request: ContextRequest) -> None:
     """What the configs on disk refuse: the backend's preflight, lengths past the model's context, a window the
     text measured would never fill."""
     from playground import runner
+    from playground.context.text import check_window
     from playground.models.catalog import saved_config
-    from playground.tools.context_text import check_window
 
     runner.preflight(spec)
     check_context(request, spec.model, model_context(saved_config(spec.model)))
@@ -85,10 +85,10 @@ def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str,
     it and none waits for more than a piece; `holder` names the measurement to those who wait (long work, held a
     piece at a time). Raises MeasureStopped once `should_stop` says so (checked between tokens and between chunks).
     `references` keeps the full cache's rows across calls that measure several caches of one text (see
-    context_quality.py)."""
+    quality.py)."""
     from playground import runner
+    from playground.context.text import text_ids
     from playground.models.loaded import LOADED
-    from playground.tools.context_text import text_ids
 
     progress(f"loading {spec.model}")
     loaded, _ = LOADED.get(spec.model, runner.backend_for(spec.backend).source_weights(spec))
@@ -100,13 +100,13 @@ def measure_text(spec: RunSpec, request: ContextRequest, text: str, source: str,
                               "text": {"file": source, "tokens": text_tokens}}
     holder = holder or Holder("a context measure", yields=True)
     if "speed" in request.measures:
-        from playground.tools.context_speed import measure_speed
+        from playground.context.speed import measure_speed
 
         rows, basis = measure_speed(loaded, spec, ids, list(request.lengths), progress, should_stop, holder)
         result.update(basis)
         result["speed"] = rows
     if "quality" in request.measures:
-        from playground.tools.context_quality import measure_quality
+        from playground.context.quality import measure_quality
 
         result["quality"] = measure_quality(loaded, spec, ids[:request.tokens], progress, request.buckets,
                                             should_stop=should_stop, references=references, holder=holder)

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from playground.context.request import MeasureStopped, never
 from playground.generation_slot import Holder, held_pieces
 from playground.models.loaded import LoadedModel
 from playground.runner import GENERATION_LOCK, backend_for
 from playground.spec import RunSpec
-from playground.tools.context_request import MeasureStopped, never
 
 FULL_CACHE = "dynamic"  # the reference: every position kept in full precision, stored in fp32
 FULL_STORE = "fp32"

@@ -6,7 +6,7 @@ tokens after it through the run's own path (the runner's backend, its cache, its
 untimed first (the JAX path compiles its programs for that length then; PyTorch warms its allocator), then once
 timed. A decode step reads every weight and the cache's keys and values, so the ceiling at L is the measured read
 bandwidth divided by (weight bytes + the cache's bytes at the end of the run): a cache that stays bounded keeps
-its ceiling flat. The bandwidth is sampled before and after the lengths (bench.BandwidthProbe, its median), and
+its ceiling flat. The bandwidth is sampled before and after the lengths (metrics.BandwidthProbe, its median), and
 its 1 GiB array is let go in between so that it stays out of the peak RSS.
 """
 
@@ -17,13 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from playground.backends.base import GenerationOutput
+from playground.context.request import DECODE_TOKENS, MeasureStopped, never
 from playground.generation_slot import Holder
-from playground.metrics import PeakRss
+from playground.metrics import BandwidthProbe, PeakRss, rates
 from playground.models.loaded import LoadedModel
 from playground.runner import GENERATION_LOCK, backend_for, check_cache_fits
 from playground.spec import RunSpec
-from playground.tools.bench import BandwidthProbe, rates
-from playground.tools.context_request import DECODE_TOKENS, MeasureStopped, never
 
 
 def decode_spec(spec: RunSpec) -> RunSpec:

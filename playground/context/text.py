@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from playground import registry
+from playground.context.request import ContextRequest
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from playground.tools.context_request import ContextRequest
 
 if TYPE_CHECKING:
     from playground.models.loaded import LoadedModel
