@@ -99,9 +99,9 @@ def measure(bin_dir: Path, files_dir: Path, threads: int, rounds: int) -> dict[s
     """Every row, `rounds` times over in the same order; each row the median of its rounds."""
     import gguf
 
+    from playground.metrics import BandwidthProbe
     from playground.models.catalog import BUNDLED
     from playground.models.paths import converted_dir
-    from playground.metrics import BandwidthProbe
 
     source = BUNDLED["smollm2-135m"].gguf_path(lambda *_: None)
     files = quantized_files(bin_dir / "llama-quantize", source, files_dir, threads)
