@@ -41,3 +41,27 @@ class DoneEvent:
 
 
 Event = ProgressEvent | TextEvent | HypothesisEvent | DoneEvent
+
+
+class IncrementalText:
+    """Decodes the growing token list so the streamed deltas add up exactly to the final text."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""
+
+    def add(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        decoded = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if decoded.endswith("\ufffd"):
+            return ""  # half of a multi-byte character: wait for the rest
+        return self._advance(decoded)
+
+    def finish(self) -> str:
+        return self._advance(self.tokenizer.decode(self.ids, skip_special_tokens=True))
+
+    def _advance(self, decoded: str) -> str:
+        delta = decoded[len(self.text):] if decoded.startswith(self.text) else decoded
+        self.text = decoded if decoded.startswith(self.text) else self.text + decoded
+        return delta

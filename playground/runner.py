@@ -18,7 +18,7 @@ from playground.backends import prefix_store
 from playground.backends.base import GenerationOutput
 from playground.decode_costs import DECODE_COSTS
 from playground.errors import PlaygroundError
-from playground.events import DoneEvent, Event, HypothesisEvent, ProgressEvent, TextEvent
+from playground.events import DoneEvent, Event, HypothesisEvent, IncrementalText, ProgressEvent, TextEvent
 from playground.generation_slot import LEFT_RUNNING, GenerationSlot, Holder, held_reporting
 from playground.limits import max_prompt_chars, max_prompt_tokens, max_request_seconds, prompt_tokens_refusal
 from playground.metrics import PeakRss, cpu_sample, machine_load
@@ -123,30 +123,6 @@ def check_cache_fits(loaded: LoadedModel, spec: RunSpec, prompt_tokens: int, dra
         LOADED.reserve(model, held.what, held.bytes, hint=held.hint)
     return prefix_store.fit_beside_store(lambda stored: memory.check_fits(
         need.run.what, need.run.bytes, LOADED.resident_bytes() + stored, hint=need.run.hint))
-
-
-class IncrementalText:
-    """Decodes the growing token list so the streamed deltas add up exactly to the final text."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.text = ""
-
-    def add(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        decoded = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if decoded.endswith("\ufffd"):
-            return ""  # half of a multi-byte character: wait for the rest
-        return self._advance(decoded)
-
-    def finish(self) -> str:
-        return self._advance(self.tokenizer.decode(self.ids, skip_special_tokens=True))
-
-    def _advance(self, decoded: str) -> str:
-        delta = decoded[len(self.text):] if decoded.startswith(self.text) else decoded
-        self.text = decoded if decoded.startswith(self.text) else self.text + decoded
-        return delta
 
 
 @dataclass
