@@ -41,7 +41,7 @@ START_COLUMNS = len(START_SETTINGS)
 
 # The RunSpec keys every column shows, whatever its choice
 COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_tokens", "min_new_tokens")
-BACKEND_KNOBS = {"jax": ("devices",), "torch": ("torch_compile", "reuse")}
+BACKEND_KNOBS = {"jax": ("devices", "reuse"), "torch": ("torch_compile", "reuse")}
 # the logits chain's first stage, on every strategy: the page shows it on every column (RunSpec says where it
 # cannot run, as for any knob)
 CONSTRAINT_KEYS = ("constraint", "constraint_text")
@@ -53,7 +53,8 @@ OWN_GROUPS = {
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
-    "torch_compile": ("torch_compile", "reuse"),  # PyTorch only (the JAX path keeps no cache between runs)
+    "torch_compile": ("torch_compile",),  # PyTorch only
+    "reuse": ("reuse",),  # the prefix store: both backends (disabled with the reason where a column runs cold)
     "constraint_box": CONSTRAINT_KEYS,
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted

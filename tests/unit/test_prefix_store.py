@@ -293,6 +293,17 @@ def test_the_reuse_checkbox_is_disabled_with_the_reason_where_the_column_prefill
     usable, info = reuse_knob_state("greedy", "sink")["reuse"]
     assert usable is False and info.startswith("prefills whole: a sink cache")
     assert reuse_knob_state("contrastive", "dynamic")["reuse"][0] is False
+    assert reuse_knob_state("greedy", "static", "jax")["reuse"][0] is True
+    usable, info = reuse_knob_state("beam", "static", "jax")["reuse"]
+    assert usable is False and "greedy and sampling" in info
+
+
+def test_the_reuse_checkbox_shows_on_both_backends_and_torch_compile_on_pytorch_only():
+    from playground.ui.columns import visibility
+
+    for backend in ("torch", "jax"):
+        shown = visibility("greedy", "dynamic", backend, "prompt_lookup")
+        assert shown["reuse"] and shown["torch_compile"] == (backend == "torch")
 
 
 @pytest.mark.slow  # the bundled SmolLM2: two chat turns

@@ -35,17 +35,12 @@ from playground.backends.jax.engine.engine import Engine
 from playground.backends.prefix_store import Kept, Match, cold_reason
 from playground.spec import RunSpec
 
-# the JAX plug-ins whose prefill is the engine's (last logits only) and whose cache has one row
-RESUMING_STRATEGIES = ("greedy", "sampling")
-
 
 def refusal(spec: RunSpec, config: Any) -> str | None:
     """Why this JAX run cannot start from (or leave) a kept cache, in one line; None when it can."""
-    reason = cold_reason(spec.strategy, spec.cache)
+    reason = cold_reason(spec.strategy, spec.cache, backend="jax")
     if reason is not None:
         return reason
-    if spec.strategy not in RESUMING_STRATEGIES:
-        return f"the JAX path keeps its cache for greedy and sampling runs only; {spec.strategy} prefills whole"
     if spec.devices > 1:
         return "the JAX path keeps its cache on one device only; a run over several prefills the whole prompt"
     if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
