@@ -4,6 +4,7 @@ search's leading beam while it searches), the Result."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from playground.result import Result
 

@@ -59,6 +59,9 @@ EXACT_CACHES = ("dynamic", "static")
 # (prompt lookup's too) runs every id of the prompt, whatever the cache holds, and our own loops (contrastive,
 # DoLa, diverse beams) start from the whole prompt
 REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample")
+# The JAX path's plug-ins that continue a kept cache (backends/jax/prefix_reuse.py): those whose prefill hands the
+# start only its last logits and whose cache has one row
+JAX_REUSING_STRATEGIES = ("greedy", "sampling")
 COLD_CACHE = {
     "sliding": "the sliding cache keeps only its window, so a new prompt could not be cropped back into it",
     "sink": "a sink cache continued over its window attends differently from a prompt prefilled whole",
@@ -66,12 +69,15 @@ COLD_CACHE = {
 }
 
 
-def cold_reason(strategy: str, cache: str, torch_compile: str = "off") -> str | None:
-    """Why a PyTorch run of this strategy and cache neither starts from nor leaves a kept cache; None: it does."""
+def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: str = "torch") -> str | None:
+    """Why a run of this strategy and cache on `backend` neither starts from nor leaves a kept cache (apart from
+    the model: each backend adds its sliding layers); None: it does."""
     if cache not in EXACT_CACHES:
         return COLD_CACHE.get(cache, f"the {cache} cache is not kept between runs")
     if strategy not in REUSING_STRATEGIES:
         return f"{strategy} runs its first pass over the whole prompt; the cache is not kept"
+    if backend == "jax" and strategy not in JAX_REUSING_STRATEGIES:
+        return f"the JAX path keeps its cache for greedy and sampling runs only; {strategy} prefills whole"
     if torch_compile != "off":
         return "torch.compile runs over a static cache of its own addresses; the cache is not kept"
     return None

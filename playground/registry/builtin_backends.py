@@ -22,4 +22,4 @@ register_backend(BackendType(
     lab="playground.backends.torch.lab"))
 register_backend(BackendType(
     name="jax", label="JAX", make=lazy("playground.backends.jax.backend", "JaxBackend"),
-    knobs=("devices",), weights_refusals=device.jax_refusals, lab="playground.backends.jax.lab"))
+    knobs=("devices", "reuse"), weights_refusals=device.jax_refusals, lab="playground.backends.jax.lab"))

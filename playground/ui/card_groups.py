@@ -100,13 +100,13 @@ def store_knob_states(backend: str, weights: str, strategy: str = "greedy",
     sides = SIDE_BITS_ON.get(backend, SIDE_BITS_NOTE)
     return {"cache_key_bits": (True, sides), "cache_value_bits": (True, sides), "cache_dtype": (not bf16_weights,
                                                                                                 store_info),
-            **reuse_knob_state(strategy, cache)}
+            **reuse_knob_state(strategy, cache, backend)}
 
 
-def reuse_knob_state(strategy: str, cache: str) -> dict[str, tuple[bool, str]]:
+def reuse_knob_state(strategy: str, cache: str, backend: str = "torch") -> dict[str, tuple[bool, str]]:
     """(interactive, info) of the reuse checkbox: off, with the reason, where the column's cache or strategy is not
-    exact under reuse (its runs prefill the whole prompt)."""
-    reason = cold_reason(strategy, cache)
+    kept on its backend (its runs prefill the whole prompt)."""
+    reason = cold_reason(strategy, cache, backend=backend)
     help_text = registry.knob("reuse").help
     return {"reuse": (True, help_text) if reason is None else (False, f"prefills whole: {reason}")}
 
@@ -142,6 +142,7 @@ def cache_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], value
     groups["devices"] = knobs["devices"]
     with gr.Group(visible=shown["torch_compile"]) as groups["torch_compile"]:  # the PyTorch path's own
         knobs["torch_compile"] = knob_widget(registry.knob("torch_compile"), index, values["torch_compile"])
+    with gr.Group(visible=shown["reuse"]) as groups["reuse"]:  # the prefix store, on both backends
         knobs["reuse"] = knob_widget(registry.knob("reuse"), index, values["reuse"])
 
 

@@ -8,12 +8,12 @@ from typing import Any, cast
 
 import gradio as gr
 
-from playground import compatibility, registry, runner
+from playground import registry, runner
 from playground.decode_costs import draft_note
 from playground.errors import PlaygroundError
 from playground.models.catalog import model_choices
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
-from playground.spec import WEIGHTS, RunSpec, max_new_tokens_cap
+from playground.spec import RunSpec, max_new_tokens_cap
 from playground.ui.card_groups import (
     CANDIDATES,
     CANDIDATES_DEFAULT,
@@ -25,6 +25,7 @@ from playground.ui.card_groups import (
     store_knob_states,
     strategy_knobs,
 )
+from playground.ui.choices import cache_choices, offered, strategy_choices, weights_choices
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets, strategy_groups
@@ -52,7 +53,8 @@ OWN_GROUPS = {
     "window_box": ("window", "sink_tokens"),
     "sink_tokens": ("sink_tokens",),
     "devices": ("devices",),
-    "torch_compile": ("torch_compile", "reuse"),  # PyTorch only (the JAX path keeps no cache between runs)
+    "torch_compile": ("torch_compile",),  # PyTorch only
+    "reuse": ("reuse",),  # the prefix store: both backends (disabled with the reason where a column runs cold)
     "constraint_box": CONSTRAINT_KEYS,
 }
 # what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
@@ -87,13 +89,6 @@ def int_keys() -> set[str]:
     return {knob.name for knob in registry.knobs() if knob.kind is int}
 
 
-def offered(options: tuple[str, ...], axis: int) -> list[str]:
-    """Choices that run in at least one combination; the others are not shown at all."""
-    combos = [(b, s, c) for b in registry.backend_names() for s in registry.strategy_names()
-              for c in registry.cache_names()]
-    return [o for o in options if any(combo[axis] == o and compatibility.refusal(*combo) is None for combo in combos)]
-
-
 def samples(strategy: str, assisted_sampling: bool) -> bool:
     """Whether the sampling knobs apply (the strategy's entry decides)."""
     return registry.strategy(strategy).samples(assisted_sampling)
@@ -124,30 +119,6 @@ def visibility(strategy: str, cache: str, backend: str, draft_source: str,
     shown = {group: bool(keys & set(knobs)) for group, knobs in groups().items()}
     shown["sampling_knobs"] = samples(strategy, assisted_sampling)
     return {**shown, "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP}
-
-
-def strategy_choices(backend: str, cache: str) -> list[tuple[str, str]]:
-    """Offered strategies; those refused with the current cache/backend carry a ✗ (the notice says why): "on
-    jax" where the backend runs the strategy on no cache at all, "with <cache>" where the cache is the reason."""
-    def entry(name: str) -> str:
-        if compatibility.refusal(backend, name, cache) is None:
-            return name
-        if all(compatibility.refusal(backend, name, c) is not None for c in registry.cache_names()):
-            return f"{name} ✗ on {backend}"
-        return f"{name} ✗ with {cache}"
-
-    return [(entry(s), s) for s in offered(registry.strategy_names(), 1)]
-
-
-def cache_choices(backend: str, strategy: str) -> list[tuple[str, str]]:
-    return [(c if compatibility.refusal(backend, strategy, c) is None else f"{c} ✗ with {strategy}", c)
-            for c in offered(registry.cache_names(), 2)]
-
-
-def weights_choices(backend: str) -> list[tuple[str, str]]:
-    """Every precision; those this backend refuses carry a ✗ (the notice says why)."""
-    return [(compatibility.WEIGHT_LABELS.get(w, w) if compatibility.weights_refusal(backend, w) is None
-             else f"{w} ✗ on {backend}", w) for w in WEIGHTS]
 
 
 def _clean(key: str, value: Any) -> Any:

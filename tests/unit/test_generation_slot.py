@@ -111,9 +111,9 @@ def test_a_run_waiting_for_the_slot_says_for_what_then_runs(tmp_path, monkeypatc
 
 def test_the_context_measures_give_the_slot_up_between_their_chunks_and_runs(tmp_path, monkeypatch):
     """Between two pieces (where each reports its progress) nobody holds the slot: a short request goes there."""
+    from playground.context import speed as context_speed
     from playground.context.quality import measure_quality
     from playground.models.loaded import LOADED
-    from playground.context import speed as context_speed
 
     monkeypatch.setattr(context_speed, "sample_bandwidth", lambda: [10.0])  # no 1 GiB probe in the fast lane
     held_between: list[bool] = []

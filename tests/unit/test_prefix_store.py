@@ -108,8 +108,19 @@ def run(loaded, ids: list[int], spec: RunSpec, plan: ReusePlan | None = None):
     return generate(loaded, torch.tensor([ids]), spec, lambda new: None, lambda: False, reuse=plan)
 
 
+def jax_run(loaded, ids: list[int], spec: RunSpec, plan: ReusePlan | None = None):
+    from playground.backends.jax.decoder import generate as jax_generate
+
+    return jax_generate(loaded, ids, spec, lambda new: None, lambda: False, reuse=plan)
+
+
+RUNS = {"torch": run, "jax": jax_run}
+
+
 def warm_against_cold(loaded, spec: RunSpec, first: list[int], second: list[int]):
-    """Run `first` keeping its cache, then `second` from the store and cold; both outputs of `second`."""
+    """Run `first` keeping its cache, then `second` from the store and cold (on spec's backend); both outputs of
+    `second`."""
+    run = RUNS[spec.backend]
     store = budget(10**9)
     key = settings_key(spec, "s")
     left = run(loaded, first, spec, ReusePlan(None, keep=True)).kept
@@ -151,8 +162,9 @@ def test_a_warm_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, st
     assert_same(warm, cold)
 
 
-def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny):
-    spec = SPEC.replace(cache="static")
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny, backend):
+    spec = SPEC.replace(cache="static", backend=backend)
     warm, cold = warm_against_cold(tiny, spec, SHARED + [1, 1, 1, 1], SHARED + [2, 2])
     assert warm.reused_tokens == len(SHARED)
     assert_same(warm, cold)
@@ -263,11 +275,12 @@ def test_the_reuse_bench_gives_a_row_per_cache_and_backend_and_a_step_row(local_
     result = run_reuse_suite(local_model, lambda message: None, shared=(40,), step_prompt=24)
     rows = result["rows"]
     warm = {(r["backend"], r["cache"]): r for r in rows if "ttft_cold_s" in r}
-    assert set(warm) == {("torch", "dynamic"), ("torch", "static"), ("torch", "dynamic-bf16")}
+    assert set(warm) == {(backend, cache) for backend in ("torch", "jax") for cache in ("dynamic", "static",
+                                                                                       "dynamic-bf16")}
     for row in warm.values():
         assert row["reused_tokens"] >= 39 and row["exact"] is True and row["store_bytes"] > 0
     cold = [r for r in rows if "note" in r]
-    assert len(cold) == 2 * (len(registry.cache_names()) + 1) - 3  # every other cache and backend, with why
+    assert len(cold) == 2 * (len(registry.cache_names()) + 1) - 6  # every other cache and backend, with why
     steps = [r for r in rows if r.get("step")]
     assert [r["backend"] for r in steps] == ["torch", "jax"] and all(r["step_s"] > 0 for r in steps)
     assert "TTFT cold" in format_table(result)
@@ -280,6 +293,17 @@ def test_the_reuse_checkbox_is_disabled_with_the_reason_where_the_column_prefill
     usable, info = reuse_knob_state("greedy", "sink")["reuse"]
     assert usable is False and info.startswith("prefills whole: a sink cache")
     assert reuse_knob_state("contrastive", "dynamic")["reuse"][0] is False
+    assert reuse_knob_state("greedy", "static", "jax")["reuse"][0] is True
+    usable, info = reuse_knob_state("beam", "static", "jax")["reuse"]
+    assert usable is False and "greedy and sampling" in info
+
+
+def test_the_reuse_checkbox_shows_on_both_backends_and_torch_compile_on_pytorch_only():
+    from playground.ui.columns import visibility
+
+    for backend in ("torch", "jax"):
+        shown = visibility("greedy", "dynamic", backend, "prompt_lookup")
+        assert shown["reuse"] and shown["torch_compile"] == (backend == "torch")
 
 
 @pytest.mark.slow  # the bundled SmolLM2: two chat turns

@@ -118,11 +118,14 @@ class JaxBackend:
 
         check_architecture(loaded.model.config)
         with compile_notices(announce_once(progress)):
-            return generate(loaded, prompt_ids, spec, emit, should_stop, draft, preview)
+            return generate(loaded, prompt_ids, spec, emit, should_stop, draft, preview, reuse)
 
     def reuse_refusal(self, loaded: LoadedModel, spec: RunSpec) -> str | None:
-        """The jitted programs' donated caches are not yet kept between runs: every JAX run prefills its prompt."""
-        return "the JAX path does not keep its cache between runs; it prefills the whole prompt"
+        """Plain decoding over the dynamic and static caches on one device keeps and reuses its cache
+        (prefix_reuse.py); the rest prefills the whole prompt."""
+        from playground.backends.jax.prefix_reuse import refusal
+
+        return refusal(spec, _text_config(loaded))
 
 
 def _text_config(loaded: LoadedModel) -> Any:

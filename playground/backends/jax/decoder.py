@@ -8,6 +8,7 @@ from playground import registry
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ReportProgress, ShouldStop
 from playground.backends.jax import loop
 from playground.backends.jax.strategy import STEPS_PER_CALL, Strategy
+from playground.backends.prefix_store import ReusePlan
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -31,10 +32,10 @@ def announce_once(progress: ReportProgress | None) -> Callable[[], None]:
 
 def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit: EmitTokens,
              should_stop: ShouldStop, draft: LoadedModel | None = None,
-             preview: PreviewTokens | None = None) -> GenerationOutput:
+             preview: PreviewTokens | None = None, reuse: ReusePlan | None = None) -> GenerationOutput:
     """One request of `spec` (already validated: RunSpec refuses what this path cannot run), streaming through
     `emit`; no compile announcements (JaxBackend.generate adds them)."""
-    return loop.generate(loaded, prompt_ids, spec, emit, should_stop, plugin_for(spec, draft), preview, draft)
+    return loop.generate(loaded, prompt_ids, spec, emit, should_stop, plugin_for(spec, draft), preview, draft, reuse)
 
 
 def plugin_for(spec: RunSpec, draft: LoadedModel | None = None) -> Strategy:

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
+from playground.backends.jax import prefix_reuse
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
@@ -35,6 +36,7 @@ from playground.backends.jax.strategy import (
     Run,
     Strategy,
 )
+from playground.backends.prefix_store import Match, ReusePlan
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -43,8 +45,9 @@ __all__ = ["STEPS_PER_CALL", "cache_extra", "engine_extra", "generate"]
 
 def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit: EmitTokens,
              should_stop: ShouldStop, strategy: Strategy, preview: PreviewTokens | None = None,
-             draft: LoadedModel | None = None) -> GenerationOutput:
+             draft: LoadedModel | None = None, reuse: ReusePlan | None = None) -> GenerationOutput:
     """Prefill, then device calls until EOS, max_new_tokens or should_stop(), streaming each call's tokens.
+    `reuse`: prefill only what a kept cache does not hold (prefix_reuse.py), and hand this run's back.
 
     `spec` is already validated: RunSpec refuses what this path cannot run (compatibility.py).
     """
@@ -55,7 +58,7 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
     start = time.perf_counter()
     prompt = np.asarray([prompt_ids], np.int32)  # (1, T)
     with compiling.request_compiles():
-        request = _prepare(engine, reused, loaded, prompt, spec, strategy)
+        request = _prepare(engine, reused, loaded, prompt, spec, strategy, reuse.warm if reuse else None)
         if not request.programs.wait(should_stop, start):
             return _stopped_compiling(request, start)
     request.preview = preview
@@ -68,11 +71,14 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
         out.weight_bytes = sum(e.weight_bytes for e in [engine, *drafts])
     if not strategy.streams:
         emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
+    out.reused_tokens = request.warm.shared if request.warm is not None else 0
+    if reuse is not None and reuse.keep:
+        out.kept = prefix_reuse.snapshot(run.state.cache, list(prompt_ids) + list(out.sequences[0]))
     return out
 
 
 def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec,
-             strategy: Strategy) -> Request:
+             strategy: Strategy, warm: Match | None = None) -> Request:
     """The cache plan and every program this request runs on the model's engine, asked for (those not kept in
     memory start compiling). A step of a branch tree (`sized_new_tokens`) is sized for the whole tree and asks for
     the decode programs even when it takes one token, so that no later step of the tree compiles anything."""
@@ -80,16 +86,19 @@ def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarr
     bucket = cache_plan.request_bucket(spec, prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
     plan, own = strategy.bind(engine, prompt_len, bucket, Context(engine.vocab_size, eos, loaded.tokenizer))
-    programs = _programs(engine, bucket, plan.schedule(), strategy, decode=cache_plan.new_tokens(spec) > 1)
+    programs = _programs(engine, bucket, plan.schedule(), strategy, decode=cache_plan.new_tokens(spec) > 1,
+                         warm=warm, prompt_len=prompt_len)
     programs.asked += own
-    return Request(engine, reused, prompt, bucket, eos, plan, programs)
+    return Request(engine, reused, prompt, bucket, eos, plan, programs, warm=warm)
 
 
-def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: Strategy, decode: bool) -> Programs:
+def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: Strategy, decode: bool,
+              warm: Match | None = None, prompt_len: int = 0) -> Programs:
     """The step programs of every layouts the cache may step through, then prefill (the plug-in's own, if it reads
     more of the prompt than its last logits) and start, then the growth steps between layouts (no steps when the
     prompt's own token is the only one wanted, unless the first token is a step's). The step programs are asked
-    for first: they are the largest, and the first asked is the first to compile (compiling.py)."""
+    for first: they are the largest, and the first asked is the first to compile (compiling.py). A `warm` run's
+    prefill is the resume program over the prompt's suffix past the kept prefix."""
     programs, kernel = Programs(), strategy.kernel
     stepped = schedule if decode else schedule[:1] if strategy.first_token_steps else []
     for layouts in stepped:
@@ -98,7 +107,9 @@ def _programs(engine: Engine, bucket: int, schedule: list[Layouts], strategy: St
                 programs.steps[key] = programs.add(pending)
         else:
             programs.steps[layouts] = programs.add(kernel.step_program(layouts, STEPS_PER_CALL))
-    if isinstance(strategy, OwnPrefill):
+    if warm is not None:
+        programs.prefill = programs.add(prefix_reuse.resume_program(engine, warm, prompt_len, schedule[0]))
+    elif isinstance(strategy, OwnPrefill):
         programs.prefill = programs.add(strategy.prefill_program(engine, bucket, schedule[0]))
     else:
         programs.prefill = programs.add(engine.prefill_program(bucket, schedule[0], 1))
@@ -121,7 +132,8 @@ def _prefill(request: Request, strategy: Strategy, seed: int) -> tuple[Run, Adva
     logits (or, where the start only sets the state up, its first step program's call of one step), brought to
     the host."""
     args = strategy.args(request.engine)
-    state, record = start_prompt(request.engine, request.programs, request.prompt, request.bucket, seed, args)
+    state, record = start_prompt(request.engine, request.programs, request.prompt, request.bucket, seed, args,
+                                 request.warm)
     length = request.plan.lengths[0]
     run = Run(state=state, args=args, length=length, layouts=request.plan.at(length))
     if strategy.first_token_steps:

@@ -8,11 +8,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from playground.backends.jax import prefix_reuse
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.chain.token_choice import ChainArgs, StepInfo
 from playground.backends.jax.engine import compiling
 from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
+from playground.backends.prefix_store import Match
 from playground.spec import RunSpec
 
 
@@ -42,14 +44,19 @@ class Programs:
 
 
 def start_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, seed: int,
-                 args: Any) -> tuple[Any, Any]:
+                 args: Any, warm: Match | None = None) -> tuple[Any, Any]:
     """The prompt (B, T) padded on the right to `bucket` (causal masking keeps the padding out of the real
     tokens) into a new cache by the prefill program, then the start program over its outputs (the last logits
-    (B, V), or a plug-in's own prefill's): the strategy's state and its first step's record, on the device."""
+    (B, V), or a plug-in's own prefill's): the strategy's state and its first step's record, on the device.
+    `warm`: a kept prefix of the prefix store, which the prefill program (then the resume program) continues over
+    the rest of the prompt (prefix_reuse.py)."""
     padded = np.zeros((prompt.shape[0], bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
-    prefilled, cache = programs.prefill(engine.weights, ids, true_len)
+    if warm is not None:
+        prefilled, cache = prefix_reuse.run_resume(engine, programs.prefill, warm, prompt)
+    else:
+        prefilled, cache = programs.prefill(engine.weights, ids, true_len)  # (B, V), or the plug-in's own
     return programs.start(prefilled, ids, true_len, engine.put(jax.random.PRNGKey(seed)), args, cache)
 
 

@@ -22,6 +22,7 @@ from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
 from playground.backends.jax.engine.kernel import Kernel
 from playground.backends.jax.programs import Programs
+from playground.backends.prefix_store import Match
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
 
@@ -41,6 +42,7 @@ class Request:
     programs: Programs
     scalars: dict[int, jax.Array] = field(default_factory=dict)  # small ints on the device, each put once
     preview: PreviewTokens | None = None  # beam search: hears the leading beam after each call
+    warm: Match | None = None  # the kept cache the prompt continues (prefix_reuse.py); None: prefilled whole
 
     def scalar(self, value: int) -> jax.Array:
         """`value` as a device int32, put once per request (a chunk size, a draft count)."""
