@@ -33,13 +33,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
 )
 # The same rule one level down, inside the JAX backend (playground/backends/jax/), lowest first: the model's math,
-# the cache layouts over it, the logits chain, the engine (weights, forward, prefill, the program kernel), the
-# plug-in contract and a request's programs, the strategies' plug-ins, and the request loop and the backend.
+# the cache layouts over it, the logits chain, the engine (weights, forward, prefill, the program kernel), a kept
+# prefix's resume (the prefix store's side on JAX), the plug-in contract and a request's programs, the strategies'
+# plug-ins, and the request loop and the backend.
 JAX_LAYERS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("caches",),
     ("chain",),
     ("engine",),
+    ("prefix_reuse",),
     ("programs", "strategy"),
     ("strategies",),
     ("loop", "decoder", "backend", "teacher_forced", "lab", "__init__"),
