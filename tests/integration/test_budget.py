@@ -39,7 +39,7 @@ def test_a_jax_run_on_smollm2_fits_800m_with_its_engine_counted(budget_800m):
 
 def test_a_jax_run_whose_cache_would_pass_800m_is_refused_before_it_runs(budget_800m):
     runner.run_to_result(PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=8))
-    with pytest.raises(PlaygroundError, match=r"the JAX static cache for .* needs about .* of the 0.81 GiB memory "
+    with pytest.raises(PlaygroundError, match=r"the JAX static cache for .* needs about .* of the 832.0 MiB memory "
                                               r"budget is free; lower max_new_tokens"):
         runner.run_to_result(PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=600))
     # the same length in a bounded cache fits: a ring of 256 positions per layer
@@ -50,6 +50,6 @@ def test_a_jax_run_whose_cache_would_pass_800m_is_refused_before_it_runs(budget_
 def test_without_the_realignment_the_engine_would_copy_everything_and_is_refused(budget_800m, monkeypatch):
     monkeypatch.setattr(loaded, "_realign", lambda model: None)  # weights left at the safetensors file's offsets
     with pytest.raises(PlaygroundError, match=r"the JAX engine's weights on 1 device for smollm2-135m needs about "
-                                              r"0.50 GiB .* use the torch backend"):
+                                              r"513.1 MiB .* use the torch backend"):
         runner.run_to_result(PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=8))
     assert runner.run_to_result(PROMPT, RunSpec(max_new_tokens=8))["new_tokens"] > 0  # the torch path still fits
