@@ -55,13 +55,13 @@ CACHE_KNOBS = ("model", "weights", "backend", "cache", "cache_dtype", "cache_bit
 # here too by the page, which disables the column's reuse checkbox with the reason. The caches whose every layer
 # keeps every position in full precision (or in the bf16 store, rounded once):
 EXACT_CACHES = ("dynamic", "static")
-# generate()'s loops that prefill only what the cache does not hold yet. Assisted decoding's first verify pass
-# (prompt lookup's too) runs every id of the prompt, whatever the cache holds, and our own loops (contrastive,
-# DoLa, diverse beams) start from the whole prompt
-REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample")
-# The JAX path's plug-ins that continue a kept cache (backends/jax/prefix_reuse.py): those whose prefill hands the
-# start only its last logits and whose cache has one row
-JAX_REUSING_STRATEGIES = ("greedy", "sampling")
+# generate()'s loops that prefill only what the cache does not hold yet (prompt lookup's first verify pass is made to,
+# transformers_hooks.first_pass_past_cache); our own loops (contrastive, DoLa, diverse beams) start from the whole
+# prompt, and a draft model prefills the prompt into a cache of its own
+REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted")
+# The JAX path's plug-ins that continue a kept cache (backends/jax/prefix_reuse.py): those whose prefill is the
+# engine's own over one row, handing the start only its last logits (beam search repeats the row afterwards)
+JAX_REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted")
 COLD_CACHE = {
     "sliding": "the sliding cache keeps only its window, so a new prompt could not be cropped back into it",
     "sink": "a sink cache continued over its window attends differently from a prompt prefilled whole",
@@ -69,15 +69,20 @@ COLD_CACHE = {
 }
 
 
-def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: str = "torch") -> str | None:
+def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: str = "torch",
+                assistant: str | None = None) -> str | None:
     """Why a run of this strategy and cache on `backend` neither starts from nor leaves a kept cache (apart from
-    the model: each backend adds its sliding layers); None: it does."""
+    the model: each backend adds its sliding layers); None: it does. `assistant`: assisted decoding's draft model
+    (None: prompt lookup, or no assisted decoding)."""
     if cache not in EXACT_CACHES:
         return COLD_CACHE.get(cache, f"the {cache} cache is not kept between runs")
     if strategy not in REUSING_STRATEGIES:
         return f"{strategy} runs its first pass over the whole prompt; the cache is not kept"
     if backend == "jax" and strategy not in JAX_REUSING_STRATEGIES:
-        return f"the JAX path keeps its cache for greedy and sampling runs only; {strategy} prefills whole"
+        return f"the JAX path keeps its cache for greedy, sampling, beam and prompt-lookup runs; {strategy} " \
+               "prefills whole"
+    if strategy == "assisted" and assistant is not None:
+        return "a draft model prefills the whole prompt into a cache of its own; only prompt lookup is kept"
     if torch_compile != "off":
         return "torch.compile runs over a static cache of its own addresses; the cache is not kept"
     return None

@@ -140,12 +140,26 @@ def assert_same(warm, cold) -> None:
         assert hot["p_model"] == pytest.approx(frozen["p_model"], abs=1e-5)
 
 
+def assert_same_drafts(warm, cold) -> None:
+    """Prompt lookup drafted (the prompt's n-grams recur) and its verify passes kept the same drafts warm and cold."""
+    assert warm.assisted_steps == cold.assisted_steps and warm.draft_flags == cold.draft_flags
+    assert cold.extra["draft_tokens_proposed"] > 0
+
+
 STRATEGIES = {
     "greedy": {},
     "sampling": {"strategy": "sampling", "temperature": 1.3, "top_k": 0, "seed": 11},
     "beam": {"strategy": "beam", "num_beams": 3},
     "beam sampling": {"strategy": "beam_sample", "num_beams": 2, "seed": 3},
+    "prompt lookup": {"strategy": "assisted", "prompt_lookup": 3, "max_new_tokens": 16},  # it drafts from its loop
 }
+NEW_IDS = [40, 41, 5, 17, 42]  # the next turn's own ids; "5 17" recurs, so prompt lookup drafts from the prompt
+
+
+def held_after(strategy: str, first_answer: list[int]) -> int:
+    """The positions a kept run holds: a search's rows share only the prompt's; one row holds its answer but the
+    last token (never fed back)."""
+    return len(SHARED) if strategy.startswith("beam") else len(SHARED) + len(first_answer) - 1
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static", "bf16"])
@@ -155,11 +169,12 @@ def test_a_warm_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, st
     spec = SPEC.replace(**store, **STRATEGIES[strategy])
     first = run(tiny, SHARED, spec, ReusePlan(None, keep=True))
     # the next turn: the first run's prompt and answer, then new ids
-    second = SHARED + first.sequences[0] + [40, 41, 42, 43, 44]
+    second = SHARED + first.sequences[0] + NEW_IDS
     warm, cold = warm_against_cold(tiny, spec, SHARED, second)
-    held = len(SHARED) if strategy.startswith("beam") else len(SHARED) + len(first.sequences[0]) - 1
-    assert warm.reused_tokens == held and cold.reused_tokens == 0
+    assert warm.reused_tokens == held_after(strategy, first.sequences[0]) and cold.reused_tokens == 0
     assert_same(warm, cold)
+    if strategy == "prompt lookup":
+        assert_same_drafts(warm, cold)
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
@@ -184,7 +199,8 @@ def test_the_entry_is_left_as_it_was_after_a_warm_run(tiny):
 
 @pytest.mark.parametrize(("changes", "words"), [
     ({"cache": "sliding"}, "window"), ({"cache": "sink"}, "sink"), ({"cache": "quantized"}, "quantized"),
-    ({"strategy": "contrastive"}, "whole prompt"), ({"strategy": "assisted", "prompt_lookup": 3}, "whole prompt")])
+    ({"strategy": "contrastive"}, "whole prompt"),
+    ({"strategy": "assisted", "assistant": "tiny-llama"}, "draft model")])
 def test_caches_and_strategies_that_are_not_exact_under_reuse_run_cold_with_the_reason(tiny, changes, words):
     reason = refusal(SPEC.replace(**changes), tiny.model)
     assert reason is not None and words in reason
@@ -294,8 +310,10 @@ def test_the_reuse_checkbox_is_disabled_with_the_reason_where_the_column_prefill
     assert usable is False and info.startswith("prefills whole: a sink cache")
     assert reuse_knob_state("contrastive", "dynamic")["reuse"][0] is False
     assert reuse_knob_state("greedy", "static", "jax")["reuse"][0] is True
-    usable, info = reuse_knob_state("beam", "static", "jax")["reuse"]
-    assert usable is False and "greedy and sampling" in info
+    assert reuse_knob_state("beam", "static", "jax")["reuse"][0] is True
+    assert reuse_knob_state("assisted", "dynamic", "jax")["reuse"][0] is True
+    usable, info = reuse_knob_state("diverse_beam", "static", "jax")["reuse"]
+    assert usable is False and "prefills whole" in info
 
 
 def test_the_reuse_checkbox_shows_on_both_backends_and_torch_compile_on_pytorch_only():

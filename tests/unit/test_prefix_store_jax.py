@@ -12,10 +12,21 @@ from playground.backends.jax.backend import JaxBackend
 from playground.backends.prefix_store import PrefixStore, ReusePlan, settings_key
 from playground.spec import RunSpec
 from tests.helpers import tiny_gemma
-from tests.unit.test_prefix_store import RUNS, SHARED, assert_same, warm_against_cold
+from tests.unit.test_prefix_store import (
+    NEW_IDS,
+    RUNS,
+    SHARED,
+    assert_same,
+    assert_same_drafts,
+    held_after,
+    warm_against_cold,
+)
 
 SPEC = RunSpec(model="tiny-llama", backend="jax", max_new_tokens=10)
-STRATEGIES = {"greedy": {}, "sampling": {"strategy": "sampling", "temperature": 1.3, "top_k": 0, "seed": 11}}
+STRATEGIES = {"greedy": {}, "sampling": {"strategy": "sampling", "temperature": 1.3, "top_k": 0, "seed": 11},
+              "beam": {"strategy": "beam", "num_beams": 3},
+              "beam sampling": {"strategy": "beam_sample", "num_beams": 2, "seed": 3},
+              "prompt lookup": {"strategy": "assisted", "prompt_lookup": 3, "max_new_tokens": 16}}
 CACHES = {"dynamic": {"cache": "dynamic"}, "static": {"cache": "static"},
           "bf16": {"cache": "dynamic", "cache_dtype": "bf16"}}
 
@@ -30,10 +41,14 @@ def test_a_warm_jax_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache
     spec = SPEC.replace(**CACHES[cache], **STRATEGIES[strategy])
     assert JaxBackend().reuse_refusal(tiny, spec) is None
     first = run(tiny, SHARED, spec)
-    second = SHARED + first.sequences[0] + [40, 41, 42, 43, 44]  # the next turn: the answer, then new ids
+    second = SHARED + first.sequences[0] + NEW_IDS  # the next turn: the answer, then new ids
     warm, cold = warm_against_cold(tiny, spec, SHARED, second)
-    assert warm.reused_tokens == len(SHARED) + len(first.sequences[0]) - 1 and cold.reused_tokens == 0
+    assert warm.reused_tokens == held_after(strategy, first.sequences[0]) and cold.reused_tokens == 0
     assert_same(warm, cold)
+    if strategy == "prompt lookup":
+        assert_same_drafts(warm, cold)
+    if strategy.startswith("beam"):
+        assert warm.scores == pytest.approx(cold.scores, abs=1e-5)
 
 
 @pytest.mark.parametrize("new", [70, 600])
@@ -61,7 +76,7 @@ def test_the_entry_is_left_as_it_was_after_a_warm_run(tiny):
 
 @pytest.mark.parametrize(("changes", "words"), [
     ({"cache": "sliding"}, "window"), ({"cache": "sink"}, "sink"), ({"cache": "quantized"}, "quantized"),
-    ({"strategy": "beam", "num_beams": 2}, "greedy and sampling"), ({"strategy": "contrastive"}, "whole prompt")])
+    ({"strategy": "dola"}, "whole prompt"), ({"strategy": "contrastive"}, "whole prompt")])
 def test_what_jax_does_not_keep_runs_cold_with_the_reason(tiny, changes, words):
     reason = JaxBackend().reuse_refusal(tiny, SPEC.replace(**changes))
     assert reason is not None and words in reason
@@ -94,6 +109,6 @@ def test_jax_runs_of_one_scope_reuse_through_the_runner(tmp_path, monkeypatch):
         assert first["reuse"]["reused_tokens"] == 0 and first["reuse"]["store_bytes"] > 0
         warm, cold = result(prompt + " and another"), result(prompt + " and another", reuse=False)
         assert warm["reuse"]["reused_tokens"] == len(prompt) and warm["text"] == cold["text"]
-        beam = result(prompt, strategy="beam", num_beams=2)["reuse"]
-        assert beam["reused_tokens"] == 0 and "greedy and sampling" in beam["note"]
+        contrastive = result(prompt, strategy="contrastive")["reuse"]
+        assert contrastive["reused_tokens"] == 0 and "whole prompt" in contrastive["note"]
     prefix_store.STORE.clear()

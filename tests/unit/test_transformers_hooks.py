@@ -70,6 +70,22 @@ def test_assisted_generate_builds_a_candidate_generator_we_can_watch(model):
             hooks.CANDIDATE_GENERATOR, f"returns a {type(generator).__name__} without {method}()")
 
 
+def test_assisted_generates_first_verify_pass_reads_every_id_so_a_warm_run_slices_it(model):
+    """first_pass_past_cache relies on the first pass asking for every id (no next_sequence_length) and the later
+    ones for their own; it then runs only what a restored cache lacks."""
+    seen = calls_of(model, hooks.PREPARE_INPUTS, lambda: generate(model, prompt_lookup_num_tokens=3))
+    first = [kwargs for _, kwargs, _ in seen if kwargs.get("is_first_iteration")]
+    assert len(first) == 1 and first[0].get("next_sequence_length") is None, broke(
+        hooks.PREPARE_INPUTS, "is no longer called once with every id for assisted decoding's first verify pass")
+    cache = transformers.DynamicCache(config=model.config)
+    ids = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
+    with torch.inference_mode():
+        model(ids[:, :5], past_key_values=cache)
+        with hooks.first_pass_past_cache(model):
+            inputs = model.prepare_inputs_for_generation(ids, past_key_values=cache, is_first_iteration=True)
+    assert inputs["input_ids"].tolist() == [[7, 5, 6]]
+
+
 def test_beam_search_steps_take_the_arguments_the_beam_tree_reads(model):
     run = lambda: generate(model, num_beams=3, num_return_sequences=2)  # noqa: E731
     top_k = calls_of(model, hooks.TOP_K_CONTINUATIONS, run)

@@ -73,7 +73,10 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
         emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
     out.reused_tokens = request.warm.shared if request.warm is not None else 0
     if reuse is not None and reuse.keep:
-        out.kept = prefix_reuse.snapshot(run.state.cache, list(prompt_ids) + list(out.sequences[0]))
+        # a search's rows share only the prompt's positions: what row 0 holds past it need not be the best sequence
+        rows = jax.tree.leaves(run.state.cache.jax_layers[0].arrays)[0].shape[0]
+        held = list(prompt_ids) + (list(out.sequences[0]) if rows == 1 else [])
+        out.kept = prefix_reuse.snapshot(run.state.cache, held)
     return out
 
 

@@ -38,7 +38,7 @@ from playground.spec import RunSpec
 
 def refusal(spec: RunSpec, config: Any) -> str | None:
     """Why this JAX run cannot start from (or leave) a kept cache, in one line; None when it can."""
-    reason = cold_reason(spec.strategy, spec.cache, backend="jax")
+    reason = cold_reason(spec.strategy, spec.cache, backend="jax", assistant=spec.assistant)
     if reason is not None:
         return reason
     if spec.devices > 1:

@@ -25,7 +25,11 @@ from playground.backends.torch import config as settings
 from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.probes import TokenProbe
 from playground.backends.torch.strategy import Call, Generate, Recorded, probed
-from playground.backends.torch.transformers_hooks import with_attention_mask, wrap_candidate_generator
+from playground.backends.torch.transformers_hooks import (
+    first_pass_past_cache,
+    with_attention_mask,
+    wrap_candidate_generator,
+)
 from playground.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -130,6 +134,8 @@ class Assisted(Generate):
         self.recorder = AssistRecorder(call.probe, lambda: draft_room(cache))
         with ExitStack() as stack:
             stack.enter_context(recording_assist(call.loaded.model, self.recorder))
+            if call.draft is None:  # prompt lookup: a warm run's kept prefix is not run again
+                stack.enter_context(first_pass_past_cache(call.loaded.model))
             block_mask = getattr(cache, "block_mask", None)
             if block_mask is not None:
                 stack.enter_context(with_attention_mask(call.loaded.model, cache, block_mask))

@@ -27,7 +27,7 @@ from playground.spec import RunSpec
 
 def refusal(spec: RunSpec, model: Any) -> str | None:
     """Why this run cannot start from (or leave) a kept cache, in one line; None when it can."""
-    reason = cold_reason(spec.strategy, spec.cache, spec.torch_compile)
+    reason = cold_reason(spec.strategy, spec.cache, spec.torch_compile, assistant=spec.assistant)
     if reason is not None:
         return reason
     types = getattr(model.config.get_text_config(decoder=True), "layer_types", None) or ()

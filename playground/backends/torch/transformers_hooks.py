@@ -32,6 +32,9 @@ RUNNING_BEAMS = "_get_running_beams_for_next_iteration"  # beam search: the K of
 # the candidate generator's methods assisted decoding calls once per verification step
 GET_CANDIDATES = "get_candidates"
 UPDATE_CANDIDATE_STRATEGY = "update_candidate_strategy"
+# builds a forward's inputs from the whole sequence; assisted decoding's first verify pass calls it with
+# next_sequence_length=None (every id), where `_prefill` would slice off what a restored cache already holds
+PREPARE_INPUTS = "prepare_inputs_for_generation"
 
 # generate(custom_generate=<callable>) runs the callable as its decoding loop with `_sample`'s arguments (a private
 # signature). A keyword the callable takes that `_sample` does not is taken from generate()'s own keywords and
@@ -72,6 +75,24 @@ def wrap_logits_processor(model: Any, wrap: Callable[[Any], Any]) -> Any:
 def wrap_candidate_generator(model: Any, wrap: Callable[[Any], Any]) -> Any:
     """The candidate generator assisted generate() builds, passed through `wrap` (to watch its drafts)."""
     return wrapped(model, CANDIDATE_GENERATOR, wrap)
+
+
+@contextmanager
+def first_pass_past_cache(model: Any) -> Iterator[None]:
+    """Assisted decoding's first verify pass runs only the ids past what its cache already holds (a cache restored
+    from the prefix store), as `_prefill` slices them for generate()'s other loops; later passes are untouched."""
+    def wrap(prepare: Callable[..., Any]) -> Callable[..., Any]:
+        def sliced(input_ids: torch.Tensor, *args: Any, next_sequence_length: int | None = None,
+                   past_key_values: Any = None, is_first_iteration: bool | None = False, **kwargs: Any) -> Any:
+            if is_first_iteration and next_sequence_length is None and past_key_values is not None:
+                held = int(past_key_values.get_seq_length())
+                next_sequence_length = input_ids.shape[1] - held if held else None
+            return prepare(input_ids, *args, next_sequence_length=next_sequence_length,
+                           past_key_values=past_key_values, is_first_iteration=is_first_iteration, **kwargs)
+        return sliced
+
+    with wrapped(model, PREPARE_INPUTS, wrap):
+        yield
 
 
 @contextmanager
