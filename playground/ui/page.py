@@ -218,9 +218,8 @@ def _step_bar() -> dict[str, Any]:
         run_to_end = gr.Button("Run to the end", elem_id="step-run-to-end", scale=0, min_width=140, size="sm")
     step_status = gr.Markdown("Step mode: **Step** advances every column one token from where it stands; each "
                               "column then shows its candidates (a click forces one) and its branch tree. A "
-                              "sampling column draws token k with the seed + k (the same token whenever that node "
-                              "is stepped, and Step 8 as eight Steps; not a whole run's k-th draw); **Run to the "
-                              "end** continues as one run.",
+                              "sampling column's k-th Step draws what its whole run draws at token k (the run's "
+                              "random draws are replayed); **Run to the end** continues as one run.",
                               elem_id="step-status", elem_classes=["step-status"])
     return {"step": step, "step_8": step_8, "step_text": step_text, "force_text": force_text,
             "run_to_end": run_to_end, "step_status": step_status}

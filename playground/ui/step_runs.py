@@ -2,12 +2,13 @@
 
 A step recomputes from the branch's tokens: the column's RunSpec with the path forced (`prefix_ids`) and as
 many new tokens as the step asks. Forced tokens count as output for every stage that reads the output, so a
-step equals the step of an uninterrupted run at that position (greedy token for token). A sampling column draws
-the token at position k as a run of its own seeded with the seed plus k: stepping the same node again draws the
-same token, Step 8 is eight Steps, and neither is the k-th draw of a whole run (that run's generator has drawn
-k times before it; replaying it would take each backend's generator state across runs). Run to the end is one
-run seeded with the seed plus its first position, so from the prompt it is the column's own run. A beam search
-keeps several hypotheses, so its step searches again from the prompt one token deeper and shows the beams.
+step equals the step of an uninterrupted run at that position (greedy token for token). A sampling column's
+step keeps the column's seed, and each backend replays the draws of the forced tokens (JAX: the decode loop's key
+splits; PyTorch: the global generator's draws), so the k-th Step draws what the uninterrupted run draws at token
+k, and Step 8 and Run to the end are one run each. Assisted decoding with speculative sampling draws as many times
+as a verify pass keeps drafts, which nothing replays: each of its tokens is a run of its own seeded with the seed
+plus its position (stepping the same node again draws the same token). A beam search keeps several hypotheses,
+so its step searches again from the prompt one token deeper and shows the beams.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def draws_each_token(spec: dict[str, Any]) -> bool:
         bool(spec.get("assisted_sampling")))
 
 
+def replays_draws(spec: dict[str, Any]) -> bool:
+    """The backends replay a forced prefix's draws for every sampling strategy but speculative sampling (the
+    strategies with a draft source), whose draws per token depend on what was kept."""
+    return "assisted_sampling" not in registry.strategy(spec["strategy"]).knobs
+
+
+def seeded_each_token(spec: dict[str, Any]) -> bool:
+    """A column whose every sampled token is a run of its own, seeded with the seed plus its position."""
+    return draws_each_token(spec) and not replays_draws(spec)
+
+
 def step_spec(tree: StepTree, count: int) -> RunSpec | str:
     """The run that advances the tree's current node by up to `count` tokens, or why it cannot."""
     spec = tree.spec
@@ -49,7 +61,7 @@ def step_spec(tree: StepTree, count: int) -> RunSpec | str:
     if len(path) >= most:
         return f"this branch has max_new_tokens ({most}) tokens"
     new = min(count, most - len(path))
-    seed = int(spec["seed"]) + (len(path) if draws_each_token(spec) else 0)
+    seed = int(spec["seed"]) + (len(path) if seeded_each_token(spec) else 0)
     return RunSpec.from_dict({**spec, **_sized(spec), "prefix_ids": path, "max_new_tokens": new, "seed": seed,
                               "repeats": 1, "min_new_tokens": min(int(spec["min_new_tokens"]), len(path) + new)})
 

@@ -10,7 +10,7 @@ import gradio as gr
 
 from playground import registry
 from playground.result import TokenRecord
-from playground.ui.step_runs import draws_each_token, searches_beams
+from playground.ui.step_runs import draws_each_token, searches_beams, seeded_each_token
 from playground.ui.step_tree import StepTree
 from playground.ui.strategy_view import view_of
 from playground.ui.tokens import tokens_html
@@ -105,9 +105,12 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
         buttons.append("<div class='step-empty'>this strategy recorded no candidates for the token</div>")
     position = len(tree.path()) - 1
     head = f"<div class='step-head'>token {position}: candidates after the chain (a click forces one)</div>"
-    if draws_each_token(tree.spec):
+    if seeded_each_token(tree.spec):
         head += (f"<div class='step-head'>sampled with seed {tree.spec['seed']} + {position}: a Step here draws "
                  "the same token again, Step 8 draws as eight Steps; a whole run's draw here may differ</div>")
+    elif draws_each_token(tree.spec):
+        head += (f"<div class='step-head'>sampled with seed {tree.spec['seed']}, its draws before token {position} "
+                 "replayed: the whole run's draw here</div>")
     ended = "<div class='step-note'>the text ended here</div>" if node.ended else ""
     return (warn + head + "<div class='step-cands'>" + "".join(buttons) + "</div>" + _cut_line(record, tree.spec)
             + view_of(tree.spec["strategy"]).step_lines(cast(TokenRecord, record)) + tree.last.get("note", "") + ended)

@@ -20,7 +20,7 @@ from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.live import LIVE_RUNS
 from playground.ui.page import Page
 from playground.ui.reuse_view import page_scope
-from playground.ui.step_runs import absorb, draws_each_token, searches_beams, step_spec
+from playground.ui.step_runs import absorb, searches_beams, seeded_each_token, step_spec
 from playground.ui.step_tree import StepTree
 from playground.ui.step_view import branches_html, candidates_html, shown_candidates, shows_branch, strip_html
 
@@ -79,7 +79,7 @@ def _advance(tree: StepTree, prompt: str, count: int, stop: Any, progress: gr.Pr
              session: str = "") -> None:
     """Up to `count` tokens from the tree's current node: one run, or a sampling column's Step 8 as eight Steps
     (each token drawn as its own Step draws it). Refused (PlaygroundError) when not even the first can run."""
-    runs, each = (count, 1) if count != TO_THE_END and draws_each_token(tree.spec) else (1, count)
+    runs, each = (count, 1) if count != TO_THE_END and seeded_each_token(tree.spec) else (1, count)
     for done in range(runs):
         spec = step_spec(tree, each)
         if isinstance(spec, str):

@@ -1,9 +1,9 @@
 """Step mode: stepping a column recomputes from its branch's tokens, so three steps give greedy's first three
 tokens on both backends (on JAX, sized for the tree, no step after the first compiles anything, across buckets
 and cache granules); a candidate forks, the branch tree keeps every branch and resumes any node, and the token
-view follows the branch; typed text is forced; a sampling column draws token k with the seed plus k (Step 8 is
-eight Steps); beam search shows its beams, assisted decoding its drafts; a step pressed during a run is refused
-and the run goes on."""
+view follows the branch; typed text is forced; a sampling column's k-th Step draws what its whole run draws at
+token k (the forced tokens' draws replayed), from the kept state of the step before; beam search shows its beams,
+assisted decoding its drafts; a step pressed during a run is refused and the run goes on."""
 
 from __future__ import annotations
 
@@ -119,13 +119,44 @@ def test_step_8_then_a_fork_at_a_lower_candidate_keeps_both_branches(local_model
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_a_sampling_column_draws_each_token_as_its_own_step(page, local_model, backend):
-    """Token k of a sampling column is drawn with the seed plus k: stepping the same node again draws the same
-    token, and Step 8 gives what eight Steps give; Run to the end from the prompt is the column's own run."""
+def test_sampling_steps_draw_the_whole_runs_tokens_each_from_the_step_befores_kept_state(local_model, backend):
+    """Step k replays the run's draws before token k (JAX: the key chain's splits; PyTorch: the generator's
+    numbers), so six Steps give the six tokens of one run with the same seed, each token's p as the run's; in the
+    column's store scope each Step restores the step before's cache and prefills its one new id, and on JAX
+    nothing compiles after the first Step. XTC's coin (a random stage, one more draw per token) is replayed too."""
+    from playground.backends import prefix_store
+
+    for knobs in ({"top_k": 0}, {"top_k": 0, "xtc_threshold": 0.05, "xtc_probability": 0.5}):
+        spec = _spec(local_model, backend, strategy="sampling", seed=5, temperature=1.5, max_new_tokens=10,
+                     min_new_tokens=6, **knobs)  # no end-of-text before the sixth token
+        whole = runner.run_to_result(PROMPT, RunSpec.from_dict({**spec, "max_new_tokens": 6}))
+        tree, steps = StepTree(spec), []
+        prefix_store.STORE.clear()
+        for _ in range(6):
+            step = step_spec(tree, 1)
+            assert isinstance(step, RunSpec) and step.seed == 5
+            steps.append(next(event.result for event in runner.run(PROMPT, step, scope="step-replay", judged=False)
+                              if hasattr(event, "result")))
+            absorb(tree, steps[-1], 1)
+        prefix_store.STORE.clear()
+        assert tree.ids() == whole["token_ids"]
+        assert [tree.nodes[i].record["p"] for i in tree.path()] == pytest.approx([t["p"] for t in whole["tokens"]],
+                                                                                 abs=1e-5)
+        # the step at depth k restores the prompt and the k - 1 tokens before its last: one id prefilled
+        assert [s["reuse"]["reused_tokens"] for s in steps] == [0] + [PROMPT_TOKENS + k - 1 for k in range(1, 6)]
+        if backend == "jax":
+            assert all(s["metrics"]["compile_s"] == 0.0 for s in steps[1:])
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_sampling_column_s_steps_are_its_whole_run(page, local_model, backend):
+    """Step 8 gives what eight Steps give, stepping the same node again draws the same token, and both are the
+    column's own run with its seed, as Run to the end is."""
     data = page_data(page, {page.prompt: PROMPT, page.steps: {}, page.visible: [True, False, False, False],
                             page.seed: 5, **{page.columns[0].knobs[k]: v for k, v in {
                                 "model": local_model, "backend": backend, "strategy": "sampling", "top_k": 0,
-                                "cache": "static" if backend == "jax" else "dynamic", "max_new_tokens": 10}.items()}})
+                                "cache": "static" if backend == "jax" else "dynamic", "max_new_tokens": 10,
+                                "min_new_tokens": 8}.items()}})  # no end-of-text among the eight compared
 
     def press(steps: dict, count: int) -> StepTree:
         updates = list(stepping.step_columns(page, {**data, page.steps: steps}, count, SESSION, no_progress))
@@ -135,13 +166,14 @@ def test_a_sampling_column_draws_each_token_as_its_own_step(page, local_model, b
     singles = {}
     for _ in range(8):
         singles = {"prompt": PROMPT, "trees": {0: press(singles, 1)}}
-    assert singles["trees"][0].ids() == eight.ids() and len(eight.ids()) == 8
-    assert "sampled with seed 5 + 7: a Step here draws the same token again" in candidates_html(eight)
+    drawn = eight.ids()
+    assert singles["trees"][0].ids() == drawn and len(drawn) == 8
+    assert "sampled with seed 5, its draws before token 7 replayed" in candidates_html(eight)
     eight.resume(eight.path()[3])  # token 4 again, from token 3: the same draw
     again = press({"prompt": PROMPT, "trees": {0: eight}}, 1)
     assert again.current == eight.path()[4] and len(again.nodes) == 8
     whole = runner.run_to_result(PROMPT, RunSpec.from_dict({**eight.spec, "max_new_tokens": 10}))
-    assert press({}, stepping.TO_THE_END).ids() == whole["token_ids"]
+    assert press({}, stepping.TO_THE_END).ids() == whole["token_ids"] and drawn == whole["token_ids"][:8]
 
 
 def test_a_beam_step_shows_the_beams(local_model):

@@ -32,6 +32,7 @@ from playground.backends.jax.strategy import (
     Advance,
     OwnPrefill,
     OwnStep,
+    ReplaysDraws,
     Request,
     Run,
     Strategy,
@@ -58,7 +59,7 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
     start = time.perf_counter()
     prompt = np.asarray([prompt_ids], np.int32)  # (1, T)
     with compiling.request_compiles():
-        request = _prepare(engine, reused, loaded, prompt, spec, strategy, reuse.warm if reuse else None)
+        request = _prepare(engine, reused, loaded, prompt, spec, strategy, reuse)
         if not request.programs.wait(should_stop, start):
             return _stopped_compiling(request, start)
     request.preview = preview
@@ -76,15 +77,17 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
         # a search's rows share only the prompt's positions: what row 0 holds past it need not be the best sequence
         rows = jax.tree.leaves(run.state.cache.jax_layers[0].arrays)[0].shape[0]
         held = list(prompt_ids) + (list(out.sequences[0]) if rows == 1 else [])
-        out.kept = prefix_reuse.snapshot(run.state.cache, held)
+        out.kept = prefix_reuse.snapshot(run.state.cache, held, whole=bool(spec.sized_new_tokens))
     return out
 
 
 def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec,
-             strategy: Strategy, warm: Match | None = None) -> Request:
+             strategy: Strategy, reuse: ReusePlan | None = None) -> Request:
     """The cache plan and every program this request runs on the model's engine, asked for (those not kept in
     memory start compiling). A step of a branch tree (`sized_new_tokens`) is sized for the whole tree and asks for
-    the decode programs even when it takes one token, so that no later step of the tree compiles anything."""
+    the decode programs even when it takes one token, and where it keeps its cache, for the resume program the
+    next step continues it with, so that no later step of the tree compiles anything."""
+    warm = reuse.warm if reuse is not None else None
     prompt_len = prompt.shape[1]
     bucket = cache_plan.request_bucket(spec, prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key
@@ -92,6 +95,8 @@ def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarr
     programs = _programs(engine, bucket, plan.schedule(), strategy, decode=cache_plan.new_tokens(spec) > 1,
                          warm=warm, prompt_len=prompt_len)
     programs.asked += own
+    if spec.sized_new_tokens and reuse is not None and reuse.keep:
+        programs.asked.append(prefix_reuse.next_step_program(engine, plan.schedule()[0]))
     return Request(engine, reused, prompt, bucket, eos, plan, programs, warm=warm)
 
 
@@ -135,7 +140,8 @@ def _prefill(request: Request, strategy: Strategy, seed: int) -> tuple[Run, Adva
     logits (or, where the start only sets the state up, its first step program's call of one step), brought to
     the host."""
     args = strategy.args(request.engine)
-    state, record = start_prompt(request.engine, request.programs, request.prompt, request.bucket, seed, args,
+    key = strategy.first_key(seed) if isinstance(strategy, ReplaysDraws) else seed
+    state, record = start_prompt(request.engine, request.programs, request.prompt, request.bucket, key, args,
                                  request.warm)
     length = request.plan.lengths[0]
     run = Run(state=state, args=args, length=length, layouts=request.plan.at(length))

@@ -48,16 +48,17 @@ def refusal(spec: RunSpec, config: Any) -> str | None:
     return None
 
 
-def snapshot(cache: JaxCache, ids: list[int]) -> Kept | None:
-    """A copy of the first row's filled positions (cut to a power of two of slots), with the ids they hold (`ids`:
-    the prompt and the new tokens); None where it holds nothing."""
+def snapshot(cache: JaxCache, ids: list[int], whole: bool = False) -> Kept | None:
+    """A copy of the first row's filled positions (cut to a power of two of slots; `whole`: every slot, as a branch
+    tree's step keeps it, so that the next step's resume program is the one its first step asked for), with the ids
+    they hold (`ids`: the prompt and the new tokens); None where it holds nothing."""
     held = min(int(jax.device_get(cache.jax_layers[0].cumulative_length)), len(ids))
     if held <= 0:
         return None
     layers, nbytes = [], 0
     for layer in cache.jax_layers:
         layout = _ring(layer.layout)
-        slots = min(layout.slots, prefill_bucket(held))
+        slots = layout.slots if whole else min(layout.slots, prefill_bucket(held))
         arrays = {name: jnp.copy(array[:1, :, :slots]) for name, array in layer.arrays.items()}
         layers.append(JaxLayer(dataclasses.replace(layout, slots=slots), arrays, jnp.int32(held)))
         nbytes += sum(int(a.nbytes) for a in arrays.values())
@@ -67,19 +68,28 @@ def snapshot(cache: JaxCache, ids: list[int]) -> Kept | None:
 def resume_program(engine: Engine, match: Match, prompt_len: int, layouts: Layouts) -> Pending:
     """The program that continues `match`'s entry over the rest of a `prompt_len`-token prompt, into `layouts`
     (the request's first): `(weights, kept cache, suffix ids (1, bucket), shared, suffix length) -> (logits
-    (1, V), cache)`. Keyed by the entry's layouts, the suffix's bucket and the working length (powers of two),
-    never by the ids."""
+    (1, V), cache)`. Keyed by the entry's layouts, the suffix's bucket and the working length (powers of two, or
+    the layouts' own length), never by the ids."""
     kept: JaxCache = match.entry.snapshot
     bucket = suffix_bucket(match, prompt_len)
-    work = _work_slots(match.shared, bucket, layouts)
+    return _program(engine, kept.layouts, bucket, _work_slots(match.shared, bucket, layouts), layouts)
+
+
+def next_step_program(engine: Engine, layouts: Layouts) -> Pending:
+    """The resume program every later step of a branch tree runs (a one-id suffix over a `whole` snapshot of these
+    layouts, the tree's one cache length): the tree's first step asks for it, so no later step compiles."""
+    return _program(engine, layouts, 1, max(_ring(layout).slots for layout in layouts), layouts)
+
+
+def _program(engine: Engine, kept: Layouts, bucket: int, work: int, layouts: Layouts) -> Pending:
     shape = engine.shape_struct
 
     def lower() -> Any:
         fn = jax.jit(partial(_resume, engine, work=work, layouts=layouts))
-        return fn.lower(engine.weights, engine.abstract_cache(kept.layouts, 1), shape((1, bucket), jnp.int32),
+        return fn.lower(engine.weights, engine.abstract_cache(kept, 1), shape((1, bucket), jnp.int32),
                         shape((), jnp.int32), shape((), jnp.int32))
 
-    return engine.program(("resume", kept.layouts, bucket, prefill.chunk_tokens(), work, layouts), lower)
+    return engine.program(("resume", kept, bucket, prefill.chunk_tokens(), work, layouts), lower)
 
 
 def run_resume(engine: Engine, program: Pending, match: Match, prompt: np.ndarray) -> tuple[jax.Array, JaxCache]:
@@ -92,14 +102,17 @@ def run_resume(engine: Engine, program: Pending, match: Match, prompt: np.ndarra
 
 
 def suffix_bucket(match: Match, prompt_len: int) -> int:
-    """The suffix padded as a prompt is: a power of two (a whole number of prefill chunks past one chunk)."""
-    return prefill_bucket(prompt_len - match.shared)
+    """The suffix padded as a prompt is: a power of two (a whole number of prefill chunks past one chunk); one id
+    (a branch tree's step) as it is, a decode step's shape."""
+    length = prompt_len - match.shared
+    return 1 if length == 1 else prefill_bucket(length)
 
 
 def _work_slots(shared: int, suffix_bucket: int, layouts: Layouts) -> int:
     """A ring long enough for the common prefix and the whole padded suffix (the padding must not wrap onto the
-    prefix), and for the request's first layouts: a power of two unless the layouts' own length is larger."""
-    return max(max(_ring(layout).slots for layout in layouts), prefill_bucket(shared + suffix_bucket))
+    prefix), and for the request's first layouts: their own length where that holds both, else a power of two."""
+    longest = max(_ring(layout).slots for layout in layouts)
+    return longest if shared + suffix_bucket <= longest else max(longest, prefill_bucket(shared + suffix_bucket))
 
 
 def _ring(layout: Layout) -> RingLayout:

@@ -43,13 +43,13 @@ class Programs:
         return ready
 
 
-def start_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, seed: int,
+def start_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, seed: int | jax.Array,
                  args: Any, warm: Match | None = None) -> tuple[Any, Any]:
     """The prompt (B, T) padded on the right to `bucket` (causal masking keeps the padding out of the real
     tokens) into a new cache by the prefill program, then the start program over its outputs (the last logits
     (B, V), or a plug-in's own prefill's): the strategy's state and its first step's record, on the device.
     `warm`: a kept prefix of the prefix store, which the prefill program (then the resume program) continues over
-    the rest of the prompt (prefix_reuse.py)."""
+    the rest of the prompt (prefix_reuse.py). `seed`: the run's seed, or the key its first draw starts from."""
     padded = np.zeros((prompt.shape[0], bucket), np.int32)  # (B, bucket)
     padded[:, : prompt.shape[1]] = prompt
     ids, true_len = engine.put(padded), engine.put(np.int32(prompt.shape[1]))
@@ -57,7 +57,8 @@ def start_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket:
         prefilled, cache = prefix_reuse.run_resume(engine, programs.prefill, warm, prompt)
     else:
         prefilled, cache = programs.prefill(engine.weights, ids, true_len)  # (B, V), or the plug-in's own
-    return programs.start(prefilled, ids, true_len, engine.put(jax.random.PRNGKey(seed)), args, cache)
+    key = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+    return programs.start(prefilled, ids, true_len, engine.put(key), args, cache)
 
 
 def run_prompt(engine: Engine, programs: Programs, prompt: np.ndarray, bucket: int, spec: RunSpec,

@@ -137,6 +137,15 @@ class OwnStep(Protocol):
 
 
 @runtime_checkable
+class ReplaysDraws(Protocol):
+    """A plug-in that draws from one key chain token by token: a run whose first tokens are forced starts its chain
+    where the uninterrupted run holds it after them (token_choice.replayed_key)."""
+
+    def first_key(self, seed: int) -> jax.Array:
+        ...
+
+
+@runtime_checkable
 class OwnPrefill(Protocol):
     """A plug-in that reads more of the prompt's forward than its last logits (contrastive search's hidden states,
     DoLa's early layers): its prefill program returns (what start() takes as `logits`, the cache)."""

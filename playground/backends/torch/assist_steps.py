@@ -116,6 +116,8 @@ class Assisted(Generate):
     """Assisted decoding as generate() runs it (a draft model, or prompt lookup), recorded per verification
     step: what was drafted, what the main model kept, and each kept token's distributions."""
 
+    replays_draws = False  # speculative sampling draws per kept draft: nothing fixed to replay
+
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
         self.recorder: AssistRecorder | None = None

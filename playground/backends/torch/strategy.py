@@ -64,6 +64,8 @@ class TorchStrategy(Protocol):
 
     streams: bool  # tokens reach `emit` as they are chosen; else the best sequence once, when generate() returns
     probes: bool  # one distribution per token, which the chain's probe records (not so for several hypotheses)
+    # a sampling run draws the same numbers at every token (draw_replay.py): a forced prefix's draws are replayed
+    replays_draws: bool
 
     def configure(self, config: GenerationConfig) -> None:
         """transformers' settings for this strategy, set before the config is validated."""
@@ -89,6 +91,7 @@ class Generate:
 
     streams = True
     probes = True
+    replays_draws = True
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec

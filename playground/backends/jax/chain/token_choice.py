@@ -8,6 +8,7 @@ never recompiles. Random keys are threaded through every step, so a seed reprodu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -124,6 +125,22 @@ def split_for_chain(key: jax.Array, mode: SamplingMode) -> tuple[jax.Array, jax.
         return key, None
     key, chain_key = jax.random.split(key)
     return key, chain_key
+
+
+@partial(jax.jit, static_argnames=("chain_random", "greedy"))
+def _advanced(key: jax.Array, steps: jax.Array, chain_random: bool, greedy: bool) -> jax.Array:
+    def one(_: jax.Array, key: jax.Array) -> jax.Array:  # select()'s splits, keeping what it carries on
+        key = jax.random.split(key)[0] if chain_random else key
+        return key if greedy else jax.random.split(key)[0]
+
+    return jax.lax.fori_loop(0, steps, one, key)
+
+
+def replayed_key(seed: int, steps: int, mode: SamplingMode) -> jax.Array:
+    """The key select() holds after `steps` tokens of a run seeded with `seed`: a run whose first tokens are forced
+    (a Step from a node of a branch tree) draws its next token as the uninterrupted run draws it there. One program
+    per (random chain, greedy) pair; the count is traced, so no depth compiles again."""
+    return _advanced(jax.random.PRNGKey(seed), jnp.int32(steps), mode.chain.random, mode.greedy)
 
 
 def pick(cands: chain.Candidates, greedy: bool, key: jax.Array) -> jax.Array:

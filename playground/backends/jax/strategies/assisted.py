@@ -52,6 +52,7 @@ class AssistedDecoding(PlainDecoding):
     draft counts."""
 
     streams = True
+    replays_draws = False  # a verify pass draws as many times as it kept drafts: nothing fixed to replay
 
     def __init__(self, spec: RunSpec, draft: LoadedModel | None) -> None:
         super().__init__(spec, samples=registry.strategy(spec.strategy).samples(spec.assisted_sampling))

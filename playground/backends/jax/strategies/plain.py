@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+
 from playground import registry
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import CachePlan
@@ -27,6 +29,8 @@ class PlainDecoding:
 
     streams = True
     first_token_steps = False
+    # the same key splits at every token (a draw's, a random stage's): a forced prefix's draws are replayed
+    replays_draws = True
 
     def __init__(self, spec: RunSpec, samples: bool) -> None:
         self.spec = spec
@@ -63,6 +67,11 @@ class PlainDecoding:
 
     def plan(self, config: Any, prompt_len: int) -> CachePlan:
         return cache_plan.plan_cache(self.spec, config, prompt_len, STEPS_PER_CALL)
+
+    def first_key(self, seed: int) -> jax.Array:
+        """The key the run's first draw takes: the one an uninterrupted run holds after the forced tokens."""
+        steps = len(self.spec.prefix_ids) if self.replays_draws else 0
+        return token_choice.replayed_key(seed, steps, self.mode)
 
     def bind(self, engine: Engine, prompt_len: int, bucket: int,
              context: Context) -> tuple[CachePlan, list[Pending]]:
