@@ -26,6 +26,7 @@ from playground.ui.card_groups import (
     strategy_knobs,
 )
 from playground.ui.choices import cache_choices, offered, strategy_choices, weights_choices
+from playground.ui.cold_ttft import ColdTtft, cold_ttft_controls
 from playground.ui.cut import PICK_TOKEN_JS
 from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets, strategy_groups
@@ -240,6 +241,7 @@ class ColumnControls:
     cache_strip: gr.HTML  # which positions the cache keeps, evicts or quantizes at that step
     step_candidates: gr.HTML  # step mode: the candidates at the current position, one button each
     branches: gr.HTML  # step mode: the branch tree
+    cold: ColdTtft  # chat mode: the last turn's TTFT measured cold, on demand
 
     def read(self, data: Inputs) -> ColumnValues:
         """The controls' values, as Gradio hands them over (keyed by component), by name."""
@@ -331,7 +333,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
 
 
 def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML, gr.HTML, gr.Slider, gr.HTML,
-                                     gr.HTML, gr.HTML]:
+                                     gr.HTML, gr.HTML, ColdTtft]:
     """The output card: plain text (the id scripts read), the chat transcript in chat mode, the token view."""
     with gr.Column(visible=index < START_COLUMNS, min_width=250,
                    elem_classes=output_classes(index, index)) as box:
@@ -339,6 +341,7 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
                             interactive=False, buttons=["copy"])
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
                              elem_id=f"chat-{index}", feedback_options=None)
+        cold = cold_ttft_controls(index)
         tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=PICK_TOKEN_JS)
         beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
                             js_on_load=None)
@@ -346,7 +349,7 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
                                visible=False, info="what a sliding, sink or quantized cache holds at that step")
         cache_strip = gr.HTML("", elem_id=f"cache-strip-{index}", visible=False, js_on_load=None)
         step_candidates, branches = step_views(index)
-    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip, step_candidates, branches
+    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip, step_candidates, branches, cold
 
 
 def wire(col: ColumnControls) -> None:

@@ -139,7 +139,7 @@ class Page:
         """What chat_visibility sets. Gradio re-applies a component's constructor visibility when its parent
         column's visibility is updated in the same response, so every event that shows or hides cards (a link,
         a preset, settings JSON, adding or removing a column) sets these again in a step of its own."""
-        return [self.clear_chat] + [x for col in self.columns for x in (col.chatbot, col.output)]
+        return [self.clear_chat] + [x for col in self.columns for x in (col.chatbot, col.output, col.cold.row)]
 
     def chat_visibility(self, mode: str) -> Updates:
         """In chat mode the transcript shows each reply, so the plain output box steps aside (kept in the page,
@@ -148,6 +148,7 @@ class Page:
         updates: Updates = {self.clear_chat: gr.update(visible=chat)}
         for col in self.columns:
             updates[col.chatbot] = gr.update(visible=chat)
+            updates[col.cold.row] = gr.update(visible=chat)
             updates[col.output] = gr.update(visible="hidden" if chat else True)
         return updates
 
@@ -200,10 +201,10 @@ def _build_columns() -> list[ColumnControls]:
             outputs = [build_output(i) for i in range(MAX_COLUMNS)]
     columns = []
     for i, ((box, knobs, groups, title, remove, notice),
-            (out_box, output, chatbot, tokens, beams, step, strip, candidates, branches)) in \
+            (out_box, output, chatbot, tokens, beams, step, strip, candidates, branches, cold)) in \
             enumerate(zip(settings, outputs, strict=True)):
         columns.append(ColumnControls(i, box, out_box, knobs, groups, title, remove, notice, output, chatbot,
-                                      tokens, beams, step, strip, candidates, branches))
+                                      tokens, beams, step, strip, candidates, branches, cold))
     return columns
 
 

@@ -23,6 +23,7 @@ from playground.spec import RunSpec
 from playground.ui import branch, context_running, context_tab, lab_tab, stepping, sweep_tab, sweep_wiring, warmup
 from playground.ui.branch import cut_outputs
 from playground.ui.cache_view import wire_strip
+from playground.ui.cold_ttft import wire_cold_ttft
 from playground.ui.columns import column_settings, notice_text, wire
 from playground.ui.events import Handler, Inputs, Updates, on_private, writes
 from playground.ui.export import (
@@ -134,15 +135,16 @@ def _wire_layout(page: Page, show_chat: Handler) -> None:
         wire_strip(i, col.cache_step, col.cache_strip, page.results)
     on_private(page.mode.input, show_chat, page.mode)
 
-    @writes(page.conversation, [c.chatbot for c in page.columns])
+    @writes(page.conversation, [c.chatbot for c in page.columns], [c.cold.note for c in page.columns])
     def clear_conversation() -> Updates:
-        return {page.conversation: []} | {c.chatbot: [] for c in page.columns}
+        return {page.conversation: []} | {c.chatbot: [] for c in page.columns} | {c.cold.note: "" for c in page.columns}
 
     @writes(page.legend, [c.tokens for c in page.columns])
     def recolour_tokens(outcome: Outcome, colour_by: str, steps: stepping.Steps, *views: str | None) -> Updates:
         return recolour(page, outcome, colour_by) | stepping.recolour_branches(page, steps, colour_by, list(views))
 
     on_private(page.clear_chat.click, clear_conversation)
+    wire_cold_ttft([c.cold for c in page.columns], page.conversation, page.results)
     on_private(page.colour_by.input, recolour_tokens,
                [page.results, page.colour_by, page.steps, *(c.tokens for c in page.columns)])
 
