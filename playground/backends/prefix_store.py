@@ -81,7 +81,7 @@ def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: 
     if backend == "jax" and strategy not in JAX_REUSING_STRATEGIES:
         return f"the JAX path keeps its cache for greedy, sampling, beam and prompt-lookup runs; {strategy} " \
                "prefills whole"
-    if strategy == "assisted" and assistant is not None:
+    if assistant is not None:  # only assisted decoding takes one (RunSpec refuses it elsewhere)
         return "a draft model prefills the whole prompt into a cache of its own; only prompt lookup is kept"
     if torch_compile != "off":
         return "torch.compile runs over a static cache of its own addresses; the cache is not kept"

@@ -99,8 +99,10 @@ def step_row(model: str, backend: str, tokenizer: Any, ids: list[int],
     """Seconds per Step at a `prompt_tokens`-token prompt (the steps after the first, each from the one before it in
     the store), against seconds per decode token of a plain run of the same model."""
     prompt = tokenizer.decode(ids[:prompt_tokens])
-    spec = RunSpec(model=model, backend=backend, chat=False, max_new_tokens=1)
-    plain = _result(prompt, spec.replace(max_new_tokens=32, reuse=False), "bench-step-plain")
+    # as the page steps a tree: on JAX every step sized for the whole tree, so later steps compile nothing
+    sized = {"sized_new_tokens": 32} if backend == "jax" else {}
+    spec = RunSpec(model=model, backend=backend, chat=False, max_new_tokens=1, **sized)
+    plain = _result(prompt, spec.replace(max_new_tokens=32, reuse=False, sized_new_tokens=0), "bench-step-plain")
     STORE.clear()
     path: list[int] = []
     seconds = []

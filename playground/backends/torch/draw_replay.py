@@ -10,12 +10,21 @@ as much again per forced token leaves the generator where the uninterrupted run 
 from __future__ import annotations
 
 import torch
+from transformers import GenerationConfig
 
 from playground import registry
 from playground.spec import RunSpec
 
 # the chain's stages whose PyTorch side draws one number from the global generator per token, before the draw
 RANDOM_STAGES = ("xtc",)
+
+
+def seed_past_forced(spec: RunSpec, config: GenerationConfig, replays: bool, vocab_size: int) -> None:
+    """Seed torch's global generator for a run, then, for a sampling loop of one draw per token (`replays`: its
+    plug-in's), draw past the run's forced prefix as the uninterrupted run drew there."""
+    torch.manual_seed(spec.seed)
+    if spec.prefix_ids and replays and config.do_sample and (config.num_beams or 1) == 1:
+        replay_draws(spec, vocab_size, len(spec.prefix_ids))
 
 
 def replay_draws(spec: RunSpec, vocab_size: int, steps: int) -> None:

@@ -15,7 +15,7 @@ from playground.backends.torch import prefill, prefix_reuse
 from playground.backends.torch.caches.factory import kv_bytes, make_cache
 from playground.backends.torch.chain import TorchContext
 from playground.backends.torch.config import generation_config
-from playground.backends.torch.draw_replay import replay_draws
+from playground.backends.torch.draw_replay import seed_past_forced
 from playground.backends.torch.probes import CacheTrace, TokenProbe, chained, count_forward_passes
 from playground.backends.torch.strategy import Call, plug_in
 from playground.backends.torch.timing import TimingStreamer
@@ -60,9 +60,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
     stop, trace = StopWhen(should_stop), CacheTrace(cache)
     with torch.inference_mode(), count_forward_passes(loaded.model) as passes, plugin.recording(call), \
             chained(loaded.model, spec, context, call.probe):
-        torch.manual_seed(spec.seed)
-        if spec.prefix_ids and plugin.replays_draws and config.do_sample and (config.num_beams or 1) == 1:
-            replay_draws(spec, _vocab_size(loaded.model), len(spec.prefix_ids))  # as the run had drawn them
+        seed_past_forced(spec, config, plugin.replays_draws, _vocab_size(loaded.model))
         start = time.perf_counter()
         reused = prefix_reuse.restore(warm, cache, config.num_beams or 1) if warm else 0  # timed: part of the run
         out = loaded.model.generate(
