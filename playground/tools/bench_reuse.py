@@ -100,8 +100,8 @@ def step_row(model: str, backend: str, tokenizer: Any, ids: list[int],
     the store), against seconds per decode token of a plain run of the same model."""
     prompt = tokenizer.decode(ids[:prompt_tokens])
     # as the page steps a tree: on JAX every step sized for the whole tree, so later steps compile nothing
-    sized = {"sized_new_tokens": 32} if backend == "jax" else {}
-    spec = RunSpec(model=model, backend=backend, chat=False, max_new_tokens=1, **sized)
+    spec = RunSpec(model=model, backend=backend, chat=False, max_new_tokens=1,
+                   sized_new_tokens=32 if backend == "jax" else 0)
     plain = _result(prompt, spec.replace(max_new_tokens=32, reuse=False, sized_new_tokens=0), "bench-step-plain")
     STORE.clear()
     path: list[int] = []

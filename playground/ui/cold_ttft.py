@@ -29,19 +29,22 @@ BUTTON_LABEL = "measure cold TTFT"
 
 @dataclass(frozen=True)
 class ColdTtft:
-    """A column's button and the line it writes, in a row shown in chat mode only."""
+    """A column's button and the line it writes, shown in chat mode only."""
 
-    row: gr.Row
     button: gr.Button
     note: gr.Markdown
+
+    @property
+    def shown(self) -> tuple[gr.Button, gr.Markdown]:
+        """What chat mode shows and hides."""
+        return self.button, self.note
 
 
 def cold_ttft_controls(index: int) -> ColdTtft:
     """The column's controls, inside its output card (they follow the card's visibility)."""
-    with gr.Row(visible=False, elem_classes=["cold-ttft"], equal_height=True) as row:
-        button = gr.Button(BUTTON_LABEL, size="sm", scale=0, min_width=150, elem_id=f"cold-ttft-{index}")
-        note = gr.Markdown("", elem_id=f"cold-ttft-note-{index}")
-    return ColdTtft(row, button, note)
+    button = gr.Button(BUTTON_LABEL, size="sm", visible=False, elem_id=f"cold-ttft-{index}")
+    note = gr.Markdown("", visible=False, elem_id=f"cold-ttft-note-{index}")
+    return ColdTtft(button, note)
 
 
 def compared(cold: Result, warm: Result) -> str:

@@ -139,7 +139,7 @@ class Page:
         """What chat_visibility sets. Gradio re-applies a component's constructor visibility when its parent
         column's visibility is updated in the same response, so every event that shows or hides cards (a link,
         a preset, settings JSON, adding or removing a column) sets these again in a step of its own."""
-        return [self.clear_chat] + [x for col in self.columns for x in (col.chatbot, col.output, col.cold.row)]
+        return [self.clear_chat] + [x for col in self.columns for x in (col.chatbot, col.output, *col.cold.shown)]
 
     def chat_visibility(self, mode: str) -> Updates:
         """In chat mode the transcript shows each reply, so the plain output box steps aside (kept in the page,
@@ -148,7 +148,7 @@ class Page:
         updates: Updates = {self.clear_chat: gr.update(visible=chat)}
         for col in self.columns:
             updates[col.chatbot] = gr.update(visible=chat)
-            updates[col.cold.row] = gr.update(visible=chat)
+            updates |= {shown: gr.update(visible=chat) for shown in col.cold.shown}
             updates[col.output] = gr.update(visible="hidden" if chat else True)
         return updates
 
@@ -159,7 +159,7 @@ class Page:
                               self.run]
         for col in self.columns:
             outputs += [col.settings_box, col.output_box, col.title, col.output, col.remove, col.notice, col.chatbot,
-                        *col.knobs.values(), *col.groups.values()]
+                        *col.cold.shown, *col.knobs.values(), *col.groups.values()]
         return list(dict.fromkeys(outputs))
 
     def lockable(self) -> list[Any]:

@@ -31,9 +31,12 @@ def _turn(page, prompt: str, turn: int) -> None:
 def test_the_second_chat_turn_shows_its_reuse_and_a_cold_ttft_on_demand(app_url, browser):
     address = f"{app_url}?s={encode_url_state(page_settings('Name a colour.', 0, 'chat', COLUMNS))}"
     page, errors = _open(browser, address)
-    page.wait_for_function("() => document.querySelector('#cold-ttft-0') !== null", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#prompt textarea')?.value === 'Name a colour.'",
+                           timeout=60_000)
+    page.locator("#chat-0").wait_for(state="visible", timeout=60_000)  # the link's chat mode is applied
     _turn(page, "Name a colour.", 1)
     _turn(page, "And another one?", 2)
+    page.locator("#cold-ttft-0").wait_for(state="visible", timeout=10_000)
     notice = page.locator("#notice-0").inner_text()
     reused = re.search(r"reused (\d+) of (\d+) prompt tokens · TTFT [\d.]+ s", notice)
     assert reused is not None, notice
