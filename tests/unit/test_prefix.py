@@ -90,7 +90,8 @@ def test_a_prefix_round_trips_through_json():
 @pytest.mark.parametrize(("backend", "strategy"), [("torch", "sampling"), ("torch", "beam"), ("torch", "assisted"),
                                                    ("jax", "sampling")])
 def test_every_strategy_generates_after_the_prompt_and_the_prefix(local_model, backend, strategy):
-    """The run with prefix_ids is the backend's own run on the prompt's ids followed by the forced ones."""
+    """The run with prefix_ids is the backend's own run on the prompt's ids followed by the forced ones (a sampling
+    backend replays the forced tokens' draws from the spec's prefix_ids: test_step_mode.py checks those draws)."""
     from tests.helpers import jax_run, torch_run
 
     knobs = {"backend": backend, "strategy": strategy, "cache": "static" if backend == "jax" else "dynamic",
@@ -99,6 +100,7 @@ def test_every_strategy_generates_after_the_prompt_and_the_prefix(local_model, b
     branched = runner.run_to_result(PROMPT, RunSpec(model=local_model, prefix_ids=prefix, **knobs))
     model = loaded.LOADED.get(local_model, "fp32")[0]
     ids = torch.tensor([byte_tokenizer()(PROMPT).input_ids + list(prefix)])
-    direct, _ = (jax_run if backend == "jax" else torch_run)(model, ids, RunSpec(model=local_model, **knobs))
+    direct, _ = (jax_run if backend == "jax" else torch_run)(model, ids, RunSpec(model=local_model, prefix_ids=prefix,
+                                                                                 **knobs))
     assert branched["token_ids"] == direct.sequences[0]
     assert branched["prefix"]["ids"] == list(prefix)
