@@ -56,9 +56,11 @@ CACHE_KNOBS = ("model", "weights", "backend", "cache", "cache_dtype", "cache_bit
 # keeps every position in full precision (or in the bf16 store, rounded once):
 EXACT_CACHES = ("dynamic", "static")
 # generate()'s loops that prefill only what the cache does not hold yet (prompt lookup's first verify pass is made to,
-# transformers_hooks.first_pass_past_cache); our own loops (contrastive, DoLa, diverse beams) start from the whole
-# prompt, and a draft model prefills the prompt into a cache of its own
-REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted")
+# transformers_hooks.first_pass_past_cache), and DoLa's loop of ours, whose prefill is generate()'s and which reads
+# only the last position's layers. Contrastive search weighs every earlier position's hidden state (a kept cache
+# holds none), diverse beam search reorders the rows of an empty cache, and a draft model prefills the prompt into a
+# cache of its own
+REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted", "dola")
 # The JAX path's plug-ins that continue a kept cache (backends/jax/prefix_reuse.py): those whose prefill is the
 # engine's own over one row, handing the start only its last logits (beam search repeats the row afterwards)
 JAX_REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted")

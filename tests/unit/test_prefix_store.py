@@ -152,6 +152,7 @@ STRATEGIES = {
     "beam": {"strategy": "beam", "num_beams": 3},
     "beam sampling": {"strategy": "beam_sample", "num_beams": 2, "seed": 3},
     "prompt lookup": {"strategy": "assisted", "prompt_lookup": 3, "max_new_tokens": 16},  # it drafts from its loop
+    "dola": {"strategy": "dola"},  # PyTorch only: its loop's prefill is generate()'s, reading the last position
 }
 NEW_IDS = [40, 41, 5, 17, 42]  # the next turn's own ids; "5 17" recurs, so prompt lookup drafts from the prompt
 
