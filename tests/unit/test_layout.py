@@ -17,15 +17,17 @@ MAX_FUNCTION_LINES = 60
 # The package's layers, lowest first, each named by what sits right under playground/ (a module or a
 # subpackage). A module imports only from its own layer and the layers below it, so the low layers can be read,
 # tested and reused without the ones above (the registry without any backend, the models without a backend,
-# a backend without the Result). The package's own __init__ re-exports RunSpec, so it sits in spec's layer.
+# a backend without the Result). Each strategy's records (its typed pieces of the backends' output and the
+# Result) sit lowest, so that the shared types of both can inherit them. The package's own __init__ re-exports
+# RunSpec, so it sits in spec's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "limits", "host", "metrics", "device", "generation_slot", "data"),
+    ("errors", "limits", "host", "metrics", "device", "generation_slot", "data", "strategy_records"),
     ("registry",),
     ("constraints",),
     ("spec", "compatibility", "retention", "__init__"),
     ("models",),
     ("backends",),
-    ("result", "events", "strategy_records"),
+    ("result", "events"),
     ("runner", "decode_costs", "sampler_lab"),
     ("sweep", "context"),
     ("openai_api",),
