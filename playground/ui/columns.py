@@ -31,6 +31,7 @@ from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets, strategy_groups
 from playground.ui.settings import ColumnSettings, ColumnValues
 from playground.ui.step_view import step_views
+from playground.ui.strategy_view import VIEW_BOX_ID
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
@@ -235,7 +236,7 @@ class ColumnControls:
     output: gr.Textbox
     chatbot: gr.Chatbot
     tokens: gr.HTML
-    beam_tree: gr.HTML  # beam columns: returned sequences with scores, and the search as a tree
+    view_box: gr.HTML  # the strategy view's own box (a beam column's sequences and tree); hidden when empty
     cache_step: gr.Slider  # sliding / sink / quantized columns: the step the cache strip shows
     cache_strip: gr.HTML  # which positions the cache keeps, evicts or quantizes at that step
     step_candidates: gr.HTML  # step mode: the candidates at the current position, one button each
@@ -340,13 +341,13 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
         chatbot = gr.Chatbot(label=f"column {index + 1} conversation", height=300, visible=False,
                              elem_id=f"chat-{index}", feedback_options=None)
         tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=PICK_TOKEN_JS)
-        beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
-                            js_on_load=None)
+        view_box = gr.HTML("", elem_id=f"{VIEW_BOX_ID}-{index}", elem_classes=[VIEW_BOX_ID], visible=False,
+                           js_on_load=None)
         cache_step = gr.Slider(1, 2, value=1, step=1, label="KV cache at step", elem_id=f"cache-step-{index}",
                                visible=False, info="what a sliding, sink or quantized cache holds at that step")
         cache_strip = gr.HTML("", elem_id=f"cache-strip-{index}", visible=False, js_on_load=None)
         step_candidates, branches = step_views(index)
-    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip, step_candidates, branches
+    return box, output, chatbot, tokens, view_box, cache_step, cache_strip, step_candidates, branches
 
 
 def wire(col: ColumnControls) -> None:

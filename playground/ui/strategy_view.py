@@ -1,7 +1,8 @@
 """How the page draws a strategy's own records: the view its registry entry names (`Strategy.view`).
 
-The token view, the sampling cut, the beam-tree box and the legend ask the column's strategy's view and name no
-strategy themselves. Every method has a neutral default, so a view overrides only what its strategy records.
+The token view, the sampling cut, the column's view box, the comparison under the columns and the legend ask
+the column's strategy's view and name no strategy themselves. Every method has a neutral default, so a view
+overrides only what its strategy records.
 """
 
 from __future__ import annotations
@@ -55,8 +56,14 @@ class StrategyView:
         strip steps through; []: one position per step."""
         return []
 
-    def tree_html(self, result: Result) -> str:
-        """The column's beam-tree box (`beam-tree-<slot>`): the search's hypotheses; '' hides the box."""
+    def box_html(self, result: Result) -> str:
+        """The column's own box under its tokens (`VIEW_BOX_ID-<slot>`; a search's tree of hypotheses): '' hides
+        the box."""
+        return ""
+
+    def across_columns(self, results: Sequence[Result | None], labels: Sequence[str]) -> str:
+        """Markdown under the columns comparing the columns this view draws (finished hypotheses ranked across
+        beam columns); '' with nothing to compare. Each kind of view is asked once, with every column."""
         return ""
 
     def step_lines(self, record: TokenRecord) -> str:
@@ -69,6 +76,8 @@ class StrategyView:
 
 
 NO_VIEW = StrategyView()
+# the id prefix of a column's view box: scripts and browser tests know it by the beam tree, the first view to draw one
+VIEW_BOX_ID = "beam-tree"
 
 
 def view_of(strategy: str | None) -> StrategyView:
@@ -95,3 +104,9 @@ def views_css() -> str:
     """Every registered view's CSS, once each."""
     views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
     return "".join(dict.fromkeys(view.css for view in views))
+
+
+def across_columns(results: Sequence[Result | None], labels: Sequence[str]) -> str:
+    """Every kind of view's comparison of the columns, once each, in column order."""
+    views = {type(view): view for view in map(result_view, results)}
+    return "".join(view.across_columns(results, labels) for view in views.values())

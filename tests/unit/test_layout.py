@@ -252,8 +252,9 @@ def test_no_cache_or_strategy_is_told_apart_by_its_name_outside_the_registry():
 
 
 # Modules a strategy owns beside those its registry entry names (plug-ins, records' builders, view): the comparison
-# of finished hypotheses across beam columns, drawn under the beam views
-OWNED_BESIDES = {"playground/ui/beam_compare.py": ("beam", "beam_sample", "diverse_beam")}
+# of finished hypotheses across beam columns, drawn under the beam views, and assisted decoding's bench
+OWNED_BESIDES = {"playground/ui/beam_compare.py": ("beam", "beam_sample", "diverse_beam"),
+                 "playground/tools/bench_assisted.py": ("assisted",)}
 
 
 def _reads(node: ast.AST) -> str | None:
@@ -267,6 +268,31 @@ def _reads(node: ast.AST) -> str | None:
     else:
         return None
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def _pieces() -> tuple[dict[str, str], dict[str, str]]:
+    """The fields each strategy's records module declares for the shared types (`strategy_records.composite`),
+    -> the module that declares them: (keys read by subscript: the backends' TokenInfo keys; attributes: the
+    backends' output fields). The metrics are left out: the comparison table shows every metric by its key."""
+    import dataclasses
+
+    from playground.strategy_records import composite
+
+    def module_path(piece: type) -> str:
+        return piece.__module__.replace(".", "/") + ".py"
+
+    joined = set(composite.StrategyTokenInfo.__annotations__)
+    pieces = [p for p in vars(composite).values() if isinstance(p, type) and p.__module__ != composite.__name__]
+    keys = {name: module_path(piece) for piece in pieces if hasattr(piece, "__total__")
+            and set(piece.__annotations__) <= joined for name in piece.__annotations__}
+    attributes = {field.name: module_path(piece) for piece in composite.StrategyOutputs.__bases__
+                  for field in dataclasses.fields(piece)}
+    return keys, attributes
+
+
+def _attribute(node: ast.AST) -> str | None:
+    """The attribute a node reads or writes: `output.beam_tree`; None for anything else."""
+    return node.attr if isinstance(node, ast.Attribute) else None
 
 
 def _owners() -> dict[str, set[str]]:
@@ -285,24 +311,34 @@ def _owners() -> dict[str, set[str]]:
 
 
 def test_no_shared_module_reads_a_strategys_records_by_name():
-    """A strategy's records (`tokens[i].contrastive`, `beam_tree`, ...) are read by its own code: its plug-ins,
-    its records' builders and its view. A module every strategy shares (the Result, the token view, step mode)
-    asks the column's view instead, so a new strategy's records need no line there."""
+    """A strategy's records (`tokens[i].contrastive`, `beam_tree`, ...) and what its backends record for them (a
+    token's `candidates`, an output's `.beam_tree`) are read by its own code: its plug-ins, its records' module
+    and builders, and its view. A module every strategy shares (the Result, the token view, step mode, the column
+    card) asks the column's view or the records' composite instead, so a new strategy needs no line there."""
     from playground import registry
 
-    keys = {record.key: entry.name for entry in registry.strategies()
-            for record in (*entry.token_records, *entry.run_records)}
     owners = _owners()
+    keys: dict[str, set[str]] = {}
+    for entry in registry.strategies():
+        for record in (*entry.token_records, *entry.run_records):
+            keys.setdefault(record.key, set()).add(entry.name)
+    info_keys, attributes = _pieces()
+    for name, module in info_keys.items():
+        keys.setdefault(name, set()).update(owners.get(module, set()))
+    fields = {name: owners.get(module, set()) for name, module in attributes.items()}
     found = []
     for path in PACKAGE.rglob("*.py"):
         relative = path.relative_to(ROOT).as_posix()
         if relative.startswith("playground/registry/"):
             continue
+        mine = owners.get(relative, set())
         for node in ast.walk(ast.parse(path.read_text())):
-            key = _reads(node)
-            if key in keys and keys[key] not in owners.get(relative, set()):
+            key, attribute = _reads(node), _attribute(node)
+            if key in keys and not keys[key] & mine:
                 found.append(f"{relative}:{node.lineno} reads {key!r}")
-    assert found == []
+            if attribute in fields and not fields[attribute] & mine:
+                found.append(f"{relative}:{node.lineno} reads .{attribute}")
+    assert not found, "\n".join(found)
 
 
 def test_the_record_key_rule_sees_a_shared_read(tmp_path, monkeypatch):
@@ -311,6 +347,17 @@ def test_the_record_key_rule_sees_a_shared_read(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "playground")
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     with pytest.raises(AssertionError, match="step_view.py:2 reads 'dola'"):
+        test_no_shared_module_reads_a_strategys_records_by_name()
+
+
+def test_the_record_key_rule_sees_a_backend_record_read_by_name(tmp_path, monkeypatch):
+    """What a backend records for one strategy counts too: a token's `candidates`, an output's `.beam_tree`."""
+    (tmp_path / "playground" / "backends").mkdir(parents=True)
+    (tmp_path / "playground" / "backends" / "shared.py").write_text(
+        'def tree(output, info):\n    return output.beam_tree, info["candidates"]\n')
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "playground")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match=r"shared.py:2 reads \.beam_tree.*shared.py:2 reads 'candidates'"):
         test_no_shared_module_reads_a_strategys_records_by_name()
 
 
