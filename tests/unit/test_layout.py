@@ -361,6 +361,20 @@ def test_the_record_key_rule_sees_a_backend_record_read_by_name(tmp_path, monkey
         test_no_shared_module_reads_a_strategys_records_by_name()
 
 
+def test_the_jax_programs_are_keyed_by_the_registrys_strategy_names():
+    """A strategy's compiled programs carry its registry name (`Kernel(name=...)`), so the program cache reads as
+    the registry does."""
+    from playground import registry
+
+    names = set()
+    for path in (PACKAGE / "backends" / "jax").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Kernel":
+                value = next(k.value for k in node.keywords if k.arg == "name")
+                names |= {n.value for n in ast.walk(value) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert names and names <= set(registry.strategy_names()), names - set(registry.strategy_names())
+
+
 def test_the_suites_heaviest_files_exist():
     """The order the test workers take files in names files that are there (a renamed one would go unranked)."""
     from tests.conftest import HEAVIEST_FILES
