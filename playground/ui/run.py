@@ -120,8 +120,7 @@ def done_notice(result: Result) -> str:
     parts = [f"✓ {count} token{'' if count == 1 else 's'}"]
     if metrics["tokens_per_s"]:
         parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")
-    if metrics["acceptance_rate"] is not None:
-        parts.append(f"{100 * metrics['acceptance_rate']:.0f}% drafts accepted")
+    parts += result_view(result).notice_parts(result)
     if "device" in result:
         parts.append(f"on {result['device']}")
     if alone := against_alone(result):

@@ -13,6 +13,7 @@ from typing import Any
 from playground import registry
 from playground.result import Result, TokenRecord
 from playground.retention import VerifyPass
+from playground.ui.card_part import NO_CARD, CardPart
 
 
 class StrategyView:
@@ -21,6 +22,7 @@ class StrategyView:
     # spans the token view's legend shows for this view's marks (the legend lists every registered view's)
     legend: tuple[str, ...] = ()
     css: str = ""  # the page's CSS for what it draws (the page adds every registered view's when it launches)
+    card: CardPart = NO_CARD  # its own controls on the column card, beside its knobs' widgets
 
     def above_tokens(self, result: Result) -> str:
         """HTML above the column's tokens (assisted decoding's strip of verification steps)."""
@@ -54,6 +56,11 @@ class StrategyView:
     def verify_passes(self, result: Result) -> list[VerifyPass]:
         """Forward passes that each wrote several positions (assisted decoding's verify passes), which the cache
         strip steps through; []: one position per step."""
+        return []
+
+    def notice_parts(self, result: Result) -> list[str]:
+        """Short phrases for the column's one-line summary after its speed (assisted decoding's share of drafts
+        accepted)."""
         return []
 
     def box_html(self, result: Result) -> str:
@@ -110,3 +117,9 @@ def across_columns(results: Sequence[Result | None], labels: Sequence[str]) -> s
     """Every kind of view's comparison of the columns, once each, in column order."""
     views = {type(view): view for view in map(result_view, results)}
     return "".join(view.across_columns(results, labels) for view in views.values())
+
+
+def card_parts() -> list[CardPart]:
+    """Every registered view's part of the column card, once each, in registration order."""
+    views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
+    return list({id(view.card): view.card for view in views if view.card is not NO_CARD}.values())

@@ -232,8 +232,8 @@ def test_toy_strategys_knob_gets_a_group_of_the_column_card_from_its_record():
 
     with registry.registered(CLOSE_KNOB, TOY):
         _, page = build_ui()
-        assert visibility(NAME, "dynamic", "torch", "prompt lookup")["toy_knobs"]
-        assert not visibility("greedy", "dynamic", "torch", "prompt lookup")["toy_knobs"]
+        assert visibility(NAME, "dynamic", "torch")["toy_knobs"]
+        assert not visibility("greedy", "dynamic", "torch")["toy_knobs"]
         assert CLOSE in relevant_keys(NAME, "dynamic", "torch")
         widget = page.columns[0].knobs[CLOSE]
         assert (widget.minimum, widget.maximum, widget.label) == (0.0, 5.0, "close call below")
