@@ -128,7 +128,7 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
     settings = cast(ColumnSettings, {k: _clean(k, held[k]) for k in keys if k not in written})
     for part in parts:  # a part's keys, where the choice reads them
         if set(part.writes) & set(keys) or not part.writes:
-            part.to_settings(held, cast(dict[str, Any], settings))
+            part.to_settings(held, settings)
     if settings.get("constraint") == "none":  # left out when none, so a link without one stays as it was
         settings.pop("constraint")
         settings.pop("constraint_text", None)
@@ -143,7 +143,7 @@ def control_values(settings: ColumnSettings) -> ColumnValues:
     defaults = ui_defaults()
     values = cast(ColumnValues, {k: given.get(k, defaults[k]) for k in column_keys()})
     for part in card_parts():
-        part.to_values(given, cast(dict[str, Any], values), defaults)
+        part.to_values(given, values, defaults)
     return values
 
 
