@@ -302,7 +302,7 @@ def test_the_reuse_checkbox_shows_on_both_backends_and_torch_compile_on_pytorch_
     from playground.ui.columns import visibility
 
     for backend in ("torch", "jax"):
-        shown = visibility("greedy", "dynamic", backend, "prompt_lookup")
+        shown = visibility("greedy", "dynamic", backend)
         assert shown["reuse"] and shown["torch_compile"] == (backend == "torch")
 
 

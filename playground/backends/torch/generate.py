@@ -21,6 +21,7 @@ from playground.backends.torch.timing import TimingStreamer
 from playground.constraints.matching import replay
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
+from playground.strategy_records.composite import outputs_of
 
 
 class StopWhen(StoppingCriteria):
@@ -82,12 +83,9 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         token_times=call.streamer.token_times[: len(sequences[0])] if call.streamer else [],
         kv_cache_bytes=kv_bytes(cache),
         scores=_beam_scores(out),
-        acceptance_rate=recorded.acceptance_rate,
         token_info=recorded.token_info,
-        draft_flags=recorded.draft_flags,
         kv_trace=trace.bytes,
-        beam_tree=recorded.beam_tree,
-        assisted_steps=recorded.assisted_steps,
+        **outputs_of(recorded),
         forward_passes=passes[0] if recorded.forward_passes is None else recorded.forward_passes,
         stopped=stop.triggered,
         extra={"generate_s": end - start, **recorded.extra},
