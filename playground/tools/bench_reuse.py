@@ -90,8 +90,18 @@ def reuse_row(model: str, backend: str, cache: str, shared: int, tokenizer: Any,
     warm = _result(whole, spec, scope)
     record = warm["reuse"]
     return row | {"ttft_cold_s": cold["metrics"]["ttft_s"], "ttft_warm_s": warm["metrics"]["ttft_s"],
-                  "reused_tokens": record["reused_tokens"], "exact": exactness(warm, cold),
+                  "reused_tokens": record["reused_tokens"], "exact": row_exactness(warm, cold),
                   "store_bytes": record["store_bytes"]}
+
+
+def row_exactness(warm: Result, cold: Result) -> bool | dict[str, Any]:
+    """`exactness`, and for a restored cache (whose warm run the backend measured against the cold one) the KL
+    against cold and the first new token whose most likely token differs, where it is not exact."""
+    exact, record = exactness(warm, cold), warm["reuse"]
+    if record.get("kl_vs_cold") is None or (exact is True and record["exact"]):
+        return exact
+    return {"kl_vs_cold": record["kl_vs_cold"], "kl_vs_cold_max": record["kl_vs_cold_max"],
+            "first_difference": record["first_difference"], **({} if exact is True else exact)}
 
 
 def step_row(model: str, backend: str, tokenizer: Any, ids: list[int],
