@@ -62,38 +62,30 @@ REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample")
 # The JAX path's plug-ins that continue a kept cache (backends/jax/prefix_reuse.py): those whose prefill hands the
 # start only its last logits and whose cache has one row
 JAX_REUSING_STRATEGIES = ("greedy", "sampling")
-# The caches the PyTorch path keeps whole and restores bit for bit (backends/torch/restored_reuse.py), but whose
-# warm run need not be the cold one: a quantized store continued later is re-quantized at other points, and a
-# bounded cache continued over a new suffix attends differently from a prompt prefilled whole. A warm run of these
-# reports its difference from the cold run (`reuse.kl_vs_cold`, `reuse.first_difference`). One row each: a
-# beam search would restore one row into several
+# The caches kept whole and restored bit for bit (backends/torch/restored_reuse.py, backends/jax/restored_reuse.py),
+# but whose warm run need not be the cold one: a quantized store continued later is quantized at other points, and
+# a bounded cache continued over a new suffix attends over its kept window where a whole prompt attends over itself.
+# A warm run of these reports its difference from the cold run (`reuse.kl_vs_cold`, `reuse.first_difference`). One
+# row each: a beam search would restore one row into several
 RESTORED_CACHES = ("quantized", "sliding", "sink")
 RESTORED_STRATEGIES = ("greedy", "sampling")
-COLD_CACHE = {
-    "sliding": "the JAX path keeps only its global full-precision caches; a sliding window's prompt is prefilled "
-               "whole (the PyTorch path keeps it)",
-    "sink": "the JAX path keeps only its global full-precision caches; a sink cache's prompt is prefilled whole "
-            "(the PyTorch path keeps it)",
-    "quantized": "the JAX path keeps only its global full-precision caches; a quantized store's prompt is "
-                 "prefilled whole (the PyTorch path keeps it)",
-}
 
 
-def cache_cold_reason(strategy: str, cache: str, backend: str = "torch") -> str | None:
-    """The cache's part of `cold_reason`: why this cache type is neither restored nor kept on `backend`."""
+def cache_cold_reason(strategy: str, cache: str) -> str | None:
+    """The cache's part of `cold_reason`: why this cache type is neither restored nor kept."""
     if cache in EXACT_CACHES:
         return None
-    if backend == "torch" and cache in RESTORED_CACHES:
-        if strategy in RESTORED_STRATEGIES:
-            return None
-        return f"the {cache} cache is kept for one-row runs (greedy, sampling); {strategy} prefills whole"
-    return COLD_CACHE.get(cache, f"the {cache} cache is not kept between runs")
+    if cache not in RESTORED_CACHES:
+        return f"the {cache} cache is not kept between runs"
+    if strategy in RESTORED_STRATEGIES:
+        return None
+    return f"the {cache} cache is kept for one-row runs (greedy, sampling); {strategy} prefills whole"
 
 
 def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: str = "torch") -> str | None:
     """Why a run of this strategy and cache on `backend` neither starts from nor leaves a kept cache (apart from
     the model: each backend adds its sliding layers); None: it does."""
-    reason = cache_cold_reason(strategy, cache, backend)
+    reason = cache_cold_reason(strategy, cache)
     if reason is not None:
         return reason
     if strategy not in REUSING_STRATEGIES:

@@ -76,7 +76,8 @@ def reuse_row(model: str, backend: str, cache: str, shared: int, tokenizer: Any,
     """One row: the prefix kept, then its continuation cold and warm."""
     spec = RunSpec.from_dict({"model": model, "backend": backend, "cache": cache, "max_new_tokens": GENERATED,
                               "chat": False, **(extra or {})})
-    row: dict[str, Any] = {"backend": backend, "cache": cache + ("-bf16" if extra else ""), "shared_tokens": shared,
+    label = cache + "".join(f"-{value}" for value in (extra or {}).values())  # "dynamic-bf16", "quantized-8"
+    row: dict[str, Any] = {"backend": backend, "cache": label, "shared_tokens": shared,
                            "new_tokens": NEW_TOKENS}
     loaded, _ = LOADED.get(model, backend_for(backend).source_weights(spec))
     refusal = backend_for(backend).reuse_refusal(loaded, spec)

@@ -167,12 +167,85 @@ def test_stop_during_a_warm_run_leaves_the_entry_for_the_next_run(tiny):
     assert again.reused_tokens == len(left.ids) and len(again.sequences[0]) == spec.max_new_tokens
 
 
-def test_restored_caches_keep_one_row_and_stay_cold_on_jax_with_the_reason(tiny):
+def test_restored_caches_keep_one_row_with_the_reason(tiny):
     for cache in ("quantized", "sliding", "sink"):
         beam = refusal(SPEC.replace(cache=cache, strategy="beam", num_beams=2), tiny.model)
         assert beam is not None and "one-row runs" in beam
-        jax = cold_reason("greedy", cache, backend="jax")
-        assert jax is not None and "JAX path keeps only its global full-precision caches" in jax
+        assert cold_reason("greedy", cache, backend="jax") is None
+
+
+# -- JAX: the same layouts kept whole, continued one token per step -----------------------------------------------
+JAX_CACHES = {
+    "sliding-12": ("the window no longer holds token 9", 1e-6),
+    "sliding-64": (None, 1e-6),
+    "quanto-4": ("the full-precision residual no longer holds token 13", None),
+    "sink-16": ("the sink cache's recent ring no longer holds token 9", None),
+}
+
+
+def jax_run(loaded, ids: list[int], spec: RunSpec, plan: ReusePlan | None = None):
+    from playground.backends.jax.decoder import generate as jax_generate
+
+    return jax_generate(loaded, ids, spec, lambda new: None, lambda: False, reuse=plan)
+
+
+@pytest.mark.parametrize("cache", list(JAX_CACHES))
+def test_a_warm_jax_run_is_measured_against_cold_and_a_partial_match_is_cut_back_or_cold(tiny, cache):
+    from playground.backends.jax.backend import JaxBackend
+
+    spec = SPEC.replace(backend="jax", **CACHES[cache])
+    assert JaxBackend().reuse_refusal(tiny, spec) is None
+    reason, kl_below = JAX_CACHES[cache]
+    store = PrefixStore(budget=lambda: 10**9)
+    key = settings_key(spec, "s")
+    first = jax_run(tiny, LONG, spec, ReusePlan(None, keep=True))
+    store.put(key, first.kept)
+    second = LONG + first.sequences[0] + [40, 41, 42, 43]
+    warm = jax_run(tiny, second, spec, ReusePlan(store.lookup(key, second, len(second) - 1), keep=False))
+    cold = jax_run(tiny, second, spec)
+    assert warm.reused_tokens == len(LONG) + len(first.sequences[0]) - 1 and warm.reuse_note is None
+    measured = warm.vs_cold
+    assert measured is not None and cold.vs_cold is None
+    difference = measured["first_difference"]
+    if difference is None:
+        assert warm.sequences == cold.sequences
+    else:
+        assert warm.sequences[0][:difference] == cold.sequences[0][:difference]
+    if kl_below is not None:  # the window still holds what the suffix attends to: the cold run's figures
+        assert measured["exact"] and measured["kl_max"] < kl_below
+    if cache == "sink-16":
+        assert not measured["exact"] and measured["kl_max"] > 1e-6
+    partial = LONG[:20] + [2, 2, 2, 2]
+    cut = jax_run(tiny, partial, spec, ReusePlan(store.lookup(key, partial, len(partial) - 1), keep=False))
+    if reason is None:
+        assert cut.reused_tokens == 20 and cut.reuse_note is None and cut.vs_cold["exact"]
+    else:
+        assert cut.reused_tokens == 0 and cut.reuse_note == reason and cut.vs_cold is None
+        assert cut.sequences == jax_run(tiny, partial, spec).sequences
+
+
+def test_the_jax_quantized_layout_is_restored_as_the_run_left_it_bit_for_bit(tiny, monkeypatch):
+    import jax
+    import numpy as np
+
+    from playground.backends.jax import restored_reuse
+
+    spec = SPEC.replace(backend="jax", **CACHES["quanto-4"])
+    left = []
+    real = restored_reuse.snapshot
+
+    def capture(cache, ids):
+        left.append([{name: np.asarray(a[:1]) for name, a in layer.arrays.items()} for layer in cache.jax_layers])
+        return real(cache, ids)
+
+    monkeypatch.setattr(restored_reuse, "snapshot", capture)
+    kept = jax_run(tiny, LONG, spec, ReusePlan(None, keep=True)).kept
+    assert kept is not None and {"keys", "keys_data", "keys_scale"} <= set(left[0][0])  # residual and store
+    held = len(kept.ids)
+    for layer, before in zip(kept.snapshot.jax_layers, left[0], strict=True):
+        restored = restored_reuse.laid_out(layer, layer.layout, jax.numpy.int32(held))
+        assert set(restored) == set(before)
+        assert all(np.array_equal(np.asarray(restored[name]), before[name]) for name in before)
 
 
 def test_the_column_notice_says_how_a_warm_run_differs_from_cold():

@@ -61,8 +61,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
             chained(loaded.model, spec, context, call.probe):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
-        # timed: part of the run
-        reused, reuse_note = prefix_reuse.continue_from(spec, warm, cache, config.num_beams or 1) if warm else (0, None)
+        reused, reuse_note = prefix_reuse.continue_from(spec, warm, cache, config.num_beams or 1)  # timed
         out = loaded.model.generate(
             input_ids,  # (1, T)
             attention_mask=torch.ones_like(input_ids),
@@ -93,11 +92,8 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         stopped=stop.triggered,
         extra={"generate_s": end - start, **recorded.extra},
         reused_tokens=reused,
-        reuse_note=reuse_note,
     )
-    output.kept = prefix_reuse.keep(spec, cache, input_ids[0].tolist(), sequences[0]) if reuse and reuse.keep else None
-    if reused and warm is not None:  # measured after the run, outside its timings
-        output.vs_cold = prefix_reuse.vs_cold(loaded, spec, warm, cache, input_ids, sequences[0])
+    prefix_reuse.hand_back(output, loaded, spec, reuse, cache, input_ids, reuse_note)
     if spec.constraint != "none":
         _replay_constraint(output, loaded, spec, context.eos)
     return output

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from transformers import Cache
 
-from playground.backends.prefix_store import RESTORED_CACHES, Kept, Match, cold_reason
+from playground.backends.base import GenerationOutput
+from playground.backends.prefix_store import RESTORED_CACHES, Kept, Match, ReusePlan, cold_reason
 from playground.backends.torch import restored_reuse
 from playground.backends.torch.reuse_vs_cold import against_cold
 from playground.models.loaded import LoadedModel
@@ -39,9 +40,11 @@ def refusal(spec: RunSpec, model: Any) -> str | None:
     return None
 
 
-def continue_from(spec: RunSpec, match: Match, cache: Cache, rows: int) -> tuple[int, str | None]:
-    """Start the run's fresh `cache` from the entry: the positions restored, and the reason where it could not
-    be (the run is then cold)."""
+def continue_from(spec: RunSpec, match: Match | None, cache: Cache, rows: int) -> tuple[int, str | None]:
+    """Start the run's fresh `cache` from the entry (None: a cold run): the positions restored, and the reason
+    where it could not be (the run is then cold)."""
+    if match is None:
+        return 0, None
     if spec.cache not in RESTORED_CACHES:
         return restore(match, cache, rows), None
     reason = restored_reuse.restore(match, cache)
@@ -53,6 +56,19 @@ def keep(spec: RunSpec, cache: Cache, prompt: list[int], first: list[int]) -> Ke
     if spec.cache in RESTORED_CACHES:
         return restored_reuse.snapshot(cache, prompt, first)
     return snapshot(cache, prompt, first)
+
+
+def hand_back(output: GenerationOutput, loaded: LoadedModel, spec: RunSpec, reuse: ReusePlan | None, cache: Cache,
+              prompt: torch.Tensor, note: str | None) -> None:
+    """After the run: its cache for the store where asked, why its match could not be restored, and a warm run of a
+    restored cache measured against the cold run (outside the run's timings)."""
+    output.reuse_note = note
+    if reuse is None:
+        return
+    if reuse.keep:
+        output.kept = keep(spec, cache, prompt[0].tolist(), output.sequences[0])
+    if output.reused_tokens and reuse.warm is not None:
+        output.vs_cold = vs_cold(loaded, spec, reuse.warm, cache, prompt, output.sequences[0])
 
 
 def vs_cold(loaded: LoadedModel, spec: RunSpec, match: Match, cache: Cache, prompt: torch.Tensor,

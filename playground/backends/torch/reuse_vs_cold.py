@@ -23,10 +23,9 @@ from transformers import Cache
 
 from playground.backends.torch import prefill
 from playground.backends.torch.caches.factory import make_cache
+from playground.backends.warm_vs_cold import compare
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
-
-EXACT_P = 1e-5  # the largest probability gap still called exact (the exact caches' bound)
 
 
 def next_logprobs(model: Any, cache: Cache, first: torch.Tensor, then: list[int],
@@ -43,7 +42,7 @@ def next_logprobs(model: Any, cache: Cache, first: torch.Tensor, then: list[int]
             one = torch.tensor([[token]], device=first.device)  # (1, 1)
             rows.append(model(one, past_key_values=cache, use_cache=True).logits[0, -1:])
         # float64: a KL near 0 is not lost in float32's rounding of the log-probabilities
-        return torch.log_softmax(torch.cat(rows).double(), dim=-1)  # (N, V)
+        return torch.log_softmax(torch.cat(rows).double(), dim=-1).cpu()  # (N, V)
 
 
 def against_cold(loaded: LoadedModel, spec: RunSpec, warm_cache: Cache, prompt: torch.Tensor, shared: int,
@@ -56,15 +55,4 @@ def against_cold(loaded: LoadedModel, spec: RunSpec, warm_cache: Cache, prompt: 
     warm = next_logprobs(model, warm_cache, prompt[:, shared:], tokens[:-1])
     cold = next_logprobs(model, make_cache(spec, model, length), prompt, tokens[:-1],
                          prefill.chunk_size(spec, length))
-    return compare(warm, cold)
-
-
-def compare(warm: torch.Tensor, cold: torch.Tensor) -> dict[str, Any]:
-    """KL(cold || warm) per position (nats), the largest probability gap, and the first position whose most likely
-    token differs; `exact` where there is none and every gap is within EXACT_P."""
-    kl = (cold.exp() * (cold - warm)).sum(-1).clamp(min=0.0)  # (N,)
-    gap = float((cold.exp() - warm.exp()).abs().max())
-    differ = (cold.argmax(-1) != warm.argmax(-1)).nonzero()
-    first = int(differ[0, 0]) if differ.numel() else None
-    return {"exact": first is None and gap <= EXACT_P, "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
-            "max_p_difference": gap, "first_difference": first}
+    return compare(warm.numpy(), cold.numpy())
