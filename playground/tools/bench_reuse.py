@@ -102,7 +102,7 @@ def row_exactness(warm: Result, cold: Result) -> bool | dict[str, Any]:
     if record.get("kl_vs_cold") is None or (exact is True and record["exact"]):
         return exact
     return {"kl_vs_cold": record["kl_vs_cold"], "kl_vs_cold_max": record["kl_vs_cold_max"],
-            "first_difference": record["first_difference"], **({} if exact is True else exact)}
+            "first_difference": record["first_difference"], **(exact if isinstance(exact, dict) else {})}
 
 
 def step_row(model: str, backend: str, tokenizer: Any, ids: list[int],
