@@ -42,10 +42,12 @@ def restored(layouts: Layouts) -> bool:
 
 def snapshot(cache: JaxCache, ids: list[int]) -> Kept | None:
     """A copy of the first row of every layer as it is, with the ids it holds; None where it holds nothing."""
-    held = min(int(jax.device_get(cache.jax_layers[0].cumulative_length)), len(ids))
+    written = int(jax.device_get(cache.jax_layers[0].cumulative_length))
+    held = min(written, len(ids))
     if held <= 0:
         return None
-    layers = [JaxLayer(layer.layout, {name: jnp.copy(a[:1]) for name, a in layer.arrays.items()}, jnp.int32(held))
+    # the counter stays the tokens written: a ring may hold positions past the ids, which `blocker` must count
+    layers = [JaxLayer(layer.layout, {name: jnp.copy(a[:1]) for name, a in layer.arrays.items()}, jnp.int32(written))
               for layer in cache.jax_layers]
     nbytes = sum(int(array.nbytes) for layer in layers for array in layer.arrays.values())
     return Kept(tuple(ids[:held]), JaxCache(layers), nbytes)
@@ -77,9 +79,8 @@ def crop_blocker(layout: Layout, held: int, shared: int) -> str | None:
 
 def blocker(match: Match) -> str | None:
     """Why the entry cannot be continued at its common prefix, for the first layer that cannot."""
-    held = len(match.entry.ids)
     for layer in match.entry.snapshot.jax_layers:
-        reason = crop_blocker(layer.layout, held, match.shared)
+        reason = crop_blocker(layer.layout, int(jax.device_get(layer.cumulative_length)), match.shared)
         if reason is not None:
             return reason
     return None

@@ -35,12 +35,15 @@ from playground.backends.torch.caches.sink import SinkLayer
 
 def snapshot(cache: Cache, prompt: list[int], first: list[int]) -> Kept | None:
     """A deep copy of the cache's layers, with the ids whose states they hold (the prompt and the new tokens but
-    the last); None where it holds nothing."""
+    the last; cut back to them where the cache holds more); None where it holds nothing or cannot be cut back."""
     ids = prompt + first
-    held = min(int(cache.get_seq_length()), len(ids))
-    if held <= 0:
-        return None
+    total = int(cache.get_seq_length())
+    held = min(total, len(ids))
+    if held <= 0 or any(crop_blocker(layer, total, held) for layer in cache.layers):
+        return None  # nothing, or more than the ids say and no way to cut it back to them
     layers = copy_layers(cache.layers)
+    for layer in layers if total > held else []:
+        layer.crop(held - total)
     return Kept(tuple(ids[:held]), layers, kv_bytes(Cache(layers=layers)))
 
 
