@@ -225,7 +225,7 @@ class ReuseRecord(TypedDict):
     note: str | None  # why the run could not start from or leave a kept cache, or what the memory budget evicted
     store_bytes: int  # the store's bytes once the run's own state is kept
     # a warm run of a restored cache (RESTORED_CACHES), against the cold run of the same tokens, measured after
-    # the run (backends/torch/reuse_vs_cold.py); None where not measured (a cold run, or an exact cache):
+    # the run (each backend's reuse_vs_cold.py); None where not measured (a cold run, or an exact cache):
     kl_vs_cold: float | None  # mean KL(cold || warm) of the model's next-token distributions, nats
     kl_vs_cold_max: float | None  # the largest of them
     first_difference: int | None  # the first new token where the cold run's most likely token is another one

@@ -258,3 +258,43 @@ def test_the_column_notice_says_how_a_warm_run_differs_from_cold():
                     "new token 0"
     same = record | {"exact": True, "kl_vs_cold": 4e-12, "first_difference": None}
     assert reuse_words({"metrics": {"ttft_s": 0.01}, "reuse": same}).endswith("· same as cold (KL 4.0e-12)")
+
+
+def test_an_api_choice_carries_its_runs_reuse_record():
+    from dataclasses import replace
+
+    from playground.openai_api.generation import Outcome
+    from playground.openai_api.shaping import metrics
+
+    record = {"reused_tokens": 40, "prompt_tokens": 45, "exact": False, "note": None, "store_bytes": 1,
+              "kl_vs_cold": 3.1e-4, "kl_vs_cold_max": 2e-3, "first_difference": 0}
+    outcome = Outcome(index=0, prompt_index=0, text="x", finish_reason="stop", completion_tokens=1, prompt_tokens=45,
+                      logprobs=None, result={"metrics": {}, "spec": {"cache": "sink"}, "reuse": record})
+    assert metrics(outcome)["reuse"] == record and metrics(outcome)["cache"] == "sink"
+    assert metrics(replace(outcome, result=None))["reuse"] is None
+
+@pytest.mark.slow  # the bundled SmolLM2: two chat turns on a sliding window
+def test_a_second_chat_turn_of_smollm2_on_a_sliding_window_reuses_and_says_how_it_differs_from_cold():
+    from playground import runner
+    from playground.backends import prefix_store
+
+    prefix_store.STORE.clear()
+    spec = RunSpec(model="smollm2-135m", max_new_tokens=12, cache="sliding", window=128)
+
+    def turn(text: str, history, **changes):
+        for event in runner.run(text, spec.replace(**changes), history=history, scope="chat", judged=False):
+            if hasattr(event, "result"):
+                return event.result
+        raise AssertionError("no result")
+
+    first = turn("Name three colours, then say why the sky is blue.", None)
+    history = [("Name three colours, then say why the sky is blue.", first["text"])]
+    warm = turn("And the sea?", history)
+    cold = turn("And the sea?", history, reuse=False)
+    record = warm["reuse"]
+    assert record["reused_tokens"] > first["prompt_tokens"] and record["kl_vs_cold"] is not None
+    difference = record["first_difference"]
+    assert warm["token_ids"][:difference] == cold["token_ids"][:difference]
+    if record["exact"]:
+        assert warm["token_ids"] == cold["token_ids"]
+    prefix_store.STORE.clear()
