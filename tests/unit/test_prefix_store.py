@@ -162,9 +162,10 @@ def test_a_warm_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, st
     assert_same(warm, cold)
 
 
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny, backend):
-    spec = SPEC.replace(cache="static", backend=backend)
+def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny, backend, cache):
+    spec = SPEC.replace(cache=cache, backend=backend)
     warm, cold = warm_against_cold(tiny, spec, SHARED + [1, 1, 1, 1], SHARED + [2, 2])
     assert warm.reused_tokens == len(SHARED)
     assert_same(warm, cold)

@@ -130,6 +130,20 @@ def test_a_warm_run_is_measured_against_the_cold_run_and_the_measure_agrees_with
         assert not measured["exact"] and measured["kl_max"] > 1e-6
 
 
+@pytest.mark.parametrize("cache", ["sliding", "quantized"])
+def test_a_model_with_sliding_layers_keeps_the_caches_kept_whole(cache):
+    from tests.helpers import tiny_gemma, tiny_loaded
+
+    gemma = tiny_loaded("tiny-gemma", tiny_gemma())
+    spec = SPEC.replace(cache=cache, cache_bits=8)  # fp8 for the global layers: any prompt length
+    assert refusal(spec, gemma.model) is None and refusal(SPEC, gemma.model) is not None
+    first = run(gemma, LONG, spec)
+    second = LONG + first.sequences[0] + [40, 41, 42, 43]
+    warm, cold = warm_and_cold(gemma, spec, LONG, second)
+    assert warm.reused_tokens == len(LONG) + len(first.sequences[0]) - 1 and warm.vs_cold is not None
+    difference = warm.vs_cold["first_difference"]
+    assert warm.sequences[0][:difference] == cold.sequences[0][:difference]
+
 @pytest.mark.parametrize(("cache", "reason"), [
     ("dynamic", None), ("static", None), ("bf16", None), ("fp8", None), ("sliding-64", None), ("sink-64", None),
     ("quanto-4", "the quantized store holds token 20 quantized; only its last 1 full-precision tokens"),
