@@ -75,6 +75,10 @@ class GenerationOutput(StrategyOutputs):
     weight_bytes: int | None = None
     reused_tokens: int = 0  # positions restored from the prefix store instead of prefilled
     kept: Kept | None = None  # this run's cache for the prefix store, where the runner asked for it
+    reuse_note: str | None = None  # why a match could not be restored (the run went cold), in one line
+    # a warm run of a cache restored rather than recomputed, against the cold run of its tokens: exact, kl_mean,
+    # kl_max, max_p_difference, first_difference (backends/torch/reuse_vs_cold.py); None where not measured
+    vs_cold: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

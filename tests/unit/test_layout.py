@@ -43,10 +43,10 @@ JAX_LAYERS: tuple[tuple[str, ...], ...] = (
     ("caches",),
     ("chain",),
     ("engine",),
-    ("prefix_reuse",),
+    ("prefix_reuse", "restored_reuse"),
     ("programs", "strategy"),
     ("strategies",),
-    ("loop", "decoder", "backend", "teacher_forced", "lab", "__init__"),
+    ("loop", "decoder", "backend", "teacher_forced", "reuse_vs_cold", "lab", "__init__"),
 )
 # Two packages of one layer that import neither one the other: the page and the tools share only what sits below
 # them (the long-context measure, the sweep, the constraint examples), so either can change without the other.

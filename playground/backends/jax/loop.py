@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
-from playground.backends.jax import prefix_reuse
+from playground.backends.jax import prefix_reuse, reuse_vs_cold
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
@@ -57,8 +57,9 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
     drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []  # the Drafter's engine
     start = time.perf_counter()
     prompt = np.asarray([prompt_ids], np.int32)  # (1, T)
+    warm, reuse_note = prefix_reuse.usable(reuse.warm if reuse else None)
     with compiling.request_compiles():
-        request = _prepare(engine, reused, loaded, prompt, spec, strategy, reuse.warm if reuse else None)
+        request = _prepare(engine, reused, loaded, prompt, spec, strategy, warm)
         if not request.programs.wait(should_stop, start):
             return _stopped_compiling(request, start)
     request.preview = preview
@@ -72,8 +73,11 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
     if not strategy.streams:
         emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
     out.reused_tokens = request.warm.shared if request.warm is not None else 0
+    out.reuse_note = reuse_note
     if reuse is not None and reuse.keep:
         out.kept = prefix_reuse.snapshot(run.state.cache, list(prompt_ids) + list(out.sequences[0]))
+    if warm is not None:  # measured after the run, outside its timings
+        out.vs_cold = reuse_vs_cold.vs_cold(loaded, spec, warm, list(prompt_ids), out.sequences[0])
     return out
 
 

@@ -11,7 +11,8 @@ prefill's chunks (the chunked prefill's continuation over a filled cache), and h
 logits and the cache in the request's first layouts. The entry is an input of a program that donates nothing, so a
 warm run never overwrites it.
 
-Only global full-precision layers (the dynamic and static caches, in float32 or the bf16 store) are kept, under
+Global full-precision layers (the dynamic and static caches, in float32 or the bf16 store) are kept this way; the
+sliding, sink and quantized layouts are kept whole and continued one token per step (restored_reuse.py), under
 plain decoding on one device; the rest prefills the whole prompt, with the reason.
 """
 
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from playground.backends.jax import restored_reuse
 from playground.backends.jax.caches.layout import Layout
 from playground.backends.jax.caches.plan import Layouts, prefill_bucket
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
@@ -32,7 +34,7 @@ from playground.backends.jax.caches.ring import RingLayout
 from playground.backends.jax.engine import prefill
 from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
-from playground.backends.prefix_store import Kept, Match, cold_reason
+from playground.backends.prefix_store import RESTORED_CACHES, Kept, Match, cold_reason
 from playground.spec import RunSpec
 
 
@@ -43,6 +45,8 @@ def refusal(spec: RunSpec, config: Any) -> str | None:
         return reason
     if spec.devices > 1:
         return "the JAX path keeps its cache on one device only; a run over several prefills the whole prompt"
+    if spec.cache in RESTORED_CACHES:  # kept whole, whatever its layers (restored_reuse.py)
+        return None
     if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
         return f"{spec.model}'s sliding layers keep only their window, so a kept cache could not be cropped"
     return None
@@ -51,6 +55,8 @@ def refusal(spec: RunSpec, config: Any) -> str | None:
 def snapshot(cache: JaxCache, ids: list[int]) -> Kept | None:
     """A copy of the first row's filled positions (cut to a power of two of slots), with the ids they hold (`ids`:
     the prompt and the new tokens); None where it holds nothing."""
+    if restored_reuse.restored(cache.layouts):
+        return restored_reuse.snapshot(cache, ids)
     held = min(int(jax.device_get(cache.jax_layers[0].cumulative_length)), len(ids))
     if held <= 0:
         return None
@@ -70,6 +76,8 @@ def resume_program(engine: Engine, match: Match, prompt_len: int, layouts: Layou
     (1, V), cache)`. Keyed by the entry's layouts, the suffix's bucket and the working length (powers of two),
     never by the ids."""
     kept: JaxCache = match.entry.snapshot
+    if restored_reuse.restored(kept.layouts):
+        return restored_reuse.resume_program(engine, match, prompt_len, layouts)
     bucket = suffix_bucket(match, prompt_len)
     work = _work_slots(match.shared, bucket, layouts)
     shape = engine.shape_struct
@@ -141,3 +149,13 @@ def _slots(array: jax.Array, slots: int) -> jax.Array:
     if now >= slots:
         return array[:, :, :slots]
     return jnp.pad(array, [(0, 0), (0, 0), (0, slots - now), (0, 0)])
+
+
+def usable(match: Match | None) -> tuple[Match | None, str | None]:
+    """The match a run may start from, and the reason where an entry kept whole cannot continue at its common
+    prefix (the run is then cold)."""
+    if match is None or not restored_reuse.restored(match.entry.snapshot.layouts):
+        return match, None
+    reason = restored_reuse.blocker(match)
+    return (None, reason) if reason is not None else (match, None)
+

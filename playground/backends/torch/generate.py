@@ -62,7 +62,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
             chained(loaded.model, spec, context, call.probe):
         torch.manual_seed(spec.seed)
         start = time.perf_counter()
-        reused = prefix_reuse.restore(warm, cache, config.num_beams or 1) if warm else 0  # timed: part of the run
+        reused, reuse_note = prefix_reuse.continue_from(spec, warm, cache, config.num_beams or 1)  # timed
         out = loaded.model.generate(
             input_ids,  # (1, T)
             attention_mask=torch.ones_like(input_ids),
@@ -91,7 +91,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         extra={"generate_s": end - start, **recorded.extra},
         reused_tokens=reused,
     )
-    output.kept = prefix_reuse.snapshot(cache, input_ids[0].tolist(), sequences[0]) if reuse and reuse.keep else None
+    prefix_reuse.hand_back(output, loaded, spec, reuse, cache, input_ids, reuse_note)
     if spec.constraint != "none":
         _replay_constraint(output, loaded, spec, context.eos)
     return output
