@@ -19,6 +19,7 @@ GIB = 2**30
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # two 8k-token prefills; the full suite keeps the chunked prefill's parity on tiny models
 @pytest.mark.timeout(3600)  # two prefills of 8188 tokens on 2 cores (one of them compiling): minutes each
 def test_a_prompt_of_smollm2s_whole_context_prefills_within_weights_cache_and_a_gib():
     loaded = bundled("smollm2-135m")
