@@ -16,10 +16,12 @@ from playground.backends.base import GenerationOutput, TokenInfo
 from playground.backends.prefix_store import ReuseRecord
 from playground.constraints.record import ConstraintRecord, constraint_record
 from playground.metrics import arrivals, percentile
-from playground.strategy_records.assisted import AssistRecord
-from playground.strategy_records.beam import BeamRecord
-from playground.strategy_records.contrastive import Candidate
-from playground.strategy_records.dola import DolaRecord
+from playground.strategy_records.composite import (
+    StrategyMetrics,
+    StrategyRunRecords,
+    StrategyTokenRecords,
+    strategy_metrics,
+)
 
 if TYPE_CHECKING:  # type names only: building a Result needs no model code
     from playground.models.loaded import LoadedModel
@@ -32,8 +34,9 @@ Quality = tuple[float | None, int | None, float | None]
 NO_QUALITY: Quality = (None, None, None)
 
 
-class Metrics(TypedDict):
-    """Timings in seconds (ms where the key says so), sizes in bytes; None where a figure does not exist.
+class Metrics(StrategyMetrics):
+    """Timings in seconds (ms where the key says so), sizes in bytes; None where a figure does not exist (the
+    figures only some strategies measure come from their records: `StrategyMetrics`).
 
     With repeats > 1 the timings are medians over the runs and every run's value is kept under `<key>_runs`.
     """
@@ -48,7 +51,6 @@ class Metrics(TypedDict):
     kv_cache_bytes: int  # held by the cache's tensors at the end of the run
     weight_bytes: int  # the model's weights at the run's precision (+ the draft model's)
     peak_rss_bytes: int | None  # the whole process, sampled during the run (not the column's own memory)
-    acceptance_rate: float | None  # assisted only
     mean_logprob: float | None  # the output under the fp32 model with a dynamic cache: mean log-prob per token
     greedy_divergence: int | None  # first token where that model's greedy choice differs; None: never
     kl_vs_fp32: NotRequired[float | None]  # weights other than fp32: mean KL (nats) of the next-token distribution
@@ -81,8 +83,10 @@ class StageRecord(TypedDict):
     moved: float  # probability mass it moved: total variation between the distributions before and after it
 
 
-class TokenRecord(TypedDict):
-    """One generated token of the first sequence, with what the backend knew about it."""
+class TokenRecord(StrategyTokenRecords):
+    """One generated token of the first sequence, with what the backend knew about it (the built-in strategies'
+    own keys come from their records: `StrategyTokenRecords`; one registered beside them adds its key untyped,
+    None on every other strategy's tokens)."""
 
     id: int
     text: str
@@ -96,11 +100,6 @@ class TokenRecord(TypedDict):
     alternatives: NotRequired[list[Alternative] | None]  # `top` with ids and what removed each (the sampling cut)
     stages: NotRequired[list[StageRecord] | None]  # each active stage of the chain, in order (the sampling cut)
     state: NotRequired[dict[str, float] | None]  # carried when drawn: mirostat_mu (bits), adaptive_p_average
-    # The built-in strategies' own records (each entry's `token_records` builds them; a strategy registered
-    # beside them adds its own key the same way, None on every other strategy's tokens):
-    draft: NotRequired[bool | None]  # assisted: an accepted draft token (True) or the main model's own (False)
-    contrastive: NotRequired[list[Candidate] | None]  # contrastive search: the candidates, most probable first
-    dola: NotRequired[DolaRecord | None]  # DoLa: the layer contrasted, and whether that changed greedy's choice
 
 
 class PrefixRecord(TypedDict):
@@ -125,7 +124,9 @@ class Timeline(TypedDict):
     kv_cache_bytes: list[int]  # after each decoding step
 
 
-class Result(TypedDict):
+class Result(StrategyRunRecords):
+    """One run (the built-in strategies' own top-level keys come from their records: `StrategyRunRecords`)."""
+
     spec: dict[str, Any]  # every RunSpec key, normalized (chat resolved to what was applied)
     text: str
     sequences: list[str]
@@ -140,9 +141,6 @@ class Result(TypedDict):
     scores: list[float] | None
     forward_passes: int | None
     stopped: bool
-    # the built-in strategies' own run records (each entry's `run_records` builds them; None on the others)
-    beam_tree: list[list[BeamRecord]] | None  # beam search: per step, every candidate weighed
-    assisted_steps: list[AssistRecord] | None  # assisted: per verification step, drafted and accepted
     attention_layers: AttentionLayers
     extra: dict[str, Any]
     prefix: NotRequired[PrefixRecord | None]  # the forced first tokens; text, tokens and metrics are after them
@@ -164,7 +162,8 @@ def versions() -> dict[str, str | None]:
 
 def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak_rss: int | None,
                   weight_bytes: int = 0, quality: Quality = NO_QUALITY) -> Metrics:
-    """The metrics block of one run; None where a figure does not exist (e.g. per-token times of beam search)."""
+    """The metrics block of one run; None where a figure does not exist (per-token times of a strategy that
+    streams nothing)."""
     times = output.token_times
     new_tokens = len(output.sequences[0]) if output.sequences else 0
     total_s = end_time - output.start_time
@@ -173,7 +172,7 @@ def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak
     if timing.tokens and timing.seconds > 0:
         tokens_per_s = timing.tokens / timing.seconds
     elif not times and new_tokens and total_s - output.compile_s > 0:
-        # no per-token times (beam search): the whole run's rate, prefill included and compile left out, as
+        # no per-token times (nothing streamed): the whole run's rate, prefill included and compile left out, as
         # ttft_s leaves it out for the strategies that stream
         tokens_per_s = new_tokens / (total_s - output.compile_s)
     p50, p90 = percentile(timing.ms_per_token, 50), percentile(timing.ms_per_token, 90)
@@ -188,7 +187,7 @@ def build_metrics(output: GenerationOutput, end_time: float, load_s: float, peak
         "kv_cache_bytes": int(output.kv_cache_bytes),
         "weight_bytes": int(weight_bytes),
         "peak_rss_bytes": None if peak_rss is None else int(peak_rss),
-        "acceptance_rate": output.acceptance_rate,
+        **strategy_metrics(output),
         "mean_logprob": quality[0],
         "greedy_divergence": quality[1],
     }

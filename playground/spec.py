@@ -71,19 +71,19 @@ class RunSpec:
     dry_sequence_breakers: str = DRY_BREAKERS  # a JSON list of strings
     logit_bias: str = ""  # a JSON object {token id: bias}; "": no bias
     seed: int = 0
-    # beam search
+    # the strategies' own knobs (each entry's `knobs` names those it reads)
     num_beams: int = 4
     length_penalty: float = 1.0
     early_stopping: bool = False
-    num_beam_groups: int = 2  # diverse beam search: groups of num_beams / num_beam_groups beams each
-    diversity_penalty: float = 1.0  # diverse beam search: per earlier group that chose the token at this step
-    penalty_alpha: float = 0.6  # contrastive search: the degeneration penalty's weight (candidates: top_k)
-    dola_layers: str = "high"  # DoLa: "low", "high" or comma-separated layer indices
+    num_beam_groups: int = 2  # groups of num_beams / num_beam_groups beams each
+    diversity_penalty: float = 1.0  # per earlier group that chose the token at this step
+    penalty_alpha: float = 0.6  # the degeneration penalty's weight (candidates: top_k)
+    dola_layers: str = "high"  # "low", "high" or comma-separated layer indices
     num_return_sequences: int = 1
-    # assisted decoding: a draft model, or n-gram lookup in the prompt (no draft model)
+    # a draft model, or n-gram lookup in the prompt (no draft model)
     assistant: str | None = None
     prompt_lookup: int = 0
-    assisted_sampling: bool = False  # draw with the sampling knobs (speculative sampling) instead of greedily
+    assisted_sampling: bool = False  # verify drafts drawn with the sampling knobs instead of greedily
     # cache knobs
     cache_bits: int = 4  # quantized cache: 2 or 4 (groups + full-precision residual), 8 (torch fp8, jax 8-bit groups)
     cache_key_bits: int = 0  # quantized cache: the keys' own bits (0: cache_bits)
@@ -328,17 +328,13 @@ def _readers(knob: str) -> str:
 
 
 def _check_unused(spec: RunSpec, strategy: registry.Strategy) -> None:
-    """A strategy's own knobs keep their defaults under the other strategies, so a run never silently ignores
-    what was asked of it."""
-    if "num_return_sequences" not in strategy.knobs and spec.num_return_sequences != 1:
-        raise PlaygroundError(
-            f"num_return_sequences={spec.num_return_sequences} needs strategy {_readers('num_return_sequences')} "
-            "(it returns the best num_return_sequences beams); other strategies return 1")
-    drafting = ("assistant", "prompt_lookup", "assisted_sampling")
-    if not set(drafting) & set(strategy.knobs) and (spec.assistant is not None or spec.prompt_lookup
-                                                   or spec.assisted_sampling):
-        raise PlaygroundError(f"assistant, prompt_lookup and assisted_sampling only apply to strategy "
-                              f"{_readers('assistant')}")
+    """A knob that only some strategies read, set under one that does not, is refused where its record says
+    why (`Knob.unread`), so a run never silently ignores what was asked of it."""
+    for knob in registry.knobs():
+        value = getattr(spec, knob.name)
+        if knob.unread and knob.name not in strategy.knobs and value != knob.default:
+            raise PlaygroundError(f"{knob.name}={value!r} needs strategy {_readers(knob.name)} ({knob.unread}); "
+                                  f"strategy {spec.strategy!r} does not read it")
 
 
 def _check_chain(spec: RunSpec) -> None:

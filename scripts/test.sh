@@ -11,12 +11,19 @@
 #            models' programs; in the full suite only the unit tests' engine programs do (tests/unit/conftest.py),
 #            as -O0 programs run slower and their floating-point results differ in the last digits. What each of
 #            these choices saved: docs/benchmarks.md, "The test suite's speed-ups".
+#   --extended: only the tests marked `extended`: the long checks the full suite leaves out, each beside a cheaper
+#            check of the same feature that it keeps (a three-minute soak, an 8k-token prompt, Gemma3's repeat of a
+#            SmolLM2 measure). Run before a release, or after changing what they cover: docs/benchmarks.md, "The
+#            test suite's time", lists each with its cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-marks=(-n 2 --dist loadfile --no-loadscope-reorder)
-if [[ "${1:-}" == "--fast" ]]; then
+marks=(-m "not extended" -n 2 --dist loadfile --no-loadscope-reorder)
+if [[ "${1:-}" == "--extended" ]]; then
     shift
-    marks=(-m "not slow and not subprocess" -n 2 --dist loadfile)
+    marks=(-m "extended" -n 2 --dist loadfile --no-loadscope-reorder)
+elif [[ "${1:-}" == "--fast" ]]; then
+    shift
+    marks=(-m "not slow and not subprocess and not extended" -n 2 --dist loadfile)
     export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_optimization_level=0"
 fi
 scripts/setup.sh --dev

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol
+
+from playground.strategy_records.composite import StrategyOutputs, StrategyTokenInfo
 
 if TYPE_CHECKING:  # type names only: importing this module must not import torch
     import torch
@@ -23,14 +25,15 @@ EmitTokens = Callable[[list[int]], None]
 ShouldStop = Callable[[], bool]
 # (fraction, message) while a backend prepares a run, e.g. compiles for it; the runner shows it on the column
 ReportProgress = Callable[[float, str], None]
-# Beam search streams nothing (its best sequence is only known at the end): backends call this with the leading
-# running beam's new token ids as the search goes, a preview the page shows until the real result replaces it
+# A strategy that weighs several hypotheses streams nothing (its best sequence is only known at the end): backends
+# call this with the leading hypothesis's new token ids as the search goes, a preview the page shows until the
+# real result replaces it
 PreviewTokens = Callable[[list[int]], None]
 
 
-class TokenInfo(TypedDict, total=False):
+class TokenInfo(StrategyTokenInfo, total=False):
     """What a backend knew about one generated token (ids; the Result turns them into text). Both backends
-    mean the same by each key."""
+    mean the same by each key; a strategy's own keys come from its records' module (`StrategyTokenInfo`)."""
 
     p: float  # probability of the chosen token under the distribution it was drawn from: after every stage of
     #           the logits chain (playground/registry/chain.py)
@@ -41,46 +44,14 @@ class TokenInfo(TypedDict, total=False):
     top_cut: list[str | None]  # per entry of `top`: the chain stage that removed it first, None if it survived
     stages: list[tuple[str, int, float]]  # per stage of the chain, in order: (name, tokens it removed, the
     #                                       probability mass it moved: total variation between before and after)
-    # contrastive search: its top_k candidates, most probable first: (token id, p after the logits processors,
-    # degeneration penalty = greatest cosine similarity to the context, score = (1 - α)·p - α·penalty)
-    candidates: list[tuple[int, float, float, float]]
-    dola: DolaInfo  # DoLa: the contrast behind the token
     state: dict[str, float]  # what a stage carries from token to token, as it stood when this token was drawn:
     #                          "mirostat_mu" (bits), "adaptive_p_average" (the chosen tokens' running average)
 
 
-class DolaInfo(TypedDict):
-    """What DoLa contrasted for one token."""
-
-    layer: int  # the premature layer contrasted with the final one at this step
-    layers: list[int]  # the candidate premature layers
-    js: list[float]  # per candidate layer, its Jensen-Shannon divergence from the final layer (the largest wins)
-    final_top: int  # the final layer's own most likely token: greedy's choice, before the contrast
-
-
-class BeamNode(TypedDict):
-    """One candidate of one beam-search step (a token id; the Result adds its text)."""
-
-    parent: int | None  # index of the node it extends in the previous step; None at the first step
-    token: int
-    score: float  # cumulative log-probability of the hypothesis (before the length penalty)
-    kept: bool  # continues as one of the live beams
-    finished: bool  # ended here (EOS)
-    chosen: bool  # on the path of the best returned sequence
-    group: NotRequired[int]  # diverse beam search: the group of beams the hypothesis belongs to
-    penalty: NotRequired[float]  # diverse beam search: the diversity penalty this token paid (in `score`)
-
-
-class AssistStep(TypedDict):
-    """One verification step of assisted decoding (token ids in the main model's vocabulary)."""
-
-    drafted: list[int]  # what the draft proposed (may be empty: prompt lookup found no match)
-    accepted: int  # how many of them, from the first, the main model kept; the rest were rejected
-
-
 @dataclass
-class GenerationOutput:
-    """What a backend measured; the runner turns it into the Result JSON.
+class GenerationOutput(StrategyOutputs):
+    """What a backend measured; the runner turns it into the Result JSON. The fields only some strategies
+    fill are their records' (`StrategyOutputs`, keyword-only).
 
     All times are time.perf_counter() values, so the runner can relate them to its own clock.
     """
@@ -90,15 +61,11 @@ class GenerationOutput:
     token_times: list[float]  # when each new token of sequences[0] became available on the host
     kv_cache_bytes: int  # bytes held by the cache's tensors at the end of the run
     compile_s: float = 0.0  # time spent compiling before the first token (JAX path; 0 when nothing compiled)
-    scores: list[float] | None = None  # beam search: sequence scores, same order as sequences
-    acceptance_rate: float | None = None  # assisted: accepted draft tokens / proposed draft tokens
+    scores: list[float] | None = None  # each returned sequence's score, where the strategy ranks them
     forward_passes: int | None = None  # main-model forward passes, measured
     stopped: bool = False  # ended early by should_stop()
     token_info: list[TokenInfo] | None = None  # per token of sequences[0]
-    draft_flags: list[bool] | None = None  # assisted: True where the token was an accepted draft token
     kv_trace: list[int] = field(default_factory=list)  # cache bytes after each decoding step
-    beam_tree: list[list[BeamNode]] | None = None  # beam search: every step's candidates
-    assisted_steps: list[AssistStep] | None = None  # assisted: per verification step, drafted and accepted
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific figures shown as is
     # a constrained run: per returned sequence, the engine's replay of it (whether the grammar may end after it,
     # or the first token it refused; the Result adds the independent check); None without a constraint
@@ -108,6 +75,10 @@ class GenerationOutput:
     weight_bytes: int | None = None
     reused_tokens: int = 0  # positions restored from the prefix store instead of prefilled
     kept: Kept | None = None  # this run's cache for the prefix store, where the runner asked for it
+    reuse_note: str | None = None  # why a match could not be restored (the run went cold), in one line
+    # a warm run of a cache restored rather than recomputed, against the cold run of its tokens: exact, kl_mean,
+    # kl_max, max_p_difference, first_difference (backends/torch/reuse_vs_cold.py); None where not measured
+    vs_cold: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,8 +140,8 @@ class Backend(Protocol):
                  reuse: ReusePlan | None = None) -> GenerationOutput:
         """Generate after the prompt's token ids (plain ids: each backend makes its own arrays of them),
         streaming through `emit`; `draft` is the assistant model, if any;
-        `progress` hears of long preparations before the first token (a compile), `preview` of beam search's
-        leading beam while it searches. `reuse` (only where `reuse_refusal` has none): start from the prefix
+        `progress` hears of long preparations before the first token (a compile), `preview` of a search's
+        leading hypothesis while it searches. `reuse` (only where `reuse_refusal` has none): start from the prefix
         store's match and hand back this run's cache as `GenerationOutput.kept`."""
         ...
 
@@ -201,5 +172,5 @@ def first_eos(*sources: Any) -> int | None:
 
 def same_vocabulary(a: Any, b: Any) -> bool:
     """Whether two tokenizers map the same texts to the same ids (a draft model's token ids can then be verified
-    as they are; otherwise the drafts go through text: universal assisted decoding)."""
+    as they are; otherwise the drafts go through text)."""
     return a is b or (len(a) == len(b) and a.get_vocab() == b.get_vocab())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from playground.backends.base import BeamNode
+from playground.strategy_records.beam import BeamNode
 
 
 class BeamTree:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from playground.backends.base import BeamNode
 from playground.backends.beam_nodes import BeamTree
+from playground.strategy_records.beam import BeamNode
 
 
 @dataclass(frozen=True)

@@ -64,11 +64,24 @@ REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted", "
 # The JAX path's plug-ins that continue a kept cache (backends/jax/prefix_reuse.py): those whose prefill is the
 # engine's own over one row, handing the start only its last logits (beam search repeats the row afterwards)
 JAX_REUSING_STRATEGIES = ("greedy", "sampling", "beam", "beam_sample", "assisted")
-COLD_CACHE = {
-    "sliding": "the sliding cache keeps only its window, so a new prompt could not be cropped back into it",
-    "sink": "a sink cache continued over its window attends differently from a prompt prefilled whole",
-    "quantized": "a quantized store continued later is not the one a single prefill of the same tokens builds",
-}
+# The caches kept whole and restored bit for bit (backends/torch/restored_reuse.py, backends/jax/restored_reuse.py),
+# but whose warm run need not be the cold one: a quantized store continued later is quantized at other points, and
+# a bounded cache continued over a new suffix attends over its kept window where a whole prompt attends over itself.
+# A warm run of these reports its difference from the cold run (`reuse.kl_vs_cold`, `reuse.first_difference`). One
+# row each, measured against cold on greedy and sampling alone: a beam search would restore one row into several
+RESTORED_CACHES = ("quantized", "sliding", "sink")
+RESTORED_STRATEGIES = ("greedy", "sampling")
+
+
+def cache_cold_reason(strategy: str, cache: str) -> str | None:
+    """The cache's part of `cold_reason`: why this cache type is neither restored nor kept."""
+    if cache in EXACT_CACHES:
+        return None
+    if cache not in RESTORED_CACHES:
+        return f"the {cache} cache is not kept between runs"
+    if strategy in RESTORED_STRATEGIES:
+        return None
+    return f"the {cache} cache is kept for one-row runs (greedy, sampling); {strategy} prefills whole"
 
 
 def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: str = "torch",
@@ -76,8 +89,9 @@ def cold_reason(strategy: str, cache: str, torch_compile: str = "off", backend: 
     """Why a run of this strategy and cache on `backend` neither starts from nor leaves a kept cache (apart from
     the model: each backend adds its sliding layers); None: it does. `assistant`: assisted decoding's draft model
     (None: prompt lookup, or no assisted decoding)."""
-    if cache not in EXACT_CACHES:
-        return COLD_CACHE.get(cache, f"the {cache} cache is not kept between runs")
+    reason = cache_cold_reason(strategy, cache)
+    if reason is not None:
+        return reason
     if strategy not in REUSING_STRATEGIES:
         return f"{strategy} runs its first pass over the whole prompt; the cache is not kept"
     if backend == "jax" and strategy not in JAX_REUSING_STRATEGIES:
@@ -217,6 +231,11 @@ class ReuseRecord(TypedDict):
     exact: bool  # True: a warm run gives the cold run's tokens and probabilities (docs/caches.md, per cache)
     note: str | None  # why the run could not start from or leave a kept cache, or what the memory budget evicted
     store_bytes: int  # the store's bytes once the run's own state is kept
+    # a warm run of a restored cache (RESTORED_CACHES), against the cold run of the same tokens, measured after
+    # the run (each backend's reuse_vs_cold.py); None where not measured (a cold run, or an exact cache):
+    kl_vs_cold: float | None  # mean KL(cold || warm) of the model's next-token distributions, nats
+    kl_vs_cold_max: float | None  # the largest of them
+    first_difference: int | None  # the first new token where the cold run's most likely token is another one
 
 
 def plan(spec: Any, scope: str | None, refusal: str | None, ids: Sequence[int],
@@ -238,7 +257,8 @@ def keep(spec: Any, scope: str | None, plan_made: ReusePlan | None, output: Any,
          note: str | None, freed: int, store: PrefixStore = STORE) -> ReuseRecord | None:
     """Keep a run's cache (`output`: its first GenerationOutput; a stopped run's cache too: it holds what it
     computed) and say what reuse did; None for a run without a scope. `freed`: the store's bytes the memory
-    budget emptied for the run. Warm runs are exact: the store takes only the caches where they are."""
+    budget emptied for the run. A warm run is exact, or its output says how it differs from the cold run
+    (`vs_cold`); a match the backend could not cut back leaves its reason (`reuse_note`)."""
     if freed:
         note = f"the prefix store ({freed / 2**20:.0f} MiB) was emptied to fit this run in the memory budget"
     if scope is None:
@@ -246,5 +266,8 @@ def keep(spec: Any, scope: str | None, plan_made: ReusePlan | None, output: Any,
     if plan_made is not None and output.kept is not None:
         store.put(settings_key(spec, scope), output.kept)
         output.kept = None
-    return {"reused_tokens": output.reused_tokens, "prompt_tokens": prompt_tokens, "exact": True, "note": note,
-            "store_bytes": store.bytes}
+    vs_cold = output.vs_cold or {}
+    return {"reused_tokens": output.reused_tokens, "prompt_tokens": prompt_tokens,
+            "exact": vs_cold.get("exact", True), "note": output.reuse_note or note, "store_bytes": store.bytes,
+            "kl_vs_cold": vs_cold.get("kl_mean"), "kl_vs_cold_max": vs_cold.get("kl_max"),
+            "first_difference": vs_cold.get("first_difference")}

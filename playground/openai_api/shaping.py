@@ -102,9 +102,10 @@ def usage(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def metrics(outcome: Outcome) -> dict[str, Any]:
-    """The choice's run as measured (shared by the choices of one beam search); null figures with echo only."""
+    """The choice's run as measured (shared by the choices of one beam search); null figures with echo only. Its
+    `reuse`: what the prefix store did, and how a warm run differs from the cold one (the Result's record)."""
     measured: dict[str, Any] = dict(outcome.result["metrics"]) if outcome.result is not None else {}
     spec = outcome.result["spec"] if outcome.result is not None else {}
     return {"index": outcome.index, **{key: measured.get(key) for key in METRICS},
             "backend": spec.get("backend"), "strategy": spec.get("strategy"), "cache": spec.get("cache"),
-            "seed": spec.get("seed")}
+            "seed": spec.get("seed"), "reuse": outcome.result.get("reuse") if outcome.result is not None else None}

@@ -28,6 +28,8 @@ TORCH_COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cud
 SAMPLING, MORE_SAMPLING, PENALTIES = "sampling", "more sampling", "penalties"
 # the strategies' groups of the column card, each shown while the column's strategy reads one of its knobs
 BEAM, DIVERSE, CONTRASTIVE, DOLA = "beam", "diverse", "contrastive", "dola"
+# why a draft knob is refused under a strategy without drafts
+_DRAFTS = "a draft model or prompt lookup drafts only for a strategy that verifies drafts"
 
 CONSTRAINT_KINDS = ("none", "regex", "json_schema", "choice", "grammar")
 P_LESS_MODES = (0, 1, 2)  # off, p-less, p-less-norm (the two variants of the p-less authors' code)
@@ -170,7 +172,8 @@ for _knob in (
          help="contrastive search: score = (1 - α)·p - α·(the candidate's greatest similarity to the text so far)",
          sweep="repeat_4gram_rate"),
     # the verify pass's width
-    Knob(name="prompt_lookup", kind=int, default=0, low=0, high=64, shapes=True, sweep="tokens_per_pass"),
+    Knob(name="prompt_lookup", kind=int, default=0, low=0, high=64, shapes=True, sweep="tokens_per_pass",
+         unread=_DRAFTS),
     Knob(name="cache_bits", kind=int, default=4, choices=CACHE_BITS, shapes=True, sweep="agreement"),
     Knob(name="cache_key_bits", kind=int, default=0, choices=SIDE_BITS, shapes=True, sweep="agreement",
          label="key bits (0 = cache bits)",
@@ -196,11 +199,12 @@ for _knob in (
               "in this mode, its compile time reported apart; off: eager"),
     # strategies' knobs that must keep their default under the other strategies (RunSpec checks it)
     Knob(name="num_return_sequences", kind=int, default=1, low=1, high=MAX_BEAMS, shapes=True, group=BEAM, step=1,
-         label="returned sequences", help="beam search: how many of the best hypotheses are returned"),
+         label="returned sequences", help="beam search: how many of the best hypotheses are returned",
+         unread="it returns the best num_return_sequences beams; other strategies return 1"),
     Knob(name="early_stopping", kind=bool, default=False, group=BEAM, label="early stopping",
          help="beam search: stop at num_beams finished"),
-    Knob(name="assistant", kind=str, default=None),
-    Knob(name="assisted_sampling", kind=bool, default=False,
+    Knob(name="assistant", kind=str, default=None, unread=_DRAFTS),
+    Knob(name="assisted_sampling", kind=bool, default=False, unread=_DRAFTS,
          help="assisted decoding: sample with the sampling knobs (speculative sampling)"),
 ):
     register_knob(_knob)

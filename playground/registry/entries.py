@@ -51,6 +51,9 @@ class Knob:
     # the sampler lab's range where the stage's definition reaches past run's (a temperature of 0 is greedy, a
     # repetition penalty of 50 is llama.cpp's test value); None: the lab takes run's range
     lab: Range | None = None
+    # why a value other than the default is refused under a strategy that does not read the knob ("": ignored
+    # there, as the page sends every knob of every column): set where ignoring it would give another run than asked
+    unread: str = ""
 
     @property
     def title(self) -> str:

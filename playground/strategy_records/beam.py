@@ -1,14 +1,34 @@
-"""The beam strategies' record in the Result: `beam_tree`, every candidate each search step weighed."""
+"""The beam strategies' records: what a backend records (`beam_tree`, every candidate each search step weighed),
+what the Result shows (`beam_tree`, with texts), and the builder between them."""
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from dataclasses import dataclass
+from typing import Any, NotRequired, Protocol, TypedDict
 
-from playground.backends.base import GenerationOutput
+
+class BeamNode(TypedDict):
+    """One candidate of one beam-search step (a token id; the Result adds its text)."""
+
+    parent: int | None  # index of the node it extends in the previous step; None at the first step
+    token: int
+    score: float  # cumulative log-probability of the hypothesis (before the length penalty)
+    kept: bool  # continues as one of the live beams
+    finished: bool  # ended here (EOS)
+    chosen: bool  # on the path of the best returned sequence
+    group: NotRequired[int]  # diverse beam search: the group of beams the hypothesis belongs to
+    penalty: NotRequired[float]  # diverse beam search: the diversity penalty this token paid (in `score`)
+
+
+@dataclass(kw_only=True)
+class BeamOutputs:
+    """A backend's output fields of a beam-type search."""
+
+    beam_tree: list[list[BeamNode]] | None = None  # every step's candidates
 
 
 class BeamRecord(TypedDict):
-    """A beam-search candidate as the Result shows it (see backends.base.BeamNode)."""
+    """A beam-search candidate as the Result shows it (see BeamNode)."""
 
     parent: int | None
     token: int
@@ -21,7 +41,20 @@ class BeamRecord(TypedDict):
     penalty: NotRequired[float]  # diverse beam search: the diversity penalty its token paid (in `score`)
 
 
-def beam_tree(tokenizer: Any, output: GenerationOutput) -> list[list[BeamRecord]] | None:
+class BeamRunRecords(TypedDict):
+    """The Result's run record: per step, every candidate weighed (None on the other strategies)."""
+
+    beam_tree: list[list[BeamRecord]] | None
+
+
+class _Recorded(Protocol):
+    """What the builder reads of a backend's output."""
+
+    @property
+    def beam_tree(self) -> list[list[BeamNode]] | None: ...
+
+
+def beam_tree(tokenizer: Any, output: _Recorded) -> list[list[BeamRecord]] | None:
     """The beam tree with each candidate's text."""
     if output.beam_tree is None:
         return None

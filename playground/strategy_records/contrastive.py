@@ -1,10 +1,20 @@
-"""Contrastive search's records in the Result: `tokens[i].contrastive`, the candidates it weighed per token."""
+"""Contrastive search's records: what a backend records per token (`candidates`), what the Result shows
+(`tokens[i].contrastive`), and the builder between them."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Sequence
+from typing import Any, NotRequired, Protocol, TypedDict
 
-from playground.backends.base import GenerationOutput
+# One candidate as a backend records it: (token id, p after the logits processors, degeneration penalty = greatest
+# cosine similarity to the context, score = (1 - α)·p - α·penalty)
+CandidateInfo = tuple[int, float, float, float]
+
+
+class ContrastiveTokenInfo(TypedDict, total=False):
+    """A backend's record of one token: the top_k candidates weighed, most probable first."""
+
+    candidates: list[CandidateInfo]
 
 
 class Candidate(TypedDict):
@@ -17,7 +27,20 @@ class Candidate(TypedDict):
     score: float  # (1 - penalty_alpha)·p - penalty_alpha·penalty: the highest is the token
 
 
-def contrastive_candidates(tokenizer: Any, output: GenerationOutput) -> list[list[Candidate] | None] | None:
+class ContrastiveTokenRecord(TypedDict):
+    """The Result's token record: the candidates, most probable first (None on other strategies' tokens)."""
+
+    contrastive: NotRequired[list[Candidate] | None]
+
+
+class _Recorded(Protocol):
+    """What the builder reads of a backend's output."""
+
+    @property
+    def token_info(self) -> Sequence[ContrastiveTokenInfo] | None: ...
+
+
+def contrastive_candidates(tokenizer: Any, output: _Recorded) -> list[list[Candidate] | None] | None:
     """Per token, the candidates contrastive search weighed, most probable first."""
     if not output.token_info:
         return None

@@ -1,10 +1,25 @@
-"""DoLa's records in the Result: `tokens[i].dola`, the contrast behind each token."""
+"""DoLa's records: what a backend records per token (`dola`, the contrast), what the Result shows
+(`tokens[i].dola`), and the builder between them."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Sequence
+from typing import Any, NotRequired, Protocol, TypedDict
 
-from playground.backends.base import GenerationOutput
+
+class DolaInfo(TypedDict):
+    """What DoLa contrasted for one token, as a backend records it."""
+
+    layer: int  # the premature layer contrasted with the final one at this step
+    layers: list[int]  # the candidate premature layers
+    js: list[float]  # per candidate layer, its Jensen-Shannon divergence from the final layer (the largest wins)
+    final_top: int  # the final layer's own most likely token: greedy's choice, before the contrast
+
+
+class DolaTokenInfo(TypedDict, total=False):
+    """A backend's record of one token: the contrast behind it."""
+
+    dola: DolaInfo
 
 
 class DolaRecord(TypedDict):
@@ -18,16 +33,29 @@ class DolaRecord(TypedDict):
     changed: bool  # the contrast took another token than greedy's
 
 
-def _first(output: GenerationOutput) -> list[int]:
-    return output.sequences[0] if output.sequences else []
+class DolaTokenRecord(TypedDict):
+    """The Result's token record: the layer contrasted, and whether that changed greedy's choice."""
+
+    dola: NotRequired[DolaRecord | None]
 
 
-def dola_contrasts(tokenizer: Any, output: GenerationOutput) -> list[DolaRecord | None] | None:
+class _Recorded(Protocol):
+    """What the builder reads of a backend's output."""
+
+    @property
+    def sequences(self) -> Sequence[Sequence[int]]: ...
+
+    @property
+    def token_info(self) -> Sequence[DolaTokenInfo] | None: ...
+
+
+def dola_contrasts(tokenizer: Any, output: _Recorded) -> list[DolaRecord | None] | None:
     """Per token, the layer DoLa contrasted and whether that changed the final layer's own choice."""
     if not output.token_info:
         return None
+    first = output.sequences[0] if output.sequences else []
     records: list[DolaRecord | None] = []
-    for token, known in zip(_first(output), output.token_info, strict=False):
+    for token, known in zip(first, output.token_info, strict=False):
         contrast = known.get("dola")
         records.append(None if contrast is None else {
             "layer": contrast["layer"], "layers": list(contrast["layers"]),

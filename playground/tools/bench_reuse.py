@@ -76,7 +76,8 @@ def reuse_row(model: str, backend: str, cache: str, shared: int, tokenizer: Any,
     """One row: the prefix kept, then its continuation cold and warm."""
     spec = RunSpec.from_dict({"model": model, "backend": backend, "cache": cache, "max_new_tokens": GENERATED,
                               "chat": False, **(extra or {})})
-    row: dict[str, Any] = {"backend": backend, "cache": cache + ("-bf16" if extra else ""), "shared_tokens": shared,
+    label = cache + "".join(f"-{value}" for value in (extra or {}).values())  # "dynamic-bf16", "quantized-8"
+    row: dict[str, Any] = {"backend": backend, "cache": label, "shared_tokens": shared,
                            "new_tokens": NEW_TOKENS}
     loaded, _ = LOADED.get(model, backend_for(backend).source_weights(spec))
     refusal = backend_for(backend).reuse_refusal(loaded, spec)
@@ -90,8 +91,18 @@ def reuse_row(model: str, backend: str, cache: str, shared: int, tokenizer: Any,
     warm = _result(whole, spec, scope)
     record = warm["reuse"]
     return row | {"ttft_cold_s": cold["metrics"]["ttft_s"], "ttft_warm_s": warm["metrics"]["ttft_s"],
-                  "reused_tokens": record["reused_tokens"], "exact": exactness(warm, cold),
+                  "reused_tokens": record["reused_tokens"], "exact": row_exactness(warm, cold),
                   "store_bytes": record["store_bytes"]}
+
+
+def row_exactness(warm: Result, cold: Result) -> bool | dict[str, Any]:
+    """`exactness`, and for a restored cache (whose warm run the backend measured against the cold one) the KL
+    against cold and the first new token whose most likely token differs, where it is not exact."""
+    exact, record = exactness(warm, cold), warm["reuse"]
+    if record.get("kl_vs_cold") is None or (exact is True and record["exact"]):
+        return exact
+    return {"kl_vs_cold": record["kl_vs_cold"], "kl_vs_cold_max": record["kl_vs_cold_max"],
+            "first_difference": record["first_difference"], **(exact if isinstance(exact, dict) else {})}
 
 
 def step_row(model: str, backend: str, tokenizer: Any, ids: list[int],

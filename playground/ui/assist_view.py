@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from playground.result import Result, TokenRecord
 from playground.retention import VerifyPass
 from playground.strategy_records.assisted import AssistRecord
+from playground.ui.draft_card import DRAFT_SOURCE
 from playground.ui.strategy_view import StrategyView
 
 STRIP_HEIGHT = 36  # px of the tallest bar
@@ -94,6 +95,11 @@ class AssistedView(StrategyView):
 
     legend = ("<span class='tok draft'>accepted draft</span>", "<span class='tok rejected'>rejected draft</span>")
     css = ASSIST_CSS
+    card = DRAFT_SOURCE
+
+    def notice_parts(self, result: Result) -> list[str]:
+        rate = result["metrics"]["acceptance_rate"]
+        return [] if rate is None else [f"{100 * rate:.0f}% drafts accepted"]
 
     def above_tokens(self, result: Result) -> str:
         return assist_strip_html(result.get("assisted_steps"))

@@ -149,9 +149,14 @@ BEAM_CSS = """
 
 class BeamView(StrategyView):
     """Beam search's, beam sampling's and diverse beam search's view: the returned sequences and the search's
-    tree in the column's beam-tree box."""
+    tree in the column's view box, and the finished hypotheses ranked across beam columns."""
 
     css = BEAM_CSS
 
-    def tree_html(self, result: Result) -> str:
+    def box_html(self, result: Result) -> str:
         return beam_html(result)
+
+    def across_columns(self, results: Sequence[Result | None], labels: Sequence[str]) -> str:
+        from playground.ui.beam_compare import beam_comparison  # it draws its tables with this module's pieces
+
+        return beam_comparison(results, labels)

@@ -1,30 +1,22 @@
 """A column's settings card below its choices: the strategies' knob groups (the sampling stages' and each
-strategy's, drawn from their registry records by knob_widgets.py; assisted decoding's draft source), then the
-caches' and the backends' (devices on JAX, torch.compile on PyTorch), each shown only where the column's choice
-reads its knobs (columns.visibility)."""
+strategy's, drawn from their registry records by knob_widgets.py, with what each strategy's view adds: its
+`CardPart`), then the caches' and the backends' (devices on JAX, torch.compile on PyTorch), each shown only where
+the column's choice reads its knobs (columns.visibility)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gradio as gr
 
 from playground import registry
 from playground.backends.prefix_store import cold_reason
-from playground.models.catalog import BUNDLED
-from playground.registry.builtin import MAX_CONTRASTIVE_K
 from playground.registry.builtin_knobs import MORE_SAMPLING, SAMPLING
 from playground.spec import CACHE_BITS
-from playground.ui.knob_widgets import WIDGET_MIN_WIDTH, chain_widgets, group_widgets, knob_widget, strategy_groups
+from playground.ui.knob_widgets import chain_widgets, group_widgets, knob_widget, strategy_groups
 from playground.ui.settings import ColumnValues
-
-DRAFT_MODEL, PROMPT_LOOKUP = "draft model", "prompt lookup"
-# contrastive search's top_k has a control of its own (the sampling filter's slider means something else, and
-# its default of 50 would batch 50 candidates per step): the UI-only key it is held under, and the paper's k
-CANDIDATES, CANDIDATES_DEFAULT = "candidates", 4
-DOLA_NOTE = ("the generation guide pairs DoLa with a repetition penalty of 1.2 (under “more: min tokens, penalties”): "
-             "the contrast alone tends to repeat itself")
+from playground.ui.strategy_view import card_parts
 
 
 def slider(key: str, index: int, low: float, high: float, step: float, label: str, values: Mapping[str, Any],
@@ -34,53 +26,22 @@ def slider(key: str, index: int, low: float, high: float, step: float, label: st
 
 def strategy_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
                    shown: Mapping[str, bool]) -> None:
-    """The sampling stages' knobs, each strategy's group drawn from its knobs' records, then assisted decoding's
-    draft source; each group shown only where the column's choice reads its knobs."""
+    """The sampling stages' knobs, each strategy's group drawn from its knobs' records with what its view's card
+    part adds there, then the parts' blocks of their own; each shown only where the column's choice reads its
+    knobs."""
     with gr.Group(visible=shown["sampling_knobs"]) as groups["sampling_knobs"]:
         chain_widgets(index, knobs, SAMPLING, values)
         with gr.Accordion("more samplers: typical-p, epsilon and eta, top-nσ, XTC, the order", open=False):
             chain_widgets(index, knobs, MORE_SAMPLING, values)
+    parts = card_parts()
+    notes = {knob: note for part in parts for knob, note in part.notes.items()}
     for name, group in strategy_groups().items():
         with gr.Group(visible=shown[name]) as groups[name]:
-            group_widgets(index, knobs, group, values, NOTES)
-            if name in GROUP_EXTRAS:
-                GROUP_EXTRAS[name](index, knobs, values)
-    draft_knobs(index, knobs, groups, values, shown)
-
-
-def draft_knobs(index: int, knobs: dict[str, Any], groups: dict[str, Any], values: ColumnValues,
-                shown: Mapping[str, bool]) -> None:
-    """Assisted decoding's draft source: a model or prompt lookup (one radio shows the other's knob or not), and
-    whether it samples; widgets of their own, as the source is a choice between two knobs."""
-    with gr.Group(visible=shown["draft_knobs"]) as groups["draft_knobs"]:
-        knobs["draft_source"] = gr.Radio([DRAFT_MODEL, PROMPT_LOOKUP], value=values["draft_source"],
-                                         label="draft tokens from", elem_id=f"draft_source-{index}")
-        knobs["assistant"] = gr.Dropdown(list(BUNDLED), value=values["assistant"], label="draft model",
-                                         allow_custom_value=True, elem_id=f"assistant-{index}",
-                                         visible=shown["assistant"])
-        knobs["prompt_lookup"] = slider("prompt_lookup", index, 1, 64, 1, "prompt lookup n-gram tokens", values,
-                                        visible=shown["prompt_lookup"])
-        groups["assistant"], groups["prompt_lookup"] = knobs["assistant"], knobs["prompt_lookup"]
-        knobs["assisted_sampling"] = gr.Checkbox(
-            values["assisted_sampling"], label="sample (speculative sampling)", elem_id=f"assisted_sampling-{index}",
-            info="off: greedy, the same text as greedy decoding · on: drafts accepted by the speculative-sampling "
-                 "rule, so the text follows the sampling knobs above")
-
-
-def _candidates(index: int, knobs: dict[str, Any], values: ColumnValues) -> None:
-    """Contrastive search's candidates: its top_k, held under a key of the page's own (the sampling filter's
-    slider means something else there)."""
-    top_k = registry.knob("top_k")
-    knobs[CANDIDATES] = gr.Slider(
-        2, MAX_CONTRASTIVE_K, value=values[CANDIDATES], step=1, label="candidates (top_k)",
-        elem_id=f"{CANDIDATES}-{index}", info=f"contrastive search weighs this many of the most likely "
-        f"tokens per step, in one batched forward (RunSpec key {top_k.name})", min_width=WIDGET_MIN_WIDTH)
-
-
-# A widget the page adds to a strategy's group beside the records' own: a control of a knob another group owns
-GROUP_EXTRAS: dict[str, Callable[[int, dict[str, Any], ColumnValues], None]] = {"contrastive_knobs": _candidates}
-# a line after a knob's help on the page only (where the page puts another knob the method is best paired with)
-NOTES = {"dola_layers": DOLA_NOTE}
+            group_widgets(index, knobs, group, values, notes)
+            for part in (part for part in parts if part.group == name):
+                part.draw(index, knobs, groups, values, shown)
+    for part in (part for part in parts if not part.group):
+        part.draw(index, knobs, groups, values, shown)
 
 
 SIDE_BITS_NOTE = "torch: 2 or 4 each (quanto), or 8 for both (fp8) · jax: 2, 4 or 8 each · 0: as cache bits"

@@ -15,10 +15,6 @@ from playground.models.catalog import model_choices
 from playground.registry.builtin_knobs import MORE_SAMPLING, PENALTIES, SAMPLING
 from playground.spec import RunSpec, max_new_tokens_cap
 from playground.ui.card_groups import (
-    CANDIDATES,
-    CANDIDATES_DEFAULT,
-    DRAFT_MODEL,
-    PROMPT_LOOKUP,
     cache_knobs,
     constraint_knobs,
     slider,
@@ -32,6 +28,7 @@ from playground.ui.events import Inputs, Updates, on_private, writes
 from playground.ui.knob_widgets import chain_knobs, chain_widgets, strategy_groups
 from playground.ui.settings import ColumnSettings, ColumnValues
 from playground.ui.step_view import step_views
+from playground.ui.strategy_view import VIEW_BOX_ID, card_parts
 
 MAX_COLUMNS = 4
 # The page opens on a comparison that shows a difference: the most likely continuation against a sample of it.
@@ -48,7 +45,6 @@ COMMON_KEYS = ("model", "weights", "backend", "strategy", "cache", "max_new_toke
 CONSTRAINT_KEYS = ("constraint", "constraint_text")
 # Knob groups of the settings card drawn by their own code: a group is shown when the choice reads any of its knobs
 OWN_GROUPS = {
-    "draft_knobs": ("assistant", "prompt_lookup", "assisted_sampling"),
     "bits_knobs": ("cache_bits", "residual_length", "cache_key_bits", "cache_value_bits"),
     "dtype_knobs": ("cache_dtype",),
     "window_box": ("window", "sink_tokens"),
@@ -58,18 +54,12 @@ OWN_GROUPS = {
     "reuse": ("reuse",),  # the prefix store: both backends (disabled with the reason where a column runs cold)
     "constraint_box": CONSTRAINT_KEYS,
 }
-# what a control shows while its key is unused: a draft source ready to pick, not RunSpec's "none". Assisted
-# decoding starts from prompt lookup: the default draft model is the main model itself, whose every draft is
-# accepted, so nothing about verification would be seen
-UI_ONLY_DEFAULTS = {"assistant": "smollm2-135m", "prompt_lookup": 10, "draft_source": PROMPT_LOOKUP,
-                    CANDIDATES: CANDIDATES_DEFAULT}
-
-
 def groups() -> dict[str, tuple[str, ...]]:
-    """Every knob group of the settings card: the chain's and the strategies' (drawn from the knobs' records),
-    then the others."""
+    """Every knob group of the settings card: the chain's and the strategies' (drawn from the knobs' records), the
+    strategies' card parts' own blocks, then the others."""
+    own = {name: keys for part in card_parts() for name, keys in part.own_groups.items()}
     return {"sampling_knobs": chain_knobs(SAMPLING) + chain_knobs(MORE_SAMPLING),
-            "penalty_knobs": chain_knobs(PENALTIES), **strategy_groups(), **OWN_GROUPS}
+            "penalty_knobs": chain_knobs(PENALTIES), **strategy_groups(), **own, **OWN_GROUPS}
 
 
 def column_keys() -> tuple[str, ...]:
@@ -83,7 +73,8 @@ def spec_defaults() -> dict[str, Any]:
 
 def ui_defaults() -> dict[str, Any]:
     defaults = spec_defaults()
-    return {**{k: defaults[k] for k in column_keys()}, **UI_ONLY_DEFAULTS}
+    own = {key: value for part in card_parts() for key, value in part.defaults.items()}
+    return {**{k: defaults[k] for k in column_keys()}, **own}
 
 
 def int_keys() -> set[str]:
@@ -107,19 +98,16 @@ def relevant_keys(strategy: str, cache: str, backend: str, assisted_sampling: bo
     return keys
 
 
-def own_top_k(strategy: str, assisted_sampling: bool = False) -> bool:
-    """Whether the strategy reads `top_k` as its own setting rather than as the sampling filter (contrastive
-    search's candidates): then its own control sets it, and the sampling knobs stay hidden."""
-    return "top_k" in registry.strategy(strategy).knobs and not samples(strategy, assisted_sampling)
-
-
-def visibility(strategy: str, cache: str, backend: str, draft_source: str,
+def visibility(strategy: str, cache: str, backend: str, held: Mapping[str, Any] | None = None,
                assisted_sampling: bool = False) -> dict[str, bool]:
-    """Which knob groups are shown for the current choice (names of ColumnControls.groups)."""
+    """Which knob groups are shown for the current choice (names of ColumnControls.groups); `held` holds the
+    card parts' own controls' values (which of their blocks show)."""
     keys = set(relevant_keys(strategy, cache, backend, assisted_sampling))
     shown = {group: bool(keys & set(knobs)) for group, knobs in groups().items()}
     shown["sampling_knobs"] = samples(strategy, assisted_sampling)
-    return {**shown, "assistant": draft_source != PROMPT_LOOKUP, "prompt_lookup": draft_source == PROMPT_LOOKUP}
+    for part in card_parts():
+        shown |= part.shown(held or {})
+    return shown
 
 
 def _clean(key: str, value: Any) -> Any:
@@ -136,17 +124,12 @@ def column_settings(values: ColumnValues) -> ColumnSettings:
     sampled = bool(values.get("assisted_sampling"))
     keys = relevant_keys(values["strategy"], values["cache"], values["backend"], sampled)
     held: Mapping[str, Any] = values
-    settings = cast(ColumnSettings, {k: _clean(k, held[k]) for k in keys
-                                     if k not in ("assistant", "prompt_lookup", "assisted_sampling")})
-    if set(OWN_GROUPS["draft_knobs"]) & set(registry.strategy(values["strategy"]).knobs):
-        if sampled:  # left out when off, so a shared link stays as short as before
-            settings["assisted_sampling"] = True
-        if values.get("draft_source") == PROMPT_LOOKUP:
-            settings["prompt_lookup"] = _clean("prompt_lookup", values["prompt_lookup"])
-        else:
-            settings["assistant"] = values["assistant"] or None
-    if own_top_k(values["strategy"], sampled):
-        settings["top_k"] = _clean("top_k", values[CANDIDATES])
+    parts = card_parts()
+    written = {key for part in parts for key in part.writes}
+    settings = cast(ColumnSettings, {k: _clean(k, held[k]) for k in keys if k not in written})
+    for part in parts:  # a part's keys, where the choice reads them
+        if set(part.writes) & set(keys) or not part.writes:
+            part.to_settings(held, settings)
     if settings.get("constraint") == "none":  # left out when none, so a link without one stays as it was
         settings.pop("constraint")
         settings.pop("constraint_text", None)
@@ -160,18 +143,8 @@ def control_values(settings: ColumnSettings) -> ColumnValues:
     given: Mapping[str, Any] = settings
     defaults = ui_defaults()
     values = cast(ColumnValues, {k: given.get(k, defaults[k]) for k in column_keys()})
-    if settings.get("assistant") and not settings.get("prompt_lookup"):
-        values["draft_source"] = DRAFT_MODEL
-    else:
-        values["draft_source"] = PROMPT_LOOKUP
-    if not values["prompt_lookup"]:
-        values["prompt_lookup"] = defaults["prompt_lookup"]
-    if not values["assistant"]:
-        values["assistant"] = defaults["assistant"]
-    if own_top_k(values["strategy"], bool(values["assisted_sampling"])) and "top_k" in settings:
-        values[CANDIDATES], values["top_k"] = settings["top_k"], defaults["top_k"]
-    else:
-        values[CANDIDATES] = defaults[CANDIDATES]
+    for part in card_parts():
+        part.to_values(given, values, defaults)
     return values
 
 
@@ -228,7 +201,7 @@ class ColumnControls:
     index: int
     settings_box: gr.Column
     output_box: gr.Column
-    knobs: dict[str, Any]  # COLUMN_KEYS + "draft_source": Gradio input components, each with an .input event
+    knobs: dict[str, Any]  # COLUMN_KEYS + the card parts' own keys: Gradio input components, each with an .input event
     groups: dict[str, Any]  # keys of visibility(): blocks shown or hidden together
     title: gr.Markdown  # "Column N": N is the position among the visible columns
     remove: gr.Button
@@ -236,7 +209,7 @@ class ColumnControls:
     output: gr.Textbox
     chatbot: gr.Chatbot
     tokens: gr.HTML
-    beam_tree: gr.HTML  # beam columns: returned sequences with scores, and the search as a tree
+    view_box: gr.HTML  # the strategy view's own box (a beam column's sequences and tree); hidden when empty
     cache_step: gr.Slider  # sliding / sink / quantized columns: the step the cache strip shows
     cache_strip: gr.HTML  # which positions the cache keeps, evicts or quantizes at that step
     step_candidates: gr.HTML  # step mode: the candidates at the current position, one button each
@@ -252,7 +225,7 @@ class ColumnControls:
         values = control_values(settings)
         updates: Updates = {self.knobs[k]: gr.update(value=v) for k, v in values.items()}
         for component, update in self.structure(values).items():
-            # some knobs are their own group (prompt lookup, draft model, sink tokens): keep their value too
+            # some knobs are their own group (a card part's, sink tokens): keep their value too
             earlier = updates.get(component)
             updates[component] = {**earlier, **update} if isinstance(earlier, dict) else update
         # a shared or loaded constraint opens its fold, so that what shapes the output is in sight
@@ -274,7 +247,7 @@ class ColumnControls:
 
     def structure(self, values: ColumnValues) -> Updates:
         """Groups shown/hidden and the notice, for the current control values."""
-        shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"],
+        shown = visibility(values["strategy"], values["cache"], values["backend"], values,
                            values["assisted_sampling"])
         updates: Updates = {self.groups[name]: gr.update(visible=flag) for name, flag in shown.items()}
         updates[self.notice] = notice_text(column_settings(values))
@@ -309,7 +282,7 @@ def build_settings(index: int) -> tuple[gr.Column, dict[str, Any], dict[str, Any
     """The settings card: always-on choices first, then only the knobs the choice needs; the first columns start
     from START_SETTINGS (set when the page is built, so nothing overwrites a user's first clicks)."""
     values = control_values(START_SETTINGS[index] if index < len(START_SETTINGS) else {})
-    shown = visibility(values["strategy"], values["cache"], values["backend"], values["draft_source"],
+    shown = visibility(values["strategy"], values["cache"], values["backend"], values,
                        values["assisted_sampling"])
     knobs: dict[str, Any] = {}
     groups: dict[str, Any] = {}
@@ -343,19 +316,19 @@ def build_output(index: int) -> tuple[gr.Column, gr.Textbox, gr.Chatbot, gr.HTML
                              elem_id=f"chat-{index}", feedback_options=None)
         cold = cold_ttft_controls(index)
         tokens = gr.HTML("", elem_id=f"tokens-{index}", elem_classes=["token-view"], js_on_load=PICK_TOKEN_JS)
-        beam_tree = gr.HTML("", elem_id=f"beam-tree-{index}", elem_classes=["beam-tree"], visible=False,
-                            js_on_load=None)
+        view_box = gr.HTML("", elem_id=f"{VIEW_BOX_ID}-{index}", elem_classes=[VIEW_BOX_ID], visible=False,
+                           js_on_load=None)
         cache_step = gr.Slider(1, 2, value=1, step=1, label="KV cache at step", elem_id=f"cache-step-{index}",
                                visible=False, info="what a sliding, sink or quantized cache holds at that step")
         cache_strip = gr.HTML("", elem_id=f"cache-strip-{index}", visible=False, js_on_load=None)
         step_candidates, branches = step_views(index)
-    return box, output, chatbot, tokens, beam_tree, cache_step, cache_strip, step_candidates, branches, cold
+    return box, output, chatbot, tokens, view_box, cache_step, cache_strip, step_candidates, branches, cold
 
 
 def wire(col: ColumnControls) -> None:
     """Layout-only events (outside the queue): show the knobs that apply, relabel refused choices, flag problems."""
     inputs = set(col.knobs.values())
-    structural = ("backend", "strategy", "cache", "weights", "draft_source", "assisted_sampling")
+    structural = ("backend", "strategy", "cache", "weights", *(k for part in card_parts() for k in part.structural))
     # disabled under some strategies, or some weights (the bf16 store); the bits' notes follow the backend
     limited = [col.knobs[name] for name in (*stage_knob_states("greedy"), *store_knob_states("torch", "fp32"))]
 

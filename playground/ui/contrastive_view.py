@@ -14,6 +14,7 @@ from typing import Any
 
 from playground.result import TokenRecord
 from playground.strategy_records.contrastive import Candidate
+from playground.ui.contrastive_card import CANDIDATES_CARD
 from playground.ui.strategy_view import StrategyView
 
 # the mark of a token that is not the model's own top one (DoLa's view marks its changed tokens the same way)
@@ -31,6 +32,7 @@ class ContrastiveView(StrategyView):
 
     legend = (CONTRAST_LEGEND,)
     css = CONTRAST_CSS
+    card = CANDIDATES_CARD
 
     def tooltip_lines(self, token: TokenRecord) -> list[str]:
         candidates = token.get("contrastive")

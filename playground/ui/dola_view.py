@@ -16,8 +16,16 @@ from typing import Any
 
 from playground.backends.dola_layers import CONTRAST_STAGE
 from playground.result import TokenRecord
+from playground.ui.card_part import CardPart
 from playground.ui.contrastive_view import CONTRAST_CSS, CONTRAST_LEGEND
 from playground.ui.strategy_view import StrategyView
+
+
+class DolaCard(CardPart):
+    """DoLa's part of the column card: a note that pairs its layers with a repetition penalty."""
+
+    notes = {"dola_layers": "the generation guide pairs DoLa with a repetition penalty of 1.2 (under “more: min "
+                            "tokens, penalties”): the contrast alone tends to repeat itself"}
 
 
 class DolaView(StrategyView):
@@ -26,6 +34,7 @@ class DolaView(StrategyView):
 
     legend = (CONTRAST_LEGEND,)
     css = CONTRAST_CSS
+    card = DolaCard()
 
     def tooltip_lines(self, token: TokenRecord) -> list[str]:
         dola = token.get("dola")

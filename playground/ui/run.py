@@ -19,7 +19,6 @@ from playground.generation_slot import Holder
 from playground.metrics import busy_note, busy_warning
 from playground.result import Result, combine_runs
 from playground.spec import RunSpec
-from playground.ui.beam_compare import beam_comparison
 from playground.ui.cache_view import strip_updates
 from playground.ui.chat import MODES, Conversation, history, messages, record_turn
 from playground.ui.events import Inputs, Updates
@@ -29,7 +28,7 @@ from playground.ui.page import Page
 from playground.ui.plots import kv_frame, latency_frame, latency_note, throughput_frame, value_limits
 from playground.ui.reuse_view import page_scope, reuse_words
 from playground.ui.settings import PageSettings
-from playground.ui.strategy_view import result_view
+from playground.ui.strategy_view import across_columns, result_view
 from playground.ui.table import empty_metrics, metrics_table, process_memory_note
 from playground.ui.tokens import divergence_from_first, divergence_report, legend_html, result_tokens_html
 
@@ -68,7 +67,7 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
         page.latency_plot: gr.update(value=latency_frame(outcome["results"], outcome["labels"], outcome["positions"])),
         page.latency_note: latency_note(outcome["results"]),
         page.kv_plot: gr.update(value=kv_frame(outcome["results"], outcome["labels"], outcome["positions"])),
-        page.diff: divergence_report(results, labels) + beam_comparison(results, labels),
+        page.diff: divergence_report(results, labels) + across_columns(results, labels),
         page.process_memory: process_memory_note(results),
         page.legend: legend_html(colour_by),
     }
@@ -76,8 +75,8 @@ def render(page: Page, outcome: Outcome, colour_by: str) -> Updates:
         if result is not None:
             updates[page.columns[i].tokens] = result_tokens_html(result, result_view(result), colour_by, mark)
     for col, result in zip(page.columns, outcome["results"], strict=True):
-        tree = result_view(result).tree_html(result) if result else ""
-        updates[col.beam_tree] = gr.update(value=tree, visible=bool(tree))
+        box = result_view(result).box_html(result) if result else ""
+        updates[col.view_box] = gr.update(value=box, visible=bool(box))
         updates |= strip_updates(col.cache_step, col.cache_strip, result)
     return updates
 
@@ -99,7 +98,7 @@ def plot_limits(page: Page, outcome: Outcome) -> Updates:
 def render_outputs(page: Page) -> list[Any]:
     """What `render` sets."""
     return [page.metrics, page.process_memory, page.speed_plot, page.latency_plot, page.latency_note, page.kv_plot,
-            page.diff, page.legend] + [x for col in page.columns for x in (col.tokens, col.beam_tree, col.cache_step,
+            page.diff, page.legend] + [x for col in page.columns for x in (col.tokens, col.view_box, col.cache_step,
                                                                            col.cache_strip)]
 
 
@@ -121,8 +120,7 @@ def done_notice(result: Result) -> str:
     parts = [f"✓ {count} token{'' if count == 1 else 's'}"]
     if metrics["tokens_per_s"]:
         parts.append(f"{metrics['tokens_per_s']:.1f} tok/s")
-    if metrics["acceptance_rate"] is not None:
-        parts.append(f"{100 * metrics['acceptance_rate']:.0f}% drafts accepted")
+    parts += result_view(result).notice_parts(result)
     if "device" in result:
         parts.append(f"on {result['device']}")
     if alone := against_alone(result):
@@ -351,7 +349,7 @@ def run_outputs(page: Page) -> list[Any]:
     outputs = [page.status, page.results, page.metrics, page.process_memory, page.speed_plot, page.latency_plot,
                page.latency_note, page.kv_plot, page.diff, page.legend, page.conversation, page.prompt]
     for col in page.columns:
-        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.beam_tree, col.cache_step, col.cache_strip]
+        outputs += [col.output, col.notice, col.tokens, col.chatbot, col.view_box, col.cache_step, col.cache_strip]
     return outputs
 
 

@@ -92,7 +92,8 @@ def candidates_html(tree: StepTree | None, note: str = "") -> str:
     if record is None:
         return warn + "<div class='step-empty'>typed (forced): press Step to see what follows</div>"
     buttons = []
-    taken = "drawn" if draws_each_token(tree.spec) else "chosen"  # contrastive search may choose past the top five
+    # a strategy that weighs candidates of its own may choose past the top five
+    taken = "drawn" if draws_each_token(tree.spec) else "chosen"
     for alt in shown_candidates(record):
         cut = f" ✂ {html.escape(alt['removed_by'])}" if alt["removed_by"] else ""
         chosen = " chosen" if alt["id"] == node.token else ""

@@ -1,7 +1,8 @@
 """How the page draws a strategy's own records: the view its registry entry names (`Strategy.view`).
 
-The token view, the sampling cut, the beam-tree box and the legend ask the column's strategy's view and name no
-strategy themselves. Every method has a neutral default, so a view overrides only what its strategy records.
+The token view, the sampling cut, the column's view box, the comparison under the columns and the legend ask
+the column's strategy's view and name no strategy themselves. Every method has a neutral default, so a view
+overrides only what its strategy records.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from playground import registry
 from playground.result import Result, TokenRecord
 from playground.retention import VerifyPass
+from playground.ui.card_part import NO_CARD, CardPart
 
 
 class StrategyView:
@@ -20,6 +22,7 @@ class StrategyView:
     # spans the token view's legend shows for this view's marks (the legend lists every registered view's)
     legend: tuple[str, ...] = ()
     css: str = ""  # the page's CSS for what it draws (the page adds every registered view's when it launches)
+    card: CardPart = NO_CARD  # its own controls on the column card, beside its knobs' widgets
 
     def above_tokens(self, result: Result) -> str:
         """HTML above the column's tokens (assisted decoding's strip of verification steps)."""
@@ -55,8 +58,19 @@ class StrategyView:
         strip steps through; []: one position per step."""
         return []
 
-    def tree_html(self, result: Result) -> str:
-        """The column's beam-tree box (`beam-tree-<slot>`): the search's hypotheses; '' hides the box."""
+    def notice_parts(self, result: Result) -> list[str]:
+        """Short phrases for the column's one-line summary after its speed (assisted decoding's share of drafts
+        accepted)."""
+        return []
+
+    def box_html(self, result: Result) -> str:
+        """The column's own box under its tokens (`VIEW_BOX_ID-<slot>`; a search's tree of hypotheses): '' hides
+        the box."""
+        return ""
+
+    def across_columns(self, results: Sequence[Result | None], labels: Sequence[str]) -> str:
+        """Markdown under the columns comparing the columns this view draws (finished hypotheses ranked across
+        beam columns); '' with nothing to compare. Each kind of view is asked once, with every column."""
         return ""
 
     def step_lines(self, record: TokenRecord) -> str:
@@ -69,6 +83,8 @@ class StrategyView:
 
 
 NO_VIEW = StrategyView()
+# the id prefix of a column's view box: scripts and browser tests know it by the beam tree, the first view to draw one
+VIEW_BOX_ID = "beam-tree"
 
 
 def view_of(strategy: str | None) -> StrategyView:
@@ -95,3 +111,15 @@ def views_css() -> str:
     """Every registered view's CSS, once each."""
     views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
     return "".join(dict.fromkeys(view.css for view in views))
+
+
+def across_columns(results: Sequence[Result | None], labels: Sequence[str]) -> str:
+    """Every kind of view's comparison of the columns, once each, in column order."""
+    views = {type(view): view for view in map(result_view, results)}
+    return "".join(view.across_columns(results, labels) for view in views.values())
+
+
+def card_parts() -> list[CardPart]:
+    """Every registered view's part of the column card, once each, in registration order."""
+    views = [view_of(s.name) for s in registry.strategies() if s.view is not None]
+    return list({id(view.card): view.card for view in views if view.card is not NO_CARD}.values())

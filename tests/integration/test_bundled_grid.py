@@ -23,12 +23,21 @@ SUPPORTED = [cell for cell in CELLS if compatibility.refusal(*cell) is None]
 GREEDY, DYNAMIC = "greedy", "dynamic"
 
 
+def _on_an_axis(backend: str, strategy: str, cache: str) -> bool:
+    """Greedy over every cache, or every strategy over the dynamic cache."""
+    return strategy == GREEDY or cache == DYNAMIC
+
+
 def _runs_on(backend: str, strategy: str, cache: str) -> bool:
-    """Every PyTorch cell; on JAX, greedy over every cache and every strategy over the dynamic cache."""
-    return backend == "torch" or strategy == GREEDY or cache == DYNAMIC
+    """Every PyTorch cell; on JAX, the two axes."""
+    return backend == "torch" or _on_an_axis(backend, strategy, cache)
 
 
-GRID = [pytest.param(model, *cell, id=f"{cell[0]}-{cell[1]}-{cell[2]}-{model}")
+# The full suite runs each backend's two axes; the PyTorch cells off them (each strategy over each other cache:
+# transformers' own crossing, 48 cells of about 11 CPU s) are extended, since each strategy's parity over every
+# cache is also checked on the tiny models in the full suite
+GRID = [pytest.param(model, *cell, id=f"{cell[0]}-{cell[1]}-{cell[2]}-{model}",
+                     marks=[] if _on_an_axis(*cell) else [pytest.mark.extended])
         for model in MODELS for cell in SUPPORTED if _runs_on(*cell)]
 STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}, "contrastive": {"top_k": 4}}
 # model-dependent refusals (Gemma3 has its own sliding layers): (model, strategy or cache) -> what the refusal says

@@ -49,6 +49,7 @@ def torch_greedy_choices(model, ids: torch.Tensor, new_ids: list[int]) -> list[i
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # three windows of Gemma3's rings; tiny Gemma3 models check the same wrap in the full suite
 def test_gemma3_own_window_matches_pytorch_over_three_windows():
     """Its sliding layers are rings of 512 slots: a 1000-token prompt wraps them once in the prefill, and 560 new
     tokens (past positions 1024 and 1536) wrap them twice more while decoding. PyTorch reads the JAX output in one

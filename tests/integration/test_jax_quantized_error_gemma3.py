@@ -16,6 +16,7 @@ from tests.integration.quantized_error import (  # noqa: E402
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the same measure as SmolLM2's 8-bit one in the full suite, on the model with its own windows
 @pytest.mark.parametrize("bits", BITS)
 def test_quantized_cache_error_against_full_precision(bits):
     check_quantized_cache_error("gemma3-270m", bits)

@@ -8,7 +8,9 @@ import pytest
 from playground.tools import soak
 from playground.tools.serve import serve_app
 
-pytestmark = pytest.mark.slow
+# extended: three minutes by design (memory after a minute's warm-up against the last quarter); the full suite
+# keeps test_load.py's concurrent requests over the same app
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 
 def cpus_of(thread: int) -> frozenset[int] | None:

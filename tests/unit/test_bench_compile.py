@@ -10,6 +10,7 @@ pytest.importorskip("jax")
 pytestmark = pytest.mark.slow  # twenty cells' compiles: full suite only
 
 
+@pytest.mark.extended  # every JAX cell's compile; the command's own test below stays in the full suite
 def test_every_cell_is_reported_with_its_compile_and_both_ttfts(monkeypatch, tmp_path):
     with allowed_tiny_model(monkeypatch, tmp_path / "tiny") as model:
         result = bench_compile.run_compile_suite(lambda message: None, models=(model,))

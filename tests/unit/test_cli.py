@@ -1,17 +1,35 @@
-"""CLI contract: bad input exits 2 with a single `error:` line on stderr and no traceback."""
+"""CLI contract: bad input exits 2 with a single `error:` line on stderr and no traceback.
+
+The refusals run `main` in the test's own process (`cli`): each is parsed and refused before any model loads, and a
+fresh Python for each took seconds of imports. The tests marked `subprocess` run `python -m playground` itself."""
 
 import json
 import subprocess
 
 import pytest
 
+import playground.__main__ as entry
 from tests.helpers import run_cli, save_tiny_model
 
-pytestmark = pytest.mark.subprocess  # every test runs the CLI in a fresh Python
+subprocess_test = pytest.mark.subprocess  # runs the CLI in a fresh Python
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return run_cli(*args, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """`main(args)` in this process as the console script runs it (the process-wide thread and device settings
+    left as the test worker has them), its exit code and output as a finished process's."""
+    monkeypatch.setattr(entry.host, "apply_thread_limits", lambda *a, **k: None)
+    monkeypatch.setattr(entry.device, "configure_process", lambda *a, **k: None)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        try:
+            entry.main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["playground", *args], code, out, err)
+    return run
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -40,7 +58,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--cache", "quantized", "--cache-value-bits", "3"], "cache_value_bits 3 is not one of: 0, 2, 4, 8"),
     (["--cache-dtype", "bf16", "--weights", "bf16"], "with weights='bf16' they are bfloat16 already"),
 ])
-def test_bad_input_exits_2_with_one_error_line(args, fragment):
+def test_bad_input_exits_2_with_one_error_line(cli, args, fragment):
     done = cli("run", "--prompt", "hi", *args)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -49,29 +67,30 @@ def test_bad_input_exits_2_with_one_error_line(args, fragment):
     assert done.stdout == ""
 
 
-def test_empty_prompt_is_an_error():
+def test_empty_prompt_is_an_error(cli):
     done = cli("run", "--prompt", "")
     assert done.returncode == 2 and done.stderr.strip() == "error: prompt is empty; type some text to continue"
 
 
-def test_models_lists_the_catalog():
+def test_models_lists_the_catalog(cli):
     done = cli("models")
     assert done.returncode == 0
     assert "smollm2-135m" in done.stdout and "gemma3-270m" in done.stdout
 
 
-def test_bench_names_its_suites_when_given_another():
+def test_bench_names_its_suites_when_given_another(cli):
     done = cli("bench", "--suite", "speed")
     assert done.returncode == 2 and "choose from 'default', 'caches', 'sweeps', 'compile'" in done.stderr
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--minutes", "0"], "--minutes must be above 0"), (["--url", "http://127.0.0.1:1"], "--url needs --pid")])
-def test_soak_refuses_what_it_cannot_run(args, fragment):
+def test_soak_refuses_what_it_cannot_run(cli, args, fragment):
     done = cli("soak", *args)
     assert done.returncode == 2 and fragment in done.stderr
 
 
+@subprocess_test
 def test_a_torch_compile_run_gives_eager_tokens_with_its_compile_time_apart(tmp_path):
     model = save_tiny_model(tmp_path / "tiny")
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
@@ -86,6 +105,7 @@ def test_a_torch_compile_run_gives_eager_tokens_with_its_compile_time_apart(tmp_
     assert result["extra"]["torch_compile"]["graphs_compiled_in_run"] == 0
 
 
+@subprocess_test
 def test_a_prompt_file_is_the_prompt_and_its_limit_is_named(tmp_path):
     model = save_tiny_model(tmp_path / "tiny")
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
@@ -106,7 +126,7 @@ def test_a_prompt_file_is_the_prompt_and_its_limit_is_named(tmp_path):
 
 @pytest.mark.parametrize(("write", "fragment"), [
     (None, "no such file"), (b"", "is empty"), (b"\x00\x01\x02", "holds NUL bytes (binary data)")])
-def test_a_bad_prompt_file_is_one_error_line(tmp_path, write, fragment):
+def test_a_bad_prompt_file_is_one_error_line(cli, tmp_path, write, fragment):
     path = tmp_path / "prompt.txt"
     if write is not None:
         path.write_bytes(write)
@@ -115,11 +135,12 @@ def test_a_bad_prompt_file_is_one_error_line(tmp_path, write, fragment):
     assert done.returncode == 2 and line.startswith(f"error: --prompt-file '{path}'") and fragment in line
 
 
-def test_prompt_and_prompt_file_exclude_each_other():
+def test_prompt_and_prompt_file_exclude_each_other(cli):
     done = cli("run", "--prompt", "hi", "--prompt-file", "x.txt")
     assert done.returncode == 2 and "not allowed with argument" in done.stderr
 
 
+@subprocess_test
 def test_context_prints_the_quality_json(tmp_path):
     model = save_tiny_model(tmp_path / "tiny")
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}
@@ -143,7 +164,16 @@ def test_context_prints_the_quality_json(tmp_path):
     (["--measure", "latency"], "--measure 'latency': give speed and/or quality"),
     (["--text-file", "/no/such/text.txt"], "--text-file '/no/such/text.txt': no such file"),
 ])
-def test_context_refuses_bad_input_in_one_line(args, fragment):
+def test_context_refuses_bad_input_in_one_line(cli, args, fragment):
     done = cli("context", *args)
     (line,) = done.stderr.strip().splitlines()
     assert done.returncode == 2 and line.startswith("error: ") and fragment in line and done.stdout == ""
+
+
+@subprocess_test
+def test_the_console_entry_refuses_in_one_line_from_a_fresh_python():
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    done = run_cli("run", "--prompt", "hi", "--max-new-tokens", "0", env=env)
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and done.stdout == ""
+    assert line.startswith("error: ") and "max_new_tokens=0 is out of range" in line

@@ -11,7 +11,7 @@ from playground.registry import Strategy, lazy
 from playground.result import TokenRecord
 from playground.spec import RunSpec
 from playground.ui import columns
-from playground.ui.card_groups import CANDIDATES
+from playground.ui.contrastive_card import CANDIDATES
 from playground.ui.cut import cut_html
 from playground.ui.presets import PRESETS
 from playground.ui.strategy_view import view_of
@@ -50,12 +50,12 @@ def test_a_strategy_without_a_jax_plug_in_is_flagged_on_jax_only():
 
 
 def test_each_method_shows_its_own_knobs_and_only_sampling_strategies_show_the_samplers():
-    contrastive = columns.visibility("contrastive", "dynamic", "torch", "prompt lookup")
+    contrastive = columns.visibility("contrastive", "dynamic", "torch")
     assert contrastive["contrastive_knobs"] and not contrastive["sampling_knobs"] and not contrastive["dola_knobs"]
-    dola = columns.visibility("dola", "dynamic", "torch", "prompt lookup")
+    dola = columns.visibility("dola", "dynamic", "torch")
     assert dola["dola_knobs"] and dola["penalty_knobs"] and not dola["sampling_knobs"]
-    assert columns.visibility("sampling", "dynamic", "torch", "prompt lookup")["sampling_knobs"]
-    assert not columns.visibility("greedy", "dynamic", "torch", "prompt lookup")["contrastive_knobs"]
+    assert columns.visibility("sampling", "dynamic", "torch")["sampling_knobs"]
+    assert not columns.visibility("greedy", "dynamic", "torch")["contrastive_knobs"]
 
 
 def test_contrastive_searchs_candidates_control_is_its_top_k_and_the_sampling_slider_keeps_its_own():
@@ -144,7 +144,7 @@ def test_the_guide_presets_run_as_set():
 
 
 def test_a_diverse_beam_column_shows_beam_knobs_and_its_groups_and_draws_its_tree_by_group():
-    shown = columns.visibility("diverse_beam", "dynamic", "torch", "prompt lookup")
+    shown = columns.visibility("diverse_beam", "dynamic", "torch")
     assert shown["beam_knobs"] and shown["diverse_knobs"] and not shown["sampling_knobs"]
     settings = columns.column_settings(_values("diverse_beam", num_beams=6, num_beam_groups=3, diversity_penalty=0.5))
     assert (settings["num_beam_groups"], settings["diversity_penalty"]) == (3, 0.5)

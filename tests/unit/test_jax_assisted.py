@@ -241,7 +241,7 @@ def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
     config = generation_config(run_spec, llama.model)
     assert config.do_sample and config.prompt_lookup_num_tokens == 5
     assert "top_k" in [stage.name for stage in chain.stages(run_spec)]  # the chain's sampling stages apply
-    with pytest.raises(PlaygroundError, match="only apply to strategy 'assisted'"):
+    with pytest.raises(PlaygroundError, match="needs strategy 'assisted'"):
         RunSpec(assisted_sampling=True)
 
 

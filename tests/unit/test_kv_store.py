@@ -158,9 +158,9 @@ def test_the_card_shows_each_knob_with_its_cache_and_says_what_each_backend_take
     from playground.ui.columns import visibility
 
     for cache in ("dynamic", "static", "sliding", "sink"):
-        shown = visibility("greedy", cache, "torch", "prompt lookup")
+        shown = visibility("greedy", cache, "torch")
         assert shown["dtype_knobs"] and not shown["bits_knobs"]
-    shown = visibility("greedy", "quantized", "jax", "prompt lookup")
+    shown = visibility("greedy", "quantized", "jax")
     assert shown["bits_knobs"] and not shown["dtype_knobs"]
     usable, info = store_knob_states("torch", "bf16")["cache_dtype"]
     assert not usable and "off with bf16 weights" in info

@@ -17,15 +17,17 @@ MAX_FUNCTION_LINES = 60
 # The package's layers, lowest first, each named by what sits right under playground/ (a module or a
 # subpackage). A module imports only from its own layer and the layers below it, so the low layers can be read,
 # tested and reused without the ones above (the registry without any backend, the models without a backend,
-# a backend without the Result). The package's own __init__ re-exports RunSpec, so it sits in spec's layer.
+# a backend without the Result). Each strategy's records (its typed pieces of the backends' output and the
+# Result) sit lowest, so that the shared types of both can inherit them. The package's own __init__ re-exports
+# RunSpec, so it sits in spec's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "limits", "host", "metrics", "device", "generation_slot", "data"),
+    ("errors", "limits", "host", "metrics", "device", "generation_slot", "data", "strategy_records"),
     ("registry",),
     ("constraints",),
     ("spec", "compatibility", "retention", "__init__"),
     ("models",),
     ("backends",),
-    ("result", "events", "strategy_records"),
+    ("result", "events"),
     ("runner", "decode_costs", "sampler_lab"),
     ("sweep", "context"),
     ("openai_api",),
@@ -41,10 +43,10 @@ JAX_LAYERS: tuple[tuple[str, ...], ...] = (
     ("caches",),
     ("chain",),
     ("engine",),
-    ("prefix_reuse",),
+    ("prefix_reuse", "restored_reuse"),
     ("programs", "strategy"),
     ("strategies",),
-    ("loop", "decoder", "backend", "teacher_forced", "lab", "__init__"),
+    ("loop", "decoder", "backend", "teacher_forced", "reuse_vs_cold", "lab", "__init__"),
 )
 # Two packages of one layer that import neither one the other: the page and the tools share only what sits below
 # them (the long-context measure, the sweep, the constraint examples), so either can change without the other.
@@ -250,8 +252,9 @@ def test_no_cache_or_strategy_is_told_apart_by_its_name_outside_the_registry():
 
 
 # Modules a strategy owns beside those its registry entry names (plug-ins, records' builders, view): the comparison
-# of finished hypotheses across beam columns, drawn under the beam views
-OWNED_BESIDES = {"playground/ui/beam_compare.py": ("beam", "beam_sample", "diverse_beam")}
+# of finished hypotheses across beam columns, drawn under the beam views, and assisted decoding's bench
+OWNED_BESIDES = {"playground/ui/beam_compare.py": ("beam", "beam_sample", "diverse_beam"),
+                 "playground/tools/bench_assisted.py": ("assisted",)}
 
 
 def _reads(node: ast.AST) -> str | None:
@@ -265,6 +268,31 @@ def _reads(node: ast.AST) -> str | None:
     else:
         return None
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def _pieces() -> tuple[dict[str, str], dict[str, str]]:
+    """The fields each strategy's records module declares for the shared types (`strategy_records.composite`),
+    -> the module that declares them: (keys read by subscript: the backends' TokenInfo keys; attributes: the
+    backends' output fields). The metrics are left out: the comparison table shows every metric by its key."""
+    import dataclasses
+
+    from playground.strategy_records import composite
+
+    def module_path(piece: type) -> str:
+        return piece.__module__.replace(".", "/") + ".py"
+
+    joined = set(composite.StrategyTokenInfo.__annotations__)
+    pieces = [p for p in vars(composite).values() if isinstance(p, type) and p.__module__ != composite.__name__]
+    keys = {name: module_path(piece) for piece in pieces if hasattr(piece, "__total__")
+            and set(piece.__annotations__) <= joined for name in piece.__annotations__}
+    attributes = {field.name: module_path(piece) for piece in composite.StrategyOutputs.__bases__
+                  for field in dataclasses.fields(piece)}
+    return keys, attributes
+
+
+def _attribute(node: ast.AST) -> str | None:
+    """The attribute a node reads or writes: `output.beam_tree`; None for anything else."""
+    return node.attr if isinstance(node, ast.Attribute) else None
 
 
 def _owners() -> dict[str, set[str]]:
@@ -283,24 +311,34 @@ def _owners() -> dict[str, set[str]]:
 
 
 def test_no_shared_module_reads_a_strategys_records_by_name():
-    """A strategy's records (`tokens[i].contrastive`, `beam_tree`, ...) are read by its own code: its plug-ins,
-    its records' builders and its view. A module every strategy shares (the Result, the token view, step mode)
-    asks the column's view instead, so a new strategy's records need no line there."""
+    """A strategy's records (`tokens[i].contrastive`, `beam_tree`, ...) and what its backends record for them (a
+    token's `candidates`, an output's `.beam_tree`) are read by its own code: its plug-ins, its records' module
+    and builders, and its view. A module every strategy shares (the Result, the token view, step mode, the column
+    card) asks the column's view or the records' composite instead, so a new strategy needs no line there."""
     from playground import registry
 
-    keys = {record.key: entry.name for entry in registry.strategies()
-            for record in (*entry.token_records, *entry.run_records)}
     owners = _owners()
+    keys: dict[str, set[str]] = {}
+    for entry in registry.strategies():
+        for record in (*entry.token_records, *entry.run_records):
+            keys.setdefault(record.key, set()).add(entry.name)
+    info_keys, attributes = _pieces()
+    for name, module in info_keys.items():
+        keys.setdefault(name, set()).update(owners.get(module, set()))
+    fields = {name: owners.get(module, set()) for name, module in attributes.items()}
     found = []
     for path in PACKAGE.rglob("*.py"):
         relative = path.relative_to(ROOT).as_posix()
         if relative.startswith("playground/registry/"):
             continue
+        mine = owners.get(relative, set())
         for node in ast.walk(ast.parse(path.read_text())):
-            key = _reads(node)
-            if key in keys and keys[key] not in owners.get(relative, set()):
+            key, attribute = _reads(node), _attribute(node)
+            if key in keys and not keys[key] & mine:
                 found.append(f"{relative}:{node.lineno} reads {key!r}")
-    assert found == []
+            if attribute in fields and not fields[attribute] & mine:
+                found.append(f"{relative}:{node.lineno} reads .{attribute}")
+    assert not found, "\n".join(found)
 
 
 def test_the_record_key_rule_sees_a_shared_read(tmp_path, monkeypatch):
@@ -310,6 +348,31 @@ def test_the_record_key_rule_sees_a_shared_read(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     with pytest.raises(AssertionError, match="step_view.py:2 reads 'dola'"):
         test_no_shared_module_reads_a_strategys_records_by_name()
+
+
+def test_the_record_key_rule_sees_a_backend_record_read_by_name(tmp_path, monkeypatch):
+    """What a backend records for one strategy counts too: a token's `candidates`, an output's `.beam_tree`."""
+    (tmp_path / "playground" / "backends").mkdir(parents=True)
+    (tmp_path / "playground" / "backends" / "shared.py").write_text(
+        'def tree(output, info):\n    return output.beam_tree, info["candidates"]\n')
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "playground")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match=r"shared.py:2 reads \.beam_tree.*shared.py:2 reads 'candidates'"):
+        test_no_shared_module_reads_a_strategys_records_by_name()
+
+
+def test_the_jax_programs_are_keyed_by_the_registrys_strategy_names():
+    """A strategy's compiled programs carry its registry name (`Kernel(name=...)`), so the program cache reads as
+    the registry does."""
+    from playground import registry
+
+    names = set()
+    for path in (PACKAGE / "backends" / "jax").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Kernel":
+                value = next(k.value for k in node.keywords if k.arg == "name")
+                names |= {n.value for n in ast.walk(value) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert names and names <= set(registry.strategy_names()), names - set(registry.strategy_names())
 
 
 def test_the_suites_heaviest_files_exist():

@@ -178,9 +178,10 @@ def test_a_warm_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, st
         assert_same_drafts(warm, cold)
 
 
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny, backend):
-    spec = SPEC.replace(cache="static", backend=backend)
+def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny, backend, cache):
+    spec = SPEC.replace(cache=cache, backend=backend)
     warm, cold = warm_against_cold(tiny, spec, SHARED + [1, 1, 1, 1], SHARED + [2, 2])
     assert warm.reused_tokens == len(SHARED)
     assert_same(warm, cold)
@@ -199,7 +200,11 @@ def test_the_entry_is_left_as_it_was_after_a_warm_run(tiny):
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"cache": "sliding"}, "window"), ({"cache": "sink"}, "sink"), ({"cache": "quantized"}, "quantized"),
+    ({"cache": "sliding", "strategy": "beam", "num_beams": 2}, "one-row runs"),
+    ({"cache": "sink", "strategy": "beam", "num_beams": 2}, "sink"),
+    ({"cache": "quantized", "strategy": "beam", "num_beams": 2}, "quantized"),
+    ({"cache": "quantized", "strategy": "assisted", "prompt_lookup": 3}, "one-row runs"),
+    ({"cache": "sliding", "strategy": "dola"}, "one-row runs"),
     ({"strategy": "contrastive"}, "whole prompt"),
     ({"strategy": "assisted", "assistant": "tiny-llama"}, "draft model")])
 def test_caches_and_strategies_that_are_not_exact_under_reuse_run_cold_with_the_reason(tiny, changes, words):
@@ -243,8 +248,15 @@ def test_runs_of_one_scope_reuse_and_other_scopes_never_do(local_model):
     off = reuse(prompt, "visitor-a", reuse=False)
     assert off["reused_tokens"] == 0 and off["note"] == "reuse is off for this run"
     assert reuse(prompt, None) is None  # no scope: the store is not involved
-    cold = reuse(prompt, "visitor-a", cache="sink")
-    assert cold["reused_tokens"] == 0 and "sink" in cold["note"]
+    cold = reuse(prompt, "visitor-a", cache="sink", strategy="beam", num_beams=2)
+    assert cold["reused_tokens"] == 0 and "sink" in cold["note"] and cold["kl_vs_cold"] is None
+    for window in (16, 64):
+        assert reuse(prompt, "visitor-a", cache="sink", window=window)["reused_tokens"] == 0
+    # restored and cut back to the prompt (the window of 64 has evicted nothing), measured against cold
+    sink = reuse(prompt + " and another", "visitor-a", cache="sink", window=64)
+    assert sink["reused_tokens"] == len(prompt) and sink["kl_vs_cold"] is not None
+    evicted = reuse(prompt + " and another", "visitor-a", cache="sink", window=16)
+    assert evicted["reused_tokens"] == 0 and evicted["note"].startswith("the sink cache has evicted tokens 4-")
 
 
 # -- the page ----------------------------------------------------------------------------------------------
@@ -292,12 +304,14 @@ def test_the_reuse_bench_gives_a_row_per_cache_and_backend_and_a_step_row(local_
     result = run_reuse_suite(local_model, lambda message: None, shared=(40,), step_prompt=24)
     rows = result["rows"]
     warm = {(r["backend"], r["cache"]): r for r in rows if "ttft_cold_s" in r}
-    assert set(warm) == {(backend, cache) for backend in ("torch", "jax") for cache in ("dynamic", "static",
-                                                                                       "dynamic-bf16")}
-    for row in warm.values():
-        assert row["reused_tokens"] >= 39 and row["exact"] is True and row["store_bytes"] > 0
-    cold = [r for r in rows if "note" in r]
-    assert len(cold) == 2 * (len(registry.cache_names()) + 1) - 6  # every other cache and backend, with why
+    exact = {(backend, cache) for backend in ("torch", "jax") for cache in ("dynamic", "static", "dynamic-bf16")}
+    restored = {(backend, cache) for backend in ("torch", "jax") for cache in ("quantized", "sliding", "sink")}
+    assert set(warm) == exact | restored == {(backend, cache) for backend in ("torch", "jax")
+                                             for cache in [*registry.cache_names(), "dynamic-bf16"]}
+    for key, row in warm.items():
+        assert row["reused_tokens"] >= 39 and row["store_bytes"] > 0
+        assert row["exact"] is True or (key in restored and row["exact"]["kl_vs_cold"] >= 0)
+    assert not [r for r in rows if "note" in r]  # every cache on both backends is kept
     steps = [r for r in rows if r.get("step")]
     assert [r["backend"] for r in steps] == ["torch", "jax"] and all(r["step_s"] > 0 for r in steps)
     assert "TTFT cold" in format_table(result)
@@ -307,8 +321,10 @@ def test_the_reuse_checkbox_is_disabled_with_the_reason_where_the_column_prefill
     from playground.ui.card_groups import reuse_knob_state
 
     assert reuse_knob_state("greedy", "static")["reuse"][0] is True
-    usable, info = reuse_knob_state("greedy", "sink")["reuse"]
-    assert usable is False and info.startswith("prefills whole: a sink cache")
+    for backend in ("torch", "jax"):  # kept whole, measured against cold
+        assert reuse_knob_state("greedy", "sink", backend)["reuse"][0] is True
+    usable, info = reuse_knob_state("beam", "sink")["reuse"]
+    assert usable is False and info.startswith("prefills whole: the sink cache is kept for one-row runs")
     assert reuse_knob_state("contrastive", "dynamic")["reuse"][0] is False
     assert reuse_knob_state("greedy", "static", "jax")["reuse"][0] is True
     assert reuse_knob_state("beam", "static", "jax")["reuse"][0] is True
@@ -321,7 +337,7 @@ def test_the_reuse_checkbox_shows_on_both_backends_and_torch_compile_on_pytorch_
     from playground.ui.columns import visibility
 
     for backend in ("torch", "jax"):
-        shown = visibility("greedy", "dynamic", backend, "prompt_lookup")
+        shown = visibility("greedy", "dynamic", backend)
         assert shown["reuse"] and shown["torch_compile"] == (backend == "torch")
 
 

@@ -75,7 +75,8 @@ def test_the_entry_is_left_as_it_was_after_a_warm_run(tiny):
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"cache": "sliding"}, "window"), ({"cache": "sink"}, "sink"), ({"cache": "quantized"}, "quantized"),
+    ({"cache": "sink", "strategy": "beam", "num_beams": 2}, "one-row runs"),
+    ({"cache": "sliding", "strategy": "assisted", "prompt_lookup": 3}, "one-row runs"),
     ({"strategy": "dola"}, "prefills whole"), ({"strategy": "contrastive"}, "whole prompt")])
 def test_what_jax_does_not_keep_runs_cold_with_the_reason(tiny, changes, words):
     reason = JaxBackend().reuse_refusal(tiny, SPEC.replace(**changes))

@@ -154,7 +154,7 @@ def test_toy_cache_appears_in_the_pages_dropdown_and_draws_its_strip(toy_cache):
     dropdown = page.columns[0].knobs["cache"]
     assert "last-24" in [value for _, value in dropdown.choices]
     assert ("last-24", "last-24") in cache_choices("torch", "greedy")
-    assert not visibility("greedy", "last-24", "torch", "draft model")["window_box"]  # it reads no knob
+    assert not visibility("greedy", "last-24", "torch")["window_box"]  # it reads no knob
     assert retains("last-24")
     rows = retention(CacheSettings(cache="last-24"), prompt_tokens=10, new_tokens=30, step=30)
     assert rows[0].states.count("kept") == WINDOW - 1 and rows[0].states.count("evicted") == 39 - (WINDOW - 1)

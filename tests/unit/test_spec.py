@@ -65,3 +65,20 @@ def test_caches_page_table_matches_the_compatibility_rules():
     from tests.helpers import ROOT
 
     assert markdown_table() in (ROOT / "docs" / "caches.md").read_text()
+
+
+def test_a_knob_some_strategies_read_is_refused_under_the_others_with_its_records_reason():
+    """Which knobs refuse a value under a strategy that ignores them is the knob's record (`unread`), and which
+    strategies read it their entries' `knobs`: a knob registered from here is refused the same way."""
+    from playground import registry
+    from playground.registry import Knob, Strategy
+
+    knob = Knob(name="toy_drafts", kind=int, default=0, low=0, high=8, unread="only the toy strategy drafts")
+    toy = Strategy(name="toy-drafting", label="toy", help="drafts", knobs=("toy_drafts",),
+                   impl={"torch": lambda spec: None})  # validated only: nothing runs it
+    with registry.registered(knob, toy):
+        assert RunSpec.from_dict({"strategy": "toy-drafting", "toy_drafts": 3}).toy_drafts == 3
+        with pytest.raises(PlaygroundError, match=r"^toy_drafts=3 needs strategy 'toy-drafting' \(only the toy "
+                                                  r"strategy drafts\); strategy 'greedy' does not read it$"):
+            RunSpec.from_dict({"toy_drafts": 3})
+        assert RunSpec.from_dict({"toy_drafts": 0}).strategy == "greedy"  # its default is never refused

@@ -76,7 +76,7 @@ def test_prompt_lookup_equals_plain_greedy_and_reports_acceptance(tiny):
 @pytest.mark.parametrize(("spec", "fragment"), [
     ({"strategy": "assisted"}, "needs exactly one source of draft tokens"),
     ({"strategy": "assisted", "assistant": "x", "prompt_lookup": 3}, "needs exactly one source"),
-    ({"prompt_lookup": 3}, "only apply to strategy 'assisted'"),
+    ({"prompt_lookup": 3}, "needs strategy 'assisted'"),
     ({"cache": "quantized", "cache_bits": 3}, "cache_bits 3 is not one of: 2, 4, 8"),
 ])
 def test_impossible_combinations_are_refused_up_front(spec, fragment):

@@ -118,11 +118,11 @@ def test_eager_stays_eager_and_a_compiled_column_asks_generate_to_compile_on_any
 
 
 def test_the_page_shows_the_knob_on_pytorch_columns_only_and_names_the_engine():
-    from playground.ui.columns import PROMPT_LOOKUP, column_settings, control_values, notice_text, visibility
+    from playground.ui.columns import column_settings, control_values, notice_text, visibility
     from playground.ui.labels import base_label as label
 
-    assert visibility("greedy", "static", "torch", PROMPT_LOOKUP)["torch_compile"]
-    assert not visibility("greedy", "static", "jax", PROMPT_LOOKUP)["torch_compile"]
+    assert visibility("greedy", "static", "torch")["torch_compile"]
+    assert not visibility("greedy", "static", "jax")["torch_compile"]
     values = control_values({"cache": "static"})
     assert values["torch_compile"] == "off" and "torch_compile" not in column_settings(values)  # eager: as before
     on = column_settings(values | {"torch_compile": "default"})

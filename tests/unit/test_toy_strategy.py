@@ -25,6 +25,7 @@ import pytest
 from playground import registry, runner
 from playground.registry import Knob, RecordField, RunRecords, Strategy, TokenRecords, lazy
 from playground.spec import RunSpec
+from playground.ui.card_part import CardPart
 from playground.ui.strategy_view import StrategyView
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS, allowed_tiny_model, module_tiny_model
 
@@ -232,8 +233,50 @@ def test_toy_strategys_knob_gets_a_group_of_the_column_card_from_its_record():
 
     with registry.registered(CLOSE_KNOB, TOY):
         _, page = build_ui()
-        assert visibility(NAME, "dynamic", "torch", "prompt lookup")["toy_knobs"]
-        assert not visibility("greedy", "dynamic", "torch", "prompt lookup")["toy_knobs"]
+        assert visibility(NAME, "dynamic", "torch")["toy_knobs"]
+        assert not visibility("greedy", "dynamic", "torch")["toy_knobs"]
         assert CLOSE in relevant_keys(NAME, "dynamic", "torch")
         widget = page.columns[0].knobs[CLOSE]
         assert (widget.minimum, widget.maximum, widget.label) == (0.0, 5.0, "close call below")
+
+
+class HundredthsCard(CardPart):
+    """A control of the page's own in the toy's group: the threshold in hundredths, sent as the knob."""
+
+    group = "toy_knobs"
+    defaults = {"toy_hundredths": 10}
+
+    def draw(self, index: int, knobs: dict[str, Any], groups: dict[str, Any], values: Mapping[str, Any],
+             shown: Mapping[str, bool]) -> None:
+        import gradio as gr
+
+        knobs["toy_hundredths"] = gr.Number(values["toy_hundredths"], label="close call below (hundredths)",
+                                            elem_id=f"toy_hundredths-{index}")
+
+    def to_settings(self, values: Mapping[str, Any], settings: dict[str, Any]) -> None:
+        if CLOSE in settings:  # only where the column's strategy reads the knob
+            settings[CLOSE] = values["toy_hundredths"] / 100
+
+    def to_values(self, settings: Mapping[str, Any], values: dict[str, Any], defaults: Mapping[str, Any]) -> None:
+        values["toy_hundredths"] = round(100 * values[CLOSE])
+
+
+class CardView(MarginView):
+    card = HundredthsCard()
+
+
+def test_a_strategys_view_adds_its_own_control_to_the_column_card():
+    """The card asks each registered view for its part: a control, its first value, and how it becomes the
+    strategy's knob (and back), with nothing under playground/ naming the strategy."""
+    from dataclasses import replace
+
+    from playground.ui.columns import column_settings, control_values
+    from playground.ui.wiring import build_ui
+
+    with registry.registered(CLOSE_KNOB, replace(TOY, view=CardView)):
+        _, page = build_ui()
+        assert page.columns[0].knobs["toy_hundredths"].elem_id == "toy_hundredths-0"
+        values = control_values({"strategy": NAME, CLOSE: 0.25})
+        assert values["toy_hundredths"] == 25
+        assert column_settings({**values, "toy_hundredths": 40})[CLOSE] == 0.4
+        assert CLOSE not in column_settings({**values, "strategy": "greedy"})

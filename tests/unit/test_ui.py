@@ -17,7 +17,6 @@ from playground.spec import RunSpec
 from playground.ui.chat import history, messages, record_turn
 from playground.ui.columns import (
     MAX_COLUMNS,
-    PROMPT_LOOKUP,
     column_settings,
     control_values,
     notice_text,
@@ -25,6 +24,7 @@ from playground.ui.columns import (
     visibility,
     weights_choices,
 )
+from playground.ui.draft_card import DRAFT_MODEL, PROMPT_LOOKUP
 from playground.ui.export import (
     decode_url_state,
     encode_url_state,
@@ -294,9 +294,9 @@ def test_tokens_are_coloured_by_probability_or_entropy_with_alternatives_on_hove
 
 
 def test_only_the_knobs_of_the_current_choice_are_shown():
-    shown = visibility("sampling", "dynamic", "torch", "draft model")
+    shown = visibility("sampling", "dynamic", "torch", {"draft_source": DRAFT_MODEL})
     assert shown["sampling_knobs"] and not shown["beam_knobs"] and not shown["bits_knobs"] and not shown["devices"]
-    shown = visibility("assisted", "sink", "jax", PROMPT_LOOKUP)
+    shown = visibility("assisted", "sink", "jax", {"draft_source": PROMPT_LOOKUP})
     assert shown["draft_knobs"] and shown["prompt_lookup"] and not shown["assistant"]
     assert shown["window_box"] and shown["sink_tokens"] and shown["devices"]
 
@@ -339,8 +339,8 @@ def test_assisted_sampling_is_a_column_control_that_brings_the_sampling_knobs():
     spec = RunSpec.from_dict(sampled)
     assert spec.assisted_sampling and spec.temperature == 0.7 and problem(sampled) == ""
     assert control_values(sampled)["assisted_sampling"] is True  # a shared link sets the box again
-    assert visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, True)["sampling_knobs"]
-    assert not visibility("assisted", "dynamic", "torch", PROMPT_LOOKUP, False)["sampling_knobs"]
+    assert visibility("assisted", "dynamic", "torch", None, True)["sampling_knobs"]
+    assert not visibility("assisted", "dynamic", "torch", None, False)["sampling_knobs"]
     assert label(0, sampled) == "1: assisted (prompt lookup n=4, sampled) · dynamic"
 
 

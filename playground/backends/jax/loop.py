@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from playground.backends.base import EmitTokens, GenerationOutput, PreviewTokens, ShouldStop, eos_ids
-from playground.backends.jax import prefix_reuse
+from playground.backends.jax import prefix_reuse, reuse_vs_cold
 from playground.backends.jax.caches import plan as cache_plan
 from playground.backends.jax.caches.plan import Layouts
 from playground.backends.jax.caches.pytree import cache_bytes
@@ -58,8 +58,9 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
     drafts = [engine_for(draft.model, 1, spec.weights)[0]] if draft is not None else []  # the Drafter's engine
     start = time.perf_counter()
     prompt = np.asarray([prompt_ids], np.int32)  # (1, T)
+    warm, reuse_note = prefix_reuse.usable(reuse.warm if reuse else None)
     with compiling.request_compiles():
-        request = _prepare(engine, reused, loaded, prompt, spec, strategy, reuse)
+        request = _prepare(engine, reused, loaded, prompt, spec, strategy, reuse, warm)
         if not request.programs.wait(should_stop, start):
             return _stopped_compiling(request, start)
     request.preview = preview
@@ -73,21 +74,24 @@ def generate(loaded: LoadedModel, prompt_ids: Sequence[int], spec: RunSpec, emit
     if not strategy.streams:
         emit(out.sequences[0])  # nothing is final before a search ends: the best sequence, whole
     out.reused_tokens = request.warm.shared if request.warm is not None else 0
+    out.reuse_note = reuse_note
     if reuse is not None and reuse.keep:
         # a search's rows share only the prompt's positions: what row 0 holds past it need not be the best sequence
         rows = jax.tree.leaves(run.state.cache.jax_layers[0].arrays)[0].shape[0]
         held = list(prompt_ids) + (list(out.sequences[0]) if rows == 1 else [])
         out.kept = prefix_reuse.snapshot(run.state.cache, held, whole=bool(spec.sized_new_tokens))
+    if warm is not None:  # measured after the run, outside its timings
+        out.vs_cold = reuse_vs_cold.vs_cold(loaded, spec, warm, list(prompt_ids), out.sequences[0])
     return out
 
 
 def _prepare(engine: Engine, reused: bool, loaded: LoadedModel, prompt: np.ndarray, spec: RunSpec,
-             strategy: Strategy, reuse: ReusePlan | None = None) -> Request:
+             strategy: Strategy, reuse: ReusePlan | None = None, warm: Match | None = None) -> Request:
     """The cache plan and every program this request runs on the model's engine, asked for (those not kept in
     memory start compiling). A step of a branch tree (`sized_new_tokens`) is sized for the whole tree and asks for
     the decode programs even when it takes one token, and where it keeps its cache, for the resume program the
-    next step continues it with, so that no later step of the tree compiles anything."""
-    warm = reuse.warm if reuse is not None else None
+    next step continues it with, so that no later step of the tree compiles anything. `warm`: the match the
+    prompt continues, where `reuse`'s can be (prefix_reuse.usable)."""
     prompt_len = prompt.shape[1]
     bucket = cache_plan.request_bucket(spec, prompt_len)
     eos = tuple(sorted(eos_ids(loaded.model.generation_config, loaded.tokenizer)))  # sorted: a compile key

@@ -11,7 +11,8 @@ prefill's chunks (the chunked prefill's continuation over a filled cache), and h
 logits and the cache in the request's first layouts. The entry is an input of a program that donates nothing, so a
 warm run never overwrites it.
 
-Only global full-precision layers (the dynamic and static caches, in float32 or the bf16 store) are kept, under
+Global full-precision layers (the dynamic and static caches, in float32 or the bf16 store) are kept this way; the
+sliding, sink and quantized layouts are kept whole and continued one token per step (restored_reuse.py), under
 plain decoding on one device; the rest prefills the whole prompt, with the reason.
 """
 
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from playground.backends.jax import restored_reuse
 from playground.backends.jax.caches.layout import Layout
 from playground.backends.jax.caches.plan import Layouts, prefill_bucket
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
@@ -32,7 +34,7 @@ from playground.backends.jax.caches.ring import RingLayout
 from playground.backends.jax.engine import prefill
 from playground.backends.jax.engine.compiling import Pending
 from playground.backends.jax.engine.engine import Engine
-from playground.backends.prefix_store import Kept, Match, cold_reason
+from playground.backends.prefix_store import RESTORED_CACHES, Kept, Match, cold_reason
 from playground.spec import RunSpec
 
 
@@ -43,6 +45,8 @@ def refusal(spec: RunSpec, config: Any) -> str | None:
         return reason
     if spec.devices > 1:
         return "the JAX path keeps its cache on one device only; a run over several prefills the whole prompt"
+    if spec.cache in RESTORED_CACHES:  # kept whole, whatever its layers (restored_reuse.py)
+        return None
     if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
         return f"{spec.model}'s sliding layers keep only their window, so a kept cache could not be cropped"
     return None
@@ -51,7 +55,10 @@ def refusal(spec: RunSpec, config: Any) -> str | None:
 def snapshot(cache: JaxCache, ids: list[int], whole: bool = False) -> Kept | None:
     """A copy of the first row's filled positions (cut to a power of two of slots; `whole`: every slot, as a branch
     tree's step keeps it, so that the next step's resume program is the one its first step asked for), with the ids
-    they hold (`ids`: the prompt and the new tokens); None where it holds nothing."""
+    they hold (`ids`: the prompt and the new tokens); None where it holds nothing. A cache kept whole
+    (restored_reuse.py) keeps every slot either way."""
+    if restored_reuse.restored(cache.layouts):
+        return restored_reuse.snapshot(cache, ids)
     held = min(int(jax.device_get(cache.jax_layers[0].cumulative_length)), len(ids))
     if held <= 0:
         return None
@@ -72,12 +79,17 @@ def resume_program(engine: Engine, match: Match, prompt_len: int, layouts: Layou
     the layouts' own length), never by the ids."""
     kept: JaxCache = match.entry.snapshot
     bucket = suffix_bucket(match, prompt_len)
+    if restored_reuse.restored(kept.layouts):
+        return restored_reuse.resume_program(engine, kept.layouts, bucket, layouts)
     return _program(engine, kept.layouts, bucket, _work_slots(match.shared, bucket, layouts), layouts)
 
 
 def next_step_program(engine: Engine, layouts: Layouts) -> Pending:
     """The resume program every later step of a branch tree runs (a one-id suffix over a `whole` snapshot of these
-    layouts, the tree's one cache length): the tree's first step asks for it, so no later step compiles."""
+    layouts, the tree's one cache length): the tree's first step asks for it, so no later step compiles. A cache
+    kept whole continues in its own layouts, which are the tree's one length too."""
+    if restored_reuse.restored(layouts):
+        return restored_reuse.resume_program(engine, layouts, 1, layouts)
     return _program(engine, layouts, 1, max(_ring(layout).slots for layout in layouts), layouts)
 
 
@@ -154,3 +166,13 @@ def _slots(array: jax.Array, slots: int) -> jax.Array:
     if now >= slots:
         return array[:, :, :slots]
     return jnp.pad(array, [(0, 0), (0, 0), (0, slots - now), (0, 0)])
+
+
+def usable(match: Match | None) -> tuple[Match | None, str | None]:
+    """The match a run may start from, and the reason where an entry kept whole cannot continue at its common
+    prefix (the run is then cold)."""
+    if match is None or not restored_reuse.restored(match.entry.snapshot.layouts):
+        return match, None
+    reason = restored_reuse.blocker(match)
+    return (None, reason) if reason is not None else (match, None)
+

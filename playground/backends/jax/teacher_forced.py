@@ -149,9 +149,17 @@ def logprobs_along(loaded: LoadedModel, spec: Any, prompt_ids: Sequence[int], ne
     padded = np.zeros((1, prefill_bucket(prompt_len)), np.int32)
     padded[0, :prompt_len] = prompt_ids
     first, cache = prefill(engine.weights, jnp.asarray(padded), jnp.int32(prompt_len))
-    rows = [np.asarray(first)]
+    return scan_logprobs(engine, np.asarray(first), cache, prompt_len, new_ids)
+
+
+def scan_logprobs(engine: Engine, first: np.ndarray, cache: JaxCache, prompt_len: int,
+                  new_ids: list[int]) -> torch.Tensor:
+    """Log-probabilities (len(new_ids), V): `first`, the logits after the prompt (1, V), then the scan's after
+    each new token but the last, through `cache` (laid out with room for the scan's padding)."""
+    count = len(new_ids)
+    rows = [first]
     if count > 1:
-        tokens = np.zeros(padded_count, np.int32)
+        tokens = np.zeros(1 << max(0, count - 2).bit_length(), np.int32)  # count - 1 tokens, padded
         tokens[: count - 1] = new_ids[:-1]
         with engine.tracing():  # a first call traces the model; a compile left running by a stopped request may too
             rest, _ = _scan(engine)(engine.weights, cache, jnp.asarray(tokens), jnp.int32(prompt_len))

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import GenerationConfig
 
-from playground.backends.base import AssistStep
 from playground.backends.torch import config as settings
 from playground.backends.torch.caches.croppable_quantized import draft_room
 from playground.backends.torch.probes import TokenProbe
@@ -31,6 +30,7 @@ from playground.backends.torch.transformers_hooks import (
     wrap_candidate_generator,
 )
 from playground.spec import RunSpec
+from playground.strategy_records.assisted import AssistStep
 
 if TYPE_CHECKING:
     from playground.backends.torch.timing import TimingStreamer

@@ -22,6 +22,7 @@ from playground.backends.torch.timing import TimingStreamer
 from playground.constraints.matching import replay
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
+from playground.strategy_records.composite import outputs_of
 
 
 class StopWhen(StoppingCriteria):
@@ -62,7 +63,7 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
             chained(loaded.model, spec, context, call.probe):
         seed_past_forced(spec, config, plugin.replays_draws, _vocab_size(loaded.model))
         start = time.perf_counter()
-        reused = prefix_reuse.restore(warm, cache, config.num_beams or 1) if warm else 0  # timed: part of the run
+        reused, reuse_note = prefix_reuse.continue_from(spec, warm, cache, config.num_beams or 1)  # timed
         out = loaded.model.generate(
             input_ids,  # (1, T)
             attention_mask=torch.ones_like(input_ids),
@@ -83,18 +84,15 @@ def generate(loaded: LoadedModel, input_ids: torch.Tensor, spec: RunSpec, emit: 
         token_times=call.streamer.token_times[: len(sequences[0])] if call.streamer else [],
         kv_cache_bytes=kv_bytes(cache),
         scores=_beam_scores(out),
-        acceptance_rate=recorded.acceptance_rate,
         token_info=recorded.token_info,
-        draft_flags=recorded.draft_flags,
         kv_trace=trace.bytes,
-        beam_tree=recorded.beam_tree,
-        assisted_steps=recorded.assisted_steps,
+        **outputs_of(recorded),
         forward_passes=passes[0] if recorded.forward_passes is None else recorded.forward_passes,
         stopped=stop.triggered,
         extra={"generate_s": end - start, **recorded.extra},
         reused_tokens=reused,
     )
-    output.kept = prefix_reuse.snapshot(cache, input_ids[0].tolist(), sequences[0]) if reuse and reuse.keep else None
+    prefix_reuse.hand_back(output, loaded, spec, reuse, cache, input_ids, reuse_note)
     if spec.constraint != "none":
         _replay_constraint(output, loaded, spec, context.eos)
     return output

@@ -22,11 +22,12 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from playground import registry
-from playground.backends.base import AssistStep, BeamNode, PreviewTokens, TokenInfo
+from playground.backends.base import PreviewTokens, TokenInfo
 from playground.backends.torch.probes import TokenProbe
 from playground.backends.torch.transformers_hooks import own_loop
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
+from playground.strategy_records.composite import StrategyOutputs
 
 if TYPE_CHECKING:
     from playground.backends.torch.timing import TimingStreamer
@@ -46,14 +47,11 @@ class Call:
 
 
 @dataclass
-class Recorded:
-    """What a plug-in recorded for the view, beside what generate.py measures for every strategy."""
+class Recorded(StrategyOutputs):
+    """What a plug-in recorded for the view, beside what generate.py measures for every strategy (its own
+    output fields, keyword-only, are its records' `StrategyOutputs`)."""
 
     token_info: list[TokenInfo] | None = None  # per token of the first sequence
-    beam_tree: list[list[BeamNode]] | None = None  # what a beam-type search weighed per step
-    assisted_steps: list[AssistStep] | None = None
-    acceptance_rate: float | None = None
-    draft_flags: list[bool] | None = None  # per token: an accepted draft
     forward_passes: int | None = None  # of the main model, where the forward hook's count is not it
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -97,7 +97,7 @@ class Kernel(Generic[State]):
     (1, or one per beam), so the start donates the prompt's cache only when the state keeps it as it is."""
 
     engine: Engine
-    name: str
+    name: str  # the registry's name of the strategy the programs run (it keys them, with the mode)
     mode: Hashable
     bucket: int
     start: StartFn

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from playground import registry
-from playground.backends.base import AssistStep, same_vocabulary
+from playground.backends.base import same_vocabulary
 from playground.backends.jax.caches.extend import assisted_plan
 from playground.backends.jax.caches.plan import CachePlan, Layouts
 from playground.backends.jax.chain.chain import Context
@@ -35,6 +35,7 @@ from playground.backends.jax.strategies.verify import verify_program
 from playground.backends.jax.strategy import Advance, Request, Run
 from playground.models.loaded import LoadedModel
 from playground.spec import RunSpec
+from playground.strategy_records.assisted import AssistStep
 
 
 def draft_widths(drafts: int) -> tuple[int, ...]:

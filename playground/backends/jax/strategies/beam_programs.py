@@ -72,10 +72,12 @@ def finished(state: BeamState) -> jax.Array:
 
 
 def beam_kernel(engine: Engine, bucket: int, mode: BeamMode) -> Kernel[BeamState]:
-    """The search's programs: K rows from the start on."""
+    """The search's programs: K rows from the start on, keyed by the registry's name of the search they run (beam
+    search, or beam sampling where the continuations are drawn)."""
     shape = engine.shape_struct
     args = BeamArgs(shape((), jnp.float32), shape((), jnp.bool_), shape((), jnp.int32),
                     abstract(engine, chain.arg_specs(mode.chain)))
-    return Kernel(engine=engine, name="beam", mode=mode, bucket=bucket, start=partial(start, engine.vocab_size, mode),
+    return Kernel(engine=engine, name="beam_sample" if mode.samples else "beam", mode=mode, bucket=bucket,
+                  start=partial(start, engine.vocab_size, mode),
                   step=partial(step, engine, mode), empty=partial(beam_search.empty_records, mode=mode),
                   finished=finished, args=args, rows=mode.beams)

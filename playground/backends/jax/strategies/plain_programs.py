@@ -83,8 +83,10 @@ def finished(state: DecodeState[jax.Array]) -> jax.Array:
 
 
 def plain_kernel(engine: Engine, bucket: int, mode: SamplingMode, eos: tuple[int, ...]) -> Kernel[DecodeState]:
-    """Plain decoding's programs; growth reads only what of the mode sizes the history."""
-    return Kernel(engine=engine, name="decode", mode=(mode, eos), bucket=bucket,
+    """Plain decoding's programs; growth reads only what of the mode sizes the history. They are keyed by the
+    registry's name of the strategy whose token choice they make, greedy or sampling: assisted decoding's main
+    model and a draft model choose their one token per step with these same programs, so one compile serves all."""
+    return Kernel(engine=engine, name="greedy" if mode.greedy else "sampling", mode=(mode, eos), bucket=bucket,
                   start=partial(start, engine.vocab_size, mode, eos), step=partial(step, engine, mode, eos),
                   empty=partial(empty, mode), finished=finished, args=abstract(engine, token_choice.arg_specs(mode)),
                   shapes=mode.needs)

@@ -35,6 +35,10 @@ class _Side(int):
         made.side = side
         return made
 
+    def __reduce__(self) -> tuple[type[_Side], tuple[int, str]]:
+        """Copied (the prefix store keeps a layer whole) with its side."""
+        return _Side, (int(self), self.side)
+
 
 class CroppableQuantoLayer(QuantoQuantizedLayer):
     """KIVI-style quanto layer (a full-precision residual of `residual_length` tokens) that can roll back, its
