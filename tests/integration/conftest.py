@@ -3,7 +3,9 @@
 Session-scoped, so the browser files a worker runs share them (the tab-closing test launches its own browser
 through this one's Playwright): each file used to start its own app and browser, and every app imported the
 libraries, loaded the model and compiled its programs again. Each test opens a fresh page, so no test sees
-another's page; the app is shared the way a served app is, by its users.
+another's page; the app is shared the way a served app is, by its users. A module's pages are closed when it ends
+(`_pages_closed_after_each_module`): a Gradio page left open keeps polling and drawing, and the pages of the
+files before it took most of a core from the rest of the suite.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def app_url() -> Iterator[str]:
         yield app.url
 
 
+_browsers: list = []  # the session's browser, once a test has asked for it
+
+
 @pytest.fixture(scope="session")
 def browser():
     from playwright import sync_api
@@ -33,5 +38,17 @@ def browser():
         pytest.fail("Debian chromium is not installed at /usr/bin/chromium (scripts/setup.sh --dev installs it)")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        _browsers.append(browser)
         yield browser
+        _browsers.clear()
         browser.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pages_closed_after_each_module() -> Iterator[None]:
+    """Close every page (each in its own context) the module opened in the shared browser; module-scoped page
+    fixtures are torn down before this, as they were set up after it."""
+    yield
+    for browser in _browsers:
+        for context in list(browser.contexts):
+            context.close()
