@@ -86,6 +86,15 @@ def test_assisted_generates_first_verify_pass_reads_every_id_so_a_warm_run_slice
     assert inputs["input_ids"].tolist() == [[7, 5, 6]]
 
 
+def test_prompt_lookup_under_both_wrappers_still_takes_generates_attention_mask(model):
+    """generate() checks its kwargs against the signatures of prepare_inputs_for_generation and forward: a warm
+    prompt lookup over a cache with its own mask (the sink cache) wraps both, and a bare (*args, **kwargs) wrapper
+    made generate() refuse attention_mask."""
+    cache = transformers.DynamicCache(config=model.config)
+    with hooks.first_pass_past_cache(model), hooks.with_attention_mask(model, cache, lambda _: None):
+        generate(model, prompt_lookup_num_tokens=3, past_key_values=cache)
+
+
 def test_beam_search_steps_take_the_arguments_the_beam_tree_reads(model):
     run = lambda: generate(model, num_beams=3, num_return_sequences=2)  # noqa: E731
     top_k = calls_of(model, hooks.TOP_K_CONTINUATIONS, run)

@@ -9,6 +9,7 @@ read two tensors it prepares; they do so through the functions here, never direc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterator
@@ -82,6 +83,7 @@ def first_pass_past_cache(model: Any) -> Iterator[None]:
     """Assisted decoding's first verify pass runs only the ids past what its cache already holds (a cache restored
     from the prefix store), as `_prefill` slices them for generate()'s other loops; later passes are untouched."""
     def wrap(prepare: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(prepare)  # generate() checks its kwargs against this signature (_validate_model_kwargs)
         def sliced(input_ids: torch.Tensor, *args: Any, next_sequence_length: int | None = None,
                    past_key_values: Any = None, is_first_iteration: bool | None = False, **kwargs: Any) -> Any:
             if is_first_iteration and next_sequence_length is None and past_key_values is not None:
@@ -155,6 +157,7 @@ def with_attention_mask(model: Any, cache: Any, mask_for: Callable[[int], Any]) 
     it as its attention mask, additive in the model's dtype: transformers passes a 4D mask to attention as it
     is. Forwards over another cache (a draft that is this same model, with its own cache) are left alone."""
     def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(forward)  # keeps forward's signature, which generate() checks its kwargs against
         def masked(*args: Any, **kwargs: Any) -> Any:
             ids = kwargs.get("input_ids")
             if ids is None or kwargs.get("past_key_values") is not cache:
