@@ -11,7 +11,8 @@ from typing import Any
 
 from playground.errors import PlaygroundError
 
-SUITES = ("default", "caches", "sweeps", "compile", "weights", "devices", "grammar", "constraints", "reuse")
+SUITES = ("default", "caches", "sweeps", "compile", "weights", "devices", "grammar", "constraints", "reuse",
+          "profile")
 
 
 def build_parser(bench: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -31,9 +32,10 @@ def build_parser(bench: argparse.ArgumentParser) -> argparse.ArgumentParser:
                             "regex, a JSON schema and a choice list on both backends: tokens/s, matcher compile and "
                             "mask time per token; reuse: the prefix store's TTFT cold against warm at 512, 2048 and "
                             "4096 shared tokens + 32 new on every cache and both backends, and a Step against a decode "
-                            "step")
+                            "step; profile: where a JAX decode step's time goes (weight matvecs, attention, cache "
+                            "writes, token choice, the rest, host) at fp32, int8 and q4, from XLA's own thunk timings")
     bench.add_argument("--max-new-tokens", type=int, default=None,
-                       help="default: 128 (suite default), 1024 (suite caches), 64 (suite weights)")
+                       help="default: 128 (suites default and profile), 1024 (suite caches), 64 (suite weights)")
     bench.add_argument("--rounds", type=int, default=None,
                        help="suites caches, weights, devices and grammar: timed rounds of every configuration "
                             "(default 3; the median is reported)")
@@ -93,7 +95,7 @@ def command_bench(args: argparse.Namespace) -> None:
 
 def _model_suite(args: argparse.Namespace, model: str,
                  progress: Callable[[str], None]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]] | None:
-    """The result and table of the suites sweeps, constraints and reuse; None for the others."""
+    """The result and table of the suites sweeps, constraints, profile and reuse; None for the others."""
     if args.suite == "sweeps":
         from playground.tools import bench_sweeps
 
@@ -104,6 +106,10 @@ def _model_suite(args: argparse.Namespace, model: str,
         return (bench_constraints.run_constraint_suite(model, args.max_new_tokens or 64, progress,
                                                        rounds=args.rounds or bench_constraints.ROUNDS),
                 bench_constraints.format_table)
+    if args.suite == "profile":
+        from playground.tools import bench_profile
+
+        return bench_profile.run_profile_suite(model, args.max_new_tokens or 128, progress), bench_profile.format_table
     if args.suite == "reuse":
         from playground.tools import bench_reuse
 
