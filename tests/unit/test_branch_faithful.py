@@ -8,7 +8,7 @@ import pytest
 from playground import runner
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from tests.helpers import module_tiny_model
+from tests.helpers import fast_lane_keeps, module_tiny_model
 
 pytest.importorskip("torchax")
 
@@ -44,7 +44,8 @@ READERS = {
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-@pytest.mark.parametrize("stage", sorted(READERS))
+# the fast lane keeps one stage alone (every stage acts at once in the next test); the full suite: each alone
+@pytest.mark.parametrize("stage", fast_lane_keeps(sorted(READERS)))
 def test_a_branch_s_steps_equal_the_run_s_steps_at_the_same_positions(local_model, backend, stage):
     knobs = READERS[stage]
     whole = _run(local_model, backend, knobs)

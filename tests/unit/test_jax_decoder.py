@@ -23,6 +23,7 @@ from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     bench_with,
+    fast_lane_keeps,
     jax_run,
     run_script,
     tiny_gemma,
@@ -55,7 +56,7 @@ def spec(**overrides) -> RunSpec:
 
 # -- parity -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["dynamic", "static"]))  # the fast lane: each model, dynamic
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_greedy_matches_generate(request, which, cache):
     loaded = request.getfixturevalue(which)
@@ -63,7 +64,7 @@ def test_greedy_matches_generate(request, which, cache):
     assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, NEW, cache)
 
 
-@pytest.mark.parametrize("which", ["llama", "gemma"])
+@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
 def test_greedy_matches_generate_while_the_cache_grows(request, which):
     loaded = request.getfixturevalue(which)
     out, _ = jax_run(loaded, PROMPT, spec(cache="dynamic", max_new_tokens=130, min_new_tokens=130))

@@ -20,6 +20,7 @@ from playground.backends.jax.engine import int8, int8_store  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     allowed_tiny_model,
+    fast_lane_keeps,
     jax_run,
     jax_teacher_forced,
     new_device_bytes,
@@ -90,7 +91,7 @@ def test_blocks_divide_the_rows_and_stay_in_the_block_bound():
 # -- the decoder ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
-@pytest.mark.parametrize("which", ["llama", "gemma"])
+@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
 def test_greedy_matches_a_torch_model_holding_the_same_int8_weights(which, cache):
     loaded = tiny(which)
     out, _ = jax_run(loaded, PROMPT, spec(cache=cache))
@@ -99,7 +100,7 @@ def test_greedy_matches_a_torch_model_holding_the_same_int8_weights(which, cache
     assert out.weight_bytes == out.extra["device_weight_bytes"]
 
 
-@pytest.mark.parametrize("which", ["llama", "gemma"])
+@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
 def test_logits_are_the_dequantized_models_and_near_fp32(which):
     loaded = tiny(which)
     forced = torch_greedy(loaded.model, PROMPT, 12, "dynamic")

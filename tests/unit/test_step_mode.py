@@ -19,7 +19,7 @@ from playground.ui.step_runs import absorb, step_spec
 from playground.ui.step_tree import StepTree
 from playground.ui.step_view import candidates_html, shown_candidates
 from playground.ui.tokens import DEFAULT_COLOUR, ENTROPY_SCALE
-from tests.helpers import module_tiny_model
+from tests.helpers import fast_lane_keeps, module_tiny_model
 from tests.unit.test_ui import page_data
 
 pytest.importorskip("torchax")
@@ -72,7 +72,7 @@ def test_three_steps_give_greedy_s_tokens_and_a_jax_step_compiles_nothing(local_
         assert [s["metrics"]["compile_s"] for s in steps[1:]] == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["static", "dynamic"], keep=1))  # the fast lane: dynamic
 def test_every_jax_step_of_a_tree_runs_on_its_first_step_s_programs(local_model, cache):
     """Sized for the tree (the prompt and its max_new_tokens), a step compiles nothing after the tree's first,
     wherever it stands: the branch crosses the prompt's buckets (16, 32, 64) and the cache's 64-position
