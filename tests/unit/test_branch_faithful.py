@@ -8,7 +8,7 @@ import pytest
 from playground import runner
 from playground.errors import PlaygroundError
 from playground.spec import RunSpec
-from tests.helpers import fast_lane_keeps, module_tiny_model
+from tests.helpers import module_tiny_model
 
 pytest.importorskip("torchax")
 
@@ -43,9 +43,9 @@ READERS = {
 }
 
 
+@pytest.mark.slow  # each stage alone on each backend: the fast lane's check has every stage on at once (below)
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-# the fast lane keeps one stage alone (every stage acts at once in the next test); the full suite: each alone
-@pytest.mark.parametrize("stage", fast_lane_keeps(sorted(READERS)))
+@pytest.mark.parametrize("stage", sorted(READERS))
 def test_a_branch_s_steps_equal_the_run_s_steps_at_the_same_positions(local_model, backend, stage):
     knobs = READERS[stage]
     whole = _run(local_model, backend, knobs)

@@ -101,10 +101,12 @@ def eos_model():
     return loaded
 
 
-@pytest.mark.parametrize("knobs", [{"early_stopping": False, "length_penalty": 1.0},
-                                   {"early_stopping": True, "length_penalty": 0.5},
-                                   {"early_stopping": False, "length_penalty": 2.0, "repetition_penalty": 1.3},
-                                   {"min_new_tokens": 6, "length_penalty": 1.0}])
+# the fast lane keeps a processor and a length penalty over finished hypotheses; the full suite: every case
+@pytest.mark.parametrize("knobs", fast_lane_keeps([{"early_stopping": False, "length_penalty": 1.0},
+                                                   {"early_stopping": True, "length_penalty": 0.5},
+                                                   {"early_stopping": False, "length_penalty": 2.0,
+                                                    "repetition_penalty": 1.3},
+                                                   {"min_new_tokens": 6, "length_penalty": 1.0}], keep=2))
 def test_finished_hypotheses_eos_early_stopping_and_processors_match_transformers(eos_model, knobs):
     out = assert_same_search(eos_model, beam(num_beams=4, num_return_sequences=3, **knobs))
     assert any(n["finished"] for step in out.beam_tree[:-1] for n in step)  # EOS ended hypotheses on the way
@@ -157,9 +159,10 @@ def test_a_repeated_beam_request_compiles_nothing(llama):
     assert first.extra["compiled_programs"] == again.extra["compiled_programs"]
 
 
-# the fast lane keeps the quantized store (its scales move with the beam); a sink's rows move in the test above
-@pytest.mark.parametrize("cache", fast_lane_keeps([{"cache": "quantized", "cache_bits": 4, "residual_length": 4},
-                                                   {"cache": "sink", "window": 10, "sink_tokens": 3}]))
+@pytest.mark.slow  # each cache's scoring programs: the fast lane's check that rows move with their beam is the
+# bounded-cache parity above
+@pytest.mark.parametrize("cache", [{"cache": "quantized", "cache_bits": 4, "residual_length": 4},
+                                   {"cache": "sink", "window": 10, "sink_tokens": 3}])
 def test_every_returned_score_is_its_sequence_scored_alone_over_the_same_cache(llama, cache):
     """A cache row gathered from the wrong beam would score a sequence with another hypothesis's keys: each
     returned score must be what a batch-1 pass over the same cache type gives its tokens (quantized stores and

@@ -92,6 +92,7 @@ def test_sink_cache_matches_pytorch(llama, window, sinks, prompt):
     assert jax_out.sequences == torch_out.sequences
 
 
+@pytest.mark.slow  # a guard on the parity above, with a third cache's programs: full suite only
 def test_the_window_changes_the_tokens(llama):
     """The parity above only means something if the window and the sinks matter within NEW tokens."""
     full = jax_run(llama, PROMPT, RunSpec(backend="jax", max_new_tokens=NEW, min_new_tokens=NEW))[0].sequences

@@ -92,6 +92,7 @@ def test_greedy_matches_generate_for_another_prompt_bucket(llama):
     assert out.sequences[0] == torch_greedy(llama.model, LONG_PROMPT, NEW, "dynamic")
 
 
+@pytest.mark.slow  # a guard on the parity above (a second Gemma's programs): full suite only
 def test_sliding_window_changes_the_tokens(gemma):
     """The parity above only means something if the window matters within NEW tokens."""
     wide = tiny_loaded("tiny-gemma-wide", tiny_gemma(sliding_window=4096))
@@ -130,6 +131,7 @@ def test_seeded_sampling_reproduces_and_seeds_differ(llama):
     assert a != c
 
 
+@pytest.mark.slow  # the fast lane: test_token_probabilities' top-k 1 draws each token with probability 1 on JAX
 def test_top_k_1_sampling_equals_greedy(llama):
     sampled = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=1, seed=3, top_p=0.9))[0].sequences[0]
     assert sampled == jax_run(llama, PROMPT, spec())[0].sequences[0]
@@ -160,6 +162,7 @@ def test_token_probabilities_match_the_pytorch_probe(llama):
         assert ours["top"][0][1] == pytest.approx(ours["p"])  # greedy takes the most probable token
 
 
+@pytest.mark.slow  # the fast lane: test_token_probabilities checks JAX's sampled records against PyTorch's
 def test_sampled_token_probabilities_are_those_of_the_filtered_distribution(llama):
     out, _ = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=3, temperature=1.5, seed=4))
     for token, record in zip(out.sequences[0], out.token_info, strict=True):

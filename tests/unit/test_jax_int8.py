@@ -100,7 +100,8 @@ def test_greedy_matches_a_torch_model_holding_the_same_int8_weights(which, cache
     assert out.weight_bytes == out.extra["device_weight_bytes"]
 
 
-@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
+@pytest.mark.slow  # teacher-forced thrice: the fast lane checks int8 by greedy against the same weights in PyTorch
+@pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_logits_are_the_dequantized_models_and_near_fp32(which):
     loaded = tiny(which)
     forced = torch_greedy(loaded.model, PROMPT, 12, "dynamic")
@@ -127,6 +128,7 @@ def test_every_cache_and_strategy_runs_with_int8(llama, cache):
     assert len(beam.sequences[0]) == NEW
 
 
+@pytest.mark.slow  # beam's programs on int8 weights: the fast lane checks greedy on them, and beam in test_jax_beam
 def test_beam_search_matches_transformers_on_the_same_int8_weights(llama):
     out, _ = jax_run(llama, PROMPT, spec(strategy="beam", num_beams=3, cache="dynamic"))
     reference = tiny_loaded("tiny-llama", dequantized(llama.model))
@@ -135,6 +137,7 @@ def test_beam_search_matches_transformers_on_the_same_int8_weights(llama):
     assert out.sequences[0] == want.sequences[0]
 
 
+@pytest.mark.slow  # a sliding window's int8 programs: the fast lane's repeat check is test_jax_decoder's
 def test_a_repeated_request_compiles_nothing(llama):
     jax_run(llama, PROMPT, spec(cache="sliding", window=12))
     again, _ = jax_run(llama, PROMPT, spec(cache="sliding", window=12))
@@ -159,6 +162,7 @@ def test_the_budget_counts_the_int8_bytes_the_engine_allocates(make):
                if a.dtype == jnp.float32 and a.shape in shapes)
 
 
+@pytest.mark.slow  # a saved model through the runner: the fast lane checks the int8 bytes the budget counts
 def test_the_budget_admits_int8_where_fp32_would_not_fit(tmp_path, monkeypatch):
     from playground import runner
     from playground.errors import PlaygroundError

@@ -88,7 +88,9 @@ def _tokens(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatch) 
     return out.sequences[0]
 
 
-@pytest.mark.parametrize(("model", "knobs"), fast_lane_keeps([  # the fast lane: the window narrower than a chunk
+# the full suite: each cache and strategy end to end; the fast lane's check is the logits and cache test above
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "knobs"), [
     ("llama", {"cache": "sliding", "window": 6}),
     ("llama", {"cache": "sink", "window": 12, "sink_tokens": 4}),
     ("llama", {"cache": "quantized", "cache_bits": 4, "residual_length": 8}),
@@ -98,7 +100,7 @@ def _tokens(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatch) 
     ("llama", {"cache": "dynamic", "strategy": "dola", "dola_layers": "high"}),
     ("llama", {"cache": "static", "strategy": "beam", "num_beams": 3}),
     ("llama", {"cache": "sliding", "window": 6, "strategy": "assisted", "prompt_lookup": 3}),
-]))
+])
 def test_a_prompt_longer_than_a_chunk_gives_the_tokens_of_the_whole_prompt(model, knobs, request, monkeypatch):
     loaded = request.getfixturevalue(model)
     spec = RunSpec(backend="jax", max_new_tokens=NEW, min_new_tokens=NEW, **knobs)

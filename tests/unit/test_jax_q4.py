@@ -109,6 +109,7 @@ def test_greedy_matches_a_torch_model_holding_the_same_4bit_weights(which):
     assert out.extra["device_weights"] == "q4"
 
 
+@pytest.mark.slow  # teacher-forced thrice: the fast lane checks q4 by greedy against the same weights in PyTorch
 def test_logits_are_the_dequantized_models_and_near_fp32():
     loaded = tiny("llama")
     forced = torch_greedy(loaded.model, PROMPT, 12, "dynamic")

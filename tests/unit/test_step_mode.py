@@ -60,7 +60,8 @@ def _step(tree: StepTree, count: int = 1) -> dict:
     return result
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# the fast lane: PyTorch's; JAX's greedy steps are the tree test's below, its sampled steps the replay test's
+@pytest.mark.parametrize("backend", fast_lane_keeps(["torch", "jax"]))
 def test_three_steps_give_greedy_s_tokens_and_a_jax_step_compiles_nothing(local_model, backend):
     whole = runner.run_to_result(PROMPT, RunSpec.from_dict({**_spec(local_model, backend), "max_new_tokens": 3}))
     tree = StepTree(_spec(local_model, backend))
@@ -148,7 +149,8 @@ def test_sampling_steps_draw_the_whole_runs_tokens_each_from_the_step_befores_ke
             assert all(s["metrics"]["compile_s"] == 0.0 for s in steps[1:])
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# the fast lane: the page on PyTorch; JAX's replayed draws are the test above's
+@pytest.mark.parametrize("backend", fast_lane_keeps(["torch", "jax"]))
 def test_a_sampling_column_s_steps_are_its_whole_run(page, local_model, backend):
     """Step 8 gives what eight Steps give, stepping the same node again draws the same token, and both are the
     column's own run with its seed, as Run to the end is."""
