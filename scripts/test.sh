@@ -4,8 +4,9 @@
 #   no flag: the whole suite, slow integration tests included (what CI runs), on two pytest-xdist workers that
 #            each take whole files, the heaviest first (tests/conftest.py orders them; a file's module fixtures,
 #            such as a loaded bundled model, are built once)
-#   --fast:  the tests that need no bundled model, start no fresh Python and sweep no JAX compiles of their own
-#            (markers `slow` and `subprocess` left out), on two workers taking whole files (a file's tiny models
+#   --fast:  one check per feature (the full suite runs each matrix whole): the tests that need no bundled model,
+#            start no fresh Python and are no matrix's other case (markers `slow` and `subprocess` left out; a
+#            matrix keeps one representative case unmarked), on two workers taking whole files (a file's tiny models
 #            then compile their programs on one worker only), the files with the most tests first: under 3
 #            minutes. Every JAX program compiles at LLVM -O0, since most of the lane's time is XLA compiling tiny
 #            models' programs; in the full suite only the unit tests' engine programs do (tests/unit/conftest.py),

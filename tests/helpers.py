@@ -27,6 +27,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
+def fast_lane_keeps(cases: list, keep: int = 0) -> list:
+    """A matrix whole for the full suite, with one representative case (index `keep`) in the fast lane: the others
+    are marked `slow`. A tuple case holds one value per argument name; ids stay what the bare cases give."""
+    return [case if index == keep else pytest.param(*(case if isinstance(case, tuple) else (case,)),
+                                                    marks=pytest.mark.slow)
+            for index, case in enumerate(cases)]
+
+
 def tiny_programs_at_o0() -> None:
     """For a script's process: its tiny models' programs compile at LLVM -O0, as the unit tests' do."""
     from playground.backends.jax.engine import engine

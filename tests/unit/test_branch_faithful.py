@@ -43,6 +43,7 @@ READERS = {
 }
 
 
+@pytest.mark.slow  # each stage alone on each backend: the fast lane's check has every stage on at once (below)
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 @pytest.mark.parametrize("stage", sorted(READERS))
 def test_a_branch_s_steps_equal_the_run_s_steps_at_the_same_positions(local_model, backend, stage):

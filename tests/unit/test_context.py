@@ -20,7 +20,7 @@ from playground.context import speed as context_speed  # noqa: E402
 from playground.context.quality import measure_quality  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import allowed_tiny_model, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import allowed_tiny_model, fast_lane_keeps, tiny_llama, tiny_loaded  # noqa: E402
 
 NAME = "tiny-llama-context"
 TEXT = [i * 37 % 251 for i in range(1, 162)]  # 161 token ids: 160 positions scored, five buckets of 32
@@ -52,8 +52,8 @@ def test_the_static_cache_is_the_full_cache(llama, backend):
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-@pytest.mark.parametrize(("cache", "knobs"), [("sliding", {"window": WINDOW}),
-                                               ("sink", {"window": WINDOW, "sink_tokens": 4})])
+@pytest.mark.parametrize(("cache", "knobs"), fast_lane_keeps([("sliding", {"window": WINDOW}),  # the fast lane: sliding
+                                                              ("sink", {"window": WINDOW, "sink_tokens": 4})]))
 def test_a_window_loses_nothing_before_it_fills_and_something_after(llama, backend, cache, knobs):
     first, *later = quality(llama, backend, cache, **knobs)["buckets"]
     assert first["kl_vs_full"] <= 1e-6 and first["top1_vs_full"] == 1.0  # positions 1-32: nothing evicted yet

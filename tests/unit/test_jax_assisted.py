@@ -17,7 +17,7 @@ from playground.backends.jax.backend import JaxBackend  # noqa: E402
 from playground.backends.jax.strategies import lookup as lookup_module  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import bench_with, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import bench_with, fast_lane_keeps, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
 
 NEW = 40
 PROMPT = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
@@ -53,7 +53,7 @@ def grounded(loaded) -> torch.Tensor:
     return torch.tensor([PROMPT[0].tolist() + own + PROMPT[0].tolist()])
 
 
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["static", "dynamic"], keep=1))  # the fast lane: dynamic
 def test_greedy_prompt_lookup_gives_plain_greedy_tokens(llama, cache):
     for prompt in (PROMPT, grounded(llama)):
         out, chunks = assisted(llama, prompt, spec(cache=cache))
@@ -192,6 +192,7 @@ def test_a_bounded_cache_stays_bounded_through_assisted_decoding(llama):
 
 # -- sampling ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # the sampling programs: the fast lane checks speculative sampling's rule below
 def test_seeded_assisted_sampling_reproduces_and_top_k_1_is_greedy(llama):
     prompt = grounded(llama)
     sampled = spec(assisted_sampling=True, temperature=1.5, top_k=0, seed=7)
@@ -283,7 +284,7 @@ def draft_spec(**overrides) -> RunSpec:
     return spec(prompt_lookup=0, assistant="tiny-draft", **overrides)
 
 
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["static", "dynamic"], keep=1))  # the fast lane: dynamic
 @pytest.mark.parametrize("which", ["same", "other"])
 def test_greedy_with_a_draft_model_gives_plain_greedy_tokens(llama, drafts, cache, which):
     out, chunks = assisted(llama, PROMPT, draft_spec(cache=cache), drafts[which])

@@ -18,6 +18,7 @@ from playground import runner  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     allowed_tiny_model,
+    fast_lane_keeps,
     jax_run,
     jax_teacher_forced,
     tiny_gemma,
@@ -64,14 +65,15 @@ def assert_same_search(loaded, spec, prompt=PROMPT, should_stop=lambda: False, t
     return ours
 
 
-@pytest.mark.parametrize(("which", "knobs"), [
+# the fast lane keeps several returned sequences under a length penalty; the full suite runs every case
+@pytest.mark.parametrize(("which", "knobs"), fast_lane_keeps([
     ("llama", {"num_beams": 2}),
     ("llama", {"num_beams": 4, "num_return_sequences": 3, "length_penalty": 0.5, "cache": "dynamic"}),
     ("llama", {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 1.5, "cache": "dynamic",
                "max_new_tokens": 140}),  # the cache grows from 128 to 192 positions under the search
     ("gemma", {"num_beams": 2, "num_return_sequences": 2, "length_penalty": 0.7}),
     ("gemma", {"num_beams": 4, "num_return_sequences": 2, "length_penalty": 2.0, "cache": "dynamic"}),
-])
+], keep=1))
 def test_beam_search_matches_transformers(which, knobs):
     out = assert_same_search(model(which), beam(**knobs))
     assert out.extra["beam_candidates"] == 2 * knobs["num_beams"]  # one EOS id: 2K candidates per step
@@ -79,9 +81,10 @@ def test_beam_search_matches_transformers(which, knobs):
         assert out.extra["cache_lengths"] == [128, 192]
 
 
-@pytest.mark.parametrize(("which", "cache"), [("llama", {"cache": "sliding", "window": 6}),
-                                              ("gemma", {"cache": "sliding"}),  # Gemma3's own window of 8
-                                              ("llama", {"cache": "sink", "window": 12, "sink_tokens": 2})])
+@pytest.mark.parametrize(("which", "cache"), fast_lane_keeps([  # the fast lane: the sinks, which also re-rotate
+    ("llama", {"cache": "sliding", "window": 6}),
+    ("gemma", {"cache": "sliding"}),  # Gemma3's own window of 8
+    ("llama", {"cache": "sink", "window": 12, "sink_tokens": 2})], keep=2))
 def test_beam_over_a_bounded_cache_matches_the_pytorch_path(which, cache):
     """Past the window the rings wrap (and the sinks re-rotate) while their rows are reordered by beam."""
     out = assert_same_search(model(which), beam(num_beams=3, num_return_sequences=2,
@@ -98,10 +101,12 @@ def eos_model():
     return loaded
 
 
-@pytest.mark.parametrize("knobs", [{"early_stopping": False, "length_penalty": 1.0},
-                                   {"early_stopping": True, "length_penalty": 0.5},
-                                   {"early_stopping": False, "length_penalty": 2.0, "repetition_penalty": 1.3},
-                                   {"min_new_tokens": 6, "length_penalty": 1.0}])
+# the fast lane keeps a processor and a length penalty over finished hypotheses; the full suite: every case
+@pytest.mark.parametrize("knobs", fast_lane_keeps([{"early_stopping": False, "length_penalty": 1.0},
+                                                   {"early_stopping": True, "length_penalty": 0.5},
+                                                   {"early_stopping": False, "length_penalty": 2.0,
+                                                    "repetition_penalty": 1.3},
+                                                   {"min_new_tokens": 6, "length_penalty": 1.0}], keep=2))
 def test_finished_hypotheses_eos_early_stopping_and_processors_match_transformers(eos_model, knobs):
     out = assert_same_search(eos_model, beam(num_beams=4, num_return_sequences=3, **knobs))
     assert any(n["finished"] for step in out.beam_tree[:-1] for n in step)  # EOS ended hypotheses on the way
@@ -154,6 +159,8 @@ def test_a_repeated_beam_request_compiles_nothing(llama):
     assert first.extra["compiled_programs"] == again.extra["compiled_programs"]
 
 
+@pytest.mark.slow  # each cache's scoring programs: the fast lane's check that rows move with their beam is the
+# bounded-cache parity above
 @pytest.mark.parametrize("cache", [{"cache": "quantized", "cache_bits": 4, "residual_length": 4},
                                    {"cache": "sink", "window": 10, "sink_tokens": 3}])
 def test_every_returned_score_is_its_sequence_scored_alone_over_the_same_cache(llama, cache):

@@ -35,6 +35,7 @@ def tiny():
     return tiny_loaded("tiny", tiny_llama(seed=2))
 
 
+@pytest.mark.slow  # beam search's programs too: the fast lane checks beam sampling's seed, draw and filters below
 def test_a_temperature_that_leaves_no_choice_gives_beam_searchs_beams_on_both_backends(tiny):
     searched, _ = jax_run(tiny, IDS, RunSpec.from_dict({"strategy": "beam", **BEAMS}))
     temperature = 1e-3  # the warper divides the log-probabilities: every gap between candidates grows 1000-fold

@@ -23,6 +23,7 @@ from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     bench_with,
+    fast_lane_keeps,
     jax_run,
     run_script,
     tiny_gemma,
@@ -55,7 +56,7 @@ def spec(**overrides) -> RunSpec:
 
 # -- parity -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["dynamic", "static"]))  # the fast lane: each model, dynamic
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_greedy_matches_generate(request, which, cache):
     loaded = request.getfixturevalue(which)
@@ -63,7 +64,7 @@ def test_greedy_matches_generate(request, which, cache):
     assert out.sequences[0] == torch_greedy(loaded.model, PROMPT, NEW, cache)
 
 
-@pytest.mark.parametrize("which", ["llama", "gemma"])
+@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
 def test_greedy_matches_generate_while_the_cache_grows(request, which):
     loaded = request.getfixturevalue(which)
     out, _ = jax_run(loaded, PROMPT, spec(cache="dynamic", max_new_tokens=130, min_new_tokens=130))
@@ -91,6 +92,7 @@ def test_greedy_matches_generate_for_another_prompt_bucket(llama):
     assert out.sequences[0] == torch_greedy(llama.model, LONG_PROMPT, NEW, "dynamic")
 
 
+@pytest.mark.slow  # a guard on the parity above (a second Gemma's programs): full suite only
 def test_sliding_window_changes_the_tokens(gemma):
     """The parity above only means something if the window matters within NEW tokens."""
     wide = tiny_loaded("tiny-gemma-wide", tiny_gemma(sliding_window=4096))
@@ -129,6 +131,7 @@ def test_seeded_sampling_reproduces_and_seeds_differ(llama):
     assert a != c
 
 
+@pytest.mark.slow  # the fast lane: test_token_probabilities' top-k 1 draws each token with probability 1 on JAX
 def test_top_k_1_sampling_equals_greedy(llama):
     sampled = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=1, seed=3, top_p=0.9))[0].sequences[0]
     assert sampled == jax_run(llama, PROMPT, spec())[0].sequences[0]
@@ -159,6 +162,7 @@ def test_token_probabilities_match_the_pytorch_probe(llama):
         assert ours["top"][0][1] == pytest.approx(ours["p"])  # greedy takes the most probable token
 
 
+@pytest.mark.slow  # the fast lane: test_token_probabilities checks JAX's sampled records against PyTorch's
 def test_sampled_token_probabilities_are_those_of_the_filtered_distribution(llama):
     out, _ = jax_run(llama, PROMPT, spec(strategy="sampling", top_k=3, temperature=1.5, seed=4))
     for token, record in zip(out.sequences[0], out.token_info, strict=True):

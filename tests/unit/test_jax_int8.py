@@ -20,6 +20,7 @@ from playground.backends.jax.engine import int8, int8_store  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
     allowed_tiny_model,
+    fast_lane_keeps,
     jax_run,
     jax_teacher_forced,
     new_device_bytes,
@@ -90,7 +91,7 @@ def test_blocks_divide_the_rows_and_stay_in_the_block_bound():
 # -- the decoder ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
-@pytest.mark.parametrize("which", ["llama", "gemma"])
+@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
 def test_greedy_matches_a_torch_model_holding_the_same_int8_weights(which, cache):
     loaded = tiny(which)
     out, _ = jax_run(loaded, PROMPT, spec(cache=cache))
@@ -99,6 +100,7 @@ def test_greedy_matches_a_torch_model_holding_the_same_int8_weights(which, cache
     assert out.weight_bytes == out.extra["device_weight_bytes"]
 
 
+@pytest.mark.slow  # teacher-forced thrice: the fast lane checks int8 by greedy against the same weights in PyTorch
 @pytest.mark.parametrize("which", ["llama", "gemma"])
 def test_logits_are_the_dequantized_models_and_near_fp32(which):
     loaded = tiny(which)
@@ -126,6 +128,7 @@ def test_every_cache_and_strategy_runs_with_int8(llama, cache):
     assert len(beam.sequences[0]) == NEW
 
 
+@pytest.mark.slow  # beam's programs on int8 weights: the fast lane checks greedy on them, and beam in test_jax_beam
 def test_beam_search_matches_transformers_on_the_same_int8_weights(llama):
     out, _ = jax_run(llama, PROMPT, spec(strategy="beam", num_beams=3, cache="dynamic"))
     reference = tiny_loaded("tiny-llama", dequantized(llama.model))
@@ -134,6 +137,7 @@ def test_beam_search_matches_transformers_on_the_same_int8_weights(llama):
     assert out.sequences[0] == want.sequences[0]
 
 
+@pytest.mark.slow  # a sliding window's int8 programs: the fast lane's repeat check is test_jax_decoder's
 def test_a_repeated_request_compiles_nothing(llama):
     jax_run(llama, PROMPT, spec(cache="sliding", window=12))
     again, _ = jax_run(llama, PROMPT, spec(cache="sliding", window=12))
@@ -158,6 +162,7 @@ def test_the_budget_counts_the_int8_bytes_the_engine_allocates(make):
                if a.dtype == jnp.float32 and a.shape in shapes)
 
 
+@pytest.mark.slow  # a saved model through the runner: the fast lane checks the int8 bytes the budget counts
 def test_the_budget_admits_int8_where_fp32_would_not_fit(tmp_path, monkeypatch):
     from playground import runner
     from playground.errors import PlaygroundError

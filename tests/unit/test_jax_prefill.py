@@ -20,7 +20,7 @@ from playground.backends.jax.caches import plan as cache_plan  # noqa: E402
 from playground.backends.jax.engine import prefill  # noqa: E402
 from playground.backends.jax.engine.engine import engine_for  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import fast_lane_keeps, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
 
 PROMPT = (torch.arange(1, 41) * 7 % 250).tolist()  # 40 tokens
 CHUNK = 8
@@ -64,7 +64,8 @@ def _prefilled(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatc
     return np.asarray(logits), [np.asarray(a) for a in jax.tree.leaves(cache)]
 
 
-@pytest.mark.parametrize("knobs", CACHES, ids=lambda k: "-".join(str(v) for v in k.values()))
+# the fast lane keeps the window narrower than a chunk (the staged ring); the full suite runs every cache
+@pytest.mark.parametrize("knobs", fast_lane_keeps(CACHES, keep=2), ids=lambda k: "-".join(str(v) for v in k.values()))
 def test_chunks_leave_the_logits_and_cache_of_the_whole_prompt(llama, knobs, monkeypatch):
     spec = RunSpec(backend="jax", max_new_tokens=8, **knobs)
     whole_logits, whole_cache = _prefilled(llama, spec, 512, monkeypatch)
@@ -87,6 +88,8 @@ def _tokens(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatch) 
     return out.sequences[0]
 
 
+# the full suite: each cache and strategy end to end; the fast lane's check is the logits and cache test above
+@pytest.mark.slow
 @pytest.mark.parametrize(("model", "knobs"), [
     ("llama", {"cache": "sliding", "window": 6}),
     ("llama", {"cache": "sink", "window": 12, "sink_tokens": 4}),

@@ -20,6 +20,7 @@ from playground.backends.jax.engine import int8, int8_store, q4  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
 from tests.helpers import (  # noqa: E402
+    fast_lane_keeps,
     jax_run,
     jax_teacher_forced,
     new_device_bytes,
@@ -100,7 +101,7 @@ def test_the_product_is_the_dequantized_matrix_product(rows, shape):
 
 # -- the decoder ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("which", ["llama", "gemma"])
+@pytest.mark.parametrize("which", fast_lane_keeps(["llama", "gemma"]))  # the fast lane: Llama; the full suite: both
 def test_greedy_matches_a_torch_model_holding_the_same_4bit_weights(which):
     loaded = tiny(which)
     out, _ = jax_run(loaded, PROMPT, spec(cache="dynamic"))
@@ -108,6 +109,7 @@ def test_greedy_matches_a_torch_model_holding_the_same_4bit_weights(which):
     assert out.extra["device_weights"] == "q4"
 
 
+@pytest.mark.slow  # teacher-forced thrice: the fast lane checks q4 by greedy against the same weights in PyTorch
 def test_logits_are_the_dequantized_models_and_near_fp32():
     loaded = tiny("llama")
     forced = torch_greedy(loaded.model, PROMPT, 12, "dynamic")

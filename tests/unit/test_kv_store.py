@@ -17,7 +17,7 @@ from playground.context.quality import measure_quality  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.retention import CacheSettings, Written, quantized_rows  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import jax_run, tiny_llama, tiny_loaded, torch_run  # noqa: E402
+from tests.helpers import fast_lane_keeps, jax_run, tiny_llama, tiny_loaded, torch_run  # noqa: E402
 
 NAME = "tiny-llama-kv-store"
 TEXT = [i * 37 % 251 for i in range(1, 162)]  # 161 token ids: 160 positions scored
@@ -90,6 +90,7 @@ def test_8_bit_keys_and_2_bit_values_hold_the_bytes_their_bits_say_on_jax(llama)
     assert same.kv_cache_bytes == LAYERS * KV_HEADS * store * 2 * (HEAD_DIM + scale_and_zero)  # 8/8: no residual
 
 
+@pytest.mark.slow  # four quantized JAX caches through the context command: the fast lane keeps the bytes check above
 def test_fewer_value_bits_lose_more_through_the_context_command(llama):
     """KL(full || cache) grows as the bits fall, each side on its own, and 8/2 is not 8/8."""
     kl = {bits: quality(llama, "jax", "quantized", cache_key_bits=bits[0], cache_value_bits=bits[1],
@@ -127,6 +128,7 @@ def test_the_strip_names_each_sides_bits():
 
 # -- a bf16 store for the full-precision caches ------------------------------------------------------------------
 
+@pytest.mark.slow  # eight runs a cache: the fast lane's bf16 check is the loss test below (fp32 would lose nothing)
 @pytest.mark.parametrize(("cache", "knobs"), [("dynamic", {}), ("static", {}), ("sliding", {"window": 8}),
                                                ("sink", {"window": 8, "sink_tokens": 2})])
 def test_a_bf16_store_halves_the_bytes_on_both_backends_which_agree(llama, cache, knobs):
@@ -140,7 +142,8 @@ def test_a_bf16_store_halves_the_bytes_on_both_backends_which_agree(llama, cache
     assert outputs["jax", "bf16"].sequences == outputs["torch", "bf16"].sequences
 
 
-@pytest.mark.parametrize(("cache", "knobs"), [("dynamic", {}), ("sink", {"window": 32, "sink_tokens": 4})])
+@pytest.mark.parametrize(("cache", "knobs"), fast_lane_keeps([("dynamic", {}),
+                                                              ("sink", {"window": 32, "sink_tokens": 4})]))
 def test_a_bf16_store_loses_little_and_the_backends_agree(llama, cache, knobs):
     on_torch = quality(llama, "torch", cache, cache_dtype="bf16", **knobs)
     on_jax = quality(llama, "jax", cache, cache_dtype="bf16", **knobs)

@@ -219,6 +219,8 @@ def test_xtc_coin_is_seeded_and_reproducible():
 
 # -- JAX: new values compile nothing ----------------------------------------------------------------------------
 
+@pytest.mark.slow  # the fast lane: each stage traces once for any values (test_jax_samplers), and a repeat with
+# other knob values compiles nothing (test_jax_decoder)
 def test_new_sampler_values_compile_nothing_on_jax():
     llama = tiny_loaded("tiny-llama", tiny_llama(seed=5))
     prompt = torch.tensor([[5, 17, 42, 99, 3, 17, 42]])

@@ -87,8 +87,10 @@ def test_a_prefix_round_trips_through_json():
     assert RunSpec.from_dict(spec.to_dict()) == spec
 
 
+# the fast lane: PyTorch's strategies; JAX continues a prefix in the test above, and its sampling replay of the
+# forced draws is test_step_mode's
 @pytest.mark.parametrize(("backend", "strategy"), [("torch", "sampling"), ("torch", "beam"), ("torch", "assisted"),
-                                                   ("jax", "sampling")])
+                                                   pytest.param("jax", "sampling", marks=pytest.mark.slow)])
 def test_every_strategy_generates_after_the_prompt_and_the_prefix(local_model, backend, strategy):
     """The run with prefix_ids is the backend's own run on the prompt's ids followed by the forced ones (a sampling
     backend replays the forced tokens' draws from the spec's prefix_ids: test_step_mode.py checks those draws)."""

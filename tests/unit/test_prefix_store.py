@@ -14,7 +14,7 @@ from playground.backends.torch.prefix_reuse import refusal
 from playground.errors import PlaygroundError
 from playground.result import Result
 from playground.spec import RunSpec
-from tests.helpers import tiny_gemma
+from tests.helpers import fast_lane_keeps, tiny_gemma
 
 SHARED = [5, 17, 42, 99, 3, 250, 7, 64, 12, 33, 80, 1, 2, 9, 77, 120]
 SPEC = RunSpec(model="tiny-llama", max_new_tokens=10)
@@ -178,7 +178,7 @@ def test_a_warm_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, st
         assert_same_drafts(warm, cold)
 
 
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["static", "dynamic"], keep=1))  # the fast lane: dynamic
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_a_partial_match_crops_the_entry_to_the_common_prefix(tiny, backend, cache):
     spec = SPEC.replace(cache=cache, backend=backend)
@@ -297,6 +297,23 @@ def test_a_step_restores_the_step_before_it_and_runs_one_token(local_model):
     assert tree.ids() == whole["token_ids"]  # the tokens greedy gives without steps
 
 
+def test_a_reuse_bench_row_keeps_the_prefix_and_a_step_row_times_the_steps(local_model):
+    """The fast lane's check of the bench: one restored cache's row and the step row on PyTorch (the full suite's
+    test below runs every cache on both backends)."""
+    from playground.tools import bench_reuse
+
+    tokenizer, ids = bench_reuse._texts(local_model)
+    with bench_reuse._long_prompts(40 + bench_reuse.NEW_TOKENS + 8):
+        row = bench_reuse.reuse_row(local_model, "torch", "sink", 40, tokenizer, ids)
+        step = bench_reuse.step_row(local_model, "torch", tokenizer, ids, 24)
+    assert row["reused_tokens"] >= 39 and row["store_bytes"] > 0 and row["ttft_warm_s"] > 0
+    assert row["exact"] is True or row["exact"]["kl_vs_cold"] >= 0
+    assert step["step"] and step["step_s"] > 0 and step["prompt_tokens"] == 24
+    table = bench_reuse.format_table({"model": local_model, "rows": [row, step]})
+    assert "TTFT cold" in table and "step at 24 tokens" in table
+
+
+@pytest.mark.slow  # every cache on both backends: the fast lane keeps the one-row check above
 def test_the_reuse_bench_gives_a_row_per_cache_and_backend_and_a_step_row(local_model):
     from playground import registry
     from playground.tools.bench_reuse import format_table, run_reuse_suite

@@ -11,7 +11,7 @@ import pytest
 from playground.backends.jax.backend import JaxBackend
 from playground.backends.prefix_store import PrefixStore, ReusePlan, settings_key
 from playground.spec import RunSpec
-from tests.helpers import tiny_gemma
+from tests.helpers import fast_lane_keeps, tiny_gemma
 from tests.unit.test_prefix_store import (
     NEW_IDS,
     RUNS,
@@ -35,7 +35,7 @@ def run(loaded, ids: list[int], spec: RunSpec, plan: ReusePlan | None = None):
     return RUNS["jax"](loaded, ids, spec, plan)
 
 
-@pytest.mark.parametrize("cache", list(CACHES))
+@pytest.mark.parametrize("cache", fast_lane_keeps(list(CACHES)))  # the fast lane: each strategy on the dynamic cache
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_a_warm_jax_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, strategy):
     spec = SPEC.replace(**CACHES[cache], **STRATEGIES[strategy])
@@ -51,7 +51,7 @@ def test_a_warm_jax_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache
         assert warm.scores == pytest.approx(cold.scores, abs=1e-5)
 
 
-@pytest.mark.parametrize("new", [70, 600])
+@pytest.mark.parametrize("new", fast_lane_keeps([70, 600], keep=1))  # the fast lane: past a chunk, past the slots
 def test_a_suffix_longer_than_the_kept_cache_is_prefilled_past_it(tiny, new):
     """The suffix's padded bucket reaches past the entry's and the first layouts' slots (no padding wraps onto the
     kept prefix); past one prefill chunk it runs in chunks."""
@@ -90,6 +90,7 @@ def test_a_model_with_sliding_layers_runs_cold_on_jax_with_the_reason():
     assert reason is not None and "sliding layers" in reason
 
 
+@pytest.mark.slow  # a saved model's JAX programs: the fast lane checks the runner's scopes on PyTorch
 def test_jax_runs_of_one_scope_reuse_through_the_runner(tmp_path, monkeypatch):
     from playground import runner
     from playground.backends import prefix_store

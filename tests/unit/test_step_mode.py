@@ -19,7 +19,7 @@ from playground.ui.step_runs import absorb, step_spec
 from playground.ui.step_tree import StepTree
 from playground.ui.step_view import candidates_html, shown_candidates
 from playground.ui.tokens import DEFAULT_COLOUR, ENTROPY_SCALE
-from tests.helpers import module_tiny_model
+from tests.helpers import fast_lane_keeps, module_tiny_model
 from tests.unit.test_ui import page_data
 
 pytest.importorskip("torchax")
@@ -60,7 +60,8 @@ def _step(tree: StepTree, count: int = 1) -> dict:
     return result
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# the fast lane: PyTorch's; JAX's greedy steps are the tree test's below, its sampled steps the replay test's
+@pytest.mark.parametrize("backend", fast_lane_keeps(["torch", "jax"]))
 def test_three_steps_give_greedy_s_tokens_and_a_jax_step_compiles_nothing(local_model, backend):
     whole = runner.run_to_result(PROMPT, RunSpec.from_dict({**_spec(local_model, backend), "max_new_tokens": 3}))
     tree = StepTree(_spec(local_model, backend))
@@ -72,7 +73,7 @@ def test_three_steps_give_greedy_s_tokens_and_a_jax_step_compiles_nothing(local_
         assert [s["metrics"]["compile_s"] for s in steps[1:]] == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("cache", fast_lane_keeps(["static", "dynamic"], keep=1))  # the fast lane: dynamic
 def test_every_jax_step_of_a_tree_runs_on_its_first_step_s_programs(local_model, cache):
     """Sized for the tree (the prompt and its max_new_tokens), a step compiles nothing after the tree's first,
     wherever it stands: the branch crosses the prompt's buckets (16, 32, 64) and the cache's 64-position
@@ -148,7 +149,8 @@ def test_sampling_steps_draw_the_whole_runs_tokens_each_from_the_step_befores_ke
             assert all(s["metrics"]["compile_s"] == 0.0 for s in steps[1:])
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# the fast lane: the page on PyTorch; JAX's replayed draws are the test above's
+@pytest.mark.parametrize("backend", fast_lane_keeps(["torch", "jax"]))
 def test_a_sampling_column_s_steps_are_its_whole_run(page, local_model, backend):
     """Step 8 gives what eight Steps give, stepping the same node again draws the same token, and both are the
     column's own run with its seed, as Run to the end is."""

@@ -13,7 +13,7 @@ import pytest
 from playground import runner
 from playground.spec import RunSpec
 from playground.ui.token_export import logprobs_csv, logprobs_json
-from tests.helpers import module_tiny_model
+from tests.helpers import fast_lane_keeps, module_tiny_model
 
 pytest.importorskip("torchax")
 
@@ -24,7 +24,9 @@ def local_model(tmp_path_factory):
         yield path
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# the fast lane: PyTorch's; JAX's records (each p before and after the chain, what cut each alternative) match
+# PyTorch's in test_token_probabilities
+@pytest.mark.parametrize("backend", fast_lane_keeps(["torch", "jax"]))
 def test_a_run_keeps_each_token_s_raw_and_processed_log_probability(local_model, backend):
     spec = RunSpec(model=local_model, backend=backend, cache="static" if backend == "jax" else "dynamic",
                    strategy="sampling", top_k=3, temperature=0.7, max_new_tokens=6, seed=1)

@@ -25,6 +25,7 @@ def dynamo_counts() -> dict[str, dict[str, int]]:
     return {name: dict(counter) for name, counter in counters.items()}
 
 
+@pytest.mark.slow  # inductor's compile: the fast lane checks that a compiled column asks generate to compile
 def test_a_compiled_column_gives_eager_tokens_compiles_apart_and_once(local_model):
     """The one test here that compiles (a tiny Llama's decode step: a few seconds, more when inductor starts).
     torchax is loaded, as it is once a JAX column has run: it poses as torch's accelerator, which dynamo asks
