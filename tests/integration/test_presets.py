@@ -227,6 +227,7 @@ def sweep_medians(name: str, *keys: str) -> dict[str, list[float]]:
     return medians
 
 
+@pytest.mark.extended  # a sweep of bundled-model runs (about 4 min); the sweep's machinery: test_sweep_tab
 def test_the_dry_sweep_preset_repeats_fewer_4grams_as_the_multiplier_grows():
     medians = sweep_medians("DRY against repetition", "repeat_4gram_rate", "distinct_2")
     repeats, distinct = medians["repeat_4gram_rate"], medians["distinct_2"]
@@ -235,6 +236,7 @@ def test_the_dry_sweep_preset_repeats_fewer_4grams_as_the_multiplier_grows():
     assert repeats[-1] < repeats[0] / 3 and distinct[-1] > distinct[0] + 0.2
 
 
+@pytest.mark.extended  # a sweep of bundled-model runs (about 4 min); the sweep's machinery: test_sweep_tab
 def test_the_top_n_sigma_sweep_preset_is_likelier_and_less_varied_the_smaller_n():
     medians = sweep_medians("Top-nσ at high temperature", "mean_logprob", "distinct_2")
     (off, *cut), distinct = medians["mean_logprob"], medians["distinct_2"]  # n = 0, then n growing
