@@ -38,5 +38,18 @@ def test_the_table_sets_each_of_ours_beside_llama_cpp_at_its_precision():
             {"engine": "jax", "precision": "q4", "test": "pp512", "tokens_per_s": 300.0, "roofline_share": None}]
     assert peer_bench.ratios(rows) == ["jax fp32 / llama.cpp F32 tg128: 0.80x", "jax q4 / llama.cpp Q4_1 pp512: 1.50x"]
     table = peer_bench.format_table({"rows": rows, "cpu": "CPU", "threads": 2, "bandwidth_gbs": 30.0, "load": 1.0,
-                                     "rounds": 1})
+                                     "probed_bandwidth_gbs": 28.0, "rounds": 1})
     assert "jax            fp32       tg128       40.0         70%" in table
+
+
+def test_no_share_passes_the_roofline_an_engine_reached():
+    """The probe's read rate is a floor for the roofline: an engine that reads faster raises it to its own rate."""
+    samples = {("llama.cpp", "F32", "tg128"): [(60.0, 500e6), (64.0, 500e6), (62.0, 500e6)],  # 31 GB/s
+               ("jax", "fp32", "tg128"): [(40.0, 500e6)],
+               ("jax", "fp32", "pp512"): [(600.0, 500e6)]}
+    rows, bandwidth = peer_bench.summarize(samples, probed=27.0)
+    assert bandwidth == 31.0
+    by = {(r["engine"], r["test"]): r for r in rows}
+    assert by["llama.cpp", "tg128"]["tokens_per_s"] == 62.0 and by["llama.cpp", "tg128"]["roofline_share"] == 1.0
+    assert by["jax", "tg128"]["roofline_share"] == round(20 / 31, 3) and by["jax", "pp512"]["roofline_share"] is None
+    assert peer_bench.summarize(samples, probed=40.0)[1] == 40.0  # a probe above every engine stays the roofline
