@@ -77,7 +77,7 @@ def profile_one(model: str, weights: str, new_tokens: int, folder: Path) -> dict
     hlo = _instructions(sorted((folder / "hlo").glob(f"*{DECODE_MODULE}.after_optimizations.txt"))[-1])
     decode_s = _span(events, "_decode") or wall
     tokens = int(result["new_tokens"]) - 1  # the first token comes from the prefill
-    per_token: collections.Counter[str] = collections.Counter()
+    per_token: dict[str, float] = collections.defaultdict(float)
     for name, micros in _thunks(events).items():
         category = _category(hlo.get(name))
         if category is not None:
