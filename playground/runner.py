@@ -384,9 +384,10 @@ def encode_text(spec: RunSpec, text: str) -> list[tuple[int, str]]:
     return [(int(i), loaded.tokenizer.decode([i])) for i in ids]
 
 
-def run_to_result(prompt: str, spec: RunSpec) -> Result:
-    """Run to the end and return the Result (the CLI and the API use this)."""
-    for event in run(prompt, spec):
+def run_to_result(prompt: str, spec: RunSpec, *, judged: bool = True, scope: str | None = None) -> Result:
+    """Run to the end and return the Result (the CLI, the API and the benchmarks use this; `judged` and `scope`
+    as `run` takes them)."""
+    for event in run(prompt, spec, judged=judged, scope=scope):
         if isinstance(event, DoneEvent):
             return event.result
     raise RuntimeError("run ended without a result")

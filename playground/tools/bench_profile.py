@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from playground.device import cpu_name
+
 PRECISIONS = ("fp32", "int8", "q4")
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 CATEGORIES = ("weight matvecs", "attention over the cache", "cache writes", "token choice and records",
@@ -56,7 +58,7 @@ def run_profile_suite(model: str, new_tokens: int, progress: Any,
             if done.returncode:
                 raise RuntimeError(f"profiling {weights} failed: {done.stderr.strip().splitlines()[-1:]}")
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return {"model": model, "new_tokens": new_tokens, "rows": rows, "cpu": _cpu(), "load": os.getloadavg()[0]}
+    return {"model": model, "new_tokens": new_tokens, "rows": rows, "cpu": cpu_name(), "load": os.getloadavg()[0]}
 
 
 def profile_one(model: str, weights: str, new_tokens: int, folder: Path) -> dict[str, Any]:
@@ -90,13 +92,9 @@ def profile_one(model: str, weights: str, new_tokens: int, folder: Path) -> dict
 
 def _result(spec: Any) -> Any:
     """A run's Result, not judged (the judge's reference pass is no part of decoding)."""
-    from playground.events import DoneEvent
-    from playground.runner import run
+    from playground.runner import run_to_result
 
-    for event in run(PROMPT, spec, judged=False):
-        if isinstance(event, DoneEvent):
-            return event.result
-    raise RuntimeError("run ended without a result")
+    return run_to_result(PROMPT, spec, judged=False)
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -158,14 +156,6 @@ def _category(instruction: dict[str, str] | None) -> str | None:
     if re.search(r"top_k|reduce_max|argmax|sort|iota|threefry|random|scatter|log_softmax|cumsum", text):
         return "token choice and records"
     return "norms, rope, activations and the rest"
-
-
-def _cpu() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def format_table(result: dict[str, Any]) -> str:

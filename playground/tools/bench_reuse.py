@@ -18,10 +18,9 @@ from typing import Any
 from playground import registry
 from playground.backends.prefix_store import STORE
 from playground.data.text_files import DEFAULT_TEXT
-from playground.events import DoneEvent
 from playground.models.loaded import LOADED
 from playground.result import Result
-from playground.runner import backend_for, run
+from playground.runner import backend_for, run_to_result
 from playground.spec import RunSpec
 
 SHARED = (512, 2048, 4096)
@@ -49,10 +48,7 @@ def _long_prompts(tokens: int) -> Iterator[None]:
 
 
 def _result(prompt: str, spec: RunSpec, scope: str) -> Result:
-    for event in run(prompt, spec, scope=scope, judged=False):
-        if isinstance(event, DoneEvent):
-            return event.result
-    raise RuntimeError("run ended without a result")
+    return run_to_result(prompt, spec, judged=False, scope=scope)
 
 
 def _texts(model: str) -> tuple[Any, list[int]]:

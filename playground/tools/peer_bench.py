@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from playground.device import cpu_name
+
 NEW_TOKENS = 128
 PROMPT_TOKENS = 512
 REPEATS = 3
@@ -149,13 +151,6 @@ def summarize(samples: dict[tuple[str, str, str], list[tuple[float, float]]],
              "bytes_per_token": int(nbytes)}
             for (engine, precision, test), (rate, nbytes) in medians.items()]
     return rows, bandwidth
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def ratios(rows: list[dict[str, Any]]) -> list[str]:
