@@ -24,10 +24,23 @@ NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
 def _choose(page, elem_id: str, option: str) -> None:
-    """Pick an option in a Gradio dropdown the way a person does: open it, click the entry."""
-    page.locator(f"#{elem_id} input").click()
-    page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click()
-    page.locator(f"#{elem_id} input").blur()
+    """Pick an option in a Gradio dropdown the way a person does: open it, click the entry.
+
+    An update the server sends while the list is open (a state restore, a card's check) renders the list again and
+    detaches the entry under the pointer; a person would open it again, and so does this, up to three times."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator(f"#{elem_id} input")
+    for attempt in range(3):
+        box.click()
+        try:
+            page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            box.blur()
+    box.blur()
 
 
 def _set_slider(page, elem_id: str, value: float) -> None:
