@@ -82,6 +82,15 @@ def test_chunks_leave_the_logits_and_cache_of_the_whole_prompt(llama, knobs, mon
             np.testing.assert_allclose(chunked, whole, atol=2e-5, rtol=1e-4)
 
 
+# a bf16 store rounds each key and value as it writes it, and the whole prompt attends over them rounded: so must the
+# chunks, over the staged ring (a difference in a stored value is a whole bf16 step, far past the tolerance)
+@pytest.mark.parametrize("knobs", [{"cache": "sliding", "window": 6, "cache_dtype": "bf16"},
+                                   {"cache": "sink", "window": 12, "sink_tokens": 4, "cache_dtype": "bf16"}],
+                         ids=lambda k: "-".join(str(v) for v in k.values()))
+def test_chunks_over_a_bf16_store_attend_over_its_rounded_keys(llama, knobs, monkeypatch):
+    test_chunks_leave_the_logits_and_cache_of_the_whole_prompt(llama, knobs, monkeypatch)
+
+
 def _tokens(loaded, spec: RunSpec, chunk: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(prefill, "CHUNK_TOKENS", chunk)
     out, _ = jax_run(loaded, PROMPT, spec)
@@ -116,6 +125,8 @@ def test_staging_reuses_a_global_ring_long_enough_and_stages_the_rest():
     assert prefill.staging(global_ring, 64) is global_ring
     assert prefill.staging(RingLayout(1, 16, slots=32), 64) == RingLayout(1, 16, slots=64)
     assert prefill.staging(RingLayout(1, 16, slots=6, window=6), 64) == RingLayout(1, 16, slots=64, window=6)
+    # a bf16 store's staged prompt is rounded as the store rounds it
+    assert prefill.staging(RingLayout(1, 16, slots=32, dtype="bfloat16"), 64).dtype == "bfloat16"
 
 
 def test_the_memory_estimate_counts_a_chunks_attention_and_the_staged_prompt(llama):

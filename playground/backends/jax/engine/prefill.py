@@ -7,8 +7,9 @@ true length needs (a bucket's padding past the last chunk is never computed); ea
 keys and values the earlier ones wrote, through the layouts' `extend`, and writes its own.
 
 The chunks run over staging layers that see the prompt as the whole-prompt forward does: every position in
-full precision, causally, within the layer's attention window (a sliding layer's; none for the others, as the
-sink and quantized layouts let a prompt attend over all of itself). A global full-precision layer long enough
+full precision (rounded where the layer stores bf16, as its own prefill rounds them), causally, within the
+layer's attention window (a sliding layer's; none for the others, as the sink and quantized layouts let a prompt
+attend over all of itself). A global full-precision layer long enough
 for the bucket is its own staging layer; every other layer stages the prompt in a full-precision ring of the
 bucket's length, and its own layout is filled from that once the last chunk is in (its `prefill`, as from the
 whole prompt's keys). So the sink, sliding and quantized caches hold the prompt's keys and values once during
@@ -27,6 +28,7 @@ from playground.backends.jax.caches import pytree
 from playground.backends.jax.caches.layout import Layout, nbytes
 from playground.backends.jax.caches.pytree import JaxCache, JaxLayer
 from playground.backends.jax.caches.ring import RingLayout
+from playground.backends.jax.caches.sink import SinkLayout
 
 # Prompt tokens per forward. At 512, SmolLM2's attention scores for one chunk over an 8192-token bucket are
 # 160 MB per layer (fp32), against 2.4 GB for the whole prompt at once.
@@ -45,10 +47,20 @@ def chunk_tokens() -> int:
 
 def staging(layout: Layout, bucket: int) -> Layout:
     """The layer the chunks run over: the layout itself where it is a global full-precision ring with room for
-    the bucket, else a full-precision ring of the bucket with the layout's attention window."""
+    the bucket, else a full-precision ring of the bucket with the layout's attention window, storing what the
+    layout's own prefill attends over (`prompt_dtype`)."""
     if isinstance(layout, RingLayout) and layout.window is None and layout.slots >= bucket:
         return layout
-    return RingLayout(layout.heads, layout.head_dim, slots=bucket, window=layout.window)
+    return RingLayout(layout.heads, layout.head_dim, slots=bucket, window=layout.window, dtype=prompt_dtype(layout))
+
+
+def prompt_dtype(layout: Layout) -> str:
+    """What a whole prompt's keys and values are, to its own attention, in `layout`'s prefill: a ring or a sink
+    cache storing bf16 attends over them rounded (`layout.stored`), so the chunks must too, or a prompt past one
+    chunk would differ from the same positions prefilled whole, or continued from the prefix store, by far more
+    than the order of a sum (SmolLM2, bf16 store: a warm run's p was 2.4e-3 off the cold run's at 512 kept
+    tokens). A quantized layout lets the prompt attend in full precision."""
+    return layout.dtype if isinstance(layout, RingLayout | SinkLayout) else "float32"
 
 
 def prefill(step: ChunkStep, ids: jax.Array, length: jax.Array, layouts: tuple[Layout, ...],
