@@ -27,8 +27,9 @@ def vs_cold(loaded: LoadedModel, spec: RunSpec, match: Match, prompt_ids: list[i
     """None for an entry of full-precision global rings (not measured: their tests hold warm to cold within 1e-5).
     Else the warm run's next-token distributions (the entry continued over the suffix, then the run's tokens one
     at a time) against the cold run's (the whole prompt prefilled, then the same tokens), at each new token. The
-    bf16 store is measured too: on SmolLM2 a warm run's p differed from the cold run's by up to 5e-3, the same
-    tokens (the cause is not traced: docs/caches.md)."""
+    bf16 store is measured too: the suffix runs in another shape than the cold prefill's chunk (and a long entry's
+    chunks over another ring), and the store rounds a few of those last-bit differences a bf16 step apart, which
+    spread: on SmolLM2 p within 4.4e-3, the same tokens (docs/caches.md)."""
     measured = restored_reuse.restored(match.entry.snapshot.layouts) or spec.cache_dtype == "bf16"
     if not tokens or not measured:
         return None
