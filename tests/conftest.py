@@ -20,37 +20,37 @@ import pytest  # noqa: E402
 
 from tests.helpers import TINY_PROGRAM_OPTIONS, tiny_loaded  # noqa: E402
 
-# The files that took longest in the full suite, heaviest first (docs/benchmarks.md lists each one's seconds and
+# The files that took longest in the full suite, heaviest first (docs/benchmarks.md, "The test suite's time", gives
 # the run they come from). The workers take whole files in this order (the full suite passes
 # --no-loadscope-reorder; xdist gives each worker two files in turn, then the next one whenever a worker is down
-# to one): the default queue, by number of tests, left a long file to one worker at the end. The two
-# quantized-error files go first, one per worker, because each needs one bundled model only, where the bundled
-# grid, which needs both, would wait on the other worker's conversion.
+# to one): the default queue, by number of tests, left a long file to one worker at the end. The SmolLM2
+# quantized-error file goes first, as it needs one bundled model only: the other worker's first file converts the
+# other model meanwhile, where two files needing both would wait on one conversion.
 HEAVIEST_FILES = (
-    "tests/integration/test_jax_quantized_error_gemma3.py",
     "tests/integration/test_jax_quantized_error.py",
-    "tests/integration/test_bundled_grid.py",
-    "tests/integration/test_soak.py",
     "tests/integration/test_presets.py",
-    "tests/unit/test_jax_caches.py",
+    "tests/integration/test_bundled_grid.py",
     "tests/unit/test_jax_assisted.py",
-    "tests/integration/test_jax_assisted.py",
-    "tests/unit/test_jax_decoder.py",
     "tests/unit/test_on_a_mesh.py",
-    "tests/integration/test_jax_caches.py",
+    "tests/unit/test_jax_caches.py",
+    "tests/unit/test_jax_decoder.py",
+    "tests/integration/test_browser_notices.py",
     "tests/integration/test_browser.py",
-    "tests/unit/test_jax_int8.py",
-    "tests/integration/test_jax_beam.py",
-    "tests/unit/test_bench_compile.py",
     "tests/integration/test_browser_mechanics.py",
-    "tests/integration/test_hardening.py",
-    "tests/unit/test_runner.py",
+    "tests/unit/test_jax_int8.py",
+    "tests/integration/test_jax_assisted.py",
+    "tests/integration/test_browser_lab.py",
+    "tests/integration/test_browser_looks.py",
+    "tests/integration/test_constraints_bundled.py",
     "tests/integration/test_jax_decoder.py",
-    "tests/unit/test_jax_beam.py",
+    "tests/integration/test_browser_context.py",
+    "tests/integration/test_jax_caches.py",
+    "tests/unit/test_prefix_store_jax.py",
+    "tests/integration/test_browser_step.py",
+    "tests/integration/test_browser_chat_reuse.py",
+    "tests/unit/test_jax_contrastive.py",
+    "tests/unit/test_jax_diverse_beam.py",
     "tests/integration/test_architecture_grid.py",
-    "tests/unit/test_budget.py",
-    "tests/integration/test_budget.py",
-    "tests/integration/test_sink_cache.py",
 )
 
 

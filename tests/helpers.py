@@ -278,3 +278,23 @@ def same_weights_other_tokenizer():
     from playground.models.loaded import LoadedModel
 
     return LoadedModel("tiny-other-tokenizer", "fp32", draft.eval(), tokenizer, 0.0, False)
+
+
+def choose_option(page, elem_id: str, option: str) -> None:
+    """Pick an option in a Gradio dropdown the way a person does: open it, click the entry.
+
+    An update the server sends while the list is open (a state restore, a card's check) renders the list again and
+    detaches the entry under the pointer; a person would open it again, and so does this, up to three times."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator(f"#{elem_id} input")
+    for attempt in range(3):
+        box.click()
+        try:
+            page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click(timeout=20_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            box.blur()
+    box.blur()

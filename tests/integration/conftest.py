@@ -39,9 +39,33 @@ def browser():
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         _browsers.append(browser)
-        yield browser
+        yield PatientBrowser(browser)
         _browsers.clear()
         browser.close()
+
+
+class PatientBrowser:
+    """The session's browser, whose pages wait 60 s for an element or an action instead of Playwright's 30: on a
+    loaded 2-core machine (two test workers, a JAX compile beside the page's server) a renderer has stalled past
+    30 s on a key press. A test that passes waits no longer; one that fails says so later."""
+
+    TIMEOUT_MS = 60_000
+
+    def __init__(self, browser) -> None:
+        self._browser = browser
+
+    def new_page(self, **options):
+        page = self._browser.new_page(**options)
+        page.set_default_timeout(self.TIMEOUT_MS)
+        return page
+
+    def new_context(self, **options):
+        context = self._browser.new_context(**options)
+        context.set_default_timeout(self.TIMEOUT_MS)
+        return context
+
+    def __getattr__(self, name: str):
+        return getattr(self._browser, name)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,28 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import choose_option
+
 pytestmark = pytest.mark.slow
 NUMBER = re.compile(r"\d+(\.\d+)?")
-
-
-def _choose(page, elem_id: str, option: str) -> None:
-    """Pick an option in a Gradio dropdown the way a person does: open it, click the entry.
-
-    An update the server sends while the list is open (a state restore, a card's check) renders the list again and
-    detaches the entry under the pointer; a person would open it again, and so does this, up to three times."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    box = page.locator(f"#{elem_id} input")
-    for attempt in range(3):
-        box.click()
-        try:
-            page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click(timeout=10_000)
-            break
-        except PlaywrightTimeout:
-            if attempt == 2:
-                raise
-            box.blur()
-    box.blur()
 
 
 def _set_slider(page, elem_id: str, value: float) -> None:
@@ -76,8 +58,8 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
     page, errors = _open(browser, app_url)
     assert page.locator("#add-column").is_visible() and page.locator("#stop").is_visible()
 
-    _choose(page, "strategy-0", "greedy")
-    _choose(page, "strategy-1", "sampling")
+    choose_option(page, "strategy-0", "greedy")
+    choose_option(page, "strategy-1", "sampling")
     page.wait_for_selector("#temperature-1", state="visible", timeout=60_000)  # sampling knobs appear
     assert not page.locator("#temperature-0").is_visible()  # ...only where they apply
     _set_slider(page, "temperature-1", 1.5)  # hot enough that the sample may leave the greedy path
@@ -169,7 +151,7 @@ def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_ur
 
     token = page.locator("#tokens-1 .tok[data-pos='2']")
     token.tap() if phone else token.click()
-    page.wait_for_selector("#sampling-cut .cut-row", timeout=10_000)
+    page.wait_for_selector("#sampling-cut .cut-row", timeout=30_000)
     # the token's own panel (its alternatives, docked at the foot of the screen while it has the focus) is not
     # left over the cut the click opened
     assert page.evaluate("() => !document.activeElement?.matches('.tok')")

@@ -36,7 +36,7 @@ def test_the_second_chat_turn_shows_its_reuse_and_a_cold_ttft_on_demand(app_url,
     page.locator("#chat-0").wait_for(state="visible", timeout=60_000)  # the link's chat mode is applied
     _turn(page, "Name a colour.", 1)
     _turn(page, "And another one?", 2)
-    page.locator("#cold-ttft-0").wait_for(state="visible", timeout=10_000)
+    page.locator("#cold-ttft-0").wait_for(state="visible", timeout=30_000)
     notice = page.locator("#notice-0").inner_text()
     reused = re.search(r"reused (\d+) of (\d+) prompt tokens · TTFT [\d.]+ s", notice)
     assert reused is not None, notice

@@ -78,11 +78,11 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
     app_url, model = tiny_app
     page, errors = _open(browser, app_url)
     page.get_by_role("tab", name="Long context").click()
-    page.wait_for_selector("#context-empty", state="visible", timeout=10_000)
+    page.wait_for_selector("#context-empty", state="visible", timeout=30_000)
     assert not page.locator("#context-speed-plot").is_visible()
     page.locator("#context-preset-0").click()
     page.wait_for_function("() => document.querySelector('#context-preset-note')?.innerText.includes('sinks')",
-                           timeout=10_000)
+                           timeout=30_000)
     preset = CONTEXT_PRESETS[PRESET]
     for cache in preset.caches:
         assert page.locator("#context-caches").get_by_label(cache, exact=True).is_checked()
@@ -121,7 +121,7 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
     assert "static · torch" in quality and f"sink (window {WINDOW}, sink_tokens 4) · torch" in quality
     _shoot(page, "context-light")
     page.emulate_media(color_scheme="dark")
-    page.wait_for_function("() => document.querySelector('.dark') !== null", timeout=10_000)
+    page.wait_for_function("() => document.querySelector('.dark') !== null", timeout=30_000)
     _shoot(page, "context-dark")
     page.set_viewport_size({"width": 390, "height": 900})
     _shoot(page, "context-phone")
@@ -138,7 +138,7 @@ def test_the_preset_runs_and_draws_speed_memory_and_quality(tiny_app, browser):
     page.locator("#tabs .overflow-dropdown button", has_text="Long context").click()
     page.locator("#context-preset-0").click()
     page.wait_for_function("() => document.querySelector('#context-preset-note')?.innerText.includes('sinks')",
-                           timeout=10_000)
+                           timeout=30_000)
     for cache in ("sliding", "quantized"):
         _tick(page, "context-caches", cache, False)
     _tick(page, "context-backends", "jax", False)

@@ -25,7 +25,7 @@ def _lab(page, distribution: str) -> None:
         page.locator("#tabs button[aria-label='More tabs']").click()
         page.locator("#tabs .overflow-dropdown button", has_text="Sampler lab").click()
     box = page.locator("#lab-distribution textarea")
-    box.wait_for(state="visible", timeout=10_000)
+    box.wait_for(state="visible", timeout=30_000)
     box.fill(distribution)
 
 

@@ -90,7 +90,7 @@ def dark_run(app_url, browser) -> Iterator[dict]:
     # fading from disabled to enabled after that second, and a colour halfway read as too little contrast
     page.wait_for_function("() => !document.querySelector('#download-json').disabled", timeout=30_000)
     page.wait_for_function("() => document.getAnimations().every(a => !(a instanceof CSSTransition)"
-                           " || a.playState !== 'running')", timeout=10_000)
+                           " || a.playState !== 'running')", timeout=30_000)
     yield {"page": page, "errors": errors, **seen}
     page.close()
 
@@ -123,7 +123,7 @@ def test_the_tallest_bar_and_the_highest_kv_line_are_drawn_below_the_top_of_thei
     line at its maximum lay on the border; and limits sent with new data lost the data (both bars must show)."""
     settled = f"() => Object.values(({PLOT_ROOM_JS})()).every(p => p.room >= 5 && p.marks == 2)"
     try:  # the last updates may still be on their way on a busy machine; the assertions below say what was seen
-        dark_run["page"].wait_for_function(settled, timeout=5_000)
+        dark_run["page"].wait_for_function(settled, timeout=20_000)
     except PlaywrightTimeout:
         pass
     plots = dark_run["page"].evaluate(PLOT_ROOM_JS)
@@ -196,7 +196,7 @@ def test_on_a_phone_nothing_scrolls_sideways_and_each_output_sits_with_its_setti
     token = page.locator("#tokens-1 .tok").nth(1)
     token.scroll_into_view_if_needed()
     token.tap()  # no hover on a phone: a tap opens the token's sampling cut, its alternatives charted
-    page.wait_for_selector("#sampling-cut .cut-row", timeout=10_000)
+    page.wait_for_selector("#sampling-cut .cut-row", timeout=30_000)
     page.wait_for_timeout(800)  # the cut scrolls into view
     # no panel of the tapped token's own is left over the cut: the token does not keep the focus
     assert page.evaluate("() => !document.activeElement?.matches('.tok')")

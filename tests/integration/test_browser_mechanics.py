@@ -53,7 +53,7 @@ def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(ap
                            timeout=240_000)
 
     strip = page.locator("#cache-strip-0")
-    strip.wait_for(state="visible", timeout=10_000)
+    strip.wait_for(state="visible", timeout=30_000)
     assert f"step {NEW} of {NEW}" in strip.inner_text()
     assert page.locator("#cache-strip-0 .cache-evicted").count() > 0
     assert re.search(rf"holds {WINDOW - 1} of \d+", strip.inner_text())  # the window's W-1 stored keys
@@ -62,7 +62,7 @@ def test_sliding_column_strip_follows_its_slider_and_assisted_steps_are_drawn(ap
 
     _set_slider(page, "cache-step-0", 1)
     page.wait_for_function("() => document.querySelector('#cache-strip-0')?.innerText.includes('step 1 of')",
-                           timeout=10_000)
+                           timeout=30_000)
     assert _evicted(page, 0) == at_end - (NEW - 1)  # each step evicts one more position once the window is full
     assert not page.locator("#cache-strip-1").is_visible()  # a dynamic cache keeps everything: no strip
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from playground.ui.export import encode_url_state, page_settings
-from tests.integration.test_browser import _choose, _open
+from tests.helpers import choose_option
+from tests.integration.test_browser import _open
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,7 @@ def test_a_number_put_back_in_range_says_what_it_became(app_url, browser):
     assert _note(page, "max_new_tokens-0") == ""  # an in-range entry clears its note
     page.get_by_role("button", name="Cache shoot-out").click()
     page.wait_for_function("() => document.querySelector('#window-0 input[type=number]')?.value !== '1'",
-                           timeout=10_000)
+                           timeout=30_000)
     assert page.locator(".clamp-note").count() == 0  # a preset replaces the values the notes spoke of
     assert not errors, errors
 
@@ -74,19 +75,19 @@ def test_refusals_clear_as_their_cause_does_and_run_counts_the_columns(app_url, 
     page.wait_for_function("() => document.querySelector('#notice-0')?.innerText.includes('prompt is empty')",
                            timeout=30_000)
     page.wait_for_function("() => document.querySelector('#run')?.innerText.includes('Run 0 of 2 columns')",
-                           timeout=10_000)
+                           timeout=30_000)
 
     page.locator("#prompt textarea").fill("Name a colour.")  # as a paste is: no keystrokes
     page.wait_for_function("() => !document.querySelector('#notice-0')?.innerText.includes('prompt is empty')",
-                           timeout=10_000)
+                           timeout=30_000)
     assert "prompt is empty" not in page.locator("#notice-1").inner_text()
     assert run.inner_text().strip() == "▶ Run all 2 columns"
 
     page.locator("#remove-1").click()
-    page.wait_for_function("() => document.querySelector('#run')?.innerText.trim() === '▶ Run'", timeout=10_000)
+    page.wait_for_function("() => document.querySelector('#run')?.innerText.trim() === '▶ Run'", timeout=30_000)
     page.locator("#add-column").click()
     page.wait_for_function("() => document.querySelector('#run')?.innerText.includes('Run all 2 columns')",
-                           timeout=10_000)
+                           timeout=30_000)
     page.set_viewport_size({"width": 390, "height": 900})
     _shoot(page, "notices-phone")
     assert not errors, errors
@@ -99,11 +100,11 @@ WANTS_SCHEMA = "needs its JSON schema in constraint_text"
 def _notice_says(page, words: str, present: bool = True) -> None:
     check = "" if present else "!"
     page.wait_for_function(f"() => {check}document.querySelector('#notice-0')?.innerText.includes({words!r})",
-                           timeout=10_000)
+                           timeout=30_000)
 
 
 def _run_reads(page, label: str) -> None:
-    page.wait_for_function(f"() => document.querySelector('#run')?.innerText.trim() === {label!r}", timeout=10_000)
+    page.wait_for_function(f"() => document.querySelector('#run')?.innerText.trim() === {label!r}", timeout=30_000)
 
 
 def test_a_pasted_dropped_or_autofilled_constraint_updates_the_card_and_the_run_button(app_url, browser):
@@ -114,7 +115,7 @@ def test_a_pasted_dropped_or_autofilled_constraint_updates_the_card_and_the_run_
     page, errors = _open(browser, f"{app_url}?s={encode_url_state(page_settings('Hi', 0, 'auto', one_column))}")
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.locator("#constraint-box-0 button").first.click()
-    _choose(page, "constraint-0", "json_schema")
+    choose_option(page, "constraint-0", "json_schema")
     _notice_says(page, WANTS_SCHEMA)
     _run_reads(page, "▶ Run 0 of 1 columns (1 cannot run as set)")
 
@@ -140,7 +141,7 @@ def test_a_pasted_dropped_or_autofilled_constraint_updates_the_card_and_the_run_
     text.fill("")  # as an autofill that clears the field is
     _notice_says(page, WANTS_SCHEMA)
     _run_reads(page, "▶ Run 0 of 1 columns (1 cannot run as set)")
-    _choose(page, "constraint-0", "regex")
+    choose_option(page, "constraint-0", "regex")
     text.focus()
     page.keyboard.insert_text("a{1000000}")  # as a drop is: one input event
     _notice_says(page, "too large for the grammar engine (llguidance): matching it needs more than 200,000")
@@ -151,7 +152,7 @@ def test_a_pasted_dropped_or_autofilled_constraint_updates_the_card_and_the_run_
 
     page.get_by_role("button", name="JSON, free vs schema").click()
     page.wait_for_function("() => document.querySelector('#constraint_text-1 textarea')?.value.includes('age')",
-                           timeout=10_000)
+                           timeout=30_000)
     _run_reads(page, "▶ Run all 3 columns")
     assert all(page.locator(f"#notice-{i}").inner_text().strip() == "" for i in range(3))
     assert not errors, errors

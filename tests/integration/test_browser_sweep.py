@@ -86,13 +86,13 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     page, errors = _open(browser, app_url)
     page.get_by_role("tab", name="Sweep a knob").click()
     # before any sweep: a sentence where the plots will be, no empty axes and no table headed "1 2 3"
-    page.wait_for_selector("#sweep-empty", state="visible", timeout=10_000)
+    page.wait_for_selector("#sweep-empty", state="visible", timeout=30_000)
     assert page.locator("#sweep-empty").inner_text().startswith("Run a sweep to see")
     assert not page.locator("#sweep-plot-0").is_visible() and not page.locator("#sweep-table").is_visible()
     _shoot(page, "sweep-empty")
     page.locator("#sweep-preset-1").click()  # the window preset: 16 to 256 on a long output
     page.wait_for_function("() => document.querySelector('#sweep-preset-note')?.innerText.includes('window')",
-                           timeout=10_000)
+                           timeout=30_000)
     values = [int(v) for v in SWEEP_PRESETS[PRESET].values.split(",")]
     assert page.locator("#sweep-values textarea, #sweep-values input").first.input_value() == ",".join(map(str, values))
     assert "window sets an array shape" in page.locator("#sweep-compile-note").inner_text()
@@ -130,13 +130,13 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     window, x, y = _visible_point(page, LINE_PLOTS, values)
     page.mouse.click(x, y)
     page.wait_for_function(f"() => document.querySelector('#sweep-tokens')?.innerText.includes('window={window} ')",
-                           timeout=10_000)
+                           timeout=30_000)
     assert 0 < page.locator("#sweep-tokens .tok").count() <= 40  # a narrow window may end early at EOS
     assert page.locator("#sweep-download-json").is_enabled()
     _shoot(page, "sweep-light")
     page.emulate_media(color_scheme="dark")
     # the plots were drawn in light colours; switched to dark with the page open, their text follows the theme
-    page.wait_for_function("() => document.querySelector('.dark') !== null", timeout=10_000)
+    page.wait_for_function("() => document.querySelector('.dark') !== null", timeout=30_000)
     label, theme = page.evaluate("""() => {
       const probe = document.createElement('span');
       probe.style.color = 'var(--body-text-color)';

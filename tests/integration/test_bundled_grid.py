@@ -1,12 +1,13 @@
 """Every strategy x cache x backend cell runs on the bundled models (none is refused: test_strategies checks the
 table; a model-dependent refusal says why).
 
-Both models run every PyTorch cell (they compile nothing of their own). On JAX they run the
-grid's two axes: every cache under greedy decoding (the model's layers beside each cache's layout; Gemma3's own
-sliding layers too) and every strategy on the dynamic cache (the model's code under each strategy's programs). Each
-further crossing would compile programs of its own (several seconds a cell, even at -O0) to show what the tiny
-models already show: each strategy's parity over every cache is checked on tiny Llama and Gemma3 models, which run
-the same model code (tests/unit/test_jax_*.py; beam search and assisted decoding over sliding layers too).
+The full suite runs the grid's two axes on both backends: every cache under greedy decoding (the model's layers
+beside each cache's layout; Gemma3's own sliding layers too) on both models, and every strategy on the dynamic
+cache (the model's code under each strategy's programs) on SmolLM2. Each further crossing would compile programs
+of its own (several seconds a cell, even at -O0) to show what the tiny models already show: each strategy's parity
+over every cache is checked on tiny Llama and Gemma3 models, which run the same model code
+(tests/unit/test_jax_*.py; beam search and assisted decoding over sliding layers too). The extended lane runs the
+rest: every PyTorch cell, and Gemma3's strategies.
 """
 
 import pytest
@@ -33,16 +34,26 @@ def _runs_on(backend: str, strategy: str, cache: str) -> bool:
     return backend == "torch" or _on_an_axis(backend, strategy, cache)
 
 
-# The full suite runs each backend's two axes; the PyTorch cells off them (each strategy over each other cache:
-# transformers' own crossing, 48 cells of about 11 CPU s) are extended, since each strategy's parity over every
-# cache is also checked on the tiny models in the full suite
-GRID = [pytest.param(model, *cell, id=f"{cell[0]}-{cell[1]}-{cell[2]}-{model}",
-                     marks=[] if _on_an_axis(*cell) else [pytest.mark.extended])
-        for model in MODELS for cell in SUPPORTED if _runs_on(*cell)]
-STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}, "contrastive": {"top_k": 4}}
 # model-dependent refusals (Gemma3 has its own sliding layers): (model, strategy or cache) -> what the refusal says
 MODEL_REFUSALS = {("gemma3-270m", "sink"): "use cache 'sliding'",
                   ("gemma3-270m", "contrastive"): "contrastive search cannot run on model_type='gemma3_text'"}
+
+
+def _in_the_full_suite(model: str, backend: str, strategy: str, cache: str) -> bool:
+    """Each backend's two axes on SmolLM2; on Gemma3 its caches under greedy (its sliding layers beside each
+    layout) and its refusals. The rest is extended: the PyTorch cells off the axes (transformers' own crossing,
+    48 cells of about 11 CPU s) and Gemma3's strategies on the dynamic cache (a JAX cell compiles its own
+    programs, 15-29 CPU s), since each strategy's parity over every cache is checked on tiny Llama and Gemma3
+    models in the full suite."""
+    if not _on_an_axis(backend, strategy, cache):
+        return False
+    return model == MODELS[0] or strategy == GREEDY or (model, strategy) in MODEL_REFUSALS
+
+
+GRID = [pytest.param(model, *cell, id=f"{cell[0]}-{cell[1]}-{cell[2]}-{model}",
+                     marks=[] if _in_the_full_suite(model, *cell) else [pytest.mark.extended])
+        for model in MODELS for cell in SUPPORTED if _runs_on(*cell)]
+STRATEGY_EXTRAS = {"assisted": {"prompt_lookup": 3}, "beam": {"num_beams": 2}, "contrastive": {"top_k": 4}}
 
 
 # no parity is asserted, so the cells' programs compile at -O0, as the unit tests' do (a cell's run is mostly its

@@ -13,7 +13,9 @@ from tests.helpers import encoded, jax_run, torch_run  # noqa: E402
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
-@pytest.mark.parametrize(("beams", "returned", "length_penalty"), [(2, 2, 0.6), (4, 3, 1.4)])
+# 4 beams returning 3 in the full suite; 2 returning 2 is extended (tiny models search every setting)
+@pytest.mark.parametrize(("beams", "returned", "length_penalty"),
+                         [pytest.param(2, 2, 0.6, marks=pytest.mark.extended), (4, 3, 1.4)])
 def test_bundled_beam_parity_32_tokens(name, beams, returned, length_penalty):
     from playground.models import loaded
 

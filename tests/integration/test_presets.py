@@ -90,6 +90,7 @@ def test_cache_shoot_out_evicts_and_the_quantized_cache_packs_in_a_sawtooth():
     assert drifts["sink"] > drifts["sliding"]  # sink keeps the tokens attention leans on, so stays on longer
 
 
+@pytest.mark.extended  # the same parity: test_jax_decoder.py (bundled greedy), test_browser.py (the preset)
 def test_pytorch_and_jax_give_the_same_text():
     results = list(run_preset("PyTorch vs JAX").values())
     speeds = [round(r["metrics"]["tokens_per_s"], 1) for r in results]

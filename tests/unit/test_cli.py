@@ -91,6 +91,7 @@ def test_soak_refuses_what_it_cannot_run(cli, args, fragment):
 
 
 @subprocess_test
+@pytest.mark.extended  # inductor's compile: test_presets' Three compilers preset and test_torch_compile.py keep it
 def test_a_torch_compile_run_gives_eager_tokens_with_its_compile_time_apart(tmp_path):
     model = save_tiny_model(tmp_path / "tiny")
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PLAYGROUND_MODEL_ROOTS": str(tmp_path)}

@@ -153,10 +153,12 @@ def test_the_memory_budget_counts_the_top_k_candidates_rows():
 
 
 BUNDLED = [r for r in records("contrastive_search", "bundled") if "/p0/" in r["id"]]  # both settings, one prompt
+# the full suite runs the first setting; the second is extended (tiny models run both)
+BUNDLED_PARAMS = [pytest.param(r, id=r["id"], marks=[pytest.mark.extended] if i else []) for i, r in enumerate(BUNDLED)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", BUNDLED, ids=[r["id"] for r in BUNDLED])
+@pytest.mark.parametrize("record", BUNDLED_PARAMS)
 def test_smollm2_gives_transformers_4_52_tokens_on_jax(record):
     from tests.helpers import bundled
 

@@ -314,6 +314,7 @@ def test_a_reuse_bench_row_keeps_the_prefix_and_a_step_row_times_the_steps(local
 
 
 @pytest.mark.slow  # every cache on both backends: the fast lane keeps the one-row check above
+@pytest.mark.extended  # the full suite keeps the one-row and step-row checks above, and every cache's reuse tests
 def test_the_reuse_bench_gives_a_row_per_cache_and_backend_and_a_step_row(local_model):
     from playground import registry
     from playground.tools.bench_reuse import format_table, run_reuse_suite

@@ -27,7 +27,7 @@ from playground.registry import Knob, RecordField, RunRecords, Strategy, TokenRe
 from playground.spec import RunSpec
 from playground.ui.card_part import CardPart
 from playground.ui.strategy_view import StrategyView
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS, allowed_tiny_model, module_tiny_model
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, allowed_tiny_model, choose_option, module_tiny_model
 
 NAME, KEY, CLOSE = "toy-margin", "toy_margin", "toy_close_below"
 PROMPT = "a strategy owns its records"
@@ -195,9 +195,7 @@ def _drive_the_page(url: str, model: str) -> None:
         page.locator("#remove-1").click()  # one column: the toy's
         page.locator("#model-0 input").fill(model)
         page.locator("#model-0 input").press("Enter")
-        page.locator("#strategy-0 input").click()
-        page.locator("#strategy-0").get_by_role("option", name=NAME, exact=True).click()
-        page.locator("#strategy-0 input").blur()
+        choose_option(page, "strategy-0", NAME)
         page.wait_for_selector(f"#{CLOSE}-0", state="visible", timeout=10_000)  # its knob's group, from the record
         box = page.locator("#max_new_tokens-0 input[type=number]")
         box.fill("8")
