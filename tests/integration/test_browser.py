@@ -130,7 +130,8 @@ def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(ap
 FORCED_TITLE = re.compile(r"^#\d+ (.*): forced")
 
 
-@pytest.mark.parametrize("device", ["desktop", "phone"])
+# the phone's branch view is extended: test_browser_looks.py keeps the page at 390 px in the full suite
+@pytest.mark.parametrize("device", ["desktop", pytest.param("phone", marks=pytest.mark.extended)])
 def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_url, browser, device):
     """Click (or tap, on a phone) a sampled token: its cut appears with the drawn token marked; continuing with
     another candidate runs both columns again, and each output starts with the forced tokens."""

@@ -12,6 +12,7 @@ from tests.helpers import jax_run  # noqa: E402
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # test_presets' "Assisted on both backends" keeps plain greedy's tokens in fewer passes
 def test_prompt_lookup_on_a_grounded_prompt_equals_plain_greedy():
     from playground.backends.jax.backend import JaxBackend
     from playground.models import loaded

@@ -6,6 +6,7 @@ libraries once (six processes took 83 s of CPU, one 68 s, AMD EPYC 2 cores). Nee
 XLA_FLAGS=--xla_force_host_platform_device_count=4 (or more) in the environment."""
 
 import json
+import os
 from typing import Any
 
 from playground.backends.jax import decoder as jax_decoder
@@ -155,9 +156,12 @@ def engine_bytes() -> dict:
 
 
 def main() -> None:
+    """Every report, or those named in $MESH_REPORTS (comma-separated)."""
     tiny_programs_at_o0()
-    print(json.dumps({report.__name__: report() for report in (decoder, caches, assisted, beam, guide, int8,
-                                                                      engine_bytes)}))
+    reports = (decoder, caches, assisted, beam, guide, int8, engine_bytes)
+    named = os.environ.get("MESH_REPORTS")
+    chosen = [r for r in reports if named is None or r.__name__ in named.split(",")]
+    print(json.dumps({report.__name__: report() for report in chosen}))
 
 
 if __name__ == "__main__":

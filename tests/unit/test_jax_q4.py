@@ -122,7 +122,9 @@ def test_logits_are_the_dequantized_models_and_near_fp32():
 
 
 @pytest.mark.slow  # three strategies' programs per cache: full suite only
-@pytest.mark.parametrize("cache", ["quantized", "sliding", "sink"])
+# the full suite runs the quantized cache; the sliding and sink ones are extended (as for int8)
+@pytest.mark.parametrize("cache", ["quantized", pytest.param("sliding", marks=pytest.mark.extended),
+                                   pytest.param("sink", marks=pytest.mark.extended)])
 def test_caches_and_strategies_run_with_q4(cache):
     loaded = tiny("llama")
     bounded = {"window": 12} if cache in ("sliding", "sink") else {}

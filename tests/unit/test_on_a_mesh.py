@@ -15,10 +15,15 @@ pytest.importorskip("jax")
 pytestmark = pytest.mark.subprocess
 
 
+def _mesh_reports(names: str) -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+           "MESH_REPORTS": names}
+    return run_script("on_a_mesh", env)
+
+
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-    return run_script("on_a_mesh", env)
+    return _mesh_reports("decoder,caches,assisted,beam,int8,engine_bytes")
 
 
 def test_sharded_decoding_matches_one_device(report):
@@ -59,10 +64,11 @@ def test_beam_search_split_over_devices_gives_one_devices_sequences_and_scores(r
         assert two["sequences"] == one["sequences"] and two["scores"] == one["scores"], cache
 
 
-def test_the_guides_methods_split_over_devices_give_one_devices_results(report):
+@pytest.mark.extended  # its own process (20 s of compiles): decoding, caches, drafts and beams split above
+def test_the_guides_methods_split_over_devices_give_one_devices_results():
     """Beam sampling, diverse beam search, contrastive search, DoLa and a draft of another tokenizer with the main
     model on 2 devices: one device's sequences and scores."""
-    report = report["guide"]
+    report = _mesh_reports("guide")["guide"]
     for name in ("beam_sample", "diverse_beam", "contrastive", "dola", "universal"):
         assert report[f"{name}-2"] == report[f"{name}-1"], name
 
