@@ -134,7 +134,7 @@ def test_a_jax_assisted_column_draws_its_verification_strip_and_a_beam_column_sh
     assert bars.count() > 1 and "drafted tokens accepted" in page.locator("#tokens-0 .assist-note").inner_text()
     assert page.locator("#tokens-0 .tok.draft").count() > 0
     assert page.locator("#tokens-0 .tok[style*='background']").count() > 0  # coloured by probability
-    # both columns' KV lines, the highest below the plot's top edge, not on it (issue 47: a JAX static cache, flat
+    # both columns' KV lines, the highest below the plot's top edge, not on it (a JAX static cache, flat
     # at its full size from the first step, lay on the border when it was the largest)
     page.wait_for_timeout(1000)  # the plots draw after the last update
     kv = page.evaluate(PLOT_ROOM_JS)["kv-plot"]

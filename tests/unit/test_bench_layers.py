@@ -9,6 +9,7 @@ pytest.importorskip("jax")
 from playground.tools import bench_layers  # noqa: E402
 
 
+@pytest.mark.slow  # a benchmark suite's compiles: full suite only, as the other suites' tests
 def test_every_variant_gives_the_unrolled_output_and_is_timed(capsys):
     report = bench_layers.run(layers=3, hidden=16, inner=32, calls=2)
     assert set(report["variants"]) == {"unrolled", "scanned", "indexed"}

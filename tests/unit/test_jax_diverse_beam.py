@@ -113,6 +113,7 @@ def test_jax_gives_the_pytorch_ports_search_and_its_tree_by_group(eos_model, kno
         assert any({n["group"] for n in step} != set(range(groups)) for step in out.beam_tree)
 
 
+@pytest.mark.slow  # the fast lane keeps beam search's stop (test_jax_beam.py); this group search's is full-suite
 def test_a_stop_finishes_the_search_as_the_pytorch_port_does():
     """The stop is read before each chunk on JAX and at each step on PyTorch: stopping before the second chunk
     (after 9 steps) is PyTorch's stop at its 10th step; both finalize after that step (the running beams come

@@ -1,8 +1,9 @@
 """The JAX path split over several devices gives one device's results: decoding, every cache, assisted decoding,
 beam search, the guide's methods, int8 weights, and the engine's memory estimate.
 
-The device count is fixed when JAX starts, so all of it runs in one fresh Python (tests/scripts/on_a_mesh.py),
-once for the file; each test reads its part of that process's report.
+The device count is fixed when JAX starts, so it runs in a fresh Python (tests/scripts/on_a_mesh.py), once for
+the file; each test reads its part of that process's report. The guide's methods run in a process of their own,
+in the extended lane.
 """
 
 import os

@@ -52,7 +52,7 @@ def test_the_prompt_says_how_to_run_from_the_keyboard(page):
 
 
 def test_the_speed_and_kv_axes_reach_past_the_tallest_bar_and_the_highest_line():
-    """Issue 47: from 0 to the largest value exactly, the tallest bar was cut at the plot's top and a cache flat at
+    """From 0 to the largest value exactly, the tallest bar was cut at the plot's top and a cache flat at
     its full size from the first step (JAX's static cache) was drawn on the border."""
     assert value_limits([12.0, 30.0, 0.0, math.nan]) == [0.0, pytest.approx(30.0 * HEADROOM)]
     flat = [3.0] * 20
@@ -96,7 +96,7 @@ def test_a_run_sends_the_plots_their_headroom_after_their_data_never_with_it(pag
 
 
 def test_the_metrics_table_says_it_scrolls_sideways_only_while_it_overflows():
-    """Issue 47: on a phone the table showed column 1 with no cue that more columns lay to its right. The cue is
+    """On a phone the table showed column 1 with no cue that more columns lay to its right. The cue is
     CSS driven by the table's own scroll position, so it shows only while the table is wider than its box."""
     assert scroll_cue(2) == "← scroll sideways for both columns →"
     assert scroll_cue(4) == "← scroll sideways for all 4 columns →"

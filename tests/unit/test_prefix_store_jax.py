@@ -35,8 +35,11 @@ def run(loaded, ids: list[int], spec: RunSpec, plan: ReusePlan | None = None):
     return RUNS["jax"](loaded, ids, spec, plan)
 
 
-@pytest.mark.parametrize("cache", fast_lane_keeps(list(CACHES)))  # the fast lane: each strategy on the dynamic cache
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+# the fast lane: greedy, sampling and beam search on the dynamic cache (beam sampling and prompt lookup, whose
+# warm starts are beam search's and greedy's, in the full suite)
+@pytest.mark.parametrize("cache", fast_lane_keeps(list(CACHES)))
+@pytest.mark.parametrize("strategy", [name if name not in ("beam sampling", "prompt lookup")
+                                      else pytest.param(name, marks=pytest.mark.slow) for name in STRATEGIES])
 def test_a_warm_jax_run_gives_the_cold_runs_tokens_and_probabilities(tiny, cache, strategy):
     spec = SPEC.replace(**CACHES[cache], **STRATEGIES[strategy])
     assert JaxBackend().reuse_refusal(tiny, spec) is None
