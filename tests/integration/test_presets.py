@@ -100,6 +100,9 @@ def test_pytorch_and_jax_give_the_same_text():
     assert results[0]["new_tokens"] > 20
 
 
+# the same checks on their own: tests/unit/test_torch_compile.py (a compiled column gives eager tokens and compiles
+# apart, once), test_jax_decoder.py (bundled JAX greedy is PyTorch's), tests/unit/test_presets.py (the columns)
+@pytest.mark.extended
 def test_three_compilers_give_the_same_text_and_torch_compile_compiles_outside_the_timed_run():
     results = list(run_preset("Three compilers").values())
     compiled = results[2]
@@ -148,6 +151,9 @@ def test_assisted_on_both_backends_keeps_plain_greedy_in_fewer_passes():
     assert rejects_drafts(torch_lookup) and rejects_drafts(jax_lookup)
 
 
+# each cache's drafts: tests/integration/test_jax_assisted.py (SmolLM2 over the sliding window) and
+# test_bundled_grid.py (over the static, sink and quantized caches), and the tiny models' on every cache
+@pytest.mark.extended
 def test_assisted_on_every_cache_accepts_and_rejects_drafts_on_each():
     """Each column's tokens equal plain greedy's over its cache: tests/integration/test_jax_assisted.py checks
     that on SmolLM2 for every bounded cache; here, that every column has drafts to show, kept and struck."""

@@ -17,7 +17,7 @@ from playground.backends.jax.backend import JaxBackend  # noqa: E402
 from playground.backends.jax.strategies import lookup as lookup_module  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import bench_with, fast_lane_keeps, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import fast_lane_keeps, jax_run, tiny_gemma, tiny_llama, tiny_loaded  # noqa: E402
 
 NEW = 40
 PROMPT = torch.tensor([[5, 17, 42, 99, 3, 5, 17, 42, 99, 3, 8, 9]])
@@ -244,31 +244,6 @@ def test_assisted_sampling_is_speculative_sampling_on_torch_too(llama):
     assert "top_k" in [stage.name for stage in chain.stages(run_spec)]  # the chain's sampling stages apply
     with pytest.raises(PlaygroundError, match="needs strategy 'assisted'"):
         RunSpec(assisted_sampling=True)
-
-
-@pytest.mark.slow  # a sweep of JAX compiles no other fast test shares: full suite only
-def test_bench_times_prompt_lookup_on_the_grounded_prompt(monkeypatch, llama):
-    from playground.tools import bench
-
-    bench_with(monkeypatch, llama)
-    result = bench.run_bench("tiny-llama", max_new_tokens=12, progress=lambda message: None, guide=False)
-    rows = {c["name"]: c for c in result["configs"]}
-    assert {"jax-grounded", "torch-grounded", "torch-prompt-lookup", "torch-prompt-lookup-3",
-            "jax-prompt-lookup"} <= set(rows)
-    assert rows["jax-grounded"]["prompt_tokens"] >= 300
-    for name in ("torch-prompt-lookup", "torch-prompt-lookup-3", "jax-prompt-lookup"):
-        assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
-    assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
-    for name in ("jax-prompt-lookup-sliding", "jax-prompt-lookup-sink"):  # against plain greedy over their cache
-        assert rows[name]["same_tokens_as_jax"] is True
-    assert result["ratios"]["jax_prompt_lookup_sink_vs_static"] > 0
-    assert result["ratios"]["jax_prompt_lookup_sliding_passes_vs_static"] > 0
-    assert "verify passes/s" in bench.format_table(result)
-    assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
-    assert "jax-prompt-lookup / jax-grounded" in bench.format_table(result)
-    assert result["ratios"]["torch_prompt_lookup_3_vs_torch"] > 0
-    assert "torch prompt lookup (3 drafts) / torch-grounded" in bench.format_table(result)
-    assert rows["torch-prompt-lookup-3"]["same_tokens_as_jax"] is True  # torch greedy = JAX greedy, lookup or not
 
 
 # -- a draft model ----------------------------------------------------------------------------------------------

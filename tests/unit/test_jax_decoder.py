@@ -297,7 +297,7 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     from playground.tools import bench
 
     bench_with(monkeypatch, llama)
-    result = bench.run_bench("tiny-llama", max_new_tokens=6, progress=lambda message: None)
+    result = bench.run_bench("tiny-llama", max_new_tokens=12, progress=lambda message: None)
     assert set(result) == {"model", "new_tokens", "bandwidth_gbs", "weight_bytes", "roofline_tokens_per_s",
                            "configs", "ratios"}
     assert [c["name"] for c in result["configs"]][:5] == ["torch-dynamic", "torch-static", "jax", "jax-int8", "jax-q4"]
@@ -326,3 +326,29 @@ def test_bench_reports_the_documented_object(monkeypatch, llama):
     assert "torch-dynamic" in table and "jax" in table and "roofline" in table and "jax-int8 / jax:" in table
     assert "the guide's methods, jax / torch" in table
     json.dumps(result)
+    assert_prompt_lookup_rows_on_the_grounded_prompt(result)
+
+
+def assert_prompt_lookup_rows_on_the_grounded_prompt(result: dict) -> None:
+    """The bench times prompt lookup on its grounded prompt (one that repeats what the answer quotes), on both
+    backends and over the bounded caches, each row against plain greedy's tokens."""
+    from playground.tools import bench
+
+    rows = {c["name"]: c for c in result["configs"]}
+    assert {"jax-grounded", "torch-grounded", "torch-prompt-lookup", "torch-prompt-lookup-3",
+            "jax-prompt-lookup"} <= set(rows)
+    assert rows["jax-grounded"]["prompt_tokens"] >= 300
+    for name in ("torch-prompt-lookup", "torch-prompt-lookup-3", "jax-prompt-lookup"):
+        assert 0.0 <= rows[name]["acceptance_rate"] <= 1.0 and rows[name]["tokens_per_forward"] >= 1.0
+    assert rows["jax-prompt-lookup"]["same_tokens_as_jax"] is True
+    for name in ("jax-prompt-lookup-sliding", "jax-prompt-lookup-sink"):  # against plain greedy over their cache
+        assert rows[name]["same_tokens_as_jax"] is True
+    assert result["ratios"]["jax_prompt_lookup_sink_vs_static"] > 0
+    assert result["ratios"]["jax_prompt_lookup_sliding_passes_vs_static"] > 0
+    table = bench.format_table(result)
+    assert "verify passes/s" in table
+    assert result["ratios"]["jax_prompt_lookup_vs_jax"] > 0
+    assert "jax-prompt-lookup / jax-grounded" in table
+    assert result["ratios"]["torch_prompt_lookup_3_vs_torch"] > 0
+    assert "torch prompt lookup (3 drafts) / torch-grounded" in table
+    assert rows["torch-prompt-lookup-3"]["same_tokens_as_jax"] is True  # torch greedy = JAX greedy, lookup or not
