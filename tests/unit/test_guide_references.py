@@ -45,6 +45,13 @@ def records(method: str, kind: str | None = None) -> list[dict]:
             and (kind is None or REFERENCES["models"][r["model"]]["kind"] == kind)]
 
 
+def bundled_cases(method: str) -> list:
+    """The bundled model's records of one method as test cases: the first prompt's in the full suite, the second
+    prompt's (the same settings again) extended, since the tiny models hold every setting on both prompts."""
+    return [pytest.param(r, id=r["id"], marks=[pytest.mark.extended] if "/p0/" not in r["id"] else [])
+            for r in records(method, "bundled")]
+
+
 def record_by_id(record_id: str) -> dict:
     return next(r for r in REFERENCES["records"] if r["id"] == record_id)
 

@@ -114,9 +114,11 @@ def test_logits_are_the_dequantized_models_and_near_fp32(which):
 
 
 @pytest.mark.slow  # four strategies' programs per cache: full suite only
-# the full suite runs a growing and a quantized cache; the static, sliding and sink ones are extended (the weights
-# are read the same way whatever the cache: each cache's layouts under every strategy are tested on fp32)
-@pytest.mark.parametrize("cache", ["dynamic", pytest.param("static", marks=pytest.mark.extended), "quantized",
+# the full suite runs the growing cache (and test_jax_q4.py the quantized one under 4-bit weights); the static,
+# quantized, sliding and sink ones are extended (the weights are read the same way whatever the cache: each
+# cache's layouts under every strategy are tested on fp32)
+@pytest.mark.parametrize("cache", ["dynamic", pytest.param("static", marks=pytest.mark.extended),
+                                   pytest.param("quantized", marks=pytest.mark.extended),
                                    pytest.param("sliding", marks=pytest.mark.extended),
                                    pytest.param("sink", marks=pytest.mark.extended)])
 def test_every_cache_and_strategy_runs_with_int8(llama, cache):

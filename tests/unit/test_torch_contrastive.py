@@ -9,7 +9,14 @@ import torch
 from transformers import DynamicCache
 
 from playground.backends.torch.contrastive import ContrastiveStep, contrastive_search
-from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
+from tests.unit.test_guide_references import (
+    REFERENCES,
+    bundled_cases,
+    record_by_id,
+    records,
+    shared_model,
+    weights_module,
+)
 
 CONTRASTIVE = records("contrastive_search")
 TINY = records("contrastive_search", "tiny")
@@ -121,7 +128,7 @@ def test_what_it_cannot_run_is_refused_with_a_reason():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", BUNDLED, ids=[r["id"] for r in BUNDLED])
+@pytest.mark.parametrize("record", bundled_cases("contrastive_search"))
 def test_smollm2_gives_transformers_4_52_tokens(record):
     from tests.helpers import bundled
 

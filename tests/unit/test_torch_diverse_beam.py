@@ -10,7 +10,14 @@ import torch
 
 from playground.backends.group_tree import DiverseBeamStep
 from playground.backends.torch.diverse_beam import diverse_beam_search
-from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
+from tests.unit.test_guide_references import (
+    REFERENCES,
+    bundled_cases,
+    record_by_id,
+    records,
+    shared_model,
+    weights_module,
+)
 
 BEAMS = records("diverse_beam_search")
 TINY = records("diverse_beam_search", "tiny")
@@ -126,7 +133,7 @@ def test_what_it_cannot_run_is_refused_with_a_reason():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", BUNDLED, ids=[r["id"] for r in BUNDLED])
+@pytest.mark.parametrize("record", bundled_cases("diverse_beam_search"))
 def test_smollm2_gives_transformers_4_52_sequences_and_scores(record):
     from tests.helpers import bundled
 
@@ -134,7 +141,7 @@ def test_smollm2_gives_transformers_4_52_sequences_and_scores(record):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", BUNDLED, ids=[r["id"] for r in BUNDLED])
+@pytest.mark.parametrize("record", BUNDLED, ids=[r["id"] for r in BUNDLED])  # both prompts: p1 is the case below
 def test_smollm2_without_the_penalty_in_the_score_returns_own_log_probabilities(record):
     """The recorder's teacher-forced log-probabilities (4 decimals) over each sequence's length, eos counted: in
     p1 the 3rd and 4th sequences come back 1.0/32 higher than 4.52 scored them."""

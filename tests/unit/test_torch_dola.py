@@ -12,7 +12,14 @@ import torch
 from transformers import DynamicCache, LlamaConfig
 
 from playground.backends.torch.dola import DolaStep, candidate_layers, dola_decoding
-from tests.unit.test_guide_references import REFERENCES, record_by_id, records, shared_model, weights_module
+from tests.unit.test_guide_references import (
+    REFERENCES,
+    bundled_cases,
+    record_by_id,
+    records,
+    shared_model,
+    weights_module,
+)
 
 DOLA = records("dola")
 TINY = records("dola", "tiny")
@@ -194,7 +201,7 @@ def test_what_it_cannot_run_as_4_52_did_is_refused_with_a_reason():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", BUNDLED, ids=[r["id"] for r in BUNDLED])
+@pytest.mark.parametrize("record", bundled_cases("dola"))
 def test_smollm2_gives_transformers_4_52_tokens_and_layers(record):
     from tests.helpers import bundled
 
