@@ -100,9 +100,6 @@ def test_pytorch_and_jax_give_the_same_text():
     assert results[0]["new_tokens"] > 20
 
 
-# the same checks on their own: tests/unit/test_torch_compile.py (a compiled column gives eager tokens and compiles
-# apart, once), test_jax_decoder.py (bundled JAX greedy is PyTorch's), tests/unit/test_presets.py (the columns)
-@pytest.mark.extended
 def test_three_compilers_give_the_same_text_and_torch_compile_compiles_outside_the_timed_run():
     results = list(run_preset("Three compilers").values())
     compiled = results[2]
