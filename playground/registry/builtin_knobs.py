@@ -192,8 +192,8 @@ for _knob in (
     Knob(name="repeats", kind=int, default=1, low=1, high=5),
     Knob(name="reuse", kind=bool, default=True, label="reuse the kept cache",
          help="start from the longest prefix of the prompt whose cache an earlier run of this session (or API key "
-              "and cache_salt) left, prefilling only the rest; the same tokens and probabilities as a cold run on the "
-              "growing and static caches, and measured against one (KL, first differing token) on the others"),
+              "and cache_salt) left, prefilling only the rest; where a warm run can differ from a cold one (a "
+              "quantized, sliding or sink cache, a JAX bf16 store) the run says by how much"),
     # the PyTorch path's compiler: its own widget, on PyTorch columns only (RunSpec refuses it elsewhere)
     Knob(name="torch_compile", kind=str, default="off", choices=TORCH_COMPILE_MODES, label="torch.compile",
          help="PyTorch only: generate's decode step compiled by torch.compile (inductor) over the static cache, "
