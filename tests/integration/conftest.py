@@ -3,9 +3,10 @@
 Session-scoped, so the browser files a worker runs share them (the tab-closing test launches its own browser
 through this one's Playwright): each file used to start its own app and browser, and every app imported the
 libraries, loaded the model and compiled its programs again. Each test opens a fresh page, so no test sees
-another's page; the app is shared the way a served app is, by its users. A module's pages are closed when it ends
-(`_pages_closed_after_each_module`): a Gradio page left open keeps polling and drawing, and the pages of the
-files before it took most of a core from the rest of the suite.
+another's page; the app is shared the way a served app is, by its users. A test's pages are closed when it ends,
+a module fixture's when the module does (`_pages_closed_after_each_test`, `_pages_closed_after_each_module`): a
+Gradio page left open keeps polling and drawing, and the pages of the files before it took most of a core from
+the rest of the suite.
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="session")
-def app_url() -> Iterator[str]:
+def local_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the session's app may load local models from (its PLAYGROUND_MODEL_ROOTS): a test saves the
+    model it types in as a path here, rather than starting an app of its own (an app's start imports the
+    libraries again)."""
+    return tmp_path_factory.mktemp("local-models")
+
+
+@pytest.fixture(scope="session")
+def app_url(local_models: Path) -> Iterator[str]:
     # 60 s, not the default 120: nothing should load at startup, so a slow start is itself a failure
-    with serve_app(env={"HF_HUB_OFFLINE": "1"}, timeout_s=60) as app:
+    env = {"HF_HUB_OFFLINE": "1", "PLAYGROUND_MODEL_ROOTS": str(local_models)}
+    with serve_app(env=env, timeout_s=60) as app:
         yield app.url
 
 
@@ -66,6 +76,19 @@ class PatientBrowser:
 
     def __getattr__(self, name: str):
         return getattr(self._browser, name)
+
+
+@pytest.fixture(autouse=True)
+def _pages_closed_after_each_test() -> Iterator[None]:
+    """Close the pages (each in its own context) a test opened, once it ends; those a module-scoped fixture
+    opened (set up before this) stay for the module's other tests. An idle page left open still took a tenth of a
+    core, drawing, for the rest of its module."""
+    before = {id(context) for browser in _browsers for context in browser.contexts}
+    yield
+    for browser in _browsers:
+        for context in list(browser.contexts):
+            if id(context) not in before:
+                context.close()
 
 
 @pytest.fixture(scope="module", autouse=True)

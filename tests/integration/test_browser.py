@@ -1,4 +1,5 @@
-"""The page in a real browser: two columns (greedy, sampling) run, stream text, fill the metrics.
+"""The page in a real browser: two columns (greedy, sampling) run, stream text, fill the metrics and branch from a
+clicked token; the PyTorch vs JAX preset gives one text on both backends.
 
 With $PLAYGROUND_SHOTS set, the run's full-page screenshot goes there (two-columns.png) with the figures it shows
 (two-columns.txt): docs/screenshot.png is that picture, taken on a quiet machine (a test run under load would
@@ -14,10 +15,10 @@ import ast
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.helpers import choose_option
 
@@ -31,14 +32,20 @@ def _set_slider(page, elem_id: str, value: float) -> None:
     box.press("Enter")
 
 
+# The cells after the label of the metrics table's row that starts with `label` (read in the page at once: a
+# locator call per row and cell made each read a round trip per cell, several seconds on a loaded machine)
+METRICS_ROW_JS = """(label) => {
+    for (const row of document.querySelectorAll('#metrics [role=row]')) {
+        const cells = [...row.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim());
+        if (cells.length && cells[0].startsWith(label)) return cells.slice(1);
+    }
+    return [];
+}"""
+
+
 def _metrics_row(page, label: str) -> list[str]:
     """The cells of the metrics table's row that starts with `label`."""
-    rows = page.locator("#metrics [role=row]")
-    for i in range(rows.count()):
-        cells = [c.strip() for c in rows.nth(i).locator("[role=gridcell]").all_inner_texts()]
-        if cells and cells[0].startswith(label):
-            return cells[1:]
-    return []
+    return page.evaluate(METRICS_ROW_JS, label)
 
 
 def _open(browser, app_url: str):
@@ -54,7 +61,10 @@ def _open(browser, app_url: str):
     return page, errors
 
 
-def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
+def test_two_columns_run_stream_fill_the_metrics_and_branch_from_a_token(app_url, browser):
+    """Greedy and sampling run, stream their text, fill the metrics and export their results; then a click on a
+    sampled token opens its cut and every column branches from it (_branch_from_a_token: the page and its run are
+    the ones the branch needs, so it does not load and run its own)."""
     page, errors = _open(browser, app_url)
     assert page.locator("#add-column").is_visible() and page.locator("#stop").is_visible()
 
@@ -64,7 +74,7 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
     assert not page.locator("#temperature-0").is_visible()  # ...only where they apply
     _set_slider(page, "temperature-1", 1.5)  # hot enough that the sample may leave the greedy path
     for column in (0, 1):
-        _set_slider(page, f"max_new_tokens-{column}", 24)
+        _set_slider(page, f"max_new_tokens-{column}", 16)
     page.locator("#prompt textarea").fill("What is the capital of France?")
     page.locator("#run").click()
 
@@ -73,14 +83,13 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
             f"() => (document.querySelector('#output-{column} textarea')?.value || '').trim().length > 0",
             timeout=120_000)
 
-    def metrics_filled() -> bool:
-        cells = _metrics_row(page, "decode speed")
-        return len(cells) == 2 and all(NUMBER.search(c) for c in cells)
-
-    deadline = time.monotonic() + 60
-    while not metrics_filled():
-        assert time.monotonic() < deadline, f"metrics never filled: {_metrics_row(page, 'decode speed')}"
-        page.wait_for_timeout(500)
+    # both columns' decode speed is a number (NUMBER, in the page): a wait for that, not a poll of the table
+    filled = (f"() => {{ const cells = ({METRICS_ROW_JS})('decode speed');"
+              f" return cells.length === 2 && cells.every(c => /{NUMBER.pattern}/.test(c)); }}")
+    try:
+        page.wait_for_function(filled, timeout=60_000)
+    except PlaywrightTimeout:
+        pytest.fail(f"metrics never filled: {_metrics_row(page, 'decode speed')}")
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
                            timeout=30_000)
     assert "Paris" in page.locator("#output-0 textarea").input_value()
@@ -89,9 +98,9 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
 
     assert page.locator("#tokens-0 .tok").first.get_attribute("title").startswith("#0 ")  # hover: alternatives
 
-    page.wait_for_timeout(1000)  # let the plots finish drawing before the picture
     folder = os.environ.get("PLAYGROUND_SHOTS")
     if folder:
+        page.wait_for_timeout(1000)  # let the plots finish drawing before the picture
         Path(folder).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(folder) / "two-columns.png"), full_page=True)
         figures = {label: _metrics_row(page, label) for label in ("decode speed", "ms/token p50", "TTFT")}
@@ -104,6 +113,9 @@ def test_two_columns_run_stream_and_fill_the_metrics(app_url, browser):
     assert [r["spec"]["strategy"] for r in exported["results"]] == ["greedy", "sampling"]
     assert not errors, errors
 
+    _branch_from_a_token(page, phone=False)
+    assert not errors, errors
+
 
 def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(app_url, browser):
     page, errors = _open(browser, app_url)
@@ -112,8 +124,8 @@ def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(ap
     # over 10 s, so the wait is for the page, not a bound on it
     page.wait_for_selector("#output-2", state="visible", timeout=60_000)
     page.wait_for_selector("#devices-2", state="visible", timeout=60_000)  # the JAX column's own knob
-    for column in (0, 1, 2):
-        _set_slider(page, f"max_new_tokens-{column}", 16)
+    for column in (0, 1, 2):  # "The capital of France is Paris." is SmolLM2's whole greedy answer: 8 tokens
+        _set_slider(page, f"max_new_tokens-{column}", 8)
     page.locator("#prompt textarea").fill("What is the capital of France?")
     page.locator("#run").click()
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 3 columns ran')",
@@ -130,26 +142,10 @@ def test_pytorch_vs_jax_preset_gives_the_same_text_and_shows_the_compile_time(ap
 FORCED_TITLE = re.compile(r"^#\d+ (.*): forced")
 
 
-# the phone's branch view is extended: test_browser_looks.py keeps the page at 390 px in the full suite
-@pytest.mark.parametrize("device", ["desktop", pytest.param("phone", marks=pytest.mark.extended)])
-def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_url, browser, device):
-    """Click (or tap, on a phone) a sampled token: its cut appears with the drawn token marked; continuing with
-    another candidate runs both columns again, and each output starts with the forced tokens."""
-    phone = device == "phone"
-    context = browser.new_context(viewport={"width": 390, "height": 844} if phone else {"width": 1440, "height": 1000},
-                                  has_touch=phone, is_mobile=phone)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(app_url)
-    page.wait_for_selector("#run", timeout=30_000)
-    for column in (0, 1):
-        _set_slider(page, f"max_new_tokens-{column}", 12)
-    page.locator("#prompt textarea").fill("Name three colours.")
-    page.locator("#run").click()
-    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
-                           timeout=180_000)
-
+def _branch_from_a_token(page, phone: bool) -> None:
+    """Click (or tap, on a phone) a sampled token of a page whose two columns ran: its cut appears with the drawn
+    token marked; continuing with another candidate runs both columns again, and each output starts with the
+    forced tokens."""
     token = page.locator("#tokens-1 .tok[data-pos='2']")
     token.tap() if phone else token.click()
     page.wait_for_selector("#sampling-cut .cut-row", timeout=30_000)
@@ -173,5 +169,26 @@ def test_a_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_ur
         texts = [ast.literal_eval(piece) for piece in pieces]
         assert chosen.startswith(pieces[2])  # the chosen candidate is the last forced token
         assert page.locator(f"#output-{column} textarea").input_value().startswith("".join(texts))
+
+
+# extended: test_browser_looks.py keeps the page at 390 px in the full suite, and the desktop click is
+# test_two_columns_run_stream_fill_the_metrics_and_branch_from_a_token's
+@pytest.mark.extended
+def test_on_a_phone_a_tapped_token_opens_its_sampling_cut_and_every_column_branches_from_it(app_url, browser):
+    """The start page's two columns on a 390 px phone, run; a tap on a sampled token branches them
+    (_branch_from_a_token)."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(app_url)
+    page.wait_for_selector("#run", timeout=30_000)
+    for column in (0, 1):
+        _set_slider(page, f"max_new_tokens-{column}", 12)
+    page.locator("#prompt textarea").fill("Name three colours.")
+    page.locator("#run").click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('✓ 2 columns ran')",
+                           timeout=180_000)
+    _branch_from_a_token(page, phone=True)
     assert not errors, errors
     context.close()

@@ -1,6 +1,6 @@
 """The Long context tab in a real browser: the preset fills the tab, a refusal is one line that keeps the inputs,
-then the preset, shrunk to two of its caches on PyTorch over a tiny random-weight model (the app is its own, with
-the model where local models may load from), runs and draws its four plots and two tables: on a shared 2-core CPU
+then the preset, shrunk to two of its caches on PyTorch over a tiny random-weight model (saved where the session's
+app may load local models from), runs and draws its four plots and two tables: on a shared 2-core CPU
 the same run on SmolLM2 outlasted 25 minutes.
 
 Screenshots (before a run; after one in light, dark and on a 390 px wide phone) go to $PLAYGROUND_SHOTS when it
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from playground.tools.serve import serve_app
 from playground.ui.presets import CONTEXT_PRESETS
 from tests.helpers import save_tiny_model
 from tests.integration.test_browser import _open
@@ -55,12 +54,9 @@ def _tick(page, elem_id: str, label: str, on: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_app(tmp_path_factory):
-    """The app with a tiny model it may load by path (PLAYGROUND_MODEL_ROOTS), and that path."""
-    model = save_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
-    env = {"HF_HUB_OFFLINE": "1", "PLAYGROUND_WARMUP": "0", "PLAYGROUND_MODEL_ROOTS": str(Path(model).parent)}
-    with serve_app(env=env, timeout_s=180) as app:
-        yield app.url, model
+def tiny_app(app_url: str, local_models: Path) -> tuple[str, str]:
+    """The session's app, and the path of a tiny model saved where it may load local models from."""
+    return app_url, save_tiny_model(local_models / "tiny-context")
 
 
 def _wait_for_status(page, pattern: str, timeout_s: float) -> str:

@@ -20,6 +20,7 @@ from tests.integration.test_browser_mechanics import _shoot
 pytestmark = pytest.mark.slow
 PRESET = "Sliding window on a long output"
 LINE_PLOTS = len(MEASURES)  # sweep-plot-0 ... LINE_PLOTS - 1 are curves, sweep-plot-LINE_PLOTS the scatter
+NEW = 24  # new tokens per run
 AGREEMENT = next(i for i, m in enumerate(MEASURES) if m.key == "agreement")
 
 
@@ -96,10 +97,10 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     values = [int(v) for v in SWEEP_PRESETS[PRESET].values.split(",")]
     assert page.locator("#sweep-values textarea, #sweep-values input").first.input_value() == ",".join(map(str, values))
     assert "window sets an array shape" in page.locator("#sweep-compile-note").inner_text()
-    # the preset as it is, on PyTorch (no compiles to wait for) and one prompt of 40 tokens, to keep the test short
+    # the preset as it is, on PyTorch (no compiles to wait for) and one prompt of 24 tokens, to keep the test short
     page.locator("#sweep-backend").get_by_label("torch").check()
     _set_slider(page, "sweep-prompt-count", 1)
-    page.locator("#sweep-max-new-tokens input").fill("40")
+    page.locator("#sweep-max-new-tokens input").fill(str(NEW))
     page.locator("#sweep-run").click()
     page.wait_for_function("() => /sweep done/.test(document.querySelector('#sweep-status')?.innerText || '')",
                            timeout=240_000)
@@ -121,7 +122,7 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     assert _below_the_top(page, AGREEMENT, f"window: {values[-1]};") > 3
     points = [m for m in _marks(page, LINE_PLOTS) if "row:" in m]
     assert len(points) == len(values)
-    # the widest window holds the prompt and all 40 new tokens: it agrees with full attention on every token
+    # the widest window holds the prompt and all the new tokens: it agrees with full attention on every token
     cell, heads, rows = _table_cell(page, "256", "agreed prefix")
     assert cell == "1", (heads, rows)
 
@@ -131,7 +132,7 @@ def test_a_preset_sweep_draws_a_point_per_value_and_a_click_opens_its_row(app_ur
     page.mouse.click(x, y)
     page.wait_for_function(f"() => document.querySelector('#sweep-tokens')?.innerText.includes('window={window} ')",
                            timeout=30_000)
-    assert 0 < page.locator("#sweep-tokens .tok").count() <= 40  # a narrow window may end early at EOS
+    assert 0 < page.locator("#sweep-tokens .tok").count() <= NEW  # a narrow window may end early at EOS
     assert page.locator("#sweep-download-json").is_enabled()
     _shoot(page, "sweep-light")
     page.emulate_media(color_scheme="dark")
