@@ -18,8 +18,8 @@ def _tiny_programs(tiny_programs_compile_at_o0: None, monkeypatch: pytest.Monkey
 
 @pytest.fixture(autouse=True, scope="module")
 def _frozen_before_each_file(request: pytest.FixtureRequest) -> None:
-    """In the fast lane, what is alive when a file starts leaves the garbage collector's reach, as the imports
-    did after collection (tests/conftest.py).
+    """In the fast lane (a mark expression that leaves `slow` out), what is alive when a file starts leaves the
+    garbage collector's reach, as the imports did after collection (tests/conftest.py).
 
     The libraries import much of themselves lazily, during the tests (a model class, generate's machinery, JAX's
     lowering rules): a few files in, a worker held 200,000 to 400,000 such objects, which every full collection
