@@ -10,8 +10,9 @@
 #            then compile their programs on one worker only), the files with the most tests first: under 3
 #            minutes. Every JAX program compiles at LLVM -O0, since most of the lane's time is XLA compiling tiny
 #            models' programs; in the full suite only the unit tests' engine programs do (tests/unit/conftest.py),
-#            as -O0 programs run slower and their floating-point results differ in the last digits. What each of
-#            these choices saved: docs/benchmarks.md, "The test suite's speed-ups".
+#            as -O0 programs run slower and their floating-point results differ in the last digits. Each unit
+#            test file starts with what is alive moved out of the garbage collector's reach (the same
+#            conftest). What each of these choices saved: docs/benchmarks.md, "The test suite's speed-ups".
 #   --extended: only the tests marked `extended`: the long checks the full suite leaves out, each beside a cheaper
 #            check of the same feature that it keeps (a three-minute soak, an 8k-token prompt, Gemma3's repeat of a
 #            SmolLM2 measure). Run before a release, or after changing what they cover: docs/benchmarks.md, "The

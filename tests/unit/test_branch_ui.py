@@ -33,10 +33,15 @@ def result(ids: list[int], model: str = "smollm2-135m", strategy: str = "greedy"
 
 
 @pytest.fixture(scope="module")
-def page():
+def ui():
     from playground.ui.wiring import build_ui
 
-    return build_ui()[1]  # (the Blocks, its Page)
+    return build_ui()  # (the Blocks, its Page)
+
+
+@pytest.fixture(scope="module")
+def page(ui):
+    return ui[1]
 
 
 def outcome(mode: str = "raw") -> dict[str, Any]:
@@ -85,9 +90,7 @@ def test_every_column_on_the_model_runs_again_from_the_forced_prefix(page, monke
     assert tokens.count("tok forced") == 3 and "data-pos='3'" in tokens
 
 
-def test_the_chart_and_the_branch_control_have_stable_ids():
-    from playground.ui.wiring import build_ui
-
-    demo, _ = build_ui()
+def test_the_chart_and_the_branch_control_have_stable_ids(ui):
+    demo, _ = ui
     ids = {block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None)}
     assert {"sampling-cut", "branch-choice", "branch-from-token", "tokens-0"} <= ids

@@ -19,6 +19,11 @@ def result(cache: str, prompt: int = 10, new: int = 20, layer_types: list[str] |
                                  "sliding_window": model_window}}
 
 
+@pytest.fixture(scope="module")
+def ui():
+    return build_ui()  # (the Blocks, its Page): read, never changed, by the tests that take it
+
+
 def runs(html: str, state: str) -> list[tuple[int, int]]:
     """(first, last) position of each run of `state` drawn in the strip."""
     return [(int(a), int(b)) for a, b in re.findall(rf"cache-{state}[^>]*title=\"\w+ positions (\d+)-(\d+)", html)]
@@ -72,8 +77,8 @@ def test_no_strip_where_the_cache_keeps_everything(r):
     assert hidden["slider"]["visible"] is False and hidden["strip"]["visible"] is False
 
 
-def test_a_finished_column_gets_its_slider_at_the_last_step_and_the_slider_redraws_the_strip():
-    demo, page = build_ui()
+def test_a_finished_column_gets_its_slider_at_the_last_step_and_the_slider_redraws_the_strip(ui):
+    demo, page = ui
     col = page.columns[1]
     r = result("sliding", window=8)
     updates = strip_updates(col.cache_step, col.cache_strip, r)
@@ -117,8 +122,8 @@ def test_an_assisted_strip_moves_over_passes_and_draws_each_pass_drafts_in_the_r
     assert runs(torch_html, "rejected") == [(13, 15)]
 
 
-def test_an_assisted_column_slider_counts_passes_and_starts_at_the_last_rollback():
-    demo, page = build_ui()
+def test_an_assisted_column_slider_counts_passes_and_starts_at_the_last_rollback(ui):
+    _, page = ui
     col = page.columns[0]
     updates = strip_updates(col.cache_step, col.cache_strip, assisted("jax"))
     slider = updates[col.cache_step]

@@ -17,7 +17,7 @@ from playground.backends.jax.engine import compiling  # noqa: E402
 from playground.backends.jax.engine.engine import Engine  # noqa: E402
 from playground.generation_slot import LEFT_RUNNING  # noqa: E402
 from playground.spec import RunSpec  # noqa: E402
-from tests.helpers import jax_run, tiny_llama, tiny_loaded  # noqa: E402
+from tests.helpers import fast_lane_keeps, jax_run, tiny_llama, tiny_loaded  # noqa: E402
 
 PROMPT = torch.tensor([[5, 17, 42, 99, 3]])
 SLOW_S = 1.5  # each build made this much slower, well past the 0.3 s after which the test stops the run
@@ -110,7 +110,8 @@ def test_left_running_work_counts_once_where_spans_overlap(monkeypatch):
     third()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+# the fast lane: two threads, which the request's programs fill and never pass (one thread: the full suite's)
+@pytest.mark.parametrize("threads", fast_lane_keeps([1, 2], keep=1))
 def test_a_requests_programs_compile_side_by_side_and_trace_one_at_a_time(monkeypatch, threads):
     monkeypatch.setenv("PJRT_NPROC", str(threads))
     builds = Builds(monkeypatch, 0.3)

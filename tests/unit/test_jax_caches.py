@@ -103,6 +103,7 @@ def test_the_window_changes_the_tokens(llama):
 
 # -- bytes: flat, stepwise, bounded ----------------------------------------------------------------------------
 
+@pytest.mark.slow  # the fast lane: test_jax_decoder's static bytes (flat) and its growing cache (128 -> 192)
 def test_static_is_flat_and_dynamic_steps_up_to_it(llama):
     new = 130  # 5 + 130 tokens: dynamic grows 128 -> 192, static holds 192 from the start
     static = jax_run(llama, PROMPT, RunSpec(backend="jax", cache="static", max_new_tokens=new, min_new_tokens=new))[0]
@@ -114,8 +115,9 @@ def test_static_is_flat_and_dynamic_steps_up_to_it(llama):
     assert dynamic.sequences == static.sequences
 
 
-@pytest.mark.parametrize("knobs", [{"cache": "sliding", "window": 16}, {"cache": "sink", "window": 16,
-                                                                         "sink_tokens": 4}])
+# the fast lane: the sink cache's ring (the sliding ring's bytes stay flat in test_jax_assisted's fast check)
+@pytest.mark.parametrize("knobs", fast_lane_keeps([{"cache": "sliding", "window": 16},
+                                                   {"cache": "sink", "window": 16, "sink_tokens": 4}], keep=1))
 def test_bounded_caches_stay_bounded_over_three_windows(llama, knobs):
     new = 9 * 16  # nine windows
     out = jax_run(llama, PROMPT, RunSpec(backend="jax", max_new_tokens=new, min_new_tokens=new, **knobs))[0]

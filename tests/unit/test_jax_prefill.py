@@ -84,8 +84,10 @@ def test_chunks_leave_the_logits_and_cache_of_the_whole_prompt(llama, knobs, mon
 
 # a bf16 store rounds each key and value as it writes it, and the whole prompt attends over them rounded: so must the
 # chunks, over the staged ring (a difference in a stored value is a whole bf16 step, far past the tolerance)
-@pytest.mark.parametrize("knobs", [{"cache": "sliding", "window": 6, "cache_dtype": "bf16"},
-                                   {"cache": "sink", "window": 12, "sink_tokens": 4, "cache_dtype": "bf16"}],
+# the fast lane: the sliding ring, the window the check above keeps (the sink ring's chunks: the full suite's)
+@pytest.mark.parametrize("knobs", fast_lane_keeps([{"cache": "sliding", "window": 6, "cache_dtype": "bf16"},
+                                                   {"cache": "sink", "window": 12, "sink_tokens": 4,
+                                                    "cache_dtype": "bf16"}]),
                          ids=lambda k: "-".join(str(v) for v in k.values()))
 def test_chunks_over_a_bf16_store_attend_over_its_rounded_keys(llama, knobs, monkeypatch):
     test_chunks_leave_the_logits_and_cache_of_the_whole_prompt(llama, knobs, monkeypatch)

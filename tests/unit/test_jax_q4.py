@@ -86,7 +86,8 @@ def test_q4_1_blocks_are_recovered_exactly():
     np.testing.assert_allclose(back, from_file, rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("rows", [1, 3])
+# the fast lane: one row on each shape (the rows are flattened into one product; the shape picks its path)
+@pytest.mark.parametrize("rows", fast_lane_keeps([1, 3]))
 @pytest.mark.parametrize("shape", [(512, 64), (257, 32), (8194, 32)])  # blocks, an odd count inline, 2 blocks
 def test_the_product_is_the_dequantized_matrix_product(rows, shape):
     rng = np.random.default_rng(rows)

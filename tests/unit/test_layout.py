@@ -4,6 +4,8 @@ and functions, a page that starts light."""
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,20 @@ JAX_LAYERS: tuple[tuple[str, ...], ...] = (
 APART = (("ui", "tools"),)
 
 
+@functools.cache
+def nodes(source: str) -> tuple[ast.AST, ...]:
+    """Every node of a module's source (ast.walk's order): most tests below read the whole package, which is
+    parsed once for them all."""
+    return tuple(ast.walk(ast.parse(source)))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _package_parsed_once() -> Iterator[None]:
+    """The package's nodes are dropped when the file ends: kept, every later garbage collection would scan them."""
+    yield
+    nodes.cache_clear()
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -65,7 +81,7 @@ def modules() -> dict[str, Path]:
 def imported(path: Path, known: set[str]) -> set[str]:
     """Every playground module a file imports, anywhere in it (function level and TYPE_CHECKING included)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes(path.read_text()):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -105,7 +121,7 @@ def test_modules_and_functions_stay_small():
         source = path.read_text()
         if len(source.splitlines()) > MAX_MODULE_LINES:
             too_long.append(f"module {name}: {len(source.splitlines())} lines")
-        for node in ast.walk(ast.parse(source)):
+        for node in nodes(source):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
@@ -240,7 +256,7 @@ def test_no_cache_or_strategy_is_told_apart_by_its_name_outside_the_registry():
         relative = path.relative_to(ROOT).as_posix()
         if relative.startswith(NAMES_ALLOWED_IN):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path.read_text()):
             if isinstance(node, ast.Compare):
                 operands = [node.left, *node.comparators]
                 if any(_field(o) for o in operands) and any(_strings(o) & names for o in operands):
@@ -332,7 +348,7 @@ def test_no_shared_module_reads_a_strategys_records_by_name():
         if relative.startswith("playground/registry/"):
             continue
         mine = owners.get(relative, set())
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path.read_text()):
             key, attribute = _reads(node), _attribute(node)
             if key in keys and not keys[key] & mine:
                 found.append(f"{relative}:{node.lineno} reads {key!r}")
@@ -368,7 +384,7 @@ def test_the_jax_programs_are_keyed_by_the_registrys_strategy_names():
 
     names = set()
     for path in (PACKAGE / "backends" / "jax").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path.read_text()):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Kernel":
                 value = next(k.value for k in node.keywords if k.arg == "name")
                 names |= {n.value for n in ast.walk(value) if isinstance(n, ast.Constant) and isinstance(n.value, str)}

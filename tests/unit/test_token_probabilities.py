@@ -118,7 +118,8 @@ def test_top_k_1_draws_with_probability_1_while_the_model_was_less_sure(llama, b
     assert all(r["p_model"] < 1.0 for r in out.token_info)  # a random model is never certain
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
+# the fast lane: PyTorch's; JAX records the same filter for each alternative in the every-stage check above
+@pytest.mark.parametrize("backend", fast_lane_keeps(["torch", "jax"]))
 def test_each_alternative_records_the_filter_that_removed_it(llama, backend):
     """temperature 0.1, top_k=2, top_p=0.7: the third and later alternatives fall to top-k; of the two left, the
     second falls to top-p exactly when the first already holds 0.7 of their mass after temperature; EOS, held back

@@ -77,7 +77,9 @@ def test_the_other_layer_rules_of_4_52():
             candidate_layers(model(8, False), bad)
 
 
-@pytest.mark.parametrize("record", TINY, ids=[r["id"] for r in TINY])
+# the fast lane: every model and setting on the second prompt (the first prompt's records: the full suite)
+@pytest.mark.parametrize("record", [pytest.param(r, marks=pytest.mark.slow if "/p0/" in r["id"] else ())
+                                    for r in TINY], ids=[r["id"] for r in TINY])
 def test_tiny_models_give_transformers_4_52_tokens_and_layers(record):
     _assert_parity(shared_model(record["model"]), record)
 
