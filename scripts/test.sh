@@ -7,7 +7,7 @@
 #   --fast:  one check per feature (the full suite runs each matrix whole): the tests that need no bundled model,
 #            start no fresh Python and are no matrix's other case (markers `slow` and `subprocess` left out; a
 #            matrix keeps one representative case unmarked), on two workers taking whole files (a file's tiny models
-#            then compile their programs on one worker only), the files with the most tests first: under 3
+#            then compile their programs on one worker only), the heaviest first (its own order): under 3
 #            minutes. Every JAX program compiles at LLVM -O0, since most of the lane's time is XLA compiling tiny
 #            models' programs; in the full suite only the unit tests' engine programs do (tests/unit/conftest.py),
 #            as -O0 programs run slower and their floating-point results differ in the last digits. Each unit
@@ -25,7 +25,7 @@ if [[ "${1:-}" == "--extended" ]]; then
     marks=(-m "extended" -n 2 --dist loadfile --no-loadscope-reorder)
 elif [[ "${1:-}" == "--fast" ]]; then
     shift
-    marks=(-m "not slow and not subprocess and not extended" -n 2 --dist loadfile)
+    marks=(-m "not slow and not subprocess and not extended" -n 2 --dist loadfile --no-loadscope-reorder)
     export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_optimization_level=0"
 fi
 scripts/setup.sh --dev
