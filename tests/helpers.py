@@ -281,6 +281,26 @@ def same_weights_other_tokenizer():
     return LoadedModel("tiny-other-tokenizer", "fp32", draft.eval(), tokenizer, 0.0, False)
 
 
+def open_accordion(page, elem_id: str, inside: str) -> None:
+    """Open the accordion `elem_id` until `inside` (a selector within it) shows, the way a person does: click its
+    label, and click again if it closed. An update the server sends just after the click (the page restoring its
+    state from the link) can set the accordion back to closed; a click on an open one closes it, so the label is
+    clicked only while the content is hidden, up to four times."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    content = page.locator(f"#{elem_id} {inside}").first
+    for attempt in range(4):
+        if content.is_visible():
+            return
+        page.locator(f"#{elem_id} button").first.click()
+        try:
+            content.wait_for(state="visible", timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 3:
+                raise
+
+
 def choose_option(page, elem_id: str, option: str) -> None:
     """Pick an option in a Gradio dropdown the way a person does: open it, click the entry.
 
