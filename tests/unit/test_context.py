@@ -71,6 +71,7 @@ def test_both_backends_agree_on_what_a_cache_loses(llama, cache, knobs):
     assert on_torch["kl_vs_full"] > 1e-6  # the cache does lose something: the comparison is not empty
 
 
+@pytest.mark.slow  # the fast lane's quality check is the one above; each width's error: test_jax_caches.py
 def test_the_quantized_cache_loses_more_with_fewer_bits(llama):
     four, two = (quality(llama, "jax", "quantized", cache_bits=bits, residual_length=16) for bits in (4, 2))
     assert two["kl_vs_full"] > 4 * four["kl_vs_full"] > 0

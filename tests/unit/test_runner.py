@@ -205,6 +205,7 @@ def test_quality_is_the_output_read_by_the_fp32_model(local_model):
     assert "kl_vs_fp32" not in greedy["metrics"] and 0 < bf16["metrics"]["kl_vs_fp32"] < 0.01
 
 
+@pytest.mark.slow  # the fast lane's check of a reported KL is the bf16 weights' above; int8 on JAX: test_jax_int8
 def test_int8_weights_on_jax_report_their_kl_from_fp32(local_model):
     from playground.backends.jax.backend import JaxBackend
     from playground.backends.torch.reference import logprobs_along, mean_kl
