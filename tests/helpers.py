@@ -301,21 +301,25 @@ def open_accordion(page, elem_id: str, inside: str) -> None:
                 raise
 
 
-def choose_option(page, elem_id: str, option: str) -> None:
+def choose_option(page, elem_id: str, option: str, accordion: str | None = None) -> None:
     """Pick an option in a Gradio dropdown the way a person does: open it, click the entry.
 
     An update the server sends while the list is open (a state restore, a card's check) renders the list again and
-    detaches the entry under the pointer; a person would open it again, and so does this, up to three times."""
+    detaches the entry under the pointer; a person would open it again, and so does this, up to three times.
+    `accordion`: the accordion the dropdown sits in, opened again before each try (an update can close it)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     box = page.locator(f"#{elem_id} input")
     for attempt in range(3):
-        box.click()
         try:
+            if accordion is not None:
+                open_accordion(page, accordion, f"#{elem_id} input")
+            box.click(timeout=20_000)
             page.locator(f"#{elem_id}").get_by_role("option", name=option, exact=True).click(timeout=20_000)
             break
         except PlaywrightTimeout:
             if attempt == 2:
                 raise
-            box.blur()
+            if box.is_visible():
+                box.blur()
     box.blur()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from playground.ui.export import encode_url_state, page_settings
-from tests.helpers import choose_option, open_accordion
+from tests.helpers import choose_option
 from tests.integration.test_browser import _open
 
 pytestmark = pytest.mark.slow
@@ -114,8 +114,7 @@ def test_a_pasted_dropped_or_autofilled_constraint_updates_the_card_and_the_run_
     one_column = [{"strategy": "greedy", "max_new_tokens": 8}]
     page, errors = _open(browser, f"{app_url}?s={encode_url_state(page_settings('Hi', 0, 'auto', one_column))}")
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
-    open_accordion(page, "constraint-box-0", "#constraint-0 input")
-    choose_option(page, "constraint-0", "json_schema")
+    choose_option(page, "constraint-0", "json_schema", accordion="constraint-box-0")
     _notice_says(page, WANTS_SCHEMA)
     _run_reads(page, "▶ Run 0 of 1 columns (1 cannot run as set)")
 
