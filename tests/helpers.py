@@ -283,9 +283,9 @@ def same_weights_other_tokenizer():
 
 def open_accordion(page, elem_id: str, inside: str) -> None:
     """Open the accordion `elem_id` until `inside` (a selector within it) shows, the way a person does: click its
-    label, and click again if it closed. An update the server sends just after the click (the page restoring its
-    state from the link) can set the accordion back to closed; a click on an open one closes it, so the label is
-    clicked only while the content is hidden, up to four times."""
+    label, and click again if it closed. An update the server sends after the click can set the accordion back to
+    closed (two full-suite runs saw it, one after the content had shown); a click on an open one closes it, so the
+    label is clicked only while the content is hidden, up to four times."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     content = page.locator(f"#{elem_id} {inside}").first

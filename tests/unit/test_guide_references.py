@@ -45,11 +45,17 @@ def records(method: str, kind: str | None = None) -> list[dict]:
             and (kind is None or REFERENCES["models"][r["model"]]["kind"] == kind)]
 
 
+def record_cases(method: str, kind: str, first_prompt: tuple = (), other_prompts: tuple = ()) -> list:
+    """One method's records of one kind as test cases (ids: the records'), the first prompt's with the marks
+    `first_prompt`, the others' with `other_prompts`: a lane keeps one prompt of a record set."""
+    return [pytest.param(r, id=r["id"], marks=list(first_prompt if "/p0/" in r["id"] else other_prompts))
+            for r in records(method, kind)]
+
+
 def bundled_cases(method: str) -> list:
     """The bundled model's records of one method as test cases: the first prompt's in the full suite, the second
     prompt's (the same settings again) extended, since the tiny models hold every setting on both prompts."""
-    return [pytest.param(r, id=r["id"], marks=[pytest.mark.extended] if "/p0/" not in r["id"] else [])
-            for r in records(method, "bundled")]
+    return record_cases(method, "bundled", other_prompts=(pytest.mark.extended,))
 
 
 def record_by_id(record_id: str) -> dict:

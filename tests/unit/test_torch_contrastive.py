@@ -13,6 +13,7 @@ from tests.unit.test_guide_references import (
     REFERENCES,
     bundled_cases,
     record_by_id,
+    record_cases,
     records,
     shared_model,
     weights_module,
@@ -50,8 +51,7 @@ def test_the_references_hold_every_contrastive_setting_on_every_model():
 
 
 # the fast lane: every model and setting on the second prompt (the first prompt's records: the full suite)
-@pytest.mark.parametrize("record", [pytest.param(r, marks=pytest.mark.slow if "/p0/" in r["id"] else ())
-                                    for r in TINY], ids=[r["id"] for r in TINY])
+@pytest.mark.parametrize("record", record_cases("contrastive_search", "tiny", first_prompt=(pytest.mark.slow,)))
 def test_tiny_models_give_transformers_4_52_tokens(record):
     _assert_parity(shared_model(record["model"]), record)
 

@@ -16,6 +16,7 @@ from tests.unit.test_guide_references import (
     REFERENCES,
     bundled_cases,
     record_by_id,
+    record_cases,
     records,
     shared_model,
     weights_module,
@@ -78,8 +79,7 @@ def test_the_other_layer_rules_of_4_52():
 
 
 # the fast lane: every model and setting on the second prompt (the first prompt's records: the full suite)
-@pytest.mark.parametrize("record", [pytest.param(r, marks=pytest.mark.slow if "/p0/" in r["id"] else ())
-                                    for r in TINY], ids=[r["id"] for r in TINY])
+@pytest.mark.parametrize("record", record_cases("dola", "tiny", first_prompt=(pytest.mark.slow,)))
 def test_tiny_models_give_transformers_4_52_tokens_and_layers(record):
     _assert_parity(shared_model(record["model"]), record)
 
