@@ -120,10 +120,9 @@ def test_assisted_accepts_drafts_on_the_passage_and_keeps_the_greedy_text():
     print(f"acceptance {rates}; forward passes {[r['forward_passes'] for r in results]}; speed-up {speed_ups}")
     assert all(rate > 0.3 for rate in rates) and all(rejects_drafts(r) for r in assisted)
     assert all(r["token_ids"] == plain["token_ids"] for r in assisted)
-    assert all(r["forward_passes"] < plain["forward_passes"] for r in assisted)
-    # the speed-up the preset promises (2.1x and 3.4x on a quiet 2-core Xeon; the margin is for a test worker
-    # beside it)
-    assert all(speed_up > 1.15 for speed_up in speed_ups)
+    # the fewer forward passes behind the speed-up the preset shows; the speed-up itself is a timing, measured by
+    # `bench` (its grounded prompt-lookup rows, docs/benchmarks.md), not here beside another test worker
+    assert all(r["forward_passes"] < plain["forward_passes"] / 2 for r in assisted)
 
 
 def test_beam_on_both_backends_returns_the_same_sequences_scores_and_tree():
@@ -142,8 +141,9 @@ def test_assisted_on_both_backends_keeps_plain_greedy_in_fewer_passes():
           f"{jax_lookup['metrics']['acceptance_rate']:.2f}; forward passes "
           f"{[r['forward_passes'] for r in (plain, torch_lookup, jax_lookup)]}")
     assert torch_lookup["token_ids"] == plain["token_ids"] == jax_lookup["token_ids"]
-    assert jax_lookup["forward_passes"] < plain["forward_passes"] and jax_lookup["spec"]["cache"] == "static"
-    assert jax_lookup["metrics"]["tokens_per_s"] > 1.15 * plain["metrics"]["tokens_per_s"]  # compile excluded
+    # fewer passes than half plain greedy's: the speed-up's cause (its timing is `bench`'s, not a test's)
+    assert jax_lookup["forward_passes"] < plain["forward_passes"] / 2 and jax_lookup["spec"]["cache"] == "static"
+    assert torch_lookup["forward_passes"] < plain["forward_passes"] / 2
     assert jax_lookup["metrics"]["acceptance_rate"] > 0.3
     assert rejects_drafts(torch_lookup) and rejects_drafts(jax_lookup)
 
