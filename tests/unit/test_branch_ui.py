@@ -11,7 +11,7 @@ from playground.events import DoneEvent, TextEvent
 from playground.spec import RunSpec
 from playground.ui import branch
 from playground.ui.outcome import empty_outcome
-from tests.unit.test_ui import fake_result
+from tests.unit.page_fakes import fake_result
 
 SETTINGS = {"prompt": "Hello", "seed": 3, "mode": "raw", "repeats": 1,
             "columns": [{"strategy": "greedy"}, {"strategy": "sampling"}, {"strategy": "greedy"}]}

@@ -12,8 +12,8 @@ from playground.backends import prefix_store
 from playground.ui import run as ui_run
 from playground.ui.cold_ttft import cold_ttft_line, compared, last_turn
 from tests.helpers import module_tiny_model, save_tiny_model
+from tests.unit.page_fakes import page_data
 from tests.unit.test_openai_api import CHAT_TEMPLATE
-from tests.unit.test_ui import page_data
 
 SESSION = "cold-ttft-session"
 

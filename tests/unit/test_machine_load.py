@@ -60,7 +60,7 @@ def test_processes_burning_every_cpu_during_a_run_are_seen():
 def test_the_card_and_repeated_runs_carry_the_busiest_runs_load():
     from playground.result import combine_runs
     from playground.ui.run import done_notice
-    from tests.unit.test_ui import fake_result
+    from tests.unit.page_fakes import fake_result
 
     quiet, busy = fake_result([1, 2]), fake_result([1, 2])
     quiet["extra"] = {"machine_load": {"other_cpu_share": 0.01, "steal_share": 0.0, "cpus": 2, "busy": False}}

@@ -11,7 +11,7 @@ from playground.ui.export import page_settings, parse_settings
 from playground.ui.plots import HEADROOM, PALETTE, series_colours, value_limits
 from playground.ui.style import CSS, METRICS_SCROLL_CSS, RUN_SHORTCUT
 from playground.ui.table import scroll_cue
-from tests.unit.test_ui import fake_result, page_data
+from tests.unit.page_fakes import fake_result, page_data
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from playground.spec import RunSpec
 from playground.ui.columns import MAX_COLUMNS, problem
 from playground.ui.export import page_settings, parse_settings
 from playground.ui.presets import PRESETS, SHOOT_OUT_WINDOW
-from tests.unit.test_ui import fake_result, page_data
+from tests.unit.page_fakes import fake_result, page_data
 
 
 def test_every_preset_is_a_valid_page_of_runnable_columns_with_its_own_prompt():

@@ -8,7 +8,7 @@ import pytest
 from playground import runner
 from playground.events import DoneEvent, ProgressEvent
 from playground.ui import run as ui_run
-from tests.unit.test_ui import fake_result, page_data
+from tests.unit.page_fakes import fake_result, page_data
 
 
 @pytest.fixture(scope="module")

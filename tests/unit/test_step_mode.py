@@ -20,7 +20,7 @@ from playground.ui.step_tree import StepTree
 from playground.ui.step_view import candidates_html, shown_candidates
 from playground.ui.tokens import DEFAULT_COLOUR, ENTROPY_SCALE
 from tests.helpers import fast_lane_keeps, module_tiny_model
-from tests.unit.test_ui import page_data
+from tests.unit.page_fakes import page_data
 
 pytest.importorskip("torchax")
 
