@@ -1,10 +1,13 @@
-"""Two checkouts' decode speed, interleaved A/B/B/A, on the bench's grounded prompt: does a change move the ratios?
+"""Two checkouts' decode speed, interleaved, on the bench's grounded prompt: does a change move the ratios?
 
 Each configuration is one `run --repeats 3` per checkout and round (SmolLM2 fp32, 128 tokens pinned); the first
-repeat warms, and each cell is the median of the other repeats of every round. Interleaving puts both checkouts
-through the same stretches of a shared machine, whose speed drifts by more than most changes move a row.
+repeat warms, and each cell is the median of the other repeats of every round. The two checkouts run each
+configuration back to back, before then after in odd rounds and after then before in even ones: a shared
+machine's speed drifts by more than most changes move a row, and it drifts less between two neighbouring runs
+than between two halves of a round (a first version ran each checkout's configurations as a block, and its
+rows moved by up to 3% where runs taken in turn moved by under 1%).
 
-    .venv/bin/python scripts/bench_ab.py /path/to/before /path/to/after [--rounds 2]
+    .venv/bin/python scripts/bench_ab.py /path/to/before /path/to/after [--rounds 4] [--only NAME ...]
 
 Each checkout runs with its own `.venv/bin/python` (a symlink to this one's will do).
 """
@@ -51,18 +54,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--only", nargs="+", choices=list(CONFIGS), metavar="NAME",
+                        help=f"these configurations (and {BASELINE!r}, the ratios' base); default: all")
     options = parser.parse_args()
     checkouts = {"before": options.before.resolve(), "after": options.after.resolve()}
-    speeds: dict[str, dict[str, list[float]]] = {name: {"before": [], "after": []} for name in CONFIGS}
+    names = [n for n in CONFIGS if not options.only or n in options.only or n == BASELINE]
+    speeds: dict[str, dict[str, list[float]]] = {name: {"before": [], "after": []} for name in names}
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as prompt:
         prompt.write(GROUNDED_PROMPT)
         prompt.flush()
         for round_ in range(options.rounds):
             order = ("before", "after") if round_ % 2 == 0 else ("after", "before")
-            for side in order:
-                for name, args in CONFIGS.items():
-                    runs = timed_runs(checkouts[side], args, prompt.name)
+            for name in names:
+                for side in order:
+                    runs = timed_runs(checkouts[side], CONFIGS[name], prompt.name)
                     speeds[name][side] += runs
                     load = open("/proc/loadavg").read().split()[0]
                     print(f"round {round_ + 1} {side} {name}: {runs} tok/s (load {load})", file=sys.stderr)
