@@ -108,8 +108,7 @@ def allowed_tiny_model(monkeypatch: pytest.MonkeyPatch, path: Path, seed: int = 
 
     saved = save_tiny_model(path, seed)
     monkeypatch.setenv("PLAYGROUND_MODEL_ROOTS", str(path.parent))
-    if loaded.LOADED.keys():  # mostly empty already (the last user emptied it): clear() would collect the heap
-        loaded.LOADED.clear()
+    loaded.LOADED.clear()
     try:
         yield saved
     finally:
