@@ -18,7 +18,7 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tests.helpers import TINY_PROGRAM_OPTIONS, tiny_loaded  # noqa: E402
+from tests.helpers import TINY_PROGRAM_OPTIONS, in_fast_lane, tiny_loaded  # noqa: E402
 
 # The files that took longest in the full suite, heaviest first (docs/benchmarks.md, "The test suite's time", gives
 # the run they come from). The workers take whole files in this order (the full suite passes
@@ -84,8 +84,7 @@ HEAVIEST_FAST_FILES = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heaviest files first (the fast lane's own order where slow tests are left out); the rest after them in
     their usual order (the sort is stable)."""
-    fast_lane = "not slow" in (config.getoption("markexpr") or "")
-    rank = {path: i for i, path in enumerate(HEAVIEST_FAST_FILES if fast_lane else HEAVIEST_FILES)}
+    rank = {path: i for i, path in enumerate(HEAVIEST_FAST_FILES if in_fast_lane(config) else HEAVIEST_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 

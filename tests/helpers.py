@@ -27,6 +27,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
+def in_fast_lane(config: pytest.Config) -> bool:
+    """The run leaves `slow` tests out (scripts/test.sh --fast): its files weigh otherwise, and it may freeze
+    what the full suite's bundled models leave to the collector."""
+    return "not slow" in (config.getoption("markexpr") or "")
+
+
 def fast_lane_keeps(cases: list, keep: int = 0) -> list:
     """A matrix whole for the full suite, with one representative case (index `keep`) in the fast lane: the others
     are marked `slow`. A tuple case holds one value per argument name; ids stay what the bare cases give."""

@@ -6,6 +6,7 @@ import gc
 
 import pytest
 
+from tests.helpers import in_fast_lane
 from tests.shared_compiles import SHARED
 
 
@@ -28,7 +29,7 @@ def _frozen_before_each_file(request: pytest.FixtureRequest) -> None:
     executables and loaded tiny models, which hold no reference cycles: they still go when their last reference
     does. Only the fast lane does this; the full suite's bundled models stay the collector's, as in users'
     processes."""
-    if "not slow" not in (request.config.getoption("markexpr") or ""):
+    if not in_fast_lane(request.config):
         return
     gc.collect()
     gc.freeze()
